@@ -1,0 +1,129 @@
+// hopattn: FlashAttention-3-class attention for NVIDIA Hopper (sm_90a), with a CPU reference backend.
+//
+// Layouts follow flash-attention:
+//   dense   q (batch, seqlen_q, heads_q, d)   k, v (batch, seqlen_k, heads_kv, d)   out like q
+//   varlen  q (total_q, heads_q, d)           k, v (total_k, heads_kv, d)           out like q
+//   paged   k, v (num_pages, page_size, heads_kv, d) indexed through page_table (batch, pages_per_seq)
+//   lse     float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen q; natural log.
+// Every tensor may have any strides as long as its last dimension is contiguous. Tensors on the host
+// run on the CPU reference backend (float64 accumulation); tensors on a CUDA device run on the sm_90a
+// kernels. Every call returns a Status; nothing throws and nothing aborts on bad input.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+namespace hopattn {
+
+enum class Dtype : int { kFloat32, kFloat16, kBFloat16, kFloat8E4M3, kInt32 };
+const char* dtype_name(Dtype dtype);
+std::size_t dtype_size(Dtype dtype);
+
+enum class DeviceType : int { kHost, kCuda };
+
+constexpr int kMaxRank = 4;
+
+// A non-owning view of a strided tensor. Strides are in elements.
+struct Tensor {
+  void* data = nullptr;
+  Dtype dtype = Dtype::kFloat32;
+  int rank = 0;
+  std::int64_t shape[kMaxRank] = {};
+  std::int64_t stride[kMaxRank] = {};
+  DeviceType device = DeviceType::kHost;
+  int device_index = 0;
+
+  std::int64_t numel() const;
+};
+
+// A contiguous (row-major) view.
+Tensor make_tensor(void* data, Dtype dtype, std::initializer_list<std::int64_t> shape,
+                   DeviceType device = DeviceType::kHost, int device_index = 0);
+
+enum class StatusCode : int {
+  kOk = 0,
+  kInvalidArgument,  // the caller passed something malformed
+  kUnsupported,      // well-formed, but this build or this device does not implement it
+  kNoDevice,         // a CUDA tensor was given and no usable Hopper GPU is present
+  kCudaError,        // the CUDA runtime reported an error
+};
+
+class Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return Status(); }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// Switches for the speed techniques of the sm_90a forward kernel, so each one can be measured on
+// its own (ablation). Results are correct with any combination; the defaults are the fastest.
+struct KernelOptions {
+  bool warp_specialized = true;   // a TMA producer warp feeding consumer warpgroups
+  bool pingpong = true;           // two consumer warpgroups alternate softmax and GEMMs
+  bool intra_wg_overlap = true;   // QK^T of tile j+1 issued before the softmax of tile j
+  bool persistent = true;         // grid = SM count, tiles handed out by a scheduler
+};
+
+struct FwdArgs {
+  Tensor q, k, v, out;
+  std::optional<Tensor> lse;  // float32, written when present
+
+  std::optional<float> softmax_scale;  // default 1/sqrt(d)
+  bool causal = false;                 // bottom-right aligned: query i sees keys j <= i + sk - sq
+  int window_left = -1;                // -1 = unbounded
+  int window_right = -1;               // -1 = unbounded (causal is window_right = 0)
+  float softcap = 0.0f;                // 0 = off; else s -> softcap * tanh(s / softcap)
+
+  // Variable-length batches: int32 prefix sums of length batch + 1.
+  std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
+  int max_seqlen_q = 0, max_seqlen_k = 0;
+  std::optional<Tensor> seqused_k;  // int32 (batch): keys actually used per sequence
+
+  // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v.
+  std::optional<Tensor> page_table;
+
+  int num_splits = 0;  // split-KV decoding: 0 = chosen by heuristic, 1 = no split
+
+  // FP8 e4m3 inputs: float32 descale factors of shape (batch, heads_kv); out is bf16.
+  std::optional<Tensor> q_descale, k_descale, v_descale;
+
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors
+  KernelOptions options;
+};
+
+struct BwdArgs {
+  Tensor q, k, v, out, dout, lse;
+  Tensor dq, dk, dv;
+
+  std::optional<float> softmax_scale;
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+  float softcap = 0.0f;
+
+  std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
+  int max_seqlen_q = 0, max_seqlen_k = 0;
+  std::optional<Tensor> seqused_k;
+
+  void* stream = nullptr;
+};
+
+Status forward(const FwdArgs& args);
+Status backward(const BwdArgs& args);
+
+// True when a CUDA device of compute capability 9.0 is present and this build carries sm_90a kernels.
+bool hopper_available();
+// One line naming the CUDA device in use, or why there is none.
+std::string device_description();
+
+}  // namespace hopattn

@@ -1,0 +1,42 @@
+// The validated, normalized description of one attention call. validate_forward/validate_backward
+// (src/api/validate.cpp) are the only producers; the backends (reference, sm90) only consume it, so
+// they never re-check arguments.
+#pragma once
+
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn::detail {
+
+struct Problem {
+  int batch = 0;
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  int seqlen_q = 0;  // dense: q.shape[1]; varlen: max_seqlen_q
+  int seqlen_k = 0;  // dense: k.shape[1]; varlen: max_seqlen_k; paged: pages_per_seq * page_size
+  bool varlen_q = false;  // q, out are (total_q, heads, d), lengths from cu_seqlens_q
+  bool varlen_k = false;  // k, v are (total_k, heads_kv, d), lengths from cu_seqlens_k
+  bool has_seqused_k = false;
+  bool paged = false;  // k, v are (num_pages, page_size, heads_kv, d)
+  int page_size = 0;
+  int pages_per_seq = 0;
+  int num_pages = 0;
+
+  float softmax_scale = 0.0f;  // resolved (default 1/sqrt(d) applied)
+  bool causal = false;
+  // Window with causal folded in (causal => window_right = 0); -1 = unbounded.
+  int window_left = -1;
+  int window_right = -1;
+  float softcap = 0.0f;
+
+  Dtype in_dtype = Dtype::kBFloat16;   // q, k, v
+  Dtype out_dtype = Dtype::kBFloat16;  // out (bf16 for fp8 inputs)
+  bool has_lse = false;
+  DeviceType device = DeviceType::kHost;
+  int device_index = 0;
+};
+
+Status validate_forward(const FwdArgs& args, Problem* problem);
+Status validate_backward(const BwdArgs& args, Problem* problem);
+
+}  // namespace hopattn::detail

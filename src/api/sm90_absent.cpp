@@ -1,0 +1,13 @@
+// Stands in for the sm_90a kernels in a build configured with HOPATTN_SM90=OFF.
+#ifndef HOPATTN_WITH_SM90
+#include "sm90/sm90.hpp"
+
+namespace hopattn::sm90 {
+
+Status forward(const FwdArgs&, const detail::Problem&) {
+  return Status(StatusCode::kUnsupported,
+                "this build of hopattn has no sm_90a kernels (configured with HOPATTN_SM90=OFF)");
+}
+
+}  // namespace hopattn::sm90
+#endif

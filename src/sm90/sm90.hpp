@@ -1,0 +1,11 @@
+// Entry point of the sm_90a kernels. Without HOPATTN_WITH_SM90 (HOPATTN_SM90=OFF) the dispatch still
+// links: forward() answers kUnsupported.
+#pragma once
+
+#include "api/problem.hpp"
+
+namespace hopattn::sm90 {
+
+Status forward(const FwdArgs& args, const detail::Problem& problem);
+
+}  // namespace hopattn::sm90
