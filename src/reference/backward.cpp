@@ -1,0 +1,76 @@
+// Reference backward: dq, dk, dv of the exact forward function, in float64.
+//
+// P is recomputed from q and k rather than taken from the lse/out arguments: those are rounded
+// (float32 LSE, out in the input dtype), and the reference must be the gradient of the exact forward.
+// With dP_ij = dout_i . v_j and D_i = sum_j P_ij dP_ij, the score gradient is dS_ij = P_ij (dP_ij - D_i),
+// times 1 - tanh^2 under softcap; then dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i,
+// dv_j = sum_i P_ij dout_i. A kv head's dk/dv sum over the q heads that read it (GQA). Masked entries
+// contribute nothing, and every gradient element no row reaches (empty rows, unused keys) is 0.
+#include <algorithm>
+
+#include "reference/attention_row.hpp"
+#include "reference/reference.hpp"
+#include "reference/tensor_access.hpp"
+
+namespace hopattn::reference {
+
+Status backward(const BwdArgs& args, const detail::Problem& problem) {
+  const SequenceLayout layout(problem, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, std::nullopt);
+  const int d = problem.head_dim;
+  const int group = problem.heads_q / problem.heads_kv;
+  const int window_right = problem.causal ? 0 : problem.window_right;
+  const double scale = problem.softmax_scale;
+  fill_tensor(args.dq, 0.0);
+  fill_tensor(args.dk, 0.0);
+  fill_tensor(args.dv, 0.0);
+
+  for (int b = 0; b < problem.batch; ++b) {
+    const int len_q = layout.len_q(b), len_k = layout.len_k(b);
+    for (int kv_head = 0; kv_head < problem.heads_kv; ++kv_head) {
+      Matrix k(len_k, d), v(len_k, d), dk(len_k, d), dv(len_k, d);
+      for (int j = 0; j < len_k; ++j) {
+        load_row(layout.k_row(args.k, b, j, kv_head), args.k.dtype, d, 1.0, k.row(j));
+        load_row(layout.k_row(args.v, b, j, kv_head), args.v.dtype, d, 1.0, v.row(j));
+      }
+      std::vector<double> q(d), dout(d), dq(d), ds;
+      for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+        for (int i = 0; i < len_q; ++i) {
+          load_row(layout.q_row(args.q, b, i, h), args.q.dtype, d, 1.0, q.data());
+          load_row(layout.q_row(args.dout, b, i, h), args.dout.dtype, d, 1.0, dout.data());
+          const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right);
+          const RowSoftmax row = row_softmax(q.data(), k, keys, scale, problem.softcap);
+          ds.assign(keys.size(), 0.0);
+          double row_dot = 0.0;  // D_i
+          for (int j = keys.begin; j < keys.end; ++j) {
+            const double* vj = v.row(j);
+            double dp = 0.0;
+            for (int c = 0; c < d; ++c) dp += dout[c] * vj[c];
+            ds[j - keys.begin] = dp;
+            row_dot += row.probs[j - keys.begin] * dp;
+          }
+          std::fill(dq.begin(), dq.end(), 0.0);
+          for (int j = keys.begin; j < keys.end; ++j) {
+            const double p = row.probs[j - keys.begin];
+            const double dscore = p * (ds[j - keys.begin] - row_dot) * row.cap_slope[j - keys.begin] * scale;
+            const double* kj = k.row(j);
+            double* dkj = dk.row(j);
+            double* dvj = dv.row(j);
+            for (int c = 0; c < d; ++c) {
+              dq[c] += dscore * kj[c];
+              dkj[c] += dscore * q[c];
+              dvj[c] += p * dout[c];
+            }
+          }
+          store_row(layout.q_row(args.dq, b, i, h), args.dq.dtype, d, dq.data());
+        }
+      }
+      for (int j = 0; j < len_k; ++j) {
+        store_row(layout.k_row(args.dk, b, j, kv_head), args.dk.dtype, d, dk.row(j));
+        store_row(layout.k_row(args.dv, b, j, kv_head), args.dv.dtype, d, dv.row(j));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace hopattn::reference
