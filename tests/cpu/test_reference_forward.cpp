@@ -1,0 +1,206 @@
+// Reference forward vs an independent materialized softmax: random shapes, every mask, softcap, GQA.
+#include <gtest/gtest.h>
+
+#include "test_reference_support.hpp"
+
+namespace hopattn::test {
+namespace {
+
+struct Dims {
+  int batch, sq, sk, hq, hkv, d;
+};
+
+std::string describe(const Dims& s) {
+  return "batch=" + std::to_string(s.batch) + " sq=" + std::to_string(s.sq) + " sk=" + std::to_string(s.sk) +
+         " hq=" + std::to_string(s.hq) + " hkv=" + std::to_string(s.hkv) + " d=" + std::to_string(s.d);
+}
+
+struct Inputs {
+  HostTensor q, k, v;
+};
+
+Inputs random_inputs(const Dims& s, std::uint64_t seed) {
+  Inputs in{HostTensor(Dtype::kFloat32, {s.batch, s.sq, s.hq, s.d}),
+            HostTensor(Dtype::kFloat32, {s.batch, s.sk, s.hkv, s.d}),
+            HostTensor(Dtype::kFloat32, {s.batch, s.sk, s.hkv, s.d})};
+  in.q.fill_random(seed, -2.0, 2.0);  // wide enough that the softmax is far from uniform
+  in.k.fill_random(seed + 1, -2.0, 2.0);
+  in.v.fill_random(seed + 2);
+  return in;
+}
+
+// Packed out (batch * sq, hq, d) and lse (hq, batch * sq).
+struct Result {
+  std::vector<double> out, lse;
+};
+
+// Public forward on dense float32 tensors with options' mask fields; out and lse poisoned first.
+Result run_dense(const Dims& s, const Inputs& in, FwdArgs options) {
+  HostTensor out(Dtype::kFloat32, {s.batch, s.sq, s.hq, s.d});
+  HostTensor lse(Dtype::kFloat32, {s.batch, s.hq, s.sq});
+  out.poison();
+  lse.poison();
+  options.q = in.q.tensor();
+  options.k = in.k.tensor();
+  options.v = in.v.tensor();
+  options.out = out.tensor();
+  options.lse = lse.tensor();
+  const Status status = run_forward(options);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return {out.to_double(), dense_lse_to_packed(lse.to_double(), s.batch, s.hq, s.sq)};
+}
+
+MaskSpec mask_of(const FwdArgs& options, int d) {
+  MaskSpec m;
+  m.scale = options.softmax_scale ? *options.softmax_scale : 1.0 / std::sqrt(static_cast<double>(d));
+  m.causal = options.causal;
+  m.window_left = options.window_left;
+  m.window_right = options.window_right;
+  m.softcap = options.softcap;
+  return m;
+}
+
+Result naive_dense(const Dims& s, const Inputs& in, const FwdArgs& options) {
+  Result r;
+  naive_batch(Packing::dense(s.batch, s.sq, s.sk), in.q.to_double(), in.k.to_double(), in.v.to_double(), s.hq,
+              s.hkv, s.d, mask_of(options, s.d), &r.out, &r.lse);
+  return r;
+}
+
+// float32 outputs of float64 math: a few float32 ulps.
+void expect_matches_naive(const Dims& s, const FwdArgs& options, std::uint64_t seed) {
+  const Inputs in = random_inputs(s, seed);
+  const Result got = run_dense(s, in, options);
+  const Result want = naive_dense(s, in, options);
+  EXPECT_ALL_CLOSE(got.out, want.out, 1e-6, 1e-6);
+  EXPECT_ALL_CLOSE(got.lse, want.lse, 1e-6, 1e-6);
+}
+
+TEST(ReferenceForward, RandomShapesMatchMaterializedSoftmax) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int lengths[] = {1, 7, 33, 65};
+  const int dims[] = {1, 8, 33, 64};
+  const int heads[][2] = {{1, 1}, {2, 1}, {3, 3}, {4, 2}};
+  auto pick = [&](const auto& options) { return options[rng() % std::size(options)]; };
+  for (int trial = 0; trial < 12; ++trial) {
+    const auto h = pick(heads);
+    const Dims s{1 + static_cast<int>(rng() % 3), pick(lengths), pick(lengths), h[0], h[1], pick(dims)};
+    SCOPED_TRACE(describe(s));
+    expect_matches_naive(s, FwdArgs{}, rng());
+  }
+  // The corner of everything at size 1.
+  expect_matches_naive(Dims{1, 1, 1, 1, 1, 1}, FwdArgs{}, rng());
+}
+
+struct MaskCase {
+  const char* name;
+  int sq, sk;
+  bool causal;
+  int window_left, window_right;
+};
+
+TEST(ReferenceForward, EveryMaskMatchesMaterializedSoftmax) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const MaskCase cases[] = {
+      {"causal sq<sk", 7, 33, true, -1, -1},      {"causal sq>sk", 33, 7, true, -1, -1},
+      {"causal sq=sk", 33, 33, true, -1, -1},     {"window left only", 33, 33, false, 5, -1},
+      {"window right only", 17, 33, false, -1, 3}, {"window both", 33, 17, false, 4, 2},
+      {"causal + window left", 33, 65, true, 8, -1}, {"window 0,0 (diagonal only)", 9, 9, false, 0, 0},
+  };
+  for (const MaskCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    FwdArgs options;
+    options.causal = c.causal;
+    options.window_left = c.window_left;
+    options.window_right = c.window_right;
+    expect_matches_naive(Dims{2, c.sq, c.sk, 2, 1, 16}, options, seed + c.sq * 100 + c.sk);
+  }
+}
+
+TEST(ReferenceForward, RowsThatSeeNoKeyGiveZeroOutputAndMinusInfinityLse) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  // causal with sq > sk: query i sees keys j <= i - (sq - sk), so the first sq - sk rows see nothing.
+  const Dims s{2, 9, 4, 2, 2, 8};
+  FwdArgs options;
+  options.causal = true;
+  const Result got = run_dense(s, random_inputs(s, seed), options);
+  const int total_q = s.batch * s.sq;
+  for (int b = 0; b < s.batch; ++b)
+    for (int i = 0; i < s.sq; ++i)
+      for (int h = 0; h < s.hq; ++h) {
+        const double lse = got.lse[static_cast<std::size_t>(h) * total_q + b * s.sq + i];
+        const bool empty = i < s.sq - s.sk;
+        if (empty) {
+          EXPECT_TRUE(std::isinf(lse) && lse < 0) << "b=" << b << " i=" << i << " lse=" << lse;
+        } else {
+          EXPECT_TRUE(std::isfinite(lse)) << "b=" << b << " i=" << i << " lse=" << lse;
+        }
+        for (int c = 0; c < s.d; ++c) {
+          const double o = got.out[((static_cast<std::size_t>(b) * s.sq + i) * s.hq + h) * s.d + c];
+          if (empty) EXPECT_EQ(o, 0.0) << "b=" << b << " i=" << i;
+          else EXPECT_TRUE(std::isfinite(o));
+        }
+      }
+}
+
+TEST(ReferenceForward, SoftcapAndExplicitScaleMatchMaterializedSoftmax) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  FwdArgs options;
+  options.softcap = 0.7f;  // small cap so tanh is far from linear
+  options.softmax_scale = 0.9f;
+  expect_matches_naive(Dims{2, 13, 21, 4, 2, 33}, options, seed);
+  options.causal = true;
+  options.window_left = 6;
+  expect_matches_naive(Dims{1, 21, 13, 3, 1, 8}, options, seed + 1);
+}
+
+TEST(ReferenceForward, GqaEqualsRepeatedKvHeads) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  for (const int hkv : {1, 2}) {  // MQA and GQA
+    const Dims gqa{2, 7, 11, 6, hkv, 16};
+    const Dims mha{2, 7, 11, 6, 6, 16};
+    const Inputs in = random_inputs(gqa, seed + hkv);
+    Inputs repeated{HostTensor(Dtype::kFloat32, {2, 7, 6, 16}), HostTensor(Dtype::kFloat32, {2, 11, 6, 16}),
+                    HostTensor(Dtype::kFloat32, {2, 11, 6, 16})};
+    repeated.q.from_double(in.q.to_double());
+    const int group = 6 / hkv;
+    for (std::int64_t e = 0; e < repeated.k.numel(); ++e) {
+      const std::int64_t c = e % 16, h = e / 16 % 6, row = e / (16 * 6);
+      const std::int64_t source = (row * hkv + h / group) * 16 + c;
+      repeated.k.set(e, in.k.get(source));
+      repeated.v.set(e, in.v.get(source));
+    }
+    FwdArgs options;
+    options.causal = true;
+    const Result got = run_dense(gqa, in, options);
+    const Result want = run_dense(mha, repeated, options);
+    EXPECT_EQ(got.out, want.out) << "hkv=" << hkv;
+    EXPECT_EQ(got.lse, want.lse) << "hkv=" << hkv;
+  }
+}
+
+TEST(ReferenceForward, LseIsOptional) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const Dims s{1, 5, 9, 2, 1, 8};
+  const Inputs in = random_inputs(s, seed);
+  HostTensor out(Dtype::kFloat32, {1, 5, 2, 8});
+  out.poison();
+  FwdArgs args;
+  args.q = in.q.tensor();
+  args.k = in.k.tensor();
+  args.v = in.v.tensor();
+  args.out = out.tensor();
+  const Status status = run_forward(args);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_ALL_CLOSE(out.to_double(), naive_dense(s, in, args).out, 1e-6, 1e-6);
+}
+
+}  // namespace
+}  // namespace hopattn::test

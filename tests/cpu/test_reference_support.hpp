@@ -1,0 +1,220 @@
+// Shared pieces of the reference-backend tests: fresh seeds, an independent materialized-softmax
+// attention in float64, a description of where each sequence's rows live, and the public-API calls.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/problem.hpp"
+#include "common/host_tensor.hpp"
+#include "hopattn/hopattn.hpp"
+#include "reference/reference.hpp"
+
+namespace hopattn::test {
+
+inline std::uint64_t fresh_seed() {
+  std::random_device device;
+  return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+}
+
+struct MaskSpec {
+  double scale = 0.0;  // the resolved softmax scale
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+  double softcap = 0.0;
+};
+
+// Where each sequence's rows sit in the packed (rows, heads, d) buffers used by the tests: dense
+// tensors (batch, seqlen, heads, d) are the same memory as packed (batch * seqlen, heads, d).
+struct Packing {
+  std::vector<int> q_start, q_len, k_start, k_len;
+  int batch() const { return static_cast<int>(q_len.size()); }
+
+  static Packing dense(int batch, int seqlen_q, int seqlen_k) {
+    Packing p;
+    for (int b = 0; b < batch; ++b) {
+      p.q_start.push_back(b * seqlen_q);
+      p.q_len.push_back(seqlen_q);
+      p.k_start.push_back(b * seqlen_k);
+      p.k_len.push_back(seqlen_k);
+    }
+    return p;
+  }
+  static Packing varlen(const std::vector<int>& len_q, const std::vector<int>& len_k) {
+    Packing p;
+    p.q_len = len_q;
+    p.k_len = len_k;
+    int q = 0, k = 0;
+    for (std::size_t b = 0; b < len_q.size(); ++b) {
+      p.q_start.push_back(q);
+      p.k_start.push_back(k);
+      q += len_q[b];
+      k += len_k[b];
+    }
+    return p;
+  }
+};
+
+// Attention of one sequence, straight from the definition: build the full score matrix, set masked
+// entries to -inf, softmax each row. q (sq, hq, d), k/v (sk, hkv, d), out (sq, hq, d), lse (hq, sq).
+inline void naive_attention(const double* q, const double* k, const double* v, int sq, int sk, int hq, int hkv,
+                            int d, const MaskSpec& mask, double* out, double* lse) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int h = 0; h < hq; ++h) {
+    const int hk = h / (hq / hkv);
+    for (int i = 0; i < sq; ++i) {
+      std::vector<double> s(sk);
+      for (int j = 0; j < sk; ++j) {
+        double dot = 0;
+        for (int c = 0; c < d; ++c) dot += q[(i * hq + h) * d + c] * k[(j * hkv + hk) * d + c];
+        s[j] = mask.scale * dot;
+        if (mask.softcap > 0) s[j] = mask.softcap * std::tanh(s[j] / mask.softcap);
+        const long shift = static_cast<long>(sk) - sq;
+        bool masked = false;
+        if (mask.causal && j > i + shift) masked = true;
+        if (mask.window_left >= 0 && j < i + shift - mask.window_left) masked = true;
+        if (mask.window_right >= 0 && j > i + shift + mask.window_right) masked = true;
+        if (masked) s[j] = -inf;
+      }
+      double m = -inf;
+      for (double x : s) m = std::max(m, x);
+      double* o = out + (i * hq + h) * d;
+      for (int c = 0; c < d; ++c) o[c] = 0;
+      if (m == -inf) {
+        lse[h * sq + i] = -inf;
+        continue;
+      }
+      double z = 0;
+      for (double x : s) z += std::exp(x - m);
+      for (int j = 0; j < sk; ++j)
+        for (int c = 0; c < d; ++c) o[c] += std::exp(s[j] - m) / z * v[(j * hkv + hk) * d + c];
+      lse[h * sq + i] = m + std::log(z);
+    }
+  }
+}
+
+// naive_attention over every sequence of a packed batch. out (total_q, hq, d); lse (hq, total_q).
+inline void naive_batch(const Packing& pack, const std::vector<double>& q, const std::vector<double>& k,
+                        const std::vector<double>& v, int hq, int hkv, int d, const MaskSpec& mask,
+                        std::vector<double>* out, std::vector<double>* lse) {
+  const int total_q = static_cast<int>(q.size() / (static_cast<std::size_t>(hq) * d));
+  out->assign(q.size(), 0.0);
+  lse->assign(static_cast<std::size_t>(hq) * total_q, 0.0);
+  for (int b = 0; b < pack.batch(); ++b) {
+    const int sq = pack.q_len[b], sk = pack.k_len[b];
+    std::vector<double> o(static_cast<std::size_t>(sq) * hq * d), l(static_cast<std::size_t>(hq) * sq);
+    naive_attention(q.data() + static_cast<std::size_t>(pack.q_start[b]) * hq * d,
+                    k.data() + static_cast<std::size_t>(pack.k_start[b]) * hkv * d,
+                    v.data() + static_cast<std::size_t>(pack.k_start[b]) * hkv * d, sq, sk, hq, hkv, d, mask,
+                    o.data(), l.data());
+    std::copy(o.begin(), o.end(), out->begin() + static_cast<std::ptrdiff_t>(pack.q_start[b]) * hq * d);
+    for (int h = 0; h < hq; ++h)
+      for (int i = 0; i < sq; ++i) (*lse)[static_cast<std::size_t>(h) * total_q + pack.q_start[b] + i] = l[h * sq + i];
+  }
+}
+
+// Dense LSE (batch, hq, seqlen_q) -> the packed (hq, batch * seqlen_q) order naive_batch produces.
+inline std::vector<double> dense_lse_to_packed(const std::vector<double>& lse, int batch, int hq, int sq) {
+  std::vector<double> packed(lse.size());
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < hq; ++h)
+      for (int i = 0; i < sq; ++i) packed[(static_cast<std::size_t>(h) * batch + b) * sq + i] = lse[(static_cast<std::size_t>(b) * hq + h) * sq + i];
+  return packed;
+}
+
+// Largest |a - b| / (atol + rtol * |b|) over the elements; NaN anywhere (either side) gives +inf.
+// -inf == -inf counts as equal (empty rows' LSE).
+inline double worst_ratio(const std::vector<double>& a, const std::vector<double>& b, double atol, double rtol) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return std::numeric_limits<double>::infinity();
+    if (a[i] == b[i]) continue;  // also equal infinities
+    if (std::isinf(a[i]) || std::isinf(b[i])) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i])));
+  }
+  return worst;
+}
+
+#define EXPECT_ALL_CLOSE(actual, expected, atol, rtol) \
+  EXPECT_LE(::hopattn::test::worst_ratio((actual), (expected), (atol), (rtol)), 1.0) << "tolerance atol=" << (atol) << " rtol=" << (rtol)
+
+inline Tensor int_tensor(std::vector<int>& values) {
+  return make_tensor(values.data(), Dtype::kInt32, {static_cast<std::int64_t>(values.size())});
+}
+
+inline std::vector<int> prefix_sums(const std::vector<int>& lengths) {
+  std::vector<int> sums(1, 0);
+  for (int n : lengths) sums.push_back(sums.back() + n);
+  return sums;
+}
+
+// TEMPORARY, until src/api/validate.cpp replaces its stub: the Problem the validator will produce,
+// filled from the arguments so these tests can drive the reference backend meanwhile. Every call
+// goes through the public API first and uses this only while that answers "not implemented yet".
+inline detail::Problem problem_by_hand(const Tensor& q, const Tensor& k, const std::optional<Tensor>& cu_q,
+                                       const std::optional<Tensor>& cu_k, const std::optional<Tensor>& seqused_k,
+                                       const std::optional<Tensor>& page_table, int max_seqlen_q, int max_seqlen_k,
+                                       std::optional<float> scale, bool causal, int window_left, int window_right,
+                                       float softcap) {
+  detail::Problem p;
+  p.varlen_q = cu_q.has_value();
+  p.varlen_k = cu_k.has_value();
+  p.paged = page_table.has_value();
+  p.has_seqused_k = seqused_k.has_value();
+  p.batch = static_cast<int>(p.varlen_q ? cu_q->shape[0] - 1 : q.shape[0]);
+  p.heads_q = static_cast<int>(q.shape[q.rank - 2]);
+  p.heads_kv = static_cast<int>(k.shape[k.rank - 2]);
+  p.head_dim = static_cast<int>(q.shape[q.rank - 1]);
+  p.seqlen_q = p.varlen_q ? max_seqlen_q : static_cast<int>(q.shape[1]);
+  if (p.paged) {
+    p.page_size = static_cast<int>(k.shape[1]);
+    p.pages_per_seq = static_cast<int>(page_table->shape[1]);
+    p.num_pages = static_cast<int>(k.shape[0]);
+    p.seqlen_k = p.page_size * p.pages_per_seq;
+  } else {
+    p.seqlen_k = p.varlen_k ? max_seqlen_k : static_cast<int>(k.shape[1]);
+  }
+  p.softmax_scale = scale ? *scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
+  p.causal = causal;
+  p.window_left = window_left;
+  p.window_right = causal ? 0 : window_right;
+  p.softcap = softcap;
+  p.in_dtype = q.dtype;
+  return p;
+}
+
+inline bool validation_missing(const Status& s) {
+  return s.code() == StatusCode::kUnsupported && s.message() == "validation not implemented yet";
+}
+
+inline Status run_forward(const FwdArgs& a) {
+  const Status s = hopattn::forward(a);
+  if (!validation_missing(s)) return s;
+  detail::Problem p = problem_by_hand(a.q, a.k, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k, a.page_table,
+                                      a.max_seqlen_q, a.max_seqlen_k, a.softmax_scale, a.causal, a.window_left,
+                                      a.window_right, a.softcap);
+  p.out_dtype = a.out.dtype;
+  p.has_lse = a.lse.has_value();
+  return reference::forward(a, p);
+}
+
+inline Status run_backward(const BwdArgs& a) {
+  const Status s = hopattn::backward(a);
+  if (!validation_missing(s)) return s;
+  detail::Problem p = problem_by_hand(a.q, a.k, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k, std::nullopt,
+                                      a.max_seqlen_q, a.max_seqlen_k, a.softmax_scale, a.causal, a.window_left,
+                                      a.window_right, a.softcap);
+  p.out_dtype = a.out.dtype;
+  return reference::backward(a, p);
+}
+
+}  // namespace hopattn::test
