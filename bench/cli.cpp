@@ -1,0 +1,150 @@
+#include "cli.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+
+namespace hopattn::bench {
+namespace {
+
+bool parse_positive_int(const std::string& flag, const std::string& text, int* value, std::string* error) {
+  errno = 0;
+  char* end = nullptr;
+  const long parsed = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || parsed < 1 || parsed > std::numeric_limits<int>::max()) {
+    *error = flag + " wants a positive integer, got '" + text + "'";
+    return false;
+  }
+  *value = static_cast<int>(parsed);
+  return true;
+}
+
+bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
+  if (text == "bf16") *dtype = Dtype::kBFloat16;
+  else if (text == "fp16") *dtype = Dtype::kFloat16;
+  else if (text == "fp8") *dtype = Dtype::kFloat8E4M3;
+  else {
+    *error = "--dtype wants bf16, fp16 or fp8, got '" + text + "'";
+    return false;
+  }
+  return true;
+}
+
+bool takes_value(const std::string& flag) {
+  for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
+                            "--causal", "--dtype", "--iters", "--warmup", "--json"}) {
+    if (flag == known) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string usage_text() {
+  return std::string(
+             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--json PATH]\n"
+             "Times hopattn::forward (CUDA events, median) and prints TFLOP/s per shape.\n"
+             "  --grid NAME      one of: ") +
+         grid_names() +
+         " (default quick)\n"
+         "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
+         "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
+         "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
+         "  --warmup N       untimed calls first (default 10)\n"
+         "  --no-lse         do not write the log-sum-exp (inference forward)\n"
+         "  --json PATH      also write every row, the device, date and git commit as JSON\n"
+         "Without a Hopper GPU it says so and times the CPU reference on a small problem.\n";
+}
+
+bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
+  Shape single;
+  bool single_given = false, grid_given = false, heads_kv_given = false, seqlen_k_given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::string value;
+    bool has_inline_value = false;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_inline_value = true;
+    }
+    // Flags without a value.
+    if (flag == "-h" || flag == "--help") {
+      options->help = true;
+      continue;
+    }
+    if (flag == "--causal" && !has_inline_value) {
+      single.causal = single_given = true;
+      continue;
+    }
+    if (flag == "--no-lse") {
+      options->write_lse = false;
+      continue;
+    }
+    if (!takes_value(flag)) {
+      *error = "unknown argument '" + flag + "' (see --help)";
+      return false;
+    }
+    if (!has_inline_value) {
+      if (i + 1 >= argc) {
+        *error = flag + " needs a value";
+        return false;
+      }
+      value = argv[++i];
+    }
+    // Shape flags that take a positive integer.
+    int* shape_int = nullptr;
+    if (flag == "--batch") shape_int = &single.batch;
+    else if (flag == "--heads") shape_int = &single.heads_q;
+    else if (flag == "--heads-kv") shape_int = &single.heads_kv;
+    else if (flag == "--seqlen-q") shape_int = &single.seqlen_q;
+    else if (flag == "--seqlen-k") shape_int = &single.seqlen_k;
+    else if (flag == "--hdim") shape_int = &single.hdim;
+    if (shape_int != nullptr) {
+      if (!parse_positive_int(flag, value, shape_int, error)) return false;
+      single_given = true;
+      heads_kv_given = heads_kv_given || shape_int == &single.heads_kv;
+      seqlen_k_given = seqlen_k_given || shape_int == &single.seqlen_k;
+    } else if (flag == "--dtype") {
+      if (!parse_dtype(value, &single.dtype, error)) return false;
+      single_given = true;
+    } else if (flag == "--causal") {
+      if (value != "0" && value != "1") {
+        *error = "--causal takes no value, or 0 or 1; got '" + value + "'";
+        return false;
+      }
+      single.causal = value == "1";
+      single_given = true;
+    } else if (flag == "--grid") {
+      std::vector<Shape> probe;
+      if (!make_grid(value, &probe)) {
+        *error = std::string("--grid wants one of ") + grid_names() + ", got '" + value + "'";
+        return false;
+      }
+      options->grid = value;
+      grid_given = true;
+    } else if (flag == "--iters") {
+      if (!parse_positive_int(flag, value, &options->iters, error)) return false;
+    } else if (flag == "--warmup") {
+      if (!parse_positive_int(flag, value, &options->warmup, error)) return false;
+    } else {  // --json
+      options->json_path = value;
+    }
+  }
+  if (single_given && grid_given) {
+    *error = "--grid and the shape flags (--batch, --heads, --seqlen-q, ...) exclude each other: pick one";
+    return false;
+  }
+  if (single_given) {
+    // Unless given, heads_kv follows heads and seqlen_k follows seqlen_q (plain self-attention).
+    if (!heads_kv_given) single.heads_kv = single.heads_q;
+    if (!seqlen_k_given) single.seqlen_k = single.seqlen_q;
+    options->shapes = {single};
+    options->grid = "single";
+  } else {
+    make_grid(options->grid, &options->shapes);
+  }
+  return true;
+}
+
+}  // namespace hopattn::bench

@@ -1,0 +1,218 @@
+#include "gpu_timing.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cuda_check.hpp"
+#include "device_buffer.hpp"
+#include "random_fill.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+// Inputs are rotated until together they exceed twice the H100/H200 L2 (50-60 MB), so every call
+// reads q, k and v from HBM as it would in a real model.
+constexpr std::size_t kRotationBytes = std::size_t{128} << 20;
+constexpr int kMaxInputSets = 64;
+// Long shapes (a 128k-token causal call takes ~0.5 s) get fewer calls, so a grid stays minutes long.
+constexpr double kWarmupBudgetMs = 2000.0;
+constexpr double kTimedBudgetMs = 10000.0;
+constexpr int kMinTimedIters = 5;
+
+struct InputSet {
+  DeviceBuffer q, k, v, out, lse;
+};
+
+struct Extents {
+  std::int64_t q, kv, lse;  // elements; out has q's
+  Dtype out_dtype;
+};
+
+Extents extents_of(const Shape& s) {
+  Extents e;
+  e.q = std::int64_t{s.batch} * s.seqlen_q * s.heads_q * s.hdim;
+  e.kv = std::int64_t{s.batch} * s.seqlen_k * s.heads_kv * s.hdim;
+  e.lse = std::int64_t{s.batch} * s.heads_q * s.seqlen_q;
+  e.out_dtype = s.dtype == Dtype::kFloat8E4M3 ? Dtype::kBFloat16 : s.dtype;  // fp8 attention writes bf16
+  return e;
+}
+
+std::size_t set_bytes(const Extents& e, Dtype in, bool write_lse) {
+  return static_cast<std::size_t>(e.q + 2 * e.kv) * dtype_size(in) +
+         static_cast<std::size_t>(e.q) * dtype_size(e.out_dtype) + (write_lse ? static_cast<std::size_t>(e.lse) * 4 : 0);
+}
+
+// q, k, v random; out and lse poisoned with all-ones bytes (NaN in every float dtype), so output the
+// kernel failed to write shows up in check_outputs.
+Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uint64_t seed, InputSet* set) {
+  const std::size_t in_size = dtype_size(s.dtype);
+  if (Status st = set->q.allocate(e.q * in_size); !st.ok()) return st;
+  if (Status st = set->k.allocate(e.kv * in_size); !st.ok()) return st;
+  if (Status st = set->v.allocate(e.kv * in_size); !st.ok()) return st;
+  if (Status st = set->out.allocate(e.q * dtype_size(e.out_dtype)); !st.ok()) return st;
+  if (Status st = fill_random_device(set->q.get(), s.dtype, e.q, seed); !st.ok()) return st;
+  if (Status st = fill_random_device(set->k.get(), s.dtype, e.kv, seed + 1); !st.ok()) return st;
+  if (Status st = fill_random_device(set->v.get(), s.dtype, e.kv, seed + 2); !st.ok()) return st;
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemset(set->out.get(), 0xFF, set->out.bytes()));
+  if (write_lse) {
+    if (Status st = set->lse.allocate(e.lse * sizeof(float)); !st.ok()) return st;
+    HOPATTN_BENCH_CHECK_CUDA(cudaMemset(set->lse.get(), 0xFF, set->lse.bytes()));
+  }
+  return Status::Ok();
+}
+
+FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, const TimingOptions& options) {
+  const DeviceType cuda = DeviceType::kCuda;
+  FwdArgs args;
+  args.q = make_tensor(set.q.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
+  args.k = make_tensor(set.k.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
+  args.v = make_tensor(set.v.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
+  args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
+  if (options.write_lse) {
+    args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.batch, s.heads_q, s.seqlen_q}, cuda, options.device);
+  }
+  args.causal = s.causal;
+  args.options = s.options;
+  args.stream = options.stream;
+  return args;
+}
+
+// The first set's output after the warm-up: every element finite; LSE may be -inf (a row that sees no
+// key) but never NaN or +inf. A time measured on a kernel that writes garbage is not reported.
+Status check_outputs(const InputSet& set, Dtype out_dtype) {
+  std::vector<std::uint16_t> out(set.out.bytes() / 2);
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(out.data(), set.out.get(), set.out.bytes(), cudaMemcpyDeviceToHost));
+  const std::uint16_t exponent_mask = out_dtype == Dtype::kFloat16 ? 0x7C00 : 0x7F80;  // all ones: inf/NaN
+  const auto bad_out = std::find_if(out.begin(), out.end(),
+                                    [&](std::uint16_t code) { return (code & exponent_mask) == exponent_mask; });
+  if (bad_out != out.end()) {
+    return Status(StatusCode::kCudaError, "out has a NaN/Inf (or unwritten element) at flat index " +
+                                              std::to_string(bad_out - out.begin()));
+  }
+  if (set.lse.get() == nullptr) return Status::Ok();
+  std::vector<float> lse(set.lse.bytes() / sizeof(float));
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(lse.data(), set.lse.get(), set.lse.bytes(), cudaMemcpyDeviceToHost));
+  const auto bad_lse = std::find_if(lse.begin(), lse.end(), [](float x) { return std::isnan(x) || x == INFINITY; });
+  if (bad_lse != lse.end()) {
+    return Status(StatusCode::kCudaError, "lse has a NaN/+Inf (or unwritten element) at flat index " +
+                                              std::to_string(bad_lse - lse.begin()));
+  }
+  return Status::Ok();
+}
+
+class EventList {
+ public:
+  explicit EventList(std::size_t count) : events_(count, nullptr) {}
+  ~EventList() {
+    for (cudaEvent_t e : events_)
+      if (e != nullptr) cudaEventDestroy(e);
+  }
+  EventList(const EventList&) = delete;
+  EventList& operator=(const EventList&) = delete;
+  Status create() {
+    for (cudaEvent_t& e : events_) HOPATTN_BENCH_CHECK_CUDA(cudaEventCreate(&e));
+    return Status::Ok();
+  }
+  cudaEvent_t operator[](std::size_t i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+Status elapsed_ms(cudaEvent_t start, cudaEvent_t stop, double* ms) {
+  float value = 0.0f;
+  HOPATTN_BENCH_CHECK_CUDA(cudaEventElapsedTime(&value, start, stop));
+  *ms = value;
+  return Status::Ok();
+}
+
+// Runs the warm-up and the timed calls; fills m->median_ms and m->iters.
+Status warm_up_and_time(const std::vector<FwdArgs>& args, const std::vector<InputSet>& sets, Dtype out_dtype,
+                        const TimingOptions& options, Measurement* m) {
+  const auto stream = static_cast<cudaStream_t>(options.stream);
+  const std::size_t n_sets = args.size();
+  EventList bracket(2);
+  if (Status st = bracket.create(); !st.ok()) return st;
+
+  // First call alone: it pays one-time setup and tells how long a call takes.
+  HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[0], stream));
+  if (Status st = forward(args[0]); !st.ok()) return st;
+  HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[1], stream));
+  HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
+  double estimate_ms = 0.0;
+  if (Status st = elapsed_ms(bracket[0], bracket[1], &estimate_ms); !st.ok()) return st;
+
+  const int more_warmup = std::min(options.warmup - 1, static_cast<int>(kWarmupBudgetMs / std::max(estimate_ms, 1e-3)));
+  if (more_warmup > 0) {
+    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[0], stream));
+    for (int i = 1; i <= more_warmup; ++i) {
+      if (Status st = forward(args[i % n_sets]); !st.ok()) return st;
+    }
+    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[1], stream));
+    HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
+    if (Status st = elapsed_ms(bracket[0], bracket[1], &estimate_ms); !st.ok()) return st;
+    estimate_ms /= more_warmup;
+  }
+  if (Status st = check_outputs(sets[0], out_dtype); !st.ok()) return st;
+
+  const int iters = std::min(options.iters, std::max(kMinTimedIters, static_cast<int>(kTimedBudgetMs / std::max(estimate_ms, 1e-3))));
+  EventList events(2 * static_cast<std::size_t>(iters));
+  if (Status st = events.create(); !st.ok()) return st;
+  // Calls are queued back to back; each is bracketed by its own pair of events.
+  for (int i = 0; i < iters; ++i) {
+    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i], stream));
+    if (Status st = forward(args[(i + 1) % n_sets]); !st.ok()) return st;
+    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i + 1], stream));
+  }
+  HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> times(iters);
+  for (int i = 0; i < iters; ++i) {
+    if (Status st = elapsed_ms(events[2 * i], events[2 * i + 1], &times[i]); !st.ok()) return st;
+  }
+  std::sort(times.begin(), times.end());
+  m->median_ms = times[times.size() / 2];
+  m->iters = iters;
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kOk: return "ok";
+    case Outcome::kUnsupported: return "unsupported";
+    case Outcome::kError: return "error";
+  }
+  return "error";
+}
+
+Measurement time_forward(const Shape& shape, const TimingOptions& options, std::uint64_t seed) {
+  Measurement m;
+  const Extents extents = extents_of(shape);
+  const std::size_t bytes = set_bytes(extents, shape.dtype, options.write_lse);
+  m.input_sets = static_cast<int>(std::clamp<std::size_t>((kRotationBytes + bytes - 1) / bytes, 1, kMaxInputSets));
+
+  Status status;
+  std::vector<InputSet> sets(m.input_sets);
+  std::vector<FwdArgs> args;
+  for (int i = 0; i < m.input_sets && status.ok(); ++i) {
+    status = make_input_set(shape, extents, options.write_lse, seed + 3 * i, &sets[i]);
+    args.push_back(forward_args(shape, extents, sets[i], options));
+  }
+  if (status.ok()) status = warm_up_and_time(args, sets, extents.out_dtype, options, &m);
+  if (status.ok()) {
+    m.outcome = Outcome::kOk;
+  } else {
+    const bool unsupported = status.code() == StatusCode::kUnsupported || status.code() == StatusCode::kNoDevice;
+    m.outcome = unsupported ? Outcome::kUnsupported : Outcome::kError;
+    m.message = status.message();
+    m.median_ms = 0.0;
+  }
+  return m;
+}
+
+}  // namespace hopattn::bench

@@ -1,0 +1,95 @@
+// hopattn-bench: times hopattn::forward over a grid of shapes and prints ms and TFLOP/s per shape.
+// See usage_text() in cli.cpp, or run with --help.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cli.hpp"
+#include "cpu_fallback.hpp"
+#include "gpu_timing.hpp"
+#include "report_rows.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+// Times every shape in order; returns the exit code. A failing row is reported and the run goes on,
+// unless the failure left the CUDA context unusable (a kernel fault is sticky).
+int run_on_gpu(const CliOptions& options, RunInfo info) {
+  info.device = device_description();
+  info.backend = "sm90";
+  std::printf("hopattn-bench on %s, grid %s, %d iters (median), %d warm-up%s\n", info.device.c_str(),
+              info.grid.c_str(), options.iters, options.warmup, options.write_lse ? "" : ", no LSE");
+
+  TimingOptions timing;
+  timing.iters = options.iters;
+  timing.warmup = options.warmup;
+  timing.write_lse = options.write_lse;
+  cudaStream_t stream = nullptr;
+  if (cudaGetDevice(&timing.device) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    std::fprintf(stderr, "hopattn-bench: cannot create a CUDA stream: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  timing.stream = stream;
+
+  std::uint64_t seed = std::random_device{}();
+  std::vector<Row> rows;
+  int exit_code = 0;
+  print_table_header();
+  for (const Shape& shape : options.shapes) {
+    Row row{shape, time_forward(shape, timing, seed), 0.0};
+    seed += 1000;
+    if (row.measurement.outcome == Outcome::kOk) {
+      row.tflops = forward_flops(shape) / (row.measurement.median_ms * 1e9);
+    }
+    print_row(row);
+    rows.push_back(row);
+    if (row.measurement.outcome == Outcome::kError && cudaDeviceSynchronize() != cudaSuccess) {
+      std::printf("the CUDA context is lost (%s); the remaining shapes are not timed\n",
+                  cudaGetErrorString(cudaGetLastError()));
+      exit_code = 1;
+      break;
+    }
+  }
+  cudaStreamDestroy(stream);
+
+  if (!options.json_path.empty()) {
+    std::string error;
+    if (!write_json(options.json_path, info, rows, &error)) {
+      std::fprintf(stderr, "hopattn-bench: %s\n", error.c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", options.json_path.c_str());
+  }
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace hopattn::bench
+
+int main(int argc, char** argv) {
+  using namespace hopattn::bench;
+  CliOptions options;
+  std::string error;
+  if (!parse_cli(argc, argv, &options, &error)) {
+    std::fprintf(stderr, "hopattn-bench: %s\n\n%s", error.c_str(), usage_text().c_str());
+    return 2;
+  }
+  if (options.help) {
+    std::printf("%s", usage_text().c_str());
+    return 0;
+  }
+  RunInfo info = current_run_info();
+  info.grid = options.grid;
+  info.iters = options.iters;
+  info.warmup = options.warmup;
+  info.write_lse = options.write_lse;
+  if (!hopattn::hopper_available()) {
+    info.device = hopattn::device_description();
+    std::printf("No Hopper GPU (%s): timing the CPU reference on a small problem instead.\n", info.device.c_str());
+    return run_cpu_reference(options, info);
+  }
+  return run_on_gpu(options, info);
+}

@@ -1,0 +1,131 @@
+#include "shapes.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace hopattn::bench {
+namespace {
+
+// FlashAttention-3 grid: 16k tokens per batch, hidden 2048, bf16.
+std::vector<Shape> paper_grid() {
+  std::vector<Shape> shapes;
+  for (int hdim : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      for (int seqlen : {512, 1024, 2048, 4096, 8192, 16384}) {
+        Shape s;
+        s.batch = 16384 / seqlen;
+        s.heads_q = s.heads_kv = 2048 / hdim;
+        s.seqlen_q = s.seqlen_k = seqlen;
+        s.hdim = hdim;
+        s.causal = causal;
+        shapes.push_back(s);
+      }
+    }
+  }
+  return shapes;
+}
+
+// The headline shape (batch 2, 16 heads, seqlen 8192, hdim 128) both ways, the other head dims at the
+// same hidden size, then GQA, fp16 and a short query against a long key (bottom-right causal).
+std::vector<Shape> quick_grid() {
+  std::vector<Shape> shapes;
+  Shape base;  // bf16, batch 2, 16 heads, seqlen 8192, hdim 128
+  for (bool causal : {false, true}) {
+    Shape s = base;
+    s.causal = causal;
+    shapes.push_back(s);
+  }
+  for (int hdim : {64, 256}) {
+    Shape s = base;
+    s.hdim = hdim;
+    s.heads_q = s.heads_kv = 2048 / hdim;
+    shapes.push_back(s);
+  }
+  Shape gqa = base;
+  gqa.heads_q = 32;
+  gqa.heads_kv = 8;
+  gqa.causal = true;
+  shapes.push_back(gqa);
+  Shape half = base;
+  half.dtype = Dtype::kFloat16;
+  shapes.push_back(half);
+  Shape short_query = base;
+  short_query.seqlen_q = 1024;
+  short_query.causal = true;
+  shapes.push_back(short_query);
+  return shapes;
+}
+
+std::vector<Shape> long_grid() {
+  Shape s;
+  s.batch = 1;
+  s.heads_q = 64;
+  s.heads_kv = 8;
+  s.seqlen_q = s.seqlen_k = 131072;
+  s.hdim = 128;
+  s.causal = true;
+  return {s};
+}
+
+// All speed techniques on, then each one switched off alone.
+std::vector<Shape> ablation_grid() {
+  Shape base;
+  base.batch = 4;
+  base.heads_q = base.heads_kv = 16;
+  base.seqlen_q = base.seqlen_k = 8448;
+  base.hdim = 128;
+  base.variant = "all_on";
+  std::vector<Shape> shapes{base};
+  struct Switch {
+    const char* name;
+    bool KernelOptions::*flag;
+  };
+  for (Switch sw : {Switch{"no_warp_specialized", &KernelOptions::warp_specialized},
+                    Switch{"no_pingpong", &KernelOptions::pingpong},
+                    Switch{"no_intra_wg_overlap", &KernelOptions::intra_wg_overlap},
+                    Switch{"no_persistent", &KernelOptions::persistent}}) {
+    Shape s = base;
+    s.options.*sw.flag = false;
+    s.variant = sw.name;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+}  // namespace
+
+const char* dtype_short_name(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBFloat16: return "bf16";
+    case Dtype::kFloat16: return "fp16";
+    case Dtype::kFloat8E4M3: return "fp8";
+    default: return dtype_name(dtype);
+  }
+}
+
+const char* grid_names() { return "quick, paper, long, ablation"; }
+
+bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
+  if (name == "quick") *shapes = quick_grid();
+  else if (name == "paper") *shapes = paper_grid();
+  else if (name == "long") *shapes = long_grid();
+  else if (name == "ablation") *shapes = ablation_grid();
+  else return false;
+  return true;
+}
+
+double forward_flops(const Shape& shape) {
+  const double per_pair = 4.0 * shape.batch * shape.heads_q * shape.hdim;
+  const double sq = shape.seqlen_q, sk = shape.seqlen_k;
+  if (!shape.causal) return per_pair * sq * sk;
+  if (shape.seqlen_q == shape.seqlen_k) return per_pair * sq * sk / 2.0;
+  // Query i sees keys 0 ..= i + sk - sq: count min(max(i + sk - sq + 1, 0), sk) over all i.
+  double pairs = 0.0;
+  for (std::int64_t i = 0; i < shape.seqlen_q; ++i) {
+    const std::int64_t visible = i + shape.seqlen_k - shape.seqlen_q + 1;
+    pairs += static_cast<double>(std::clamp<std::int64_t>(visible, 0, shape.seqlen_k));
+  }
+  return per_pair * pairs;
+}
+
+}  // namespace hopattn::bench

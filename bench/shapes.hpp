@@ -1,0 +1,38 @@
+// One benchmarked attention shape, the named grids of them, and the FLOP count that turns a time
+// into TFLOP/s.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn::bench {
+
+struct Shape {
+  Dtype dtype = Dtype::kBFloat16;
+  int batch = 2;
+  int heads_q = 16;
+  int heads_kv = 16;
+  int seqlen_q = 8192;
+  int seqlen_k = 8192;
+  int hdim = 128;
+  bool causal = false;
+  KernelOptions options;
+  std::string variant = "default";  // names the KernelOptions setting (ablation rows)
+};
+
+// Short dtype names used on the command line and in the table: bf16, fp16, fp8.
+const char* dtype_short_name(Dtype dtype);
+
+// The grid called `name` (quick, paper, long, ablation); false if there is no such grid.
+bool make_grid(const std::string& name, std::vector<Shape>* shapes);
+// The names make_grid accepts, for usage text and error messages.
+const char* grid_names();
+
+// Forward FLOPs as the FlashAttention papers count them: 4 * b * hq * sq * sk * d, halved when causal.
+// For causal with sq != sk the halving is wrong, so the unmasked (i, j) pairs of the bottom-right
+// aligned mask are counted instead.
+double forward_flops(const Shape& shape);
+
+}  // namespace hopattn::bench
