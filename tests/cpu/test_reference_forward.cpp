@@ -45,7 +45,7 @@ Result run_dense(const Dims& s, const Inputs& in, FwdArgs options) {
   options.v = in.v.tensor();
   options.out = out.tensor();
   options.lse = lse.tensor();
-  const Status status = run_forward(options);
+  const Status status = hopattn::forward(options);
   EXPECT_TRUE(status.ok()) << status.message();
   return {out.to_double(), dense_lse_to_packed(lse.to_double(), s.batch, s.hq, s.sq)};
 }
@@ -197,7 +197,7 @@ TEST(ReferenceForward, LseIsOptional) {
   args.k = in.k.tensor();
   args.v = in.v.tensor();
   args.out = out.tensor();
-  const Status status = run_forward(args);
+  const Status status = hopattn::forward(args);
   ASSERT_TRUE(status.ok()) << status.message();
   EXPECT_ALL_CLOSE(out.to_double(), naive_dense(s, in, args).out, 1e-6, 1e-6);
 }

@@ -27,7 +27,7 @@ Output call_dense(const HostTensor& q, const HostTensor& k, const HostTensor& v,
   options.v = v.tensor();
   options.out = out.tensor();
   options.lse = lse.tensor();
-  const Status status = run_forward(options);
+  const Status status = hopattn::forward(options);
   EXPECT_TRUE(status.ok()) << status.message();
   return {out.to_double(), dense_lse_to_packed(lse.to_double(), static_cast<int>(qs[0]), static_cast<int>(qs[2]),
                                                static_cast<int>(qs[1]))};
@@ -81,7 +81,7 @@ TEST(ReferenceLayouts, VarlenEqualsPerSequenceDenseCalls) {
     args.max_seqlen_q = *std::max_element(len_q.begin(), len_q.end());
     args.max_seqlen_k = *std::max_element(len_k.begin(), len_k.end());
     args.causal = causal;
-    const Status status = run_forward(args);
+    const Status status = hopattn::forward(args);
     ASSERT_TRUE(status.ok()) << status.message();
     const std::vector<double> got_out = out.to_double(), got_lse = lse.to_double();
 
@@ -199,7 +199,7 @@ TEST(ReferenceLayouts, StridedViewsEqualContiguousTensors) {
   args.lse = lse_buffer.view({batch, h, s}, {h * (s + pad), s + pad, 1});
   args.causal = true;
   args.window_left = 4;
-  const Status status = run_forward(args);
+  const Status status = hopattn::forward(args);
   ASSERT_TRUE(status.ok()) << status.message();
 
   HostTensor q(Dtype::kFloat32, {batch, s, h, d}), k(Dtype::kFloat32, {batch, s, h, d}), v(Dtype::kFloat32, {batch, s, h, d});

@@ -12,10 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "api/problem.hpp"
 #include "common/host_tensor.hpp"
 #include "hopattn/hopattn.hpp"
-#include "reference/reference.hpp"
 
 namespace hopattn::test {
 
@@ -155,66 +153,6 @@ inline std::vector<int> prefix_sums(const std::vector<int>& lengths) {
   std::vector<int> sums(1, 0);
   for (int n : lengths) sums.push_back(sums.back() + n);
   return sums;
-}
-
-// TEMPORARY, until src/api/validate.cpp replaces its stub: the Problem the validator will produce,
-// filled from the arguments so these tests can drive the reference backend meanwhile. Every call
-// goes through the public API first and uses this only while that answers "not implemented yet".
-inline detail::Problem problem_by_hand(const Tensor& q, const Tensor& k, const std::optional<Tensor>& cu_q,
-                                       const std::optional<Tensor>& cu_k, const std::optional<Tensor>& seqused_k,
-                                       const std::optional<Tensor>& page_table, int max_seqlen_q, int max_seqlen_k,
-                                       std::optional<float> scale, bool causal, int window_left, int window_right,
-                                       float softcap) {
-  detail::Problem p;
-  p.varlen_q = cu_q.has_value();
-  p.varlen_k = cu_k.has_value();
-  p.paged = page_table.has_value();
-  p.has_seqused_k = seqused_k.has_value();
-  p.batch = static_cast<int>(p.varlen_q ? cu_q->shape[0] - 1 : q.shape[0]);
-  p.heads_q = static_cast<int>(q.shape[q.rank - 2]);
-  p.heads_kv = static_cast<int>(k.shape[k.rank - 2]);
-  p.head_dim = static_cast<int>(q.shape[q.rank - 1]);
-  p.seqlen_q = p.varlen_q ? max_seqlen_q : static_cast<int>(q.shape[1]);
-  if (p.paged) {
-    p.page_size = static_cast<int>(k.shape[1]);
-    p.pages_per_seq = static_cast<int>(page_table->shape[1]);
-    p.num_pages = static_cast<int>(k.shape[0]);
-    p.seqlen_k = p.page_size * p.pages_per_seq;
-  } else {
-    p.seqlen_k = p.varlen_k ? max_seqlen_k : static_cast<int>(k.shape[1]);
-  }
-  p.softmax_scale = scale ? *scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
-  p.causal = causal;
-  p.window_left = window_left;
-  p.window_right = causal ? 0 : window_right;
-  p.softcap = softcap;
-  p.in_dtype = q.dtype;
-  return p;
-}
-
-inline bool validation_missing(const Status& s) {
-  return s.code() == StatusCode::kUnsupported && s.message() == "validation not implemented yet";
-}
-
-inline Status run_forward(const FwdArgs& a) {
-  const Status s = hopattn::forward(a);
-  if (!validation_missing(s)) return s;
-  detail::Problem p = problem_by_hand(a.q, a.k, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k, a.page_table,
-                                      a.max_seqlen_q, a.max_seqlen_k, a.softmax_scale, a.causal, a.window_left,
-                                      a.window_right, a.softcap);
-  p.out_dtype = a.out.dtype;
-  p.has_lse = a.lse.has_value();
-  return reference::forward(a, p);
-}
-
-inline Status run_backward(const BwdArgs& a) {
-  const Status s = hopattn::backward(a);
-  if (!validation_missing(s)) return s;
-  detail::Problem p = problem_by_hand(a.q, a.k, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k, std::nullopt,
-                                      a.max_seqlen_q, a.max_seqlen_k, a.softmax_scale, a.causal, a.window_left,
-                                      a.window_right, a.softcap);
-  p.out_dtype = a.out.dtype;
-  return reference::backward(a, p);
 }
 
 }  // namespace hopattn::test
