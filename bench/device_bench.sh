@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The benchmark run on the GPU machine, from the repo root: hopattn-bench on a grid, the PyTorch peers
+# (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then
+# bench/report.py to merge them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
+#
+#   bench/device_bench.sh [--grid paper|quick|long|ablation] [--flex] [--build DIR] [--peers PATH]
+#
+#   --grid   default paper. The peers only run the FlashAttention papers' shapes (16k tokens, hidden
+#            2048), so they are timed for paper and quick; long and ablation time hopattn alone.
+#   --flex   also time FlexAttention (its Triton compile adds minutes).
+#   --build  build folder holding bench/hopattn-bench (default build); configured and built here
+#            (HOPATTN_SM90=ON, tests off) when the binary is missing.
+#   --peers  the peers script (default .carry/peers.py: a copy of shared/peers.py, since ../shared
+#            does not travel to the GPU machine).
+# Outputs: ours.json/.txt, peers.json/.txt, report.txt, <date>-<gpu>[-grid].json/.png, gpu.txt.
+# Exit status: hopattn-bench's (non-zero when a row failed so badly the CUDA context was lost).
+set -uo pipefail
+
+grid=paper
+flex=0
+build=build
+peers=.carry/peers.py
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --grid) grid="$2"; shift 2 ;;
+    --flex) flex=1; shift ;;
+    --build) build="$2"; shift 2 ;;
+    --peers) peers="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "device_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$grid" in
+  paper) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384 ;;
+  quick) peer_hdims=64,128,256; peer_seqlens=8192 ;;
+  long|ablation) peer_hdims="" ;;
+  *) echo "device_bench.sh: --grid wants paper, quick, long or ablation, got '$grid'" >&2; exit 2 ;;
+esac
+
+out="${OUT:-/tmp/hopattn-bench-out}"
+mkdir -p "$out"
+bin="$build/bench/hopattn-bench"
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit --format=csv \
+  > "$out/gpu.txt" 2>&1 || echo "nvidia-smi unavailable" > "$out/gpu.txt"
+
+if [ ! -x "$bin" ]; then
+  echo "== $bin missing: building it (HOPATTN_SM90=ON, minutes for the kernels)"
+  generator=()
+  command -v ninja > /dev/null && generator=(-G Ninja)
+  cmake -S . -B "$build" "${generator[@]}" -DHOPATTN_SM90=ON -DHOPATTN_TESTS=OFF > "$out/build.log" 2>&1 &&
+    cmake --build "$build" --target hopattn-bench -j "$(nproc)" >> "$out/build.log" 2>&1 ||
+    { tail -30 "$out/build.log"; echo "device_bench.sh: build failed (log: $out/build.log)" >&2; exit 1; }
+fi
+
+echo "== hopattn-bench --grid $grid"
+"$bin" --grid "$grid" --json "$out/ours.json" 2>&1 | tee "$out/ours.txt"
+ours_status=${PIPESTATUS[0]}
+
+peers_args=()
+if [ -z "$peer_hdims" ]; then
+  echo "== peers: not run for grid $grid (its shapes are outside the peers' 16k-token grid)"
+elif [ ! -f "$peers" ]; then
+  echo "== peers: $peers not found (copy shared/peers.py there); report without peers"
+elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  echo "== peers: PyTorch with CUDA not importable; report without peers"
+else
+  impls=sdpa_flash2,sdpa_cudnn
+  [ "$flex" = 1 ] && impls="$impls,flex"
+  echo "== peers ($impls)"
+  python3 "$peers" --impl "$impls" --hdim "$peer_hdims" --seqlens "$peer_seqlens" --causal both \
+    --json "$out/peers.json" 2>&1 | tee "$out/peers.txt"
+  [ -f "$out/peers.json" ] && peers_args=(--peers "$out/peers.json")
+fi
+
+if [ -f "$out/ours.json" ]; then
+  echo "== report"
+  python3 bench/report.py --ours "$out/ours.json" "${peers_args[@]}" --out-dir "$out" 2>&1 | tee "$out/report.txt"
+fi
+exit "$ours_status"
