@@ -1,0 +1,142 @@
+"""The flash-attention-style entry points.
+
+Arguments after the required ones are keyword-only: flash-attention 2 and 3 disagree on their
+positional order (FA2's fourth argument is dropout_p, FA3's is softmax_scale), and a silently
+misplaced float is worse than a TypeError.
+
+torch tensors go through the torch operators of hopattn.torch (autograd, torch.compile); other
+arrays (NumPy, CuPy, JAX) go straight to the core. Passing `out=` writes into that array and, for
+torch, bypasses autograd.
+"""
+
+from . import _core
+from ._arrays import library_of
+
+_FEATURES = ("hopattn supports softmax_scale, causal, window_size, softcap, GQA/MQA, variable "
+             "lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV (page_table) and FP8 "
+             "e4m3 inputs with q/k/v_descale")
+
+
+def _reject(name, value, default=None):
+    """NotImplementedError for a flash-attention option hopattn does not implement."""
+    unsupported = value is not None if default is None else value != default
+    if unsupported:
+        shown = f"an array of shape {tuple(value.shape)}" if hasattr(value, "shape") else repr(value)
+        raise NotImplementedError(f"{name}: {shown} is not supported (only {name}={default!r}); "
+                                  f"{_FEATURES}")
+
+
+def _window(window_size):
+    try:
+        left, right = window_size
+        left, right = int(left), int(right)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size: expected a pair (left, right) of ints, -1 meaning unbounded; "
+                        f"got {window_size!r}") from None
+    return left, right
+
+
+def _is_torch(q):
+    return library_of(q, "q").name == "torch"
+
+
+def _forward(q, k, v, out, return_lse, **kwargs):
+    if out is None and _is_torch(q):
+        from . import torch as torch_ops  # the registration imports torch, which the caller has
+        result, lse = torch_ops.forward(q, k, v, **kwargs)
+    else:
+        result, lse = _core.forward(q, k, v, out=out, return_lse=return_lse, **kwargs)
+    return (result, lse) if return_lse else result
+
+
+def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    return_attn_probs=False, q_descale=None, k_descale=None, v_descale=None,
+                    num_splits=0, out=None, dropout_p=0.0, alibi_slopes=None, deterministic=False):
+    """Attention over dense batches.
+
+    q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads_q a
+    multiple of heads_kv. Returns out like q (bfloat16 for FP8 inputs), or (out, lse) when
+    return_attn_probs: like flash-attention 3, the log-sum-exp (float32, (batch, heads_q,
+    seqlen_q), natural log) is returned, not the attention probabilities.
+    """
+    _reject("dropout_p", dropout_p, 0.0)
+    _reject("alibi_slopes", alibi_slopes)
+    _reject("deterministic", deterministic, False)
+    left, right = _window(window_size)
+    return _forward(q, k, v, out, return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                    window_left=left, window_right=right, softcap=softcap, num_splits=num_splits,
+                    q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                           seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, return_attn_probs=False,
+                           block_table=None, page_table=None, q_descale=None, k_descale=None,
+                           v_descale=None, num_splits=0, out=None, dropout_p=0.0,
+                           alibi_slopes=None, deterministic=False):
+    """Attention over packed variable-length sequences.
+
+    q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), or paged
+    (num_pages, page_size, heads_kv, head_dim) with block_table/page_table (batch, pages_per_seq).
+    cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
+    seqused_k: int32 (batch), keys actually used per sequence. Returns out, or (out, lse) with lse
+    float32 (heads_q, total_q) when return_attn_probs.
+    """
+    _reject("seqused_q", seqused_q)
+    _reject("dropout_p", dropout_p, 0.0)
+    _reject("alibi_slopes", alibi_slopes)
+    _reject("deterministic", deterministic, False)
+    if block_table is not None and page_table is not None:
+        raise ValueError("block_table and page_table name the same argument; pass one of them")
+    left, right = _window(window_size)
+    return _forward(q, k, v, out, return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                    window_left=left, window_right=right, softcap=softcap,
+                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                    max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
+                    seqused_k=seqused_k,
+                    page_table=page_table if page_table is not None else block_table,
+                    num_splits=num_splits, q_descale=q_descale, k_descale=k_descale,
+                    v_descale=v_descale)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None,
+                            page_table=None, block_table=None, cu_seqlens_q=None, max_seqlen_q=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            q_descale=None, k_descale=None, v_descale=None, num_splits=0,
+                            return_softmax_lse=False, out=None, rotary_cos=None, rotary_sin=None,
+                            cache_batch_idx=None, cache_leftpad=None, alibi_slopes=None):
+    """Attention of new queries over a KV cache (decoding).
+
+    q: (batch, seqlen_q, heads_q, head_dim), or (total_q, heads_q, head_dim) with cu_seqlens_q.
+    k_cache, v_cache: (batch, seqlen_cache, heads_kv, head_dim), or paged
+    (num_pages, page_size, heads_kv, head_dim) with page_table/block_table (batch, pages_per_seq).
+    cache_seqlens: int or int32 (batch): keys in use per sequence (seqused_k); causal aligns the
+    queries to the end of those keys. num_splits: split-KV decoding, 0 = heuristic, 1 = none.
+    Appending new keys (k, v), rotary embedding, cache_batch_idx and cache_leftpad are not
+    implemented: write new keys into the cache first and pass the grown cache_seqlens.
+    Returns out, or (out, lse) when return_softmax_lse.
+    """
+    _reject("k", k)
+    _reject("v", v)
+    _reject("rotary_cos", rotary_cos)
+    _reject("rotary_sin", rotary_sin)
+    _reject("cache_batch_idx", cache_batch_idx)
+    _reject("cache_leftpad", cache_leftpad)
+    _reject("alibi_slopes", alibi_slopes)
+    if block_table is not None and page_table is not None:
+        raise ValueError("block_table and page_table name the same argument; pass one of them")
+    if page_table is None:
+        page_table = block_table
+    varlen_q = cu_seqlens_q is not None
+    _core.check_q_rank(q.shape, varlen_q)
+    if isinstance(cache_seqlens, int):
+        batch = int(cu_seqlens_q.shape[0]) - 1 if varlen_q else int(q.shape[0])
+        cache_seqlens = library_of(q, "q").int32_full(q, (batch,), cache_seqlens)
+    if varlen_q and max_seqlen_q is None:
+        raise ValueError("max_seqlen_q: required with cu_seqlens_q")
+    left, right = _window(window_size)
+    return _forward(q, k_cache, v_cache, out, return_softmax_lse, softmax_scale=softmax_scale,
+                    causal=causal, window_left=left, window_right=right, softcap=softcap,
+                    cu_seqlens_q=cu_seqlens_q, max_seqlen_q=int(max_seqlen_q or 0),
+                    seqused_k=cache_seqlens, page_table=page_table, num_splits=num_splits,
+                    q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)

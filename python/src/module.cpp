@@ -1,0 +1,125 @@
+// hopattn._C: the thin binding. It turns arrays into hopattn::Tensor views, calls the public C++ API
+// with the GIL released, and raises on a failed Status. Output allocation, defaults and the
+// flash-attention signatures live in python/hopattn/, where each array library is known.
+#include <cuda_runtime.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "array_views.hpp"
+#include "hopattn/hopattn.hpp"
+#include "status_error.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace hopattn::python {
+namespace {
+
+// Runs `call` without the GIL (the CPU reference may take long), then, when asked, waits for the
+// stream: callers whose library exposes no stream (JAX) need the results finished on return.
+template <typename Call>
+void run_released(Call&& call, std::uintptr_t stream, bool synchronize) {
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = call();
+    if (status.ok() && synchronize) {
+      const cudaError_t error = cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+      if (error != cudaSuccess) {
+        status = Status(StatusCode::kCudaError,
+                        std::string("synchronizing the stream after the call: ") + cudaGetErrorString(error));
+      }
+    }
+  }
+  raise_if_error(status);
+}
+
+void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+             std::optional<float> softmax_scale, bool causal, int window_left, int window_right, float softcap,
+             nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
+             nb::handle seqused_k, nb::handle page_table, int num_splits, nb::handle q_descale,
+             nb::handle k_descale, nb::handle v_descale, std::uintptr_t stream, bool raw_bits, bool synchronize) {
+  ArrayViews views(raw_bits);
+  FwdArgs args;
+  args.q = views.input(q, "q");
+  args.k = views.input(k, "k");
+  args.v = views.input(v, "v");
+  args.out = views.output(out, "out");
+  args.lse = views.optional_output(lse, "lse");
+  args.softmax_scale = softmax_scale;
+  args.causal = causal;
+  args.window_left = window_left;
+  args.window_right = window_right;
+  args.softcap = softcap;
+  args.cu_seqlens_q = views.optional_input(cu_seqlens_q, "cu_seqlens_q");
+  args.cu_seqlens_k = views.optional_input(cu_seqlens_k, "cu_seqlens_k");
+  args.max_seqlen_q = max_seqlen_q;
+  args.max_seqlen_k = max_seqlen_k;
+  args.seqused_k = views.optional_input(seqused_k, "seqused_k");
+  args.page_table = views.optional_input(page_table, "page_table");
+  args.num_splits = num_splits;
+  args.q_descale = views.optional_input(q_descale, "q_descale");
+  args.k_descale = views.optional_input(k_descale, "k_descale");
+  args.v_descale = views.optional_input(v_descale, "v_descale");
+  args.stream = reinterpret_cast<void*>(stream);
+  run_released([&] { return hopattn::forward(args); }, stream, synchronize);
+}
+
+void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle dout, nb::handle lse,
+              nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> softmax_scale, bool causal,
+              int window_left, int window_right, float softcap, nb::handle cu_seqlens_q,
+              nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k,
+              std::uintptr_t stream, bool raw_bits, bool synchronize) {
+  ArrayViews views(raw_bits);
+  BwdArgs args;
+  args.q = views.input(q, "q");
+  args.k = views.input(k, "k");
+  args.v = views.input(v, "v");
+  args.out = views.input(out, "out");
+  args.dout = views.input(dout, "dout");
+  args.lse = views.input(lse, "lse");
+  args.dq = views.output(dq, "dq");
+  args.dk = views.output(dk, "dk");
+  args.dv = views.output(dv, "dv");
+  args.softmax_scale = softmax_scale;
+  args.causal = causal;
+  args.window_left = window_left;
+  args.window_right = window_right;
+  args.softcap = softcap;
+  args.cu_seqlens_q = views.optional_input(cu_seqlens_q, "cu_seqlens_q");
+  args.cu_seqlens_k = views.optional_input(cu_seqlens_k, "cu_seqlens_k");
+  args.max_seqlen_q = max_seqlen_q;
+  args.max_seqlen_k = max_seqlen_k;
+  args.seqused_k = views.optional_input(seqused_k, "seqused_k");
+  args.stream = reinterpret_cast<void*>(stream);
+  run_released([&] { return hopattn::backward(args); }, stream, synchronize);
+}
+
+}  // namespace
+}  // namespace hopattn::python
+
+NB_MODULE(_C, m) {
+  using namespace hopattn::python;
+  m.doc() = "hopattn native binding; use the functions of the hopattn package instead.";
+  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(),
+        "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
+        "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0,
+        "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
+        "q_descale"_a = nb::none(), "k_descale"_a = nb::none(), "v_descale"_a = nb::none(), "stream"_a = 0,
+        "raw_bits"_a = false, "synchronize"_a = false,
+        "Writes attention of q, k, v into out (and lse); see hopattn::FwdArgs.");
+  m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
+        nb::kw_only(), "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
+        "window_right"_a = -1, "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(), "stream"_a = 0,
+        "raw_bits"_a = false, "synchronize"_a = false,
+        "Writes the gradients dq, dk, dv; see hopattn::BwdArgs.");
+  m.def("hopper_available", &hopattn::hopper_available,
+        "True when a compute capability 9.0 GPU is present and this build carries sm_90a kernels.");
+  m.def("device_description", &hopattn::device_description,
+        "One line naming the CUDA device in use, or why there is none.");
+}
