@@ -1,0 +1,139 @@
+// Validation of backward(): the shared checks plus dout, the required lse, and dq/dk/dv.
+#include "test_validation_fixture.hpp"
+
+namespace hopattn::test {
+namespace {
+
+TEST(ValidationBackward, ValidCallFillsProblem) {
+  BackwardCall call;
+  detail::Problem p;
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate(&p).message();
+  EXPECT_EQ(p.batch, 2);
+  EXPECT_EQ(p.heads_q, 4);
+  EXPECT_EQ(p.heads_kv, 2);
+  EXPECT_EQ(p.head_dim, 24);
+  EXPECT_EQ(p.seqlen_q, 5);
+  EXPECT_EQ(p.seqlen_k, 7);
+  EXPECT_FALSE(p.paged);
+  EXPECT_TRUE(p.has_lse);
+  EXPECT_EQ(p.in_dtype, Dtype::kFloat32);
+  EXPECT_EQ(p.out_dtype, Dtype::kFloat32);
+}
+
+TEST(ValidationBackward, ValidVarlenCallPasses) {
+  BackwardCall call;
+  HostTensor cu_q(Dtype::kInt32, {3}), cu_k(Dtype::kInt32, {3});
+  set_ints(cu_q, {0, 2, 5});
+  set_ints(cu_k, {0, 7, 7});
+  for (Tensor* t : {&call.args.q, &call.args.out, &call.args.dout, &call.args.dq})
+    *t = call.q.view({10, 4, 24}, {96, 24, 1});
+  for (Tensor* t : {&call.args.k, &call.args.v, &call.args.dk, &call.args.dv}) *t = call.k.view({7, 2, 24}, {48, 24, 1});
+  call.args.lse = call.lse.view({4, 5}, {5, 1});
+  set_ints(cu_q, {0, 2, 10});
+  call.args.cu_seqlens_q = cu_q.tensor();
+  call.args.cu_seqlens_k = cu_k.tensor();
+  call.args.max_seqlen_q = 8;
+  call.args.max_seqlen_k = 7;
+  EXPECT_TRUE(Invalid(call.validate(), "lse", {"(heads_q, total_q)", "(4, 10)"}));
+  call.args.lse = call.lse.view({4, 10}, {10, 1});
+  detail::Problem p;
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate(&p).message();
+  EXPECT_TRUE(p.varlen_q);
+  EXPECT_TRUE(p.varlen_k);
+}
+
+TEST(ValidationBackward, LseIsRequired) {
+  BackwardCall call;
+  call.args.lse.data = nullptr;
+  EXPECT_TRUE(Invalid(call.validate(), "lse", {"null"}));
+}
+
+TEST(ValidationBackward, LseMustBeFloat32) {
+  BackwardCall call(64, Dtype::kBFloat16);
+  call.args.lse.dtype = Dtype::kBFloat16;
+  EXPECT_TRUE(Invalid(call.validate(), "lse", {"float32"}));
+}
+
+TEST(ValidationBackward, LseShapeIsBatchHeadsSeqlen) {
+  BackwardCall call;
+  call.args.lse.shape[2] = 4;
+  EXPECT_TRUE(Invalid(call.validate(), "lse", {"(batch, heads_q, seqlen_q)"}));
+}
+
+TEST(ValidationBackward, Fp8IsUnsupported) {
+  BackwardCall call(64, Dtype::kFloat8E4M3);
+  EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q", {"float8_e4m3", "backward"}));
+}
+
+TEST(ValidationBackward, QueryGradientsMustHaveQShape) {
+  for (const char* name : {"out", "dout", "dq"}) {
+    BackwardCall call;
+    Tensor* t = std::string(name) == "out" ? &call.args.out : std::string(name) == "dout" ? &call.args.dout : &call.args.dq;
+    t->shape[1] = 4;
+    EXPECT_TRUE(Invalid(call.validate(), name, {"q's (2, 5, 4, 24)"}));
+  }
+}
+
+TEST(ValidationBackward, DkMustHaveKShape) {
+  BackwardCall call;
+  call.args.dk.shape[2] = 1;
+  EXPECT_TRUE(Invalid(call.validate(), "dk", {"k's (2, 7, 2, 24)"}));
+}
+
+TEST(ValidationBackward, DvMustHaveVShape) {
+  BackwardCall call;
+  call.args.dv.shape[1] = 6;
+  EXPECT_TRUE(Invalid(call.validate(), "dv", {"v's (2, 7, 2, 24)"}));
+}
+
+TEST(ValidationBackward, GradientsMustHaveQDtype) {
+  for (const char* name : {"out", "dout", "dq", "dk", "dv"}) {
+    BackwardCall call(64, Dtype::kBFloat16);
+    HostTensor wrong(Dtype::kFloat16, {2, 7, 4, 64});
+    Tensor* t = nullptr;
+    const std::string n = name;
+    t = n == "out" ? &call.args.out : n == "dout" ? &call.args.dout : n == "dq" ? &call.args.dq
+        : n == "dk" ? &call.args.dk : &call.args.dv;
+    t->data = wrong.data();
+    t->dtype = Dtype::kFloat16;
+    EXPECT_TRUE(Invalid(call.validate(), name, {"float16", "q's bfloat16"}));
+  }
+}
+
+TEST(ValidationBackward, KDtypeMustMatchQ) {
+  BackwardCall call(64, Dtype::kFloat16);
+  call.args.k.dtype = Dtype::kBFloat16;
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"bfloat16", "q's float16"}));
+}
+
+TEST(ValidationBackward, ScalarsAreChecked) {
+  BackwardCall call;
+  call.args.causal = true;
+  call.args.window_right = 1;
+  EXPECT_TRUE(Invalid(call.validate(), "causal", {"window_right 1"}));
+}
+
+TEST(ValidationBackward, HostLengthsAreChecked) {
+  BackwardCall call;
+  HostTensor used(Dtype::kInt32, {2});
+  set_ints(used, {7, 8});
+  call.args.seqused_k = used.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "seqused_k", {"entry 1 is 8", "[0, 7]"}));
+}
+
+TEST(ValidationBackward, MixedDevicesAreRejected) {
+  BackwardCall call(64, Dtype::kBFloat16);
+  call.args.dv.device = DeviceType::kCuda;
+  EXPECT_TRUE(Invalid(call.validate(), "dv", {"one device"}));
+}
+
+TEST(ValidationBackward, CudaGradientsMustBeTmaAligned) {
+  BackwardCall call(64, Dtype::kBFloat16);
+  call.to_cuda();
+  ASSERT_TRUE(call.validate().ok()) << call.validate().message();
+  call.args.dq.data = static_cast<char*>(call.args.dq.data) + 8;
+  EXPECT_TRUE(Invalid(call.validate(), "dq", {"16-byte"}));
+}
+
+}  // namespace
+}  // namespace hopattn::test

@@ -1,0 +1,261 @@
+// Validation of ranks and shapes for the dense, varlen and paged layouts, heads and head_dim.
+#include "test_validation_fixture.hpp"
+
+namespace hopattn::test {
+namespace {
+
+TEST(ValidationLayout, DenseQMustBeRank4) {
+  DenseCall call;
+  HostTensor q(Dtype::kBFloat16, {10, 4, 33});
+  call.args.q = q.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "q", {"rank 3", "(batch, seqlen_q, heads_q, head_dim)"}));
+}
+
+TEST(ValidationLayout, DenseKMustBeRank4) {
+  DenseCall call;
+  HostTensor k(Dtype::kBFloat16, {14, 2, 33});
+  call.args.k = k.tensor();
+  call.args.v = k.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"(batch, seqlen_k, heads_kv, head_dim)"}));
+}
+
+TEST(ValidationLayout, ZeroBatchIsRejected) {
+  DenseCall call;
+  call.args.q.shape[0] = 0;
+  EXPECT_TRUE(Invalid(call.validate(), "q", {"batch", ">= 1"}));
+}
+
+TEST(ValidationLayout, KBatchMustMatchQ) {
+  DenseCall call;
+  call.args.k.shape[0] = 1;
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"batch 1", "q's 2"}));
+}
+
+TEST(ValidationLayout, VMustHaveKShape) {
+  DenseCall call;
+  call.args.v.shape[1] = 6;
+  EXPECT_TRUE(Invalid(call.validate(), "v", {"(2, 6, 2, 33)", "k's (2, 7, 2, 33)"}));
+}
+
+TEST(ValidationLayout, OutMustHaveQShape) {
+  DenseCall call;
+  call.args.out.shape[1] = 4;
+  EXPECT_TRUE(Invalid(call.validate(), "out", {"q's (2, 5, 4, 33)"}));
+}
+
+TEST(ValidationLayout, DenseLseShapeIsBatchHeadsSeqlen) {
+  DenseCall call;
+  HostTensor lse(Dtype::kFloat32, {2, 5, 4});
+  call.args.lse = lse.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "lse", {"(batch, heads_q, seqlen_q)", "(2, 4, 5)"}));
+}
+
+TEST(ValidationLayout, VarlenLseShapeIsHeadsTotal) {
+  VarlenCall call;
+  HostTensor lse(Dtype::kFloat32, {2, 4, 5});
+  call.args.lse = lse.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "lse", {"(heads_q, total_q)", "(4, 9)"}));
+}
+
+TEST(ValidationLayout, VarlenQMustBeRank3) {
+  VarlenCall call;
+  HostTensor q(Dtype::kFloat16, {1, 9, 4, 16});
+  call.args.q = q.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "q", {"rank 4", "(total_q, heads_q, head_dim)", "cu_seqlens_q"}));
+}
+
+TEST(ValidationLayout, CuSeqlensQMustBeRank1) {
+  VarlenCall call;
+  HostTensor cu(Dtype::kInt32, {3, 1});
+  call.args.cu_seqlens_q = cu.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "cu_seqlens_q", {"rank 1", "(batch + 1)"}));
+}
+
+TEST(ValidationLayout, CuSeqlensQNeedsTwoEntries) {
+  VarlenCall call;
+  call.args.cu_seqlens_q->shape[0] = 1;
+  EXPECT_TRUE(Invalid(call.validate(), "cu_seqlens_q", {"batch + 1 >= 2"}));
+}
+
+TEST(ValidationLayout, VarlenNeedsMaxSeqlenQAtLeastOne) {
+  VarlenCall call;
+  call.args.max_seqlen_q = 0;
+  EXPECT_TRUE(Invalid(call.validate(), "max_seqlen_q", {">= 1"}));
+}
+
+TEST(ValidationLayout, NegativeMaxSeqlenIsRejected) {
+  DenseCall dense;
+  dense.args.max_seqlen_q = -1;
+  EXPECT_TRUE(Invalid(dense.validate(), "max_seqlen_q", {">= 0"}));
+  VarlenCall varlen;
+  varlen.args.max_seqlen_k = -4;
+  EXPECT_TRUE(Invalid(varlen.validate(), "max_seqlen_k", {">= 0"}));
+}
+
+TEST(ValidationLayout, VarlenKMustBeRank3) {
+  VarlenCall call;
+  HostTensor k(Dtype::kFloat16, {2, 6, 2, 16});
+  call.args.k = call.args.v = k.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"(total_k, heads_kv, head_dim)", "cu_seqlens_k"}));
+}
+
+TEST(ValidationLayout, CuSeqlensKMustMatchBatch) {
+  VarlenCall call;
+  HostTensor cu(Dtype::kInt32, {4});
+  set_ints(cu, {0, 5, 12, 12});
+  call.args.cu_seqlens_k = cu.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "cu_seqlens_k", {"4 entries", "batch + 1 = 3"}));
+}
+
+TEST(ValidationLayout, VarlenQOverDenseKPasses) {
+  VarlenCall call;
+  HostTensor k(Dtype::kFloat16, {2, 7, 2, 16});
+  k.fill_random(fresh_seed());
+  call.args.k = call.args.v = k.tensor();
+  call.args.cu_seqlens_k.reset();
+  detail::Problem p;
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate(&p).message();
+  EXPECT_TRUE(p.varlen_q);
+  EXPECT_FALSE(p.varlen_k);
+  EXPECT_EQ(p.seqlen_k, 7);
+}
+
+TEST(ValidationLayout, PagedKMustBeRank4) {
+  PagedCall call;
+  HostTensor k(Dtype::kBFloat16, {24, 2, 16});
+  call.args.k = call.args.v = k.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"(num_pages, page_size, heads_kv, head_dim)", "page_table"}));
+}
+
+TEST(ValidationLayout, PagedExcludesCuSeqlensK) {
+  PagedCall call;
+  HostTensor cu(Dtype::kInt32, {3});
+  set_ints(cu, {0, 10, 22});
+  call.args.cu_seqlens_k = cu.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "cu_seqlens_k", {"page_table", "seqused_k"}));
+}
+
+TEST(ValidationLayout, PageTableMustBeRank2) {
+  PagedCall call;
+  HostTensor table(Dtype::kInt32, {6});
+  call.args.page_table = table.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "page_table", {"(batch, pages_per_seq)"}));
+}
+
+TEST(ValidationLayout, PageTableNeedsOneRowPerSequence) {
+  PagedCall call;
+  HostTensor table(Dtype::kInt32, {3, 2});
+  call.args.page_table = table.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "page_table", {"3 rows", "batch = 2"}));
+}
+
+TEST(ValidationLayout, PageTableNeedsAPagePerSequence) {
+  PagedCall call;
+  call.args.page_table->shape[1] = 0;
+  EXPECT_TRUE(Invalid(call.validate(), "page_table", {"pages_per_seq", ">= 1"}));
+}
+
+TEST(ValidationLayout, PagedKNeedsPagesOfAtLeastOneKey) {
+  PagedCall call;
+  call.args.k.shape[1] = call.args.v.shape[1] = 0;
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"num_pages and page_size must be >= 1"}));
+}
+
+TEST(ValidationLayout, PagedCapacityMustFitInt32) {
+  PagedCall call;
+  call.args.page_table->shape[1] = 1 << 30;  // * page_size 4 > INT32_MAX keys; never read
+  EXPECT_TRUE(Invalid(call.validate(), "page_table", {"pages_per_seq * page_size"}));
+}
+
+TEST(ValidationLayout, SequsedKShapeIsBatch) {
+  PagedCall call;
+  HostTensor used(Dtype::kInt32, {3});
+  set_ints(used, {1, 2, 3});
+  call.args.seqused_k = used.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "seqused_k", {"(batch)", "(2)"}));
+}
+
+TEST(ValidationLayout, HeadsQMustBePositive) {
+  DenseCall call;
+  call.args.q.shape[2] = call.args.out.shape[2] = 0;
+  EXPECT_TRUE(Invalid(call.validate(), "q", {"heads_q", ">= 1"}));
+}
+
+TEST(ValidationLayout, HeadsKvMustBePositive) {
+  DenseCall call;
+  call.args.k.shape[2] = call.args.v.shape[2] = 0;
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"heads_kv", ">= 1"}));
+}
+
+TEST(ValidationLayout, HeadsQMustBeAMultipleOfHeadsKv) {
+  DenseCall call;
+  HostTensor k(Dtype::kBFloat16, {2, 7, 3, 33});
+  call.args.k = call.args.v = k.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"heads_kv 3", "heads_q 4", "multiple"}));
+}
+
+TEST(ValidationLayout, KHeadDimMustMatchQ) {
+  DenseCall call;
+  HostTensor k(Dtype::kBFloat16, {2, 7, 2, 32});
+  call.args.k = call.args.v = k.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "k", {"head_dim 32", "q's 33"}));
+}
+
+TEST(ValidationLayout, HostHeadDimMustBeOneTo512) {
+  for (int d : {0, 513}) {
+    DenseCall call(d);
+    if (d == 0)
+      for (Tensor* t : {&call.args.q, &call.args.k, &call.args.v, &call.args.out}) t->data = call.lse.data();
+    EXPECT_TRUE(Invalid(call.validate(), "q", {"1..512"})) << "d=" << d;
+  }
+}
+
+TEST(ValidationLayout, HostHeadDimBoundariesPass) {
+  for (int d : {1, 512}) {
+    DenseCall call(d);
+    EXPECT_TRUE(call.validate().ok()) << "d=" << d << ": " << call.validate().message();
+  }
+}
+
+TEST(ValidationLayout, CudaHeadDimOutside64_128_256IsUnsupported) {
+  for (int d : {32, 96, 512}) {
+    DenseCall call(d);
+    call.to_cuda();
+    EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q", {"64, 128 or 256", "CUDA"})) << "d=" << d;
+  }
+}
+
+TEST(ValidationLayout, CudaHeadDims64_128_256Pass) {
+  for (int d : {64, 128, 256}) {
+    DenseCall call(d);
+    call.to_cuda();
+    EXPECT_TRUE(call.validate().ok()) << "d=" << d << ": " << call.validate().message();
+  }
+}
+
+TEST(ValidationLayout, CudaBasePointerMustBe16ByteAligned) {
+  DenseCall call(64);
+  call.to_cuda();
+  call.args.v.data = static_cast<char*>(call.args.v.data) + 2;  // still bf16-aligned
+  EXPECT_TRUE(Invalid(call.validate(), "v", {"16-byte"}));
+}
+
+TEST(ValidationLayout, CudaStridesMustBeMultiplesOf16Bytes) {
+  // q rows of 68 bf16 elements (136 bytes) between heads: the last dim is contiguous but TMA cannot stride.
+  DenseCall call(64);
+  HostTensor q(Dtype::kBFloat16, {2, 5, 4, 68});
+  call.args.q = q.view({2, 5, 4, 64}, {5 * 4 * 68, 4 * 68, 68, 1});
+  call.to_cuda();
+  EXPECT_TRUE(Invalid(call.validate(), "q", {"dimension 2", "multiple of 16 bytes"}));
+}
+
+TEST(ValidationLayout, CudaTensorsMustNotBeEmpty) {
+  DenseCall call(64);
+  call.args.q.shape[1] = call.args.out.shape[1] = 0;
+  call.args.lse->shape[2] = 0;
+  call.to_cuda();
+  EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q", {"empty", "host"}));
+}
+
+}  // namespace
+}  // namespace hopattn::test
