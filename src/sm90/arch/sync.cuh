@@ -1,0 +1,44 @@
+// Thread-group synchronization beyond __syncthreads: named barriers (bar.sync/bar.arrive on ids 1..15,
+// id 0 is __syncthreads), register reallocation between warpgroups, and proxy fences.
+#pragma once
+
+namespace hopattn::sm90 {
+
+// Waits until `count` threads (a multiple of 32) have reached barrier `id` via sync or arrive.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Counts this warp towards barrier `id` without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// setmaxnreg: a warpgroup gives registers back to (dec) or takes them from (inc) the SM's pool. The
+// producer needs few registers; the consumers need many for the S and O accumulators.
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// Orders generic-proxy shared-memory writes before later async-proxy (TMA/wgmma) accesses.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// One elected lane of the warp returns true.
+__device__ __forceinline__ bool elect_one_lane() {
+  unsigned int pred = 0;
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b32 lane;\n"
+      "elect.sync lane|p, 0xffffffff;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(pred));
+  return pred != 0;
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,48 @@
+// sm90::forward: picks the kernel instantiation for a validated problem, or says which features the
+// sm_90a forward kernel supports.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "sm90/fwd/launch.hpp"
+#include "sm90/sm90.hpp"
+
+namespace hopattn::sm90 {
+namespace {
+
+Status unsupported(const std::string& what) {
+  return Status(StatusCode::kUnsupported,
+                what + " is not supported by the sm_90a forward kernel yet; it supports dense bf16/fp16 "
+                       "q/k/v with head dim 64, 128 or 256, causal or not, GQA/MQA, softmax_scale and LSE "
+                       "(the CPU reference backend supports every feature on host tensors)");
+}
+
+template <typename Element>
+Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
+  switch (pr.head_dim) {
+    case 64: return launch_forward<64, Element>(args, pr);
+    case 128: return launch_forward<128, Element>(args, pr);
+    case 256: return launch_forward<256, Element>(args, pr);
+    default: return unsupported("head dim " + std::to_string(pr.head_dim));
+  }
+}
+
+}  // namespace
+
+Status forward(const FwdArgs& args, const detail::Problem& pr) {
+  if (pr.varlen_q || pr.varlen_k) return unsupported("variable-length (cu_seqlens) input");
+  if (pr.has_seqused_k) return unsupported("seqused_k");
+  if (pr.paged) return unsupported("a paged KV cache");
+  if (pr.softcap != 0.0f) return unsupported("softcap");
+  if (pr.window_left != -1 || (pr.window_right != -1 && !(pr.causal && pr.window_right == 0)))
+    return unsupported("a sliding window");
+  if (!args.options.warp_specialized) return unsupported("KernelOptions::warp_specialized = false");
+  switch (pr.in_dtype) {
+    case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
+    case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);
+    default: return unsupported(std::string("dtype ") + dtype_name(pr.in_dtype));
+  }
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,230 @@
+// A consumer warpgroup: 64 query rows of the CTA tile. Per K/V block it computes S = Q K^T
+// (SS-wgmma from swizzled smem), folds S into the online softmax, converts P to 16 bits in registers
+// and accumulates O += P V (RS-wgmma, P from registers, V read MN-major from smem: no transpose).
+//
+// Two schedules, chosen at run time (KernelOptions::intra_wg_overlap):
+//  - overlapped (FlashAttention-3, Algorithm 2): S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued
+//    back to back, so the tensor cores run while this warpgroup does the softmax of block j+1;
+//  - sequential: S_j, softmax_j, O += P_j V_j, one after the other.
+// Ping-pong (KernelOptions::pingpong): the two consumer warpgroups take turns to issue their GEMMs
+// (named barriers), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
+#pragma once
+
+#include "sm90/arch/convert.cuh"
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/arch/wgmma.cuh"
+#include "sm90/fwd/epilogue.cuh"
+#include "sm90/fwd/mask.cuh"
+#include "sm90/fwd/params.hpp"
+#include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/softmax.cuh"
+#include "sm90/pipeline/stage_ring.cuh"
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+template <class Traits>
+class Consumer {
+  using QTile = typename Traits::QTile;
+  using KTile = typename Traits::KTile;
+  using VTile = typename Traits::VTile;
+  static constexpr int kS = Traits::kSRegisters;
+  static constexpr int kO = Traits::kORegisters;
+  static constexpr int kPSteps = Traits::kPSteps;
+
+ public:
+  __device__ Consumer(typename Traits::SharedStorage& s, const FwdParams& p, int warpgroup)
+      : s_(s), p_(p), warpgroup_(warpgroup), thread_(threadIdx.x % Traits::kWarpgroupThreads) {}
+
+  __device__ void run() {
+    // Ping-pong starts with warpgroup 0: warpgroup 1 opens its partner's first turn.
+    if (p_.pingpong && warpgroup_ == 1) named_barrier_arrive(turn_barrier(0), Traits::kPingPongBarrierThreads);
+    std::uint32_t q_phase = 0;
+    for (int tile = blockIdx.x; tile < p_.num_tiles; tile += gridDim.x) {
+      const TileCoord c = decode_tile(p_, tile);
+      int n_begin, n_end;
+      kv_block_range<Traits::kBlockM, Traits::kBlockN>(p_, c.m_block, &n_begin, &n_end);
+      const int m0 = c.m_block * Traits::kBlockM;
+      const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
+
+      float o[kO];
+#pragma unroll
+      for (int i = 0; i < kO; ++i) o[i] = 0.0f;
+      OnlineSoftmax<kS> softmax(p_.scale_log2);
+
+      mbarrier_wait(&s_.q_full, q_phase);  // producer (TMA) -> us: Q tile landed
+      q_phase ^= 1;
+      if (n_end <= n_begin) {
+        release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
+      } else if (p_.intra_wg_overlap) {
+        mainloop_overlapped(m0, row0, n_begin, n_end, o, softmax);
+      } else {
+        mainloop_sequential(m0, row0, n_begin, n_end, o, softmax);
+      }
+      store_output<Traits>(p_, c, row0, thread_, o, softmax);
+    }
+  }
+
+ private:
+  __device__ static int turn_barrier(int warpgroup) { return Traits::kPingPongBarrierBase + warpgroup; }
+
+  // Our turn to issue GEMMs: wait until the other warpgroup has issued its own.
+  __device__ void begin_gemm_turn() {
+    if (p_.pingpong) named_barrier_sync(turn_barrier(warpgroup_), Traits::kPingPongBarrierThreads);
+  }
+  __device__ void end_gemm_turn() {
+    if (p_.pingpong) named_barrier_arrive(turn_barrier(1 - warpgroup_), Traits::kPingPongBarrierThreads);
+  }
+
+  // Each consumer warp releases a buffer once its reads are complete (empty barriers count 8 warps).
+  __device__ void release(std::uint64_t* empty) {
+    __syncwarp();
+    if (thread_ % 32 == 0) mbarrier_arrive(empty);
+  }
+
+  // S = Q K^T over the head dim: kHeadDim/16 wgmmas, committed as one group (not waited for).
+  __device__ void issue_qk(float (&s)[kS], int stage) {
+    const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
+    const std::uint32_t k_base = smem_address(s_.k[stage]);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < Traits::kQKSteps; ++step) {
+      // 16 columns = 32 bytes; four steps per 128-byte column block.
+      const int block = step / 4;
+      const std::uint32_t in_row = (step % 4) * 32;
+      const std::uint64_t desc_q = kmajor_descriptor(q_base + block * QTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_k = kmajor_descriptor(k_base + block * KTile::kColumnBlockBytes + in_row);
+      wgmma_ss<Traits::kBlockN, Traits::kIsBf16>(s, desc_q, desc_k, step > 0);
+    }
+    wgmma_commit();
+  }
+
+  // O += P V over the keys of the block: kBlockN/16 wgmmas, committed as one group.
+  __device__ void issue_pv(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
+    const std::uint32_t v_base = smem_address(s_.v[stage]);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < kPSteps; ++step) {
+      // 16 keys = 16 rows of 128 bytes down every column block.
+      const std::uint64_t desc_v = mnmajor_descriptor(v_base + step * 16 * kSwizzleBytes, VTile::kColumnBlockBytes);
+      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(o, p[step], desc_v, 1);
+    }
+    wgmma_commit();
+  }
+
+  __device__ void mask_if_needed(float (&s)[kS], int m0, int row0, int n_block) {
+    const int n0 = n_block * Traits::kBlockN;
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN>(m0, n0, p_.seqlen_q, p_.seqlen_k, p_.causal)) {
+      apply_mask(s, thread_, row0, n0, p_.seqlen_q, p_.seqlen_k, p_.causal);
+    }
+  }
+
+  __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
+    // Skip the multiplies when no row of the warp changed its max (factor 1 everywhere).
+    if (!__any_sync(0xffffffffu, factor[0] != 1.0f || factor[1] != 1.0f)) return;
+#pragma unroll
+    for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
+  }
+
+  // The accumulators of S columns [16k, 16k+16) are, in order, the A fragment of P V step k.
+  __device__ static void convert_p(const float (&s)[kS], std::uint32_t (&p)[kPSteps][4]) {
+#pragma unroll
+    for (int step = 0; step < kPSteps; ++step) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        p[step][j] = pack_pair<Traits::kIsBf16>(s[8 * step + 2 * j], s[8 * step + 2 * j + 1]);
+      }
+    }
+  }
+
+  __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
+                                      OnlineSoftmax<kS>& softmax) {
+    float s[kS];
+    std::uint32_t p[kPSteps][4];
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      mbarrier_wait(&s_.k_full[stage], ring_.phase());  // producer (TMA) -> us: K block landed
+      begin_gemm_turn();
+      issue_qk(s, stage);
+      end_gemm_turn();
+      wgmma_wait<0>();
+      pin_registers(s);
+      release(&s_.k_empty[stage]);  // S GEMM done reading K
+      if (n == n_begin) release(&s_.q_empty);  // last S GEMM of the tile done reading Q
+      mask_if_needed(s, m0, row0, n);
+      float factor[2];
+      softmax.update(s, factor);
+      rescale(o, factor);
+      convert_p(s, p);
+      mbarrier_wait(&s_.v_full[stage], ring_.phase());  // producer (TMA) -> us: V block landed
+      issue_pv(o, p, stage);
+      wgmma_wait<0>();
+      pin_registers(o);
+      release(&s_.v_empty[stage]);  // PV GEMM done reading V
+      ring_.advance();
+    }
+  }
+
+  __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
+                                      OnlineSoftmax<kS>& softmax) {
+    float s[kS];
+    std::uint32_t p[kPSteps][4];
+    float factor[2];
+    // Block n_end - 1: S and softmax alone; its P V is issued together with the next block's S.
+    int n = n_end - 1;
+    int pv_stage = ring_.index();
+    mbarrier_wait(&s_.k_full[pv_stage], ring_.phase());  // producer (TMA) -> us: K block landed
+    begin_gemm_turn();
+    issue_qk(s, pv_stage);
+    end_gemm_turn();
+    wgmma_wait<0>();
+    pin_registers(s);
+    release(&s_.k_empty[pv_stage]);
+    if (n == n_begin) release(&s_.q_empty);
+    mask_if_needed(s, m0, row0, n);
+    softmax.update(s, factor);
+    convert_p(s, p);
+    std::uint32_t pv_phase = ring_.phase();
+    ring_.advance();
+
+    for (n = n_end - 2; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      mbarrier_wait(&s_.k_full[stage], ring_.phase());  // producer (TMA) -> us: K block n landed
+      begin_gemm_turn();
+      issue_qk(s, stage);  // S_n, in flight during the softmax below
+      rescale(o, factor);  // O was last written by the P V waited for in the previous iteration
+      mbarrier_wait(&s_.v_full[pv_stage], pv_phase);  // producer (TMA) -> us: V block n+1 landed
+      issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
+      end_gemm_turn();
+      wgmma_wait<1>();  // S_n done, P V may still run
+      pin_registers(s);
+      release(&s_.k_empty[stage]);
+      if (n == n_begin) release(&s_.q_empty);
+      mask_if_needed(s, m0, row0, n);
+      softmax.update(s, factor);
+      wgmma_wait<0>();  // P V done: p and V stage free
+      pin_registers(o);
+      pin_registers(p);
+      release(&s_.v_empty[pv_stage]);
+      convert_p(s, p);
+      pv_stage = stage;
+      pv_phase = ring_.phase();
+      ring_.advance();
+    }
+    rescale(o, factor);
+    mbarrier_wait(&s_.v_full[pv_stage], pv_phase);
+    issue_pv(o, p, pv_stage);
+    wgmma_wait<0>();
+    pin_registers(o);
+    release(&s_.v_empty[pv_stage]);
+  }
+
+  typename Traits::SharedStorage& s_;
+  const FwdParams& p_;
+  const int warpgroup_;
+  const int thread_;
+  StageRing<Traits::kStages> ring_;
+};
+
+}  // namespace hopattn::sm90

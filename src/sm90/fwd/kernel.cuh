@@ -1,0 +1,65 @@
+// The forward kernel: splits the CTA into roles and plans shared memory; the roles live in
+// producer.cuh (TMA loads) and consumer.cuh (GEMMs, softmax, epilogue).
+//
+// Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and one elected thread
+// issues every TMA load. Warpgroups 1 and 2 are consumers: they take the registers (setmaxnreg.inc)
+// and each computes 64 rows of the 128-row Q tile against the same K/V stages.
+#pragma once
+
+#include <cuda.h>
+
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/fwd/consumer.cuh"
+#include "sm90/fwd/params.hpp"
+#include "sm90/fwd/producer.cuh"
+
+namespace hopattn::sm90 {
+
+template <class Traits>
+__device__ __forceinline__ typename Traits::SharedStorage& shared_storage() {
+  extern __shared__ std::uint8_t dynamic_smem[];
+  // The 128B swizzle pattern is a function of address bits 4-9: tiles must start 1024-byte aligned.
+  const std::uint32_t base = smem_address(dynamic_smem);
+  const std::uint32_t pad = (kSwizzleAtomBytes - base % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  return *reinterpret_cast<typename Traits::SharedStorage*>(dynamic_smem + pad);
+}
+
+template <class Traits>
+__device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s) {
+  mbarrier_init(&s.q_full, 1);  // the producer's arrive_expect_tx
+  mbarrier_init(&s.q_empty, Traits::kConsumerWarps);
+  for (int i = 0; i < Traits::kStages; ++i) {
+    mbarrier_init(&s.k_full[i], 1);
+    mbarrier_init(&s.v_full[i], 1);
+    mbarrier_init(&s.k_empty[i], Traits::kConsumerWarps);
+    mbarrier_init(&s.v_empty[i], Traits::kConsumerWarps);
+  }
+  fence_barrier_init();
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    attention_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                             const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ FwdParams params) {
+  typename Traits::SharedStorage& s = shared_storage<Traits>();
+  const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(&tm_q);
+    tma_prefetch_descriptor(&tm_k);
+    tma_prefetch_descriptor(&tm_v);
+    init_barriers<Traits>(s);
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    warpgroup_release_registers<Traits::kProducerRegisters>();
+    if (threadIdx.x / 32 == 0 && elect_one_lane()) run_producer<Traits>(s, &tm_q, &tm_k, &tm_v, params);
+  } else {
+    warpgroup_claim_registers<Traits::kConsumerRegisters>();
+    Consumer<Traits>(s, params, warpgroup - 1).run();
+  }
+}
+
+}  // namespace hopattn::sm90

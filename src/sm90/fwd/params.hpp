@@ -1,0 +1,35 @@
+// Everything the forward kernel needs besides the TMA tensor maps; built on the host by
+// src/sm90/fwd/launch.cuh from the validated Problem.
+#pragma once
+
+#include <cstdint>
+
+namespace hopattn::sm90 {
+
+struct FwdParams {
+  int batch;
+  int heads_q;
+  int heads_kv;
+  int seqlen_q;
+  int seqlen_k;
+  int head_ratio;  // heads_q / heads_kv
+  float softmax_scale;
+  float scale_log2;  // softmax_scale * log2(e): the softmax runs on exp2
+  bool causal;
+  bool pingpong;
+  bool intra_wg_overlap;
+
+  void* out;
+  std::int64_t out_batch_stride;  // elements
+  std::int64_t out_row_stride;
+  std::int64_t out_head_stride;
+  float* lse;  // nullptr when not requested
+  std::int64_t lse_batch_stride;
+  std::int64_t lse_head_stride;
+  std::int64_t lse_row_stride;
+
+  int num_m_blocks;
+  int num_tiles;
+};
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,69 @@
+// Online softmax over the S accumulator of one warpgroup (64 rows x kBlockN keys). Each thread holds
+// two rows (r = 0: row l/4, r = 1: row l/4 + 8 of its warp's 16) and kBlockN/4 entries of each; the
+// four threads of a quad hold the rest of the row, so row reductions are two xor-shuffles.
+// Scores stay raw (unscaled) until the exponent, where softmax_scale * log2(e) is folded into one
+// FFMA feeding the hardware exp2 (MUFU.EX2).
+#pragma once
+
+#include <cmath>
+
+namespace hopattn::sm90 {
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Accumulator index i of an m64nN fragment belongs to the thread's row (i / 2) % 2.
+__device__ __forceinline__ constexpr int fragment_row_half(int i) { return (i >> 1) & 1; }
+
+template <int kSRegisters>
+struct OnlineSoftmax {
+  float row_max[2];  // running max of raw scores, -inf until a key is seen
+  float row_sum[2];  // this thread's partial sum of exp2(...) relative to row_max
+  float scale_log2;
+
+  __device__ __forceinline__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.0f;
+  }
+
+  // Folds one block of raw scores (masked entries -inf) into the running max and sum, replaces the
+  // scores by their unnormalized probabilities, and returns per row the factor the O accumulator must
+  // be multiplied by (exp2 of old max minus new max).
+  __device__ __forceinline__ void update(float (&s)[kSRegisters], float (&o_rescale)[2]) {
+    float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kSRegisters; ++i) block_max[fragment_row_half(i)] = fmaxf(block_max[fragment_row_half(i)], s[i]);
+    float max_scaled[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float new_max = fmaxf(row_max[r], quad_max(block_max[r]));
+      // A row that has seen no key yet keeps max -inf; exponentiate against 0 so -inf - -inf never
+      // makes a NaN (all its probabilities are exp2(-inf) = 0).
+      max_scaled[r] = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+      o_rescale[r] = fast_exp2(row_max[r] * scale_log2 - max_scaled[r]);
+      row_max[r] = new_max;
+      row_sum[r] *= o_rescale[r];
+    }
+#pragma unroll
+    for (int i = 0; i < kSRegisters; ++i) {
+      const int r = fragment_row_half(i);
+      s[i] = fast_exp2(fmaf(s[i], scale_log2, -max_scaled[r]));
+      row_sum[r] += s[i];
+    }
+  }
+};
+
+}  // namespace hopattn::sm90

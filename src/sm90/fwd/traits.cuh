@@ -1,0 +1,72 @@
+// One traits struct per (head dim, element type): tile shape, warpgroup roles, register budgets,
+// pipeline depth, shared-memory plan and named-barrier ids. Kernel bodies use only these names.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+template <int kHeadDim_, typename Element_>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
+  static constexpr int kElementBytes = 2;
+
+  static constexpr int kHeadDim = kHeadDim_;
+  // Query rows per CTA tile; each consumer warpgroup owns 64 of them (one m64 wgmma row block).
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kRowsPerWarpgroup = 64;
+  static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
+  // Keys per K/V tile: as wide as the registers allow (S is 64 x kBlockN f32 per warpgroup and O is
+  // 64 x kHeadDim f32) while K and V stages still fit in shared memory.
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  static constexpr int kStages = kHeadDim == 64 ? 4 : 2;
+
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
+  static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
+  // setmaxnreg budgets: 128 * (32 + 2 * 240) = 65536 registers per SM.
+  static constexpr int kProducerRegisters = 32;
+  static constexpr int kConsumerRegisters = 240;
+
+  using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;
+  using KTile = SwizzledTile<kBlockN, kHeadDim, kElementBytes>;
+  using VTile = KTile;
+  static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width (128 bytes)
+
+  // Accumulator registers per consumer thread (m64 x N f32 over 128 threads).
+  static constexpr int kSRegisters = kBlockN / 2;
+  static constexpr int kORegisters = kHeadDim / 2;
+  static constexpr int kPSteps = kBlockN / 16;  // k16 steps of O += P V
+  static constexpr int kQKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T
+  static_assert(kBlockN % 16 == 0, "P V reduces over keys in steps of 16");
+
+  // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
+  // warpgroup for ping-pong scheduling.
+  static constexpr int kPingPongBarrierBase = 1;
+  static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
+
+  struct alignas(kSwizzleAtomBytes) SharedStorage {
+    alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
+    std::uint64_t q_full;            // producer (TMA) -> consumers: Q tile landed
+    std::uint64_t q_empty;           // consumers -> producer: last S GEMM of the tile done
+    std::uint64_t k_full[kStages];   // producer (TMA) -> consumers: K stage landed
+    std::uint64_t k_empty[kStages];  // consumers -> producer: S GEMM done reading the K stage
+    std::uint64_t v_full[kStages];   // producer (TMA) -> consumers: V stage landed
+    std::uint64_t v_empty[kStages];  // consumers -> producer: PV GEMM done reading the V stage
+  };
+  // Dynamic shared memory is only 16-byte aligned: ask for one swizzle atom of slack to realign.
+  static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage)) + kSwizzleAtomBytes;
+  static_assert(kSharedBytes <= 227 * 1024, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
+};
+
+}  // namespace hopattn::sm90

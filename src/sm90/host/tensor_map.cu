@@ -1,0 +1,53 @@
+#include "sm90/host/tensor_map.hpp"
+
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace hopattn::sm90 {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_entry_point() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      ptr = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_entry_point();
+  if (encode == nullptr) {
+    return Status(StatusCode::kCudaError, "the CUDA driver does not provide cuTensorMapEncodeTiled (TMA)");
+  }
+  // A zero extent is not encodable; such dimensions are never loaded, so 1 is as good.
+  auto at_least_one = [](std::int64_t x) { return static_cast<cuuint64_t>(x < 1 ? 1 : x); };
+  const cuuint64_t dims[4] = {at_least_one(view.cols), at_least_one(view.rows), at_least_one(view.heads),
+                              at_least_one(view.batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(view.row_stride * view.element_bytes),
+                                 static_cast<cuuint64_t>(view.head_stride * view.element_bytes),
+                                 static_cast<cuuint64_t>(view.batch_stride * view.element_bytes)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUresult r = encode(map, view.dtype, 4, const_cast<void*>(view.data), dims, strides, box, element_strides,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return Status(StatusCode::kCudaError,
+                  "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(r)) +
+                      " (strides must be multiples of 16 bytes, base 16-byte aligned)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace hopattn::sm90
