@@ -1,0 +1,352 @@
+// CUDA plumbing shared by the GPU tests: error checks, an owning device buffer, strided tensor views,
+// fresh random fills, NaN poisoning and on-device comparison statistics. Header-only: every kernel here
+// is a template, so each test file may include it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn::test {
+
+// Throws on a CUDA runtime error so that helpers can be used from any function; gtest reports the
+// exception as a test failure with the message.
+inline void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+#define HOPATTN_CUDA_CHECK(expr) ::hopattn::test::cuda_check((expr), #expr)
+
+// Base fixture of every GPU test: skips, naming the reason, where no Hopper GPU can run the kernels.
+class HopperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!hopattn::hopper_available()) GTEST_SKIP() << "no Hopper GPU: " << hopattn::device_description();
+  }
+};
+
+// One cudaMalloc'd allocation, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    HOPATTN_CUDA_CHECK(cudaMalloc(&data_, bytes ? bytes : 1));
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    swap(other);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_) cudaFree(data_);
+  }
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+  template <typename T>
+  std::vector<T> to_host() const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    HOPATTN_CUDA_CHECK(cudaMemcpy(host.data(), data_, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  void swap(DeviceBuffer& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+  }
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A rank-4 view of `data` with the given shape and strides (in elements).
+inline Tensor strided_tensor(void* data, Dtype dtype, const std::int64_t (&shape)[4],
+                             const std::int64_t (&stride)[4], DeviceType device = DeviceType::kCuda) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = 4;
+  t.device = device;
+  for (int i = 0; i < 4; ++i) {
+    t.shape[i] = shape[i];
+    t.stride[i] = stride[i];
+  }
+  return t;
+}
+
+// Elements an allocation needs to hold every element of the view (the highest offset + 1).
+inline std::int64_t storage_elements(const Tensor& t) {
+  std::int64_t last = 0;
+  for (int i = 0; i < t.rank; ++i) last += (t.shape[i] - 1) * t.stride[i];
+  return last + 1;
+}
+
+// The run's random seed: HOPATTN_TEST_SEED when set (to replay a failure), else fresh from the OS.
+inline std::uint64_t run_seed() {
+  if (const char* env = std::getenv("HOPATTN_TEST_SEED")) return std::strtoull(env, nullptr, 0);
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+__host__ __device__ inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ inline T from_float(float x);
+template <>
+__device__ inline float from_float<float>(float x) { return x; }
+template <>
+__device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Calls f(T{}) with T the device element type of a floating dtype (float32, float16, bfloat16).
+template <typename F>
+void dispatch_float_dtype(Dtype dtype, F&& f) {
+  switch (dtype) {
+    case Dtype::kFloat32: f(float{}); return;
+    case Dtype::kFloat16: f(__half{}); return;
+    case Dtype::kBFloat16: f(__nv_bfloat16{}); return;
+    default: throw std::invalid_argument(std::string("unexpected dtype ") + dtype_name(dtype));
+  }
+}
+
+// Element i = amplitude * N(0, 1), from a counter-based hash of (seed, i): fresh per seed, and the same
+// data whatever the launch shape.
+template <typename T>
+__global__ void fill_normal_kernel(T* data, std::int64_t n, std::uint64_t seed, float amplitude) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::uint64_t bits = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(i)));
+    const float u1 = (static_cast<float>(bits >> 40) + 1.0f) * (1.0f / 16777216.0f);  // (0, 1]
+    const float u2 = static_cast<float>((bits >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
+    const float normal = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    data[i] = from_float<T>(amplitude * normal);
+  }
+}
+
+inline dim3 grid_for(std::int64_t n) {
+  const std::int64_t blocks = (n + 255) / 256;
+  return dim3(static_cast<unsigned>(blocks < 8192 ? (blocks > 0 ? blocks : 1) : 8192));
+}
+
+// Fills `n` elements of `dtype` at `data` with fresh normal values.
+inline void fill_normal(void* data, Dtype dtype, std::int64_t n, std::uint64_t seed, float amplitude = 1.0f) {
+  dispatch_float_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    fill_normal_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(data), n, seed, amplitude);
+  });
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+}
+
+// Bit pattern of a quiet NaN in each dtype: what outputs are poisoned with before a call.
+inline std::uint32_t nan_bits(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFloat32: return 0x7FC00000u;
+    case Dtype::kFloat16: return 0x7E00u;
+    case Dtype::kBFloat16: return 0x7FC0u;
+    default: throw std::invalid_argument(std::string("no NaN poison for dtype ") + dtype_name(dtype));
+  }
+}
+
+template <typename U>
+__global__ void fill_pattern_kernel(U* data, std::int64_t n, U pattern) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    data[i] = pattern;
+}
+
+template <typename U>
+__global__ void count_not_pattern_kernel(const U* data, std::int64_t n, U pattern, unsigned long long* count) {
+  unsigned long long local = 0;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    local += data[i] != pattern;
+  if (local) atomicAdd(count, local);
+}
+
+// Sets all `n` elements of a 16- or 32-bit dtype at `data` to NaN.
+inline void poison_nan(void* data, Dtype dtype, std::int64_t n) {
+  if (dtype_size(dtype) == 2) {
+    fill_pattern_kernel<<<grid_for(n), 256>>>(static_cast<std::uint16_t*>(data), n,
+                                              static_cast<std::uint16_t>(nan_bits(dtype)));
+  } else {
+    fill_pattern_kernel<<<grid_for(n), 256>>>(static_cast<std::uint32_t*>(data), n, nan_bits(dtype));
+  }
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+}
+
+// How many of the `n` elements at `data` no longer hold the NaN poison: after a call, exactly the
+// elements of the output view must have changed (all written, nothing written outside the view).
+inline std::int64_t count_unpoisoned(const void* data, Dtype dtype, std::int64_t n) {
+  DeviceBuffer count(sizeof(unsigned long long));
+  HOPATTN_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
+  if (dtype_size(dtype) == 2) {
+    count_not_pattern_kernel<<<grid_for(n), 256>>>(static_cast<const std::uint16_t*>(data), n,
+                                                   static_cast<std::uint16_t>(nan_bits(dtype)),
+                                                   count.as<unsigned long long>());
+  } else {
+    count_not_pattern_kernel<<<grid_for(n), 256>>>(static_cast<const std::uint32_t*>(data), n, nan_bits(dtype),
+                                                   count.as<unsigned long long>());
+  }
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+  return static_cast<std::int64_t>(count.to_host<unsigned long long>()[0]);
+}
+
+// Statistics of an output tensor against two dense float32 tensors of the same logical shape.
+struct OutputDiff {
+  float max_err = 0.0f;        // max |out - ref|
+  std::int64_t worst = -1;     // dense (row-major) index of that element
+  float max_naive_err = 0.0f;  // max |naive - ref|
+  std::int64_t nan_count = 0;  // NaN in out (or in ref)
+};
+
+struct Index4 {
+  std::int64_t shape[4];
+  std::int64_t stride[4];
+};
+
+inline Index4 index_of(const Tensor& t) {
+  Index4 ix{};
+  for (int i = 0; i < 4; ++i) {
+    ix.shape[i] = i < t.rank ? t.shape[i] : 1;
+    ix.stride[i] = i < t.rank ? t.stride[i] : 0;
+  }
+  return ix;
+}
+
+// Strided offset of the dense index i in a rank-4 view.
+__device__ inline std::int64_t strided_offset(const Index4& ix, std::int64_t i) {
+  std::int64_t offset = 0;
+  for (int d = 3; d >= 0; --d) {
+    offset += (i % ix.shape[d]) * ix.stride[d];
+    i /= ix.shape[d];
+  }
+  return offset;
+}
+
+// stats[0]: (max |out-ref| float bits << 32) | dense index; stats[1]: max |naive-ref| bits; stats[2]: NaNs.
+// Non-negative floats order like their bit patterns, so integer atomicMax finds the float maximum.
+template <typename T>
+__global__ void output_diff_kernel(const T* out, Index4 ix, const float* ref, const float* naive, std::int64_t n,
+                                   unsigned long long* stats) {
+  unsigned long long worst = 0, worst_naive = 0, nans = 0;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const float o = to_float(out[strided_offset(ix, i)]);
+    const float err = fabsf(o - ref[i]);
+    if (isnan(err)) {
+      ++nans;
+      continue;
+    }
+    const unsigned long long key = (static_cast<unsigned long long>(__float_as_uint(err)) << 32) | std::uint32_t(i);
+    if (key > worst) worst = key;
+    if (naive) {
+      const unsigned long long naive_bits = __float_as_uint(fabsf(naive[i] - ref[i]));
+      if (naive_bits > worst_naive) worst_naive = naive_bits;
+    }
+  }
+  atomicMax(&stats[0], worst);
+  atomicMax(&stats[1], worst_naive);
+  if (nans) atomicAdd(&stats[2], nans);
+}
+
+// Compares the strided output `out` with dense float32 `ref` (and `naive`, when given). The dense
+// index must fit 32 bits; the tests bound their sizes far below that.
+inline OutputDiff output_diff(const Tensor& out, const float* ref, const float* naive) {
+  const std::int64_t n = out.numel();
+  if (n >= (std::int64_t(1) << 32)) throw std::invalid_argument("output_diff: tensor too large");
+  DeviceBuffer stats(3 * sizeof(unsigned long long));
+  HOPATTN_CUDA_CHECK(cudaMemset(stats.data(), 0, stats.bytes()));
+  dispatch_float_dtype(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    output_diff_kernel<T><<<grid_for(n), 256>>>(static_cast<const T*>(out.data), index_of(out), ref, naive, n,
+                                                stats.as<unsigned long long>());
+  });
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+  const std::vector<unsigned long long> host = stats.to_host<unsigned long long>();
+  OutputDiff diff;
+  const auto as_float = [](unsigned long long bits) {
+    const std::uint32_t b = static_cast<std::uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    return f;
+  };
+  diff.max_err = as_float(host[0] >> 32);
+  diff.worst = host[0] ? static_cast<std::int64_t>(host[0] & 0xFFFFFFFFull) : -1;
+  diff.max_naive_err = as_float(host[1]);
+  diff.nan_count = static_cast<std::int64_t>(host[2]);
+  return diff;
+}
+
+struct LseDiff {
+  float max_err = 0.0f;             // max |lse - ref| over rows where ref is finite
+  std::int64_t inf_mismatch = 0;    // rows where exactly one of lse, ref is -inf (or lse is +inf)
+  std::int64_t nan_count = 0;
+};
+
+// stats[0]: max |lse-ref| bits; stats[1]: -inf mismatches; stats[2]: NaNs.
+// A template only so that every test file may include its definition.
+template <typename F>
+__global__ void lse_diff_kernel(const F* lse, Index4 ix, const F* ref, std::int64_t n, unsigned long long* stats) {
+  unsigned long long worst = 0, mismatch = 0, nans = 0;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const F l = lse[strided_offset(ix, i)];
+    const F r = ref[i];
+    if (isnan(l) || isnan(r)) {
+      ++nans;
+    } else if (isinf(l) || isinf(r)) {
+      mismatch += !(l == r && r < 0.0f);
+    } else {
+      const unsigned long long bits = __float_as_uint(fabsf(l - r));
+      if (bits > worst) worst = bits;
+    }
+  }
+  atomicMax(&stats[0], worst);
+  if (mismatch) atomicAdd(&stats[1], mismatch);
+  if (nans) atomicAdd(&stats[2], nans);
+}
+
+// Compares a strided float32 LSE view with a dense float32 reference.
+inline LseDiff lse_diff(const Tensor& lse, const float* ref) {
+  const std::int64_t n = lse.numel();
+  DeviceBuffer stats(3 * sizeof(unsigned long long));
+  HOPATTN_CUDA_CHECK(cudaMemset(stats.data(), 0, stats.bytes()));
+  lse_diff_kernel<float><<<grid_for(n), 256>>>(static_cast<const float*>(lse.data), index_of(lse), ref, n,
+                                               stats.as<unsigned long long>());
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+  const std::vector<unsigned long long> host = stats.to_host<unsigned long long>();
+  LseDiff diff;
+  const std::uint32_t bits = static_cast<std::uint32_t>(host[0]);
+  std::memcpy(&diff.max_err, &bits, sizeof bits);
+  diff.inf_mismatch = static_cast<std::int64_t>(host[1]);
+  diff.nan_count = static_cast<std::int64_t>(host[2]);
+  return diff;
+}
+
+}  // namespace hopattn::test

@@ -1,0 +1,185 @@
+// The float32 GPU reference, checked before anything is measured against it: on cases whose answer is
+// known exactly, and against the CPU reference backend (float64) on small shapes.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/gpu_reference.cuh"
+#include "gpu/gpu_test_util.cuh"
+
+namespace hopattn::test {
+namespace {
+
+// Unit roundoff of the 16-bit input types: |round(x) - x| <= u |x|.
+double unit_roundoff(Dtype dtype) { return dtype == Dtype::kBFloat16 ? 0x1p-8 : 0x1p-11; }
+
+float host_to_float(const std::uint16_t bits, Dtype dtype) {
+  __half_raw hr;
+  __nv_bfloat16_raw br;
+  hr.x = br.x = bits;
+  return dtype == Dtype::kBFloat16 ? __bfloat162float(__nv_bfloat16(br)) : __half2float(__half(hr));
+}
+
+float host_round(float x, Dtype dtype) {
+  return dtype == Dtype::kBFloat16 ? __bfloat162float(__float2bfloat16_rn(x)) : __half2float(__float2half_rn(x));
+}
+
+struct SmallCase {
+  Dtype dtype;
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  float scale = 0.0f;  // 0 = 1/sqrt(d)
+  float amplitude = 1.0f;
+};
+
+// A case's inputs on the device (contiguous), and the reference's outputs.
+struct SmallRun {
+  SmallCase c;
+  DeviceBuffer q, k, v, out, naive, lse;
+  float scale = 0.0f;
+
+  explicit SmallRun(const SmallCase& sc, std::uint64_t seed) : c(sc) {
+    const std::size_t e = dtype_size(c.dtype);
+    q = DeviceBuffer(q_numel() * e);
+    k = DeviceBuffer(kv_numel() * e);
+    v = DeviceBuffer(kv_numel() * e);
+    out = DeviceBuffer(q_numel() * sizeof(float));
+    naive = DeviceBuffer(q_numel() * sizeof(float));
+    lse = DeviceBuffer(lse_numel() * sizeof(float));
+    fill_normal(q.data(), c.dtype, q_numel(), splitmix64(seed ^ 1), c.amplitude);
+    fill_normal(k.data(), c.dtype, kv_numel(), splitmix64(seed ^ 2));
+    fill_normal(v.data(), c.dtype, kv_numel(), splitmix64(seed ^ 3));
+    poison_nan(out.data(), Dtype::kFloat32, q_numel());
+    poison_nan(naive.data(), Dtype::kFloat32, q_numel());
+    poison_nan(lse.data(), Dtype::kFloat32, lse_numel());
+    scale = c.scale > 0.0f ? c.scale : 1.0f / std::sqrt(float(c.head_dim));
+
+    GpuReferenceArgs a;
+    a.q = make_tensor(q.data(), c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
+    a.k = make_tensor(k.data(), c.dtype, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
+    a.v = make_tensor(v.data(), c.dtype, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
+    a.softmax_scale = scale;
+    a.causal = c.causal;
+    a.window_left = c.window_left;
+    a.window_right = c.window_right;
+    a.softcap = c.softcap;
+    a.out = out.as<float>(), a.out_naive = naive.as<float>(), a.lse = lse.as<float>();
+    const Status s = gpu_reference_forward(a);
+    if (!s.ok()) throw std::runtime_error(s.message());
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::int64_t q_numel() const { return std::int64_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim; }
+  std::int64_t kv_numel() const { return std::int64_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim; }
+  std::int64_t lse_numel() const { return std::int64_t(c.batch) * c.heads_q * c.seqlen_q; }
+};
+
+class GpuReference : public HopperTest {};
+
+// With one key the softmax is exactly 1 on it: out is that key's value row bit for bit (naive too),
+// and the LSE is the scaled score itself. Causal with seqlen_q 5 > seqlen_k 1 leaves rows 0-3 empty.
+TEST_F(GpuReference, SingleKeyGivesItsValueRow) {
+  for (bool causal : {false, true}) {
+    SmallCase sc{Dtype::kBFloat16, 2, 4, 2, 5, 1, 64};
+    sc.causal = causal;
+    SmallRun run(sc, run_seed());
+    const auto q = run.q.to_host<std::uint16_t>(), k = run.k.to_host<std::uint16_t>(), v = run.v.to_host<std::uint16_t>();
+    const auto out = run.out.to_host<float>(), naive = run.naive.to_host<float>(), lse = run.lse.to_host<float>();
+    const int d = sc.head_dim;
+    for (int b = 0; b < sc.batch; ++b)
+      for (int i = 0; i < sc.seqlen_q; ++i)
+        for (int h = 0; h < sc.heads_q; ++h) {
+          const int hk = h / (sc.heads_q / sc.heads_kv);
+          const bool empty = causal && i < sc.seqlen_q - 1;
+          const std::int64_t row = ((std::int64_t(b) * sc.seqlen_q + i) * sc.heads_q + h) * d;
+          const std::int64_t kv_row = (std::int64_t(b) * sc.heads_kv + hk) * d;
+          double dot = 0.0;
+          for (int c = 0; c < d; ++c) {
+            const float expected = empty ? 0.0f : host_to_float(v[kv_row + c], sc.dtype);
+            ASSERT_EQ(out[row + c], expected) << "b " << b << " i " << i << " h " << h << " c " << c;
+            ASSERT_EQ(naive[row + c], expected) << "b " << b << " i " << i << " h " << h << " c " << c;
+            dot += double(host_to_float(q[row + c], sc.dtype)) * host_to_float(k[kv_row + c], sc.dtype);
+          }
+          const float l = lse[(std::int64_t(b) * sc.heads_q + h) * sc.seqlen_q + i];
+          if (empty) {
+            EXPECT_TRUE(std::isinf(l) && l < 0) << "lse " << l << " at b " << b << " i " << i << " h " << h;
+          } else {
+            const double s = dot * run.scale;
+            EXPECT_NEAR(l, s, 1e-5 * (1.0 + std::fabs(s))) << "b " << b << " i " << i << " h " << h;
+          }
+        }
+  }
+}
+
+class GpuReferenceVsCpu : public HopperTest, public ::testing::WithParamInterface<SmallCase> {};
+
+// The float32 GPU reference matches the CPU float64 backend (whose output is rounded once to the input
+// dtype), and its naive output is representable in the input dtype and within the P and output
+// rounding of the exact one.
+TEST_P(GpuReferenceVsCpu, MatchesFloat64) {
+  const SmallCase& sc = GetParam();
+  const std::uint64_t seed = run_seed();
+  SmallRun run(sc, seed);
+  const auto q = run.q.to_host<std::uint16_t>(), k = run.k.to_host<std::uint16_t>(), v = run.v.to_host<std::uint16_t>();
+  std::vector<std::uint16_t> cpu_out(run.q_numel(), 0xFFFF);
+  std::vector<float> cpu_lse(run.lse_numel(), NAN);
+  FwdArgs args;
+  args.q = make_tensor(const_cast<std::uint16_t*>(q.data()), sc.dtype, {sc.batch, sc.seqlen_q, sc.heads_q, sc.head_dim});
+  args.k = make_tensor(const_cast<std::uint16_t*>(k.data()), sc.dtype, {sc.batch, sc.seqlen_k, sc.heads_kv, sc.head_dim});
+  args.v = make_tensor(const_cast<std::uint16_t*>(v.data()), sc.dtype, {sc.batch, sc.seqlen_k, sc.heads_kv, sc.head_dim});
+  args.out = make_tensor(cpu_out.data(), sc.dtype, {sc.batch, sc.seqlen_q, sc.heads_q, sc.head_dim});
+  args.lse = make_tensor(cpu_lse.data(), Dtype::kFloat32, {sc.batch, sc.heads_q, sc.seqlen_q});
+  if (sc.scale > 0.0f) args.softmax_scale = sc.scale;
+  args.causal = sc.causal;
+  args.window_left = sc.window_left;
+  args.window_right = sc.window_right;
+  args.softcap = sc.softcap;
+  const Status status = forward(args);
+  if (status.code() == StatusCode::kUnsupported) GTEST_SKIP() << "CPU reference backend: " << status.message();
+  ASSERT_TRUE(status.ok()) << status.message();
+
+  const auto out = run.out.to_host<float>(), naive = run.naive.to_host<float>(), lse = run.lse.to_host<float>();
+  float max_abs_v = 0.0f;
+  for (std::uint16_t bits : v) max_abs_v = std::fmax(max_abs_v, std::fabs(host_to_float(bits, sc.dtype)));
+  const double u = unit_roundoff(sc.dtype);
+  int reported = 0;
+  for (std::int64_t i = 0; i < run.q_numel() && reported < 10; ++i) {
+    const float cpu = host_to_float(cpu_out[i], sc.dtype);
+    const bool bad_exact = !(std::fabs(cpu - out[i]) <= u * std::fabs(out[i]) + 2e-5);
+    const bool bad_naive = !(host_round(naive[i], sc.dtype) == naive[i]) ||
+                           !(std::fabs(naive[i] - out[i]) <= 2 * u * max_abs_v + 2e-5);
+    if (bad_exact || bad_naive) {
+      ADD_FAILURE() << "element " << i << ": cpu " << cpu << " gpu " << out[i] << " naive " << naive[i]
+                    << " (seed " << seed << ")";
+      ++reported;
+    }
+  }
+  for (std::int64_t i = 0; i < run.lse_numel() && reported < 10; ++i) {
+    const bool both_empty = std::isinf(cpu_lse[i]) && cpu_lse[i] < 0 && cpu_lse[i] == lse[i];
+    if (!both_empty && !(std::fabs(cpu_lse[i] - lse[i]) <= 2e-5 + 1e-6 * std::fabs(cpu_lse[i]))) {
+      ADD_FAILURE() << "lse row " << i << ": cpu " << cpu_lse[i] << " gpu " << lse[i] << " (seed " << seed << ")";
+      ++reported;
+    }
+  }
+}
+
+SmallCase with(SmallCase c, bool causal, int left, int right, float softcap, float scale, float amplitude) {
+  c.causal = causal, c.window_left = left, c.window_right = right, c.softcap = softcap, c.scale = scale;
+  c.amplitude = amplitude;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SmallShapes, GpuReferenceVsCpu,
+    ::testing::Values(
+        SmallCase{Dtype::kBFloat16, 2, 4, 2, 37, 53, 64},
+        with({Dtype::kFloat16, 1, 3, 1, 53, 37, 128}, true, -1, -1, 0.0f, 0.0f, 1.0f),   // empty rows
+        with({Dtype::kBFloat16, 1, 2, 2, 1, 300, 256}, true, -1, -1, 0.0f, 0.0f, 2.0f),  // decode row
+        with({Dtype::kFloat16, 2, 2, 1, 40, 40, 64}, false, 8, 3, 0.0f, 0.0f, 1.0f),     // local window
+        with({Dtype::kBFloat16, 1, 4, 4, 30, 70, 128}, false, -1, -1, 5.0f, 0.3f, 3.0f), // softcap
+        with({Dtype::kBFloat16, 1, 8, 1, 65, 129, 64}, true, 20, -1, 0.0f, 0.0f, 1.0f),  // MQA, causal window
+        with({Dtype::kFloat16, 3, 2, 2, 17, 5, 64}, false, 1, 0, 0.0f, 0.05f, 1.0f)));   // window, sq > sk
+
+}  // namespace
+}  // namespace hopattn::test
