@@ -1,0 +1,190 @@
+// Reference backward vs central finite differences of the scalar loss sum(out * dout), where out is
+// the independent materialized-softmax attention evaluated in float64 on the same (float32) inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "test_reference_support.hpp"
+
+namespace hopattn::test {
+namespace {
+
+struct BwdCase {
+  const char* name;
+  int hq, hkv, d;
+  // Dense when cu lengths are empty: batch x (sq, sk); else varlen with these per-sequence lengths.
+  int batch, sq, sk;
+  std::vector<int> varlen_q, varlen_k;
+  std::vector<int> seqused_k;  // dense only; empty = all keys
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  std::optional<float> scale;
+};
+
+bool is_varlen(const BwdCase& c) { return !c.varlen_q.empty(); }
+
+Packing packing_of(const BwdCase& c) {
+  if (is_varlen(c)) return Packing::varlen(c.varlen_q, c.varlen_k);
+  Packing p = Packing::dense(c.batch, c.sq, c.sk);
+  if (!c.seqused_k.empty()) p.k_len = c.seqused_k;
+  return p;
+}
+
+MaskSpec mask_of(const BwdCase& c) {
+  MaskSpec m;
+  m.scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
+  m.causal = c.causal;
+  m.window_left = c.window_left;
+  m.window_right = c.window_right;
+  m.softcap = c.softcap;
+  return m;
+}
+
+// sum(out * dout) of the float64 materialized attention.
+double loss(const BwdCase& c, const Packing& pack, const std::vector<double>& q, const std::vector<double>& k,
+            const std::vector<double>& v, const std::vector<double>& dout) {
+  std::vector<double> out, lse;
+  naive_batch(pack, q, k, v, c.hq, c.hkv, c.d, mask_of(c), &out, &lse);
+  double total = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) total += out[i] * dout[i];
+  return total;
+}
+
+// Central differences of the loss with respect to each element of `wrt` (one of q, k, v).
+std::vector<double> finite_differences(const BwdCase& c, const Packing& pack, std::vector<double> q,
+                                       std::vector<double> k, std::vector<double> v,
+                                       const std::vector<double>& dout, char wrt) {
+  std::vector<double>& x = wrt == 'q' ? q : wrt == 'k' ? k : v;
+  std::vector<double> grad(x.size());
+  const double step = 1e-5;
+  for (std::size_t e = 0; e < x.size(); ++e) {
+    const double saved = x[e];
+    x[e] = saved + step;
+    const double up = loss(c, pack, q, k, v, dout);
+    x[e] = saved - step;
+    const double down = loss(c, pack, q, k, v, dout);
+    x[e] = saved;
+    grad[e] = (up - down) / (2 * step);
+  }
+  return grad;
+}
+
+// max |got - want| / max |want| < 1e-6; any NaN fails. want must not be all zero.
+void expect_gradient(const std::vector<double>& got, const std::vector<double>& want, const char* name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  double scale = 0, error = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_FALSE(std::isnan(got[i])) << name << " element " << i << " is NaN (never written?)";
+    scale = std::max(scale, std::fabs(want[i]));
+    error = std::max(error, std::fabs(got[i] - want[i]));
+  }
+  ASSERT_GT(scale, 0.0) << name << ": the finite differences are all zero; the case tests nothing";
+  EXPECT_LT(error / scale, 1e-6) << name << ": max abs error " << error << " vs max abs gradient " << scale;
+}
+
+void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
+  SCOPED_TRACE(c.name);
+  const bool varlen = is_varlen(c);
+  std::vector<int> cu_q = prefix_sums(c.varlen_q), cu_k = prefix_sums(c.varlen_k), seqused = c.seqused_k;
+  const std::int64_t total_q = varlen ? cu_q.back() : c.batch * c.sq, total_k = varlen ? cu_k.back() : c.batch * c.sk;
+  auto q_side = [&](Dtype dtype) {
+    return varlen ? HostTensor(dtype, {total_q, c.hq, c.d}) : HostTensor(dtype, {c.batch, c.sq, c.hq, c.d});
+  };
+  auto k_side = [&] {
+    return varlen ? HostTensor(Dtype::kFloat32, {total_k, c.hkv, c.d})
+                  : HostTensor(Dtype::kFloat32, {c.batch, c.sk, c.hkv, c.d});
+  };
+  HostTensor q = q_side(Dtype::kFloat32), k = k_side(), v = k_side(), dout = q_side(Dtype::kFloat32);
+  q.fill_random(seed, -1.5, 1.5);
+  k.fill_random(seed + 1, -1.5, 1.5);
+  v.fill_random(seed + 2);
+  dout.fill_random(seed + 3);
+  HostTensor out = q_side(Dtype::kFloat32);
+  HostTensor lse = varlen ? HostTensor(Dtype::kFloat32, {c.hq, total_q}) : HostTensor(Dtype::kFloat32, {c.batch, c.hq, c.sq});
+
+  FwdArgs fwd;
+  fwd.q = q.tensor();
+  fwd.k = k.tensor();
+  fwd.v = v.tensor();
+  fwd.out = out.tensor();
+  fwd.lse = lse.tensor();
+  fwd.softmax_scale = c.scale;
+  fwd.causal = c.causal;
+  fwd.window_left = c.window_left;
+  fwd.window_right = c.window_right;
+  fwd.softcap = c.softcap;
+  if (varlen) {
+    fwd.cu_seqlens_q = int_tensor(cu_q);
+    fwd.cu_seqlens_k = int_tensor(cu_k);
+    fwd.max_seqlen_q = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
+    fwd.max_seqlen_k = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
+  }
+  if (!seqused.empty()) fwd.seqused_k = int_tensor(seqused);
+  const Status forward_status = hopattn::forward(fwd);
+  ASSERT_TRUE(forward_status.ok()) << forward_status.message();
+
+  HostTensor dq = q_side(Dtype::kFloat32), dk = k_side(), dv = k_side();
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  BwdArgs bwd;
+  bwd.q = fwd.q;
+  bwd.k = fwd.k;
+  bwd.v = fwd.v;
+  bwd.out = fwd.out;
+  bwd.lse = *fwd.lse;
+  bwd.dout = dout.tensor();
+  bwd.dq = dq.tensor();
+  bwd.dk = dk.tensor();
+  bwd.dv = dv.tensor();
+  bwd.softmax_scale = c.scale;
+  bwd.causal = c.causal;
+  bwd.window_left = c.window_left;
+  bwd.window_right = c.window_right;
+  bwd.softcap = c.softcap;
+  bwd.cu_seqlens_q = fwd.cu_seqlens_q;
+  bwd.cu_seqlens_k = fwd.cu_seqlens_k;
+  bwd.max_seqlen_q = fwd.max_seqlen_q;
+  bwd.max_seqlen_k = fwd.max_seqlen_k;
+  bwd.seqused_k = fwd.seqused_k;
+  const Status backward_status = hopattn::backward(bwd);
+  ASSERT_TRUE(backward_status.ok()) << backward_status.message();
+
+  const Packing pack = packing_of(c);
+  const std::vector<double> qd = q.to_double(), kd = k.to_double(), vd = v.to_double(), dod = dout.to_double();
+  expect_gradient(dq.to_double(), finite_differences(c, pack, qd, kd, vd, dod, 'q'), "dq");
+  expect_gradient(dk.to_double(), finite_differences(c, pack, qd, kd, vd, dod, 'k'), "dk");
+  expect_gradient(dv.to_double(), finite_differences(c, pack, qd, kd, vd, dod, 'v'), "dv");
+}
+
+TEST(ReferenceBackward, MatchesFiniteDifferences) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::vector<BwdCase> cases;
+  cases.push_back({"no mask, odd sizes", 2, 2, 7, 2, 5, 7, {}, {}, {}});
+  cases.push_back({"seqlen_q 1, head_dim 1, batch 1", 1, 1, 1, 1, 1, 3, {}, {}, {}});
+  BwdCase causal_empty_rows{"causal sq>sk: empty rows get zero dq", 2, 1, 5, 1, 7, 4, {}, {}, {}};
+  causal_empty_rows.causal = true;
+  cases.push_back(causal_empty_rows);
+  BwdCase window{"window (2, 1)", 3, 3, 4, 2, 6, 9, {}, {}, {}};
+  window.window_left = 2;
+  window.window_right = 1;
+  cases.push_back(window);
+  BwdCase softcap{"softcap + causal + GQA + explicit scale", 4, 2, 8, 1, 6, 6, {}, {}, {}};
+  softcap.softcap = 0.8f;
+  softcap.causal = true;
+  softcap.scale = 0.7f;
+  cases.push_back(softcap);
+  BwdCase varlen{"varlen (an empty sequence, a keyless one) + causal + window left + MQA", 3, 1, 4, 0, 0, 0,
+                 {3, 0, 5, 2}, {4, 2, 6, 0}};
+  varlen.causal = true;
+  varlen.window_left = 3;
+  cases.push_back(varlen);
+  cases.push_back({"seqused_k: unused keys get zero dk, dv", 2, 2, 3, 2, 4, 6, {}, {}, {6, 3}});
+  for (std::size_t i = 0; i < cases.size(); ++i) check_against_finite_differences(cases[i], seed + 10 * i);
+}
+
+}  // namespace
+}  // namespace hopattn::test
