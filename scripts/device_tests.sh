@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs the GPU test suite on a Hopper machine, then compute-sanitizer (memcheck, racecheck, synccheck)
+# on the small SanitizerSmall.* shapes. Run from the repo root with the build folder present:
+#   scripts/device_tests.sh [build-dir]        (default: build)
+# Results go to $OUT (default ./device-test-results): gpu_tests.xml and .log, sanitizer_<tool>.log,
+# device.txt. A short summary is printed last; the exit status is non-zero if anything failed.
+set -u -o pipefail
+
+BUILD_DIR="${1:-build}"
+OUT="${OUT:-$PWD/device-test-results}"
+mkdir -p "$OUT"
+TESTS="$BUILD_DIR/tests/hopattn_gpu_tests"
+SANITIZER_FILTER='SanitizerSmall.*'
+
+if [[ ! -x "$TESTS" ]]; then
+  echo "device_tests.sh: $TESTS not found; build with -DHOPATTN_SM90=ON first" >&2
+  exit 2
+fi
+
+SANITIZER="$(command -v compute-sanitizer || true)"
+for candidate in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [[ -z "$SANITIZER" && -x "$candidate" ]] && SANITIZER="$candidate"
+done
+
+{ nvidia-smi -L 2>&1; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1; } >"$OUT/device.txt"
+
+# 1. The whole GPU suite, with a JUnit-style XML report.
+start=$SECONDS
+"$TESTS" --gtest_output="xml:$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log"
+tests_rc=$?
+tests_seconds=$((SECONDS - start))
+
+# 2. compute-sanitizer on the small shapes; each tool's log ends with its ERROR SUMMARY.
+declare -A sanitizer_rc
+for tool in memcheck racecheck synccheck; do
+  if [[ -z "$SANITIZER" ]]; then
+    echo "compute-sanitizer not found" >"$OUT/sanitizer_$tool.log"
+    sanitizer_rc[$tool]=127
+    continue
+  fi
+  extra=()
+  [[ $tool == memcheck ]] && extra=(--leak-check full)
+  "$SANITIZER" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+    "$TESTS" --gtest_filter="$SANITIZER_FILTER" >"$OUT/sanitizer_$tool.log" 2>&1
+  sanitizer_rc[$tool]=$?
+done
+
+# 3. Summary.
+echo
+echo "==== device test summary ($(head -n 1 "$OUT/device.txt")) ===="
+counts="$(grep -m1 -o '<testsuites [^>]*' "$OUT/gpu_tests.xml" 2>/dev/null |
+  grep -o '\(tests\|failures\|disabled\|errors\)="[0-9]*"' | tr '\n' ' ')"
+skipped="$(grep -c 'result="skipped"' "$OUT/gpu_tests.xml" 2>/dev/null)" || true
+echo "gpu tests: exit $tests_rc, ${counts:-no xml report} skipped=\"${skipped:-0}\" (${tests_seconds}s)"
+grep -E '^\[ (seed|sweep|options) ' "$OUT/gpu_tests.log" | sed 's/^/  /'
+grep -E '^\[  FAILED  \]' "$OUT/gpu_tests.log" | sort -u | head -n 20 | sed 's/^/  /'
+status=$tests_rc
+for tool in memcheck racecheck synccheck; do
+  rc=${sanitizer_rc[$tool]}
+  summary="$(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.log" 2>/dev/null | sed 's/^========= //')"
+  echo "sanitizer $tool: exit $rc, ${summary:-no summary (see sanitizer_$tool.log)}"
+  [[ $rc -ne 0 ]] && status=1
+done
+echo "logs: $OUT"
+exit "$status"
