@@ -3,7 +3,9 @@
 // visible keys, then P_j = exp(s_j - lse).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <vector>
 

@@ -22,7 +22,7 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
   const int d = problem.head_dim;
   const int group = problem.heads_q / problem.heads_kv;
   const int window_right = problem.causal ? 0 : problem.window_right;
-  std::vector<double> out_row(d);
+  std::vector<double> q(d), out_row(d);
 
   for (int b = 0; b < problem.batch; ++b) {
     const int len_q = layout.len_q(b), len_k = layout.len_k(b);
@@ -37,7 +37,6 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
       // q's descale is indexed by the kv head its q head reads, as in flash-attention.
       const double q_scale = descale(args.q_descale, b, kv_head);
       for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-        std::vector<double> q(d);
         for (int i = 0; i < len_q; ++i) {
           load_row(layout.q_row(args.q, b, i, h), args.q.dtype, d, q_scale, q.data());
           const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right);
