@@ -79,7 +79,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), or paged
     (num_pages, page_size, heads_kv, head_dim) with block_table/page_table (batch, pages_per_seq).
     cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
-    seqused_k: int32 (batch), keys actually used per sequence. Returns out, or (out, lse) with lse
+    seqused_k: int32 (batch), keys actually used per sequence; with a paged cache, cu_seqlens_k may
+    give those counts instead (flash-attention 2's convention). Returns out, or (out, lse) with lse
     float32 (heads_q, total_q) when return_attn_probs.
     """
     _reject("seqused_q", seqused_q)
@@ -88,13 +89,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _reject("deterministic", deterministic, False)
     if block_table is not None and page_table is not None:
         raise ValueError("block_table and page_table name the same argument; pass one of them")
+    if page_table is None:
+        page_table = block_table
+    if page_table is not None and cu_seqlens_k is not None:
+        # flash-attention 2 gives a paged cache's key counts as cu_seqlens_k; hopattn as seqused_k.
+        if seqused_k is not None:
+            raise ValueError("cu_seqlens_k and seqused_k: with a page_table give the key counts once")
+        seqused_k, cu_seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1], None
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, softmax_scale=softmax_scale, causal=causal,
                     window_left=left, window_right=right, softcap=softcap,
                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
-                    seqused_k=seqused_k,
-                    page_table=page_table if page_table is not None else block_table,
+                    seqused_k=seqused_k, page_table=page_table,
                     num_splits=num_splits, q_descale=q_descale, k_descale=k_descale,
                     v_descale=v_descale)
 
