@@ -1,0 +1,177 @@
+"""Every rejected input surfaces as the documented exception type, with a message that starts with
+(or names) the offending argument. Inputs are valid except for the one thing each case breaks."""
+
+import numpy as np
+import pytest
+
+import hopattn
+
+
+@pytest.fixture
+def qkv(rng):
+    shape_q, shape_kv = (2, 5, 4, 16), (2, 7, 2, 16)
+    return (rng.standard_normal(shape_q).astype(np.float32),
+            rng.standard_normal(shape_kv).astype(np.float32),
+            rng.standard_normal(shape_kv).astype(np.float32))
+
+
+def varlen_inputs(rng):
+    q = rng.standard_normal((6, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((9, 2, 8)).astype(np.float32)
+    return q, k, k.copy(), np.array([0, 2, 6], np.int32), np.array([0, 4, 9], np.int32)
+
+
+# ---- TypeError: not an array, or an element type hopattn never takes -------------------------
+
+@pytest.mark.parametrize("position,name", [(0, "q"), (1, "k"), (2, "v")])
+def test_non_array_is_a_type_error(qkv, position, name):
+    args = list(qkv)
+    args[position] = args[position].tolist()
+    with pytest.raises(TypeError, match=f"^{name}: expected"):
+        hopattn.flash_attn_func(*args)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int64", "bool", "uint8"])
+def test_unsupported_element_type_is_a_type_error(qkv, dtype):
+    q, k, v = qkv
+    with pytest.raises(TypeError, match=f"^q: element type .* is not supported; hopattn takes"):
+        hopattn.flash_attn_func(q.astype(dtype), k, v)
+
+
+def test_int64_cu_seqlens_is_a_type_error(rng):
+    q, k, v, cu_q, cu_k = varlen_inputs(rng)
+    with pytest.raises(TypeError, match="^cu_seqlens_q: element type int64"):
+        hopattn.flash_attn_varlen_func(q, k, v, cu_q.astype(np.int64), cu_k, 4, 5)
+
+
+def test_window_size_must_be_a_pair(qkv):
+    with pytest.raises(TypeError, match="^window_size: expected a pair"):
+        hopattn.flash_attn_func(*qkv, window_size=3)
+
+
+def test_positional_options_are_refused(qkv):
+    # flash-attention 2 and 3 disagree on the 4th positional argument; hopattn takes keywords only.
+    with pytest.raises(TypeError):
+        hopattn.flash_attn_func(*qkv, 0.0)
+
+
+# ---- ValueError: what the library's validation (or the binding) rejects ----------------------
+
+@pytest.mark.parametrize("change,message", [
+    (lambda q, k, v: dict(k=k.astype(np.float16), v=v.astype(np.float16)), "^k: dtype float16 does not match q"),
+    (lambda q, k, v: dict(v=v.astype(np.float16)), "^v: dtype float16"),
+    (lambda q, k, v: dict(q=q[0]), r"^q: expected shape \(batch, seqlen_q, heads_q, head_dim\)"),
+    (lambda q, k, v: dict(k=k[..., :8], v=v[..., :8]), "^k: head_dim 8 does not match"),
+    (lambda q, k, v: dict(k=k[:, :, :1].repeat(3, 2), v=v[:, :, :1].repeat(3, 2)), "^k: heads_kv 3 does not divide"),
+    (lambda q, k, v: dict(k=k[:1], v=v[:1]), "^k: batch 1 does not match"),
+    (lambda q, k, v: dict(v=v[:, :6]), "^v: shape"),
+    (lambda q, k, v: dict(q=np.repeat(q, 2, axis=3)[..., ::2]), "^q: the last dimension has stride 2"),
+    (lambda q, k, v: dict(window_size=(-2, -1)), "^window_left: -2 is not allowed"),
+    (lambda q, k, v: dict(window_size=(-1, -3)), "^window_right: -3 is not allowed"),
+    (lambda q, k, v: dict(causal=True, window_size=(-1, 2)), "^causal: contradicts window_right 2"),
+    (lambda q, k, v: dict(softcap=-1.0), "^softcap: "),
+    (lambda q, k, v: dict(softmax_scale=float("inf")), "^softmax_scale: "),
+    (lambda q, k, v: dict(num_splits=-1), "^num_splits: -1 is negative"),
+    (lambda q, k, v: dict(out=np.empty(q.shape, np.float16)), "^out: dtype float16"),
+    (lambda q, k, v: dict(out=np.empty(q.shape[:3] + (8,), np.float32)), "^out: shape"),
+    (lambda q, k, v: dict(q_descale=np.ones((2, 2), np.float32)), "^q_descale: given with float32 inputs"),
+])
+def test_library_rejections_are_value_errors(qkv, change, message):
+    q, k, v = qkv
+    arrays = dict(q=q, k=k, v=v)
+    options = change(q, k, v)
+    arrays.update({name: options.pop(name) for name in list(options) if name in arrays})
+    with pytest.raises(ValueError, match=message):
+        hopattn.flash_attn_func(arrays["q"], arrays["k"], arrays["v"], **options)
+
+
+def test_read_only_out_is_a_value_error(qkv):
+    out = np.empty(qkv[0].shape, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="^out: is read-only"):
+        hopattn.flash_attn_func(*qkv, out=out)
+
+
+@pytest.mark.parametrize("break_it,message", [
+    (lambda a: a.update(cu_q=np.array([0, 3, 6], np.int32)), "^cu_seqlens_q: sequence 0 has length 3 > max_seqlen_q 2"),
+    (lambda a: a.update(cu_q=np.array([1, 2, 6], np.int32)), "^cu_seqlens_q: entry 0 is 1"),
+    (lambda a: a.update(cu_q=np.array([0, 4, 3], np.int32)), "^cu_seqlens_q: entry 2 .* is less than entry 1"),
+    (lambda a: a.update(cu_k=np.array([0, 4, 8], np.int32)), "^cu_seqlens_k: last entry 8 does not equal"),
+    (lambda a: a.update(cu_k=np.array([0, 9], np.int32)), "^cu_seqlens_k: has 2 entries"),
+    (lambda a: a.update(max_q=0), "^max_seqlen_q: 0"),
+    (lambda a: a.update(seqused_k=np.array([5, 1], np.int32)), "^seqused_k: entry 0 is 5"),
+    (lambda a: a.update(seqused_k=np.array([1, 1, 1], np.int32)), "^seqused_k: shape"),
+])
+def test_varlen_rejections_name_the_argument(rng, break_it, message):
+    q, k, v, cu_q, cu_k = varlen_inputs(rng)
+    a = dict(cu_q=cu_q, cu_k=cu_k, max_q=4, seqused_k=None)
+    if "max_seqlen_q 2" in message:
+        a["max_q"] = 2
+    break_it(a)
+    with pytest.raises(ValueError, match=message):
+        hopattn.flash_attn_varlen_func(q, k, v, a["cu_q"], a["cu_k"], a["max_q"], 5,
+                                       seqused_k=a["seqused_k"])
+
+
+def paged_inputs(rng):
+    q = rng.standard_normal((2, 1, 2, 8)).astype(np.float32)
+    cache = rng.standard_normal((5, 4, 1, 8)).astype(np.float32)
+    return q, cache, cache.copy(), np.array([[0, 3], [4, 1]], np.int32)
+
+
+@pytest.mark.parametrize("table,seqlens,message", [
+    ([[0, 5], [4, 1]], [3, 3], r"^page_table: entry \(0, 1\) is 5"),
+    ([[0, 3]], [3, 3], "^page_table: has 1 rows"),
+    ([[0, 3], [4, 1]], [3, 9], "^seqused_k: entry 1 is 9"),
+])
+def test_paged_rejections_name_the_argument(rng, table, seqlens, message):
+    q, k_cache, v_cache, _ = paged_inputs(rng)
+    with pytest.raises(ValueError, match=message):
+        hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, page_table=np.array(table, np.int32),
+                                        cache_seqlens=np.array(seqlens, np.int32))
+
+
+def test_page_table_and_block_table_together_are_refused(rng):
+    q, k_cache, v_cache, table = paged_inputs(rng)
+    with pytest.raises(ValueError, match="block_table and page_table"):
+        hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, page_table=table, block_table=table,
+                                        cache_seqlens=3)
+
+
+def test_kvcache_with_cu_seqlens_q_needs_max_seqlen_q(rng):
+    q, k_cache, v_cache, table = paged_inputs(rng)
+    with pytest.raises(ValueError, match="^max_seqlen_q: required"):
+        hopattn.flash_attn_with_kvcache(q[:, 0], k_cache, v_cache, page_table=table, cache_seqlens=3,
+                                        cu_seqlens_q=np.array([0, 1, 2], np.int32))
+
+
+# ---- NotImplementedError: flash-attention options hopattn does not implement -----------------
+
+@pytest.mark.parametrize("option,value", [("dropout_p", 0.1), ("alibi_slopes", np.ones(4, np.float32)),
+                                          ("deterministic", True)])
+def test_unsupported_options_raise_not_implemented(qkv, option, value):
+    with pytest.raises(NotImplementedError, match=f"^{option}: .* is not supported .*hopattn supports"):
+        hopattn.flash_attn_func(*qkv, **{option: value})
+
+
+def test_seqused_q_is_not_implemented(rng):
+    q, k, v, cu_q, cu_k = varlen_inputs(rng)
+    with pytest.raises(NotImplementedError, match="^seqused_q: "):
+        hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 5, seqused_q=np.array([1, 1], np.int32))
+
+
+@pytest.mark.parametrize("option", ["k", "v", "rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad"])
+def test_unsupported_kvcache_options_raise_not_implemented(rng, option):
+    q, k_cache, v_cache, table = paged_inputs(rng)
+    with pytest.raises(NotImplementedError, match=f"^{option}: an array of shape"):
+        hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, page_table=table, cache_seqlens=3,
+                                        **{option: np.zeros((2, 1, 1, 8), np.float32)})
+
+
+def test_backward_of_float8_is_not_implemented():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.ones((1, 2, 1, 8), ml_dtypes.float8_e4m3fn).view(np.uint8)
+    lse = np.zeros((1, 1, 2), np.float32)
+    grads = [np.empty((1, 2, 1, 8), np.uint8) for _ in range(3)]
+    with pytest.raises(NotImplementedError, match="^q: dtype float8_e4m3 is not supported by backward"):
+        hopattn._C.backward(x, x, x, np.zeros((1, 2, 1, 8), np.uint16), x, lse, *grads, raw_bits=True)
