@@ -34,7 +34,7 @@ Packing packing_of(const BwdCase& c) {
 
 MaskSpec mask_of(const BwdCase& c) {
   MaskSpec m;
-  m.scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
+  m.scale = c.scale ? *c.scale : default_scale(c.d);
   m.causal = c.causal;
   m.window_left = c.window_left;
   m.window_right = c.window_right;

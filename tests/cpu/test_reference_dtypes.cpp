@@ -49,7 +49,7 @@ TEST(ReferenceDtypes, SixteenBitInputsGiveCorrectlyRoundedFloat64Math) {
     ASSERT_TRUE(status.ok()) << status.message();
 
     MaskSpec mask;
-    mask.scale = 1.0 / std::sqrt(static_cast<double>(d));
+    mask.scale = default_scale(d);
     mask.causal = true;
     mask.softcap = 2.0;
     std::vector<double> want_out, want_lse;
@@ -109,7 +109,7 @@ TEST(ReferenceDtypes, E4m3InputsUseDescalesPerKvHeadAndGiveBf16) {
       }
     }
     MaskSpec mask;
-    mask.scale = 1.0 / std::sqrt(static_cast<double>(d));
+    mask.scale = default_scale(d);
     mask.window_left = 10;
     std::vector<double> want_out, want_lse;
     naive_batch(Packing::dense(batch, sq, sk), qs, ks, vs, hq, hkv, d, mask, &want_out, &want_lse);

@@ -52,7 +52,7 @@ Result run_dense(const Dims& s, const Inputs& in, FwdArgs options) {
 
 MaskSpec mask_of(const FwdArgs& options, int d) {
   MaskSpec m;
-  m.scale = options.softmax_scale ? *options.softmax_scale : 1.0 / std::sqrt(static_cast<double>(d));
+  m.scale = options.softmax_scale ? *options.softmax_scale : default_scale(d);
   m.causal = options.causal;
   m.window_left = options.window_left;
   m.window_right = options.window_right;

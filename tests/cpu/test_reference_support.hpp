@@ -30,6 +30,13 @@ struct MaskSpec {
   double softcap = 0.0;
 };
 
+// softmax_scale is a float32 argument: its default is 1/sqrt(d) rounded to float32, the value the
+// kernels multiply by. (Using the double 1/sqrt(d) moves outputs by ~1e-8 relative, enough to flip
+// a correctly rounded 16-bit output.)
+inline double default_scale(int head_dim) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
 // Where each sequence's rows sit in the packed (rows, heads, d) buffers used by the tests: dense
 // tensors (batch, seqlen, heads, d) are the same memory as packed (batch * seqlen, heads, d).
 struct Packing {
