@@ -13,3 +13,4 @@ ctest --test-dir "$BUILD" --output-on-failure --no-tests=error --parallel "$(npr
 
 # ---- Python package tests ---------------------------------------------------------------------
 # (owned by the Python engineer: append the pytest step here; it runs after the C++ suite passed)
+"$ROOT/python/run_tests.sh"

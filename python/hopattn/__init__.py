@@ -18,3 +18,8 @@ from .interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
            "hopper_available", "device_description"]
 __version__ = "0.1.0"
+
+import sys as _sys
+
+if "torch" in _sys.modules:  # register torch.ops.hopattn now; never import torch ourselves
+    from . import torch as _torch_ops  # noqa: F401

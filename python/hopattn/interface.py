@@ -9,6 +9,8 @@ arrays (NumPy, CuPy, JAX) go straight to the core. Passing `out=` writes into th
 torch, bypasses autograd.
 """
 
+import numbers
+
 from . import _core
 from ._arrays import library_of
 
@@ -27,23 +29,24 @@ def _reject(name, value, default=None):
 
 
 def _window(window_size):
-    try:
-        left, right = window_size
-        left, right = int(left), int(right)
-    except (TypeError, ValueError):
+    # No try/except here: torch.compile traces this function.
+    if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2
+            and all(isinstance(w, numbers.Integral) for w in window_size)):
         raise TypeError(f"window_size: expected a pair (left, right) of ints, -1 meaning unbounded; "
-                        f"got {window_size!r}") from None
-    return left, right
+                        f"got {window_size!r}")
+    return int(window_size[0]), int(window_size[1])
 
 
-def _is_torch(q):
-    return library_of(q, "q").name == "torch"
+# hopattn.torch's forward, set when that module is imported (hopattn/__init__.py imports it when
+# torch is already loaded), so that torch.compile never traces an import here.
+torch_forward = None
 
 
 def _forward(q, k, v, out, return_lse, **kwargs):
-    if out is None and _is_torch(q):
-        from . import torch as torch_ops  # the registration imports torch, which the caller has
-        result, lse = torch_ops.forward(q, k, v, **kwargs)
+    if out is None and type(q).__module__.split(".")[0] == "torch":
+        if torch_forward is None:
+            from . import torch  # noqa: F401  (sets torch_forward)
+        result, lse = torch_forward(q, k, v, **kwargs)
     else:
         result, lse = _core.forward(q, k, v, out=out, return_lse=return_lse, **kwargs)
     return (result, lse) if return_lse else result

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _core
+from . import _core, interface
 
 
 def _last_dim_contiguous(x):
@@ -103,3 +103,6 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_left=-1, window
                                  float(softcap), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                  max_seqlen_k, seqused_k, page_table, num_splits, q_descale,
                                  k_descale, v_descale)
+
+
+interface.torch_forward = forward

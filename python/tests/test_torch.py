@@ -1,0 +1,241 @@
+"""torch tensors: the custom operators (fake kernels, autograd, torch.compile) and, on a Hopper GPU,
+the sm_90a kernels against float64 attention with flash-attention's tolerance rule.
+Skipped without torch; the GPU tests are skipped without a Hopper GPU and a build with kernels."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import hopattn  # noqa: E402
+import hopattn.torch  # noqa: E402,F401  (registers torch.ops.hopattn)
+
+needs_hopper = pytest.mark.skipif(
+    not (torch.cuda.is_available() and hopattn.hopper_available()),
+    reason=f"needs a Hopper GPU and a build with sm_90a kernels ({hopattn.device_description()})")
+
+
+def attention_math(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None):
+    """Materialized attention in the dtype of its inputs: float64 gives the reference, the input
+    precision gives flash-attention's 'naive' baseline. q (b, sq, hq, d), k, v (b, sk, hk, d)."""
+    seqlen_q, seqlen_k, heads_q, heads_kv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    k = k.repeat_interleave(heads_q // heads_kv, dim=2)
+    v = v.repeat_interleave(heads_q // heads_kv, dim=2)
+    scores = torch.einsum("bihd,bjhd->bhij", q * scale, k)
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    left, right = window
+    right = 0 if causal else right
+    i = torch.arange(seqlen_q, device=q.device)[:, None] + seqlen_k - seqlen_q
+    j = torch.arange(seqlen_k, device=q.device)[None, :]
+    allowed = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+    if right >= 0:
+        allowed &= j <= i + right
+    if left >= 0:
+        allowed &= j >= i - left
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores.float() if scores.dtype != torch.float64 else scores, dim=-1)
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
+    return torch.einsum("bhij,bjhd->bihd", probs, v), lse
+
+
+def assert_within_rule(out, ref, naive, what="out"):
+    """flash-attention's rule: max|out - ref| <= 2 * max|naive - ref| + 1e-5."""
+    assert not out.isnan().any(), f"{what}: NaN"
+    error = (out.double() - ref).abs().max().item()
+    baseline = (naive.double() - ref).abs().max().item()
+    assert error <= 2 * baseline + 1e-5, f"{what}: max error {error:.3g} > 2 * naive {baseline:.3g} + 1e-5"
+
+
+def random_qkv(shape_q, shape_kv, dtype, device, requires_grad=False):
+    return [torch.randn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+            for shape in (shape_q, shape_kv, shape_kv)]
+
+
+# ---- host tensors: operator registration and autograd through the CPU reference --------------
+
+def test_cpu_forward_returns_torch_tensors_matching_float64():
+    q, k, v = random_qkv((2, 9, 4, 32), (2, 13, 2, 32), torch.float32, "cpu")
+    out, lse = hopattn.flash_attn_func(q, k, v, causal=True, softcap=6.0, return_attn_probs=True)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and lse.shape == (2, 4, 9)
+    ref, ref_lse = attention_math(q.double(), k.double(), v.double(), causal=True, softcap=6.0)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_gradients_match_float64_autograd(causal):
+    q, k, v = random_qkv((2, 7, 4, 16), (2, 10, 1, 16), torch.float32, "cpu", requires_grad=True)
+    out = hopattn.flash_attn_func(q, k, v, causal=causal, window_size=(4, -1))
+    grad = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref, _ = attention_math(q64, k64, v64, causal=causal, window=(4, -1))
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), grad.double())
+    for name, actual, expected in zip("qkv", (dq, dk, dv), ref_grads):
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+
+
+def test_cpu_varlen_gradients_flow():
+    q = torch.randn(7, 2, 8, requires_grad=True)
+    k = torch.randn(9, 2, 8, requires_grad=True)
+    v = torch.randn(9, 2, 8, requires_grad=True)
+    cu_q, cu_k = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 5, 9], dtype=torch.int32)
+    out = hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 5, causal=True)
+    out.square().sum().backward()
+    # Sequence 0's queries see only sequence 0's keys: keys 5..8 get no gradient from them.
+    q0 = q.detach()[:3].clone().requires_grad_()
+    ref, _ = attention_math(q0[None].double(), k.detach()[None, :5].double(), v.detach()[None, :5].double(),
+                            causal=True)
+    ref.square().sum().backward()
+    torch.testing.assert_close(q.grad[:3].double(), q0.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_opcheck_fake_kernel_and_autograd_registration():
+    q, k, v = random_qkv((1, 5, 2, 8), (1, 6, 1, 8), torch.float32, "cpu", requires_grad=True)
+    args = (q, k, v, None, True, -1, -1, 0.0, None, None, 0, 0, None, None, 0, None, None, None)
+    torch.library.opcheck(torch.ops.hopattn.fwd.default, args)
+
+
+def test_compile_fullgraph_on_cpu():
+    def attend(q, k, v):
+        return hopattn.flash_attn_func(q, k, v, causal=True).sum(dim=-1)
+
+    q, k, v = random_qkv((2, 6, 2, 16), (2, 6, 2, 16), torch.float32, "cpu", requires_grad=True)
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    compiled(q, k, v).sum().backward()
+    eager_q = q.detach().clone().requires_grad_()
+    attend(eager_q, k.detach(), v.detach()).sum().backward()
+    torch.testing.assert_close(q.grad, eager_q.grad, rtol=0, atol=0)
+
+
+def test_paged_backward_is_not_implemented():
+    q = torch.randn(1, 2, 2, 8, requires_grad=True)
+    cache = torch.randn(2, 4, 1, 8)
+    out = hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=5,
+                                          page_table=torch.tensor([[1, 0]], dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="paged KV cache"):
+        out.sum().backward()
+
+
+# ---- CUDA tensors: the sm_90a kernels ----------------------------------------------------------
+
+def random_gpu_case(rng):
+    heads_kv = int(rng.choice([1, 2, 4]))
+    return dict(batch=int(rng.integers(1, 4)), seqlen_q=int(rng.choice([1, 113, 128, 255, 512, 1000])),
+                seqlen_k=int(rng.choice([1, 97, 128, 256, 511, 1024])), heads_kv=heads_kv,
+                heads_q=heads_kv * int(rng.choice([1, 2, 3])), head_dim=int(rng.choice([64, 128, 256])))
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", range(10))
+def test_gpu_matches_float64_within_flash_attention_rule(rng, dtype, case):
+    s = random_gpu_case(rng)
+    causal = bool(rng.integers(2)) and s["seqlen_k"] >= s["seqlen_q"]  # no fully masked rows in the math
+    print(s, causal)
+    q, k, v = random_qkv((s["batch"], s["seqlen_q"], s["heads_q"], s["head_dim"]),
+                         (s["batch"], s["seqlen_k"], s["heads_kv"], s["head_dim"]), getattr(torch, dtype), "cuda")
+    out, lse = hopattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    ref, ref_lse = attention_math(q.double(), k.double(), v.double(), causal=causal)
+    naive, _ = attention_math(q, k, v, causal=causal)
+    assert out.device == q.device and out.dtype == q.dtype
+    assert_within_rule(out, ref, naive)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=2e-3)
+
+
+@needs_hopper
+def test_gpu_strided_inputs_and_side_stream():
+    batch, seqlen, heads, head_dim = 2, 300, 4, 128
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # produced and consumed on a non-default stream
+        qkv = torch.randn(batch, heads, 3, seqlen, head_dim, dtype=torch.bfloat16, device="cuda")
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (b, s, h, d) views, not contiguous
+        out = hopattn.flash_attn_func(q, k, v, causal=True)
+    stream.synchronize()
+    ref, _ = attention_math(q.double(), k.double(), v.double(), causal=True)
+    naive, _ = attention_math(q, k, v, causal=True)
+    assert_within_rule(out, ref, naive)
+
+
+@needs_hopper
+def test_gpu_compile_fullgraph():
+    def attend(q, k, v):
+        return hopattn.flash_attn_func(q, k, v, causal=True) * 2.0
+
+    q, k, v = random_qkv((2, 256, 8, 64), (2, 256, 2, 64), torch.bfloat16, "cuda")
+    compiled = torch.compile(attend, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), rtol=0, atol=0)
+
+
+@needs_hopper
+def test_gpu_backward_is_correct_or_clearly_not_implemented():
+    q, k, v = random_qkv((1, 128, 2, 64), (1, 128, 2, 64), torch.bfloat16, "cuda", requires_grad=True)
+    out = hopattn.flash_attn_func(q, k, v, causal=True)
+    grad = torch.randn_like(out)
+    try:
+        grads = torch.autograd.grad(out, (q, k, v), grad)
+    except NotImplementedError as error:
+        assert "backward" in str(error)
+        return
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref_grads = torch.autograd.grad(attention_math(q64, k64, v64, causal=True)[0], (q64, k64, v64), grad.double())
+    qn, kn, vn = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    naive_grads = torch.autograd.grad(attention_math(qn, kn, vn, causal=True)[0], (qn, kn, vn), grad)
+    for name, actual, ref, naive in zip("qkv", grads, ref_grads, naive_grads):
+        assert_within_rule(actual, ref, naive, what=f"d{name}")
+
+
+@needs_hopper
+@pytest.mark.parametrize("feature", ["window", "softcap", "varlen", "paged"])
+def test_gpu_features_are_correct_or_not_implemented(rng, feature):
+    dtype, head_dim, heads_q, heads_kv = torch.bfloat16, 128, 4, 2
+    q, k, v = random_qkv((2, 200, heads_q, head_dim), (2, 333, heads_kv, head_dim), dtype, "cuda")
+    options = dict(window=(-1, -1), softcap=0.0, causal=False)
+    try:
+        if feature in ("window", "softcap"):
+            options.update(window=(64, 16)) if feature == "window" else options.update(softcap=30.0)
+            out = hopattn.flash_attn_func(q, k, v, window_size=options["window"], softcap=options["softcap"])
+            ref, _ = attention_math(q.double(), k.double(), v.double(), **options)
+            naive, _ = attention_math(q, k, v, **options)
+            assert_within_rule(out, ref, naive)
+        elif feature == "varlen":
+            cu_q = torch.tensor([0, 200, 400], dtype=torch.int32, device="cuda")
+            cu_k = torch.tensor([0, 333, 666], dtype=torch.int32, device="cuda")
+            out = hopattn.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
+                                                 cu_q, cu_k, 200, 333, causal=True)
+            ref, _ = attention_math(q.double(), k.double(), v.double(), causal=True)
+            naive, _ = attention_math(q, k, v, causal=True)
+            assert_within_rule(out.view(q.shape), ref, naive)
+        else:
+            page_size = 64
+            pages = torch.randperm(2 * 6, device="cuda").to(torch.int32).view(2, 6)
+            k_cache = torch.empty(12, page_size, heads_kv, head_dim, dtype=dtype, device="cuda")
+            v_cache = torch.empty_like(k_cache)
+            for b in range(2):
+                for p in range(6):
+                    rows = slice(p * page_size, min((p + 1) * page_size, 333))
+                    if rows.start < 333:
+                        k_cache[pages[b, p], : rows.stop - rows.start] = k[b, rows]
+                        v_cache[pages[b, p], : rows.stop - rows.start] = v[b, rows]
+            seqlens = torch.full((2,), 333, dtype=torch.int32, device="cuda")
+            out = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                                  page_table=pages, causal=True)
+            ref, _ = attention_math(q.double(), k.double(), v.double(), causal=True)
+            naive, _ = attention_math(q, k, v, causal=True)
+            assert_within_rule(out, ref, naive)
+    except NotImplementedError as error:
+        pytest.skip(f"{feature} on CUDA not implemented yet: {error}")
+
+
+@needs_hopper
+def test_gpu_cupy_arrays_stay_cupy():
+    cupy = pytest.importorskip("cupy")
+    q, k, v = random_qkv((1, 128, 2, 64), (1, 128, 2, 64), torch.float16, "cuda")
+    q_c, k_c, v_c = (cupy.from_dlpack(x) for x in (q, k, v))
+    out = hopattn.flash_attn_func(q_c, k_c, v_c, causal=True)
+    assert isinstance(out, cupy.ndarray) and out.dtype == np.float16
+    ref, _ = attention_math(q.double(), k.double(), v.double(), causal=True)
+    naive, _ = attention_math(q, k, v, causal=True)
+    assert_within_rule(torch.from_dlpack(out), ref, naive)
