@@ -22,7 +22,7 @@ for candidate in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-s
   [[ -z "$SANITIZER" && -x "$candidate" ]] && SANITIZER="$candidate"
 done
 
-{ nvidia-smi -L 2>&1; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1; } >"$OUT/device.txt"
+{ nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } >"$OUT/device.txt" 2>/dev/null || echo "nvidia-smi not available" >"$OUT/device.txt"
 
 # 1. The whole GPU suite, with a JUnit-style XML report.
 start=$SECONDS

@@ -240,7 +240,7 @@ inline Index4 index_of(const Tensor& t) {
 }
 
 // Strided offset of the dense index i in a rank-4 view.
-__device__ inline std::int64_t strided_offset(const Index4& ix, std::int64_t i) {
+__device__ inline std::int64_t dense_index_offset(const Index4& ix, std::int64_t i) {
   std::int64_t offset = 0;
   for (int d = 3; d >= 0; --d) {
     offset += (i % ix.shape[d]) * ix.stride[d];
@@ -257,7 +257,7 @@ __global__ void output_diff_kernel(const T* out, Index4 ix, const float* ref, co
   unsigned long long worst = 0, worst_naive = 0, nans = 0;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
-    const float o = to_float(out[strided_offset(ix, i)]);
+    const float o = to_float(out[dense_index_offset(ix, i)]);
     const float err = fabsf(o - ref[i]);
     if (isnan(err)) {
       ++nans;
@@ -316,7 +316,7 @@ __global__ void lse_diff_kernel(const F* lse, Index4 ix, const F* ref, std::int6
   unsigned long long worst = 0, mismatch = 0, nans = 0;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
-    const F l = lse[strided_offset(ix, i)];
+    const F l = lse[dense_index_offset(ix, i)];
     const F r = ref[i];
     if (isnan(l) || isnan(r)) {
       ++nans;
