@@ -9,7 +9,9 @@ def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     _, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
-    scale = 1.0 / np.sqrt(head_dim) if softmax_scale is None else softmax_scale
+    # The library takes softmax_scale and softcap as float32 and computes the default in float32.
+    scale = np.float32(1) / np.sqrt(np.float32(head_dim)) if softmax_scale is None else softmax_scale
+    scale, softcap = float(np.float32(scale)), float(np.float32(softcap))
     group = heads_q // heads_kv  # q head h reads kv head h // group
     k = np.repeat(k, group, axis=2)
     v = np.repeat(v, group, axis=2)
