@@ -1,0 +1,56 @@
+// hopattn FP8 pre-pass: quantizes q, k, v (bf16/fp16) to fp8 e4m3 with float32 scales, optionally after
+// incoherent processing, as FlashAttention-3's FP8 path does.
+//
+// Scales. One scale per group of elements, scale = amax(group) / 448, so x / scale fits e4m3 (a group
+// whose amax is 0 gets scale 1). The stored descale tensors hold these scales: x ~= code * scale.
+//   kPerTensor  one scale per tensor                          descale shape (1)
+//   kPerHead    one scale per (batch, head)                   descale shape (batch, heads)
+//   kPerBlock   one scale per block_rows rows of (batch, head) descale shape (batch, heads, ceil(seqlen / block_rows))
+// heads is heads_q for q and heads_kv for k and v.
+//
+// Incoherent processing (hadamard = true). q and k rows (not v) are multiplied by M = H diag(s) / sqrt(d)
+// before quantization: H the d x d Walsh-Hadamard matrix, s in {+1, -1}^d drawn from `seed`, the same M
+// for every head of q and k. M is orthogonal, so (qM)(kM)^T = qk^T: attention over the quantized tensors
+// needs no inverse transform, while outliers are spread over the whole head before they meet the
+// quantizer. Needs d in {64, 128, 256}. The transform runs in float32 and gives the same bits on the
+// CPU and the GPU, so host and CUDA tensors give identical e4m3 codes and scales.
+//
+// Host tensors run on the CPU; CUDA tensors on the GPU (one kernel per block; per-tensor and per-head
+// scales first reduce amax across blocks). Non-finite inputs: NaN is ignored by amax, an infinity makes
+// its group's scale infinite; their codes are then meaningless.
+#pragma once
+
+#include <cstdint>
+
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn {
+
+enum class QuantGranularity : int { kPerTensor, kPerHead, kPerBlock };
+const char* granularity_name(QuantGranularity granularity);
+
+struct QuantizeArgs {
+  // Inputs, all bf16 or all fp16, one device: q (batch, seqlen_q, heads_q, d), k and v
+  // (batch, seqlen_k, heads_kv, d); any strides with a contiguous last dimension.
+  Tensor q, k, v;
+  // Outputs, fp8 e4m3, shapes of q, k, v; same stride rules.
+  Tensor q8, k8, v8;
+  // Outputs, float32, shapes given by `granularity` (see above); any strides.
+  Tensor q_descale, k_descale, v_descale;
+
+  QuantGranularity granularity = QuantGranularity::kPerBlock;
+  int block_rows_q = 128;   // kPerBlock: query rows per scale
+  int block_rows_kv = 128;  // kPerBlock: key/value rows per scale
+
+  bool hadamard = false;   // incoherent processing of q and k
+  std::uint64_t seed = 0;  // picks the random signs s of M
+
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors
+};
+
+Status quantize_fp8(const QuantizeArgs& args);
+
+// Number of scales along the sequence for `seqlen` rows: 1 unless kPerBlock, then ceil(seqlen / block_rows).
+std::int64_t scale_blocks(QuantGranularity granularity, std::int64_t seqlen, int block_rows);
+
+}  // namespace hopattn

@@ -1,0 +1,72 @@
+// The validated description of one quantize_fp8 call, shared by the CPU and GPU quantizers so both
+// see the same signs and the same scale groups (the condition for bit-identical codes).
+#pragma once
+
+#include <cstdint>
+
+#include "hopattn/quantize.hpp"
+
+#ifdef __CUDACC__
+#define HOPATTN_QUANT_HD __host__ __device__
+#else
+#define HOPATTN_QUANT_HD
+#endif
+
+namespace hopattn::detail {
+
+constexpr float kE4M3MaxFloat = 448.0f;
+constexpr int kMaxHadamardDim = 256;
+
+// The random signs s of M = H diag(s) / sqrt(d): bit j set means column j is negated.
+struct HadamardSigns {
+  std::uint64_t bits[kMaxHadamardDim / 64] = {};
+  HOPATTN_QUANT_HD bool negated(int column) const { return (bits[column / 64] >> (column % 64)) & 1u; }
+};
+
+// Deterministic in the seed alone (splitmix64), identical on every platform.
+HadamardSigns hadamard_signs(std::uint64_t seed);
+
+// One tensor to quantize: in (batch, seqlen, heads, d) -> out, with scales into descale.
+struct QuantizeJob {
+  const Tensor* in = nullptr;
+  const Tensor* out = nullptr;
+  const Tensor* descale = nullptr;
+  int batch = 0, seqlen = 0, heads = 0, head_dim = 0;
+  int block_rows = 0;   // rows per scale for kPerBlock, rows per work tile otherwise
+  bool hadamard = false;
+  float hadamard_norm = 1.0f;  // 1/sqrt(d) rounded to float once, here, for both quantizers
+};
+
+struct QuantizePlan {
+  QuantizeJob jobs[3];  // q, k, v
+  QuantGranularity granularity = QuantGranularity::kPerBlock;
+  HadamardSigns signs;
+  DeviceType device = DeviceType::kHost;
+  int device_index = 0;
+};
+
+// Rows per work tile when the granularity does not fix one: the tile size of the attention kernels.
+constexpr int kDefaultTileRows = 128;
+
+// Descale element holding the scale of block `block` of (b, h).
+HOPATTN_QUANT_HD inline std::int64_t descale_offset(const Tensor& descale, QuantGranularity granularity, int b, int h, int block) {
+  switch (granularity) {
+    case QuantGranularity::kPerTensor: return 0;
+    case QuantGranularity::kPerHead: return b * descale.stride[0] + h * descale.stride[1];
+    case QuantGranularity::kPerBlock:
+      return b * descale.stride[0] + h * descale.stride[1] + block * descale.stride[2];
+  }
+  return 0;
+}
+
+// scale = amax / 448, and 1 for an all-zero group so that dividing by it stays finite.
+// Division rounds to nearest on both sides (no fast-math), so host and device agree bit for bit.
+HOPATTN_QUANT_HD inline float scale_from_amax(float amax) {
+#ifdef __CUDA_ARCH__
+  return amax > 0.0f ? __fdiv_rn(amax, kE4M3MaxFloat) : 1.0f;
+#else
+  return amax > 0.0f ? amax / kE4M3MaxFloat : 1.0f;
+#endif
+}
+
+}  // namespace hopattn::detail

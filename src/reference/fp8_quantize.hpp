@@ -1,0 +1,25 @@
+// CPU side of quantize_fp8: the float32 Walsh-Hadamard transform and the block quantizer, written so
+// that every float operation is the one the GPU kernel (src/sm90/quant/quantize.cu) performs, in the
+// same order: the two give identical e4m3 codes and scales.
+#pragma once
+
+#include <cstdint>
+
+#include "api/quantize_plan.hpp"
+
+namespace hopattn::reference {
+
+// In place, unnormalized: x <- x H for the d x d Walsh-Hadamard matrix H (d a power of two). Butterfly
+// stages run at strides 1, 2, 4, ...; the pair (j, j + stride) becomes (x_j + x_{j+stride}, x_j - x_{j+stride}).
+void fwht(float* x, int d);
+
+// In place: x <- x M with M = H diag(s) / sqrt(d), `norm` = 1/sqrt(d) as a float.
+void incoherent_transform(float* x, int d, const detail::HadamardSigns& signs, float norm);
+
+// The e4m3 code of x / scale, rounded to nearest even and saturated to +-448 (cuda_fp8.h's conversion).
+std::uint8_t quantize_e4m3(float x, float scale);
+
+// Quantizes the three jobs of a validated plan on host tensors.
+Status quantize_fp8(const detail::QuantizePlan& plan);
+
+}  // namespace hopattn::reference

@@ -1,0 +1,245 @@
+// One CTA per tile of rows of one (batch, head); one warp per row. A row of d = 32 * E elements sits in
+// registers, lane l holding columns [l*E, l*E + E): the Walsh-Hadamard butterflies of stride < E stay in
+// a lane, those of stride >= E pair lane l with lane l ^ (stride / E) through shuffles. Every float
+// operation is an explicitly rounded intrinsic applied in the CPU quantizer's order, so codes and
+// scales match src/reference/fp8_quantize.cpp bit for bit.
+//
+// kPerBlock: one launch; a tile is a scale block, its CTA reduces amax over the tile, writes the scale
+// and quantizes (the second read of the tile hits L2). kPerTensor / kPerHead: the scale group spans many
+// tiles, so amax is reduced into the descale slots first (zero, atomicMax, amax -> scale), then a
+// quantize launch reads the finished scales.
+#include "sm90/quant/quantize.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace hopattn::sm90 {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+enum class Pass : int {
+  kFused,     // kPerBlock: amax of the tile, scale, codes
+  kAmax,      // atomicMax of the tile's amax into its descale slot
+  kQuantize,  // codes with the scale already in the descale slot
+};
+
+struct Params {
+  Tensor in, out, descale;  // plain views; only data and strides are read on the device
+  int batch, seqlen, heads, head_dim;
+  int block_rows, tiles_per_head;
+  QuantGranularity granularity;
+  detail::HadamardSigns signs;
+  float norm;
+};
+
+__device__ float to_float(__half x) { return __half2float(x); }
+__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+__device__ std::uint8_t to_e4m3(float x, float scale) {
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+template <typename T>
+__device__ const T* row_in(const Params& p, int b, int s, int h) {
+  return static_cast<const T*>(p.in.data) + b * p.in.stride[0] + s * p.in.stride[1] + h * p.in.stride[2];
+}
+
+__device__ std::uint8_t* row_out(const Params& p, int b, int s, int h) {
+  return static_cast<std::uint8_t*>(p.out.data) + b * p.out.stride[0] + s * p.out.stride[1] + h * p.out.stride[2];
+}
+
+// Lane's E columns of row (b, s, h) times M = H diag(s) / sqrt(d).
+template <typename T, int E>
+__device__ void load_transformed(const Params& p, int b, int s, int h, int lane, float (&v)[E]) {
+  const T* in = row_in<T>(p, b, s, h) + lane * E;
+#pragma unroll
+  for (int i = 0; i < E; ++i) v[i] = to_float(in[i]);
+#pragma unroll
+  for (int stride = 1; stride < E; stride *= 2) {
+#pragma unroll
+    for (int base = 0; base < E; base += 2 * stride) {
+#pragma unroll
+      for (int j = base; j < base + stride; ++j) {
+        const float lo = v[j], hi = v[j + stride];
+        v[j] = __fadd_rn(lo, hi);
+        v[j + stride] = __fsub_rn(lo, hi);
+      }
+    }
+  }
+#pragma unroll
+  for (int lanes = 1; lanes < 32; lanes *= 2) {
+    const bool upper = lane & lanes;  // this lane holds the x_{j+stride} half of each pair
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const float partner = __shfl_xor_sync(0xffffffffu, v[i], lanes);
+      v[i] = upper ? __fsub_rn(partner, v[i]) : __fadd_rn(v[i], partner);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    const float x = p.signs.negated(lane * E + i) ? -v[i] : v[i];
+    v[i] = __fmul_rn(x, p.norm);
+  }
+}
+
+// amax of one row, identical in every lane of the warp.
+template <typename T, int E>
+__device__ float row_amax(const Params& p, int b, int s, int h, int lane) {
+  float m = 0.0f;
+  if constexpr (E > 0) {
+    float v[E];
+    load_transformed<T, E>(p, b, s, h, lane, v);
+#pragma unroll
+    for (int i = 0; i < E; ++i) m = fmaxf(m, fabsf(v[i]));
+  } else {
+    const T* in = row_in<T>(p, b, s, h);
+    for (int j = lane; j < p.head_dim; j += 32) m = fmaxf(m, fabsf(to_float(in[j])));
+  }
+  return m;
+}
+
+template <typename T, int E>
+__device__ void quantize_row(const Params& p, int b, int s, int h, int lane, float scale) {
+  std::uint8_t* out = row_out(p, b, s, h);
+  if constexpr (E > 0) {
+    float v[E];
+    load_transformed<T, E>(p, b, s, h, lane, v);
+#pragma unroll
+    for (int i = 0; i < E; ++i) out[lane * E + i] = to_e4m3(v[i], scale);
+  } else {
+    const T* in = row_in<T>(p, b, s, h);
+    for (int j = lane; j < p.head_dim; j += 32) out[j] = to_e4m3(to_float(in[j]), scale);
+  }
+}
+
+__device__ float warp_max(float m) {
+#pragma unroll
+  for (int lanes = 16; lanes > 0; lanes /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, lanes));
+  return m;
+}
+
+// E = d / 32 for the transformed path, 0 for plain rows of any d.
+template <typename T, int E>
+__global__ void __launch_bounds__(kThreads) quantize_tiles(Params p, Pass pass) {
+  const int tile = blockIdx.x % p.tiles_per_head;
+  const int h = (blockIdx.x / p.tiles_per_head) % p.heads;
+  const int b = blockIdx.x / p.tiles_per_head / p.heads;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row_begin = tile * p.block_rows;
+  const int row_end = min(p.seqlen, row_begin + p.block_rows);
+  float* slot = static_cast<float*>(p.descale.data) + detail::descale_offset(p.descale, p.granularity, b, h, tile);
+
+  float scale;
+  if (pass == Pass::kQuantize) {
+    scale = *slot;
+  } else {
+    float m = 0.0f;
+    for (int s = row_begin + warp; s < row_end; s += kWarps) m = fmaxf(m, row_amax<T, E>(p, b, s, h, lane));
+    __shared__ float warp_amax[kWarps];
+    m = warp_max(m);
+    if (lane == 0) warp_amax[warp] = m;
+    __syncthreads();
+    m = warp_amax[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, warp_amax[w]);
+    if (pass == Pass::kAmax) {
+      // amax >= 0, and non-negative floats order like their bit patterns.
+      if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(slot), __float_as_int(m));
+      return;
+    }
+    scale = detail::scale_from_amax(m);
+    if (threadIdx.x == 0) *slot = scale;
+  }
+  for (int s = row_begin + warp; s < row_end; s += kWarps) quantize_row<T, E>(p, b, s, h, lane, scale);
+}
+
+// The descale slots of kPerTensor / kPerHead: zeroed before the amax pass, turned into scales after it.
+__global__ void reset_slots(Params p) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.batch * p.heads) return;
+  static_cast<float*>(p.descale.data)[detail::descale_offset(p.descale, p.granularity, i / p.heads, i % p.heads, 0)] =
+      0.0f;
+}
+__global__ void amax_to_scale(Params p) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.batch * p.heads) return;
+  float* slot = static_cast<float*>(p.descale.data) +
+                detail::descale_offset(p.descale, p.granularity, i / p.heads, i % p.heads, 0);
+  *slot = detail::scale_from_amax(*slot);
+}
+
+template <typename T, int E>
+void launch_tiles(const Params& p, Pass pass, cudaStream_t stream) {
+  const long long tiles = static_cast<long long>(p.batch) * p.heads * p.tiles_per_head;
+  quantize_tiles<T, E><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p, pass);
+}
+
+template <typename T>
+void launch_tiles(const Params& p, bool hadamard, Pass pass, cudaStream_t stream) {
+  if (!hadamard) return launch_tiles<T, 0>(p, pass, stream);
+  switch (p.head_dim) {  // validation admits d in {64, 128, 256} with hadamard
+    case 64: return launch_tiles<T, 2>(p, pass, stream);
+    case 128: return launch_tiles<T, 4>(p, pass, stream);
+    default: return launch_tiles<T, 8>(p, pass, stream);
+  }
+}
+
+Status quantize_job(const detail::QuantizeJob& job, const detail::QuantizePlan& plan, cudaStream_t stream) {
+  Params p{*job.in, *job.out, *job.descale, job.batch, job.seqlen, job.heads, job.head_dim, job.block_rows,
+           static_cast<int>(scale_blocks(QuantGranularity::kPerBlock, job.seqlen, job.block_rows)),
+           plan.granularity, plan.signs, job.hadamard_norm};
+  const long long tiles = static_cast<long long>(job.batch) * job.heads * p.tiles_per_head;
+  if (tiles > 0x7fffffffLL || static_cast<long long>(job.batch) * job.heads > 0x7fffffffLL) {
+    return Status(StatusCode::kUnsupported, "quantize_fp8: batch * heads * ceil(seqlen / block_rows) = " +
+                                                std::to_string(tiles) + " exceeds the 2^31 - 1 CTAs of one launch");
+  }
+  const bool bf16 = job.in->dtype == Dtype::kBFloat16;
+  auto tiles_pass = [&](Pass pass) {
+    if (bf16) {
+      launch_tiles<__nv_bfloat16>(p, job.hadamard, pass, stream);
+    } else {
+      launch_tiles<__half>(p, job.hadamard, pass, stream);
+    }
+  };
+  if (plan.granularity == QuantGranularity::kPerBlock) {
+    tiles_pass(Pass::kFused);
+  } else {
+    // kPerTensor uses slot (0, 0) only: treat it as one (batch, head).
+    Params slots = p;
+    if (plan.granularity == QuantGranularity::kPerTensor) slots.batch = slots.heads = 1;
+    const unsigned slot_blocks = static_cast<unsigned>((static_cast<long long>(slots.batch) * slots.heads + 255) / 256);
+    reset_slots<<<slot_blocks, 256, 0, stream>>>(slots);
+    tiles_pass(Pass::kAmax);
+    amax_to_scale<<<slot_blocks, 256, 0, stream>>>(slots);
+    tiles_pass(Pass::kQuantize);
+  }
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    return Status(StatusCode::kCudaError, std::string("quantize_fp8: kernel launch failed: ") + cudaGetErrorString(e));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status quantize_fp8(const detail::QuantizePlan& plan, void* stream) {
+  int previous = 0;
+  cudaGetDevice(&previous);
+  if (cudaSetDevice(plan.device_index) != cudaSuccess) {
+    return Status(StatusCode::kCudaError, "quantize_fp8: cannot select CUDA device " + std::to_string(plan.device_index));
+  }
+  Status status;
+  for (const detail::QuantizeJob& job : plan.jobs) {
+    status = quantize_job(job, plan, static_cast<cudaStream_t>(stream));
+    if (!status.ok()) break;
+  }
+  cudaSetDevice(previous);
+  return status;
+}
+
+}  // namespace hopattn::sm90

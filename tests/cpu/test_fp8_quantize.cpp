@@ -1,0 +1,262 @@
+// quantize_fp8 on host tensors: round-trip error within e4m3 rounding, scale = amax / 448 per group, the
+// Walsh-Hadamard transform against its matrix definition, orthogonality, seed determinism, strides.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bitset>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "api/quantize_plan.hpp"
+#include "cpu/test_fp8_util.hpp"
+#include "reference/fp8_quantize.hpp"
+#include "reference/fp8_rounding.hpp"
+
+namespace {
+
+using fp8_test::QuantCase;
+using fp8_test::QuantShape;
+using hopattn::Dtype;
+using hopattn::QuantGranularity;
+using hopattn::reference::decode_e4m3_code;
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 engine{std::random_device{}()};
+  return engine;
+}
+
+// Entry (i, j) of M = H diag(s) / sqrt(d), from the definitions: H_ij = (-1)^popcount(i & j).
+double m_entry(int i, int j, int d, const hopattn::detail::HadamardSigns& signs) {
+  const double h = std::bitset<32>(static_cast<unsigned>(i & j)).count() % 2 ? -1.0 : 1.0;
+  return h * (signs.negated(j) ? -1.0 : 1.0) / std::sqrt(static_cast<double>(d));
+}
+
+// Row (b, s, h) of tensor t as quantize_fp8 should see it: x, or x M, in float64.
+std::vector<double> expected_row(const QuantCase& c, int t, int b, int s, int h) {
+  const int d = c.shape.d;
+  std::vector<double> x(d), y(d, 0.0);
+  for (int j = 0; j < d; ++j) x[j] = c.input_value(t, c.offset(t, b, s, h, j));
+  if (!c.args.hadamard || t == 2) return x;
+  const auto signs = hopattn::detail::hadamard_signs(c.args.seed);
+  for (int j = 0; j < d; ++j) {
+    for (int i = 0; i < d; ++i) y[j] += x[i] * m_entry(i, j, d, signs);
+  }
+  return y;
+}
+
+// Checks every scale group of every tensor of a case that quantize_fp8 has filled.
+void check_round_trip(const QuantCase& c) {
+  const QuantGranularity g = c.args.granularity;
+  for (int t = 0; t < 3; ++t) {
+    SCOPED_TRACE("tensor " + std::to_string(t));
+    const int blocks = static_cast<int>(hopattn::scale_blocks(g, c.seqlen(t), c.block_rows(t)));
+    const int rows_per_group = g == QuantGranularity::kPerBlock ? c.block_rows(t) : c.seqlen(t);
+    // Group (b, h, block) in the order the descale tensor stores them; kPerTensor is one group of all.
+    const int group_batches = g == QuantGranularity::kPerTensor ? 1 : c.shape.batch;
+    const int group_heads = g == QuantGranularity::kPerTensor ? 1 : c.heads(t);
+    for (int gb = 0; gb < group_batches; ++gb) {
+      for (int gh = 0; gh < group_heads; ++gh) {
+        for (int block = 0; block < blocks; ++block) {
+          const float scale = c.scales[t][(gb * group_heads + gh) * blocks + block];
+          ASSERT_TRUE(std::isfinite(scale) && scale > 0.0f) << scale;
+          double amax = 0.0, code_max = 0.0;
+          for (int b = 0; b < c.shape.batch; ++b) {
+            for (int h = 0; h < c.heads(t); ++h) {
+              if (g != QuantGranularity::kPerTensor && (b != gb || h != gh)) continue;
+              const int s_end = std::min(c.seqlen(t), (block + 1) * rows_per_group);
+              for (int s = block * rows_per_group; s < s_end; ++s) {
+                const std::vector<double> x = expected_row(c, t, b, s, h);
+                double norm = 0.0;
+                for (double e : x) norm += e * e;
+                for (int j = 0; j < c.shape.d; ++j) {
+                  const float code = decode_e4m3_code(c.codes[t][c.offset(t, b, s, h, j)]);
+                  ASSERT_FALSE(std::isnan(code)) << "b " << b << " s " << s << " h " << h << " j " << j;
+                  // Half an e4m3 step: 2^-4 relative for normals, 2^-10 * scale on the subnormal grid;
+                  // plus the float32 transform's own rounding.
+                  const double bound = std::fabs(x[j]) / 16.0 + scale / 1024.0 + 1e-6 * std::sqrt(norm);
+                  ASSERT_LE(std::fabs(code * static_cast<double>(scale) - x[j]), bound)
+                      << "b " << b << " s " << s << " h " << h << " j " << j;
+                  amax = std::max(amax, std::fabs(x[j]));
+                  code_max = std::max(code_max, std::fabs(static_cast<double>(code)));
+                }
+                for (int j = c.shape.d; j < c.shape.d + c.pad; ++j) {
+                  ASSERT_EQ(c.codes[t][c.offset(t, b, s, h, j)], fp8_test::kPoisonCode) << "wrote into row padding";
+                }
+              }
+            }
+          }
+          EXPECT_NEAR(scale, amax / 448.0, 1e-5 * amax / 448.0 + 1e-30);
+          EXPECT_EQ(code_max, 448.0) << "the group's largest element must map to the e4m3 maximum";
+        }
+      }
+    }
+  }
+}
+
+struct Config {
+  QuantShape shape;
+  QuantGranularity granularity;
+  bool hadamard;
+  int block_q, block_kv, pad;
+};
+
+TEST(Fp8Quantize, RoundTripWithinE4M3RoundingAndScalesFromAmax) {
+  const Config configs[] = {
+      {{1, 1, 1, 1, 1, 64}, QuantGranularity::kPerTensor, false, 128, 128, 0},
+      {{2, 130, 67, 4, 2, 64}, QuantGranularity::kPerBlock, true, 64, 32, 0},
+      {{1, 33, 200, 3, 1, 128}, QuantGranularity::kPerBlock, true, 128, 128, 3},
+      {{2, 17, 9, 2, 2, 256}, QuantGranularity::kPerHead, true, 128, 128, 0},
+      {{1, 50, 50, 2, 2, 128}, QuantGranularity::kPerTensor, true, 128, 128, 1},
+      {{3, 7, 5, 5, 5, 40}, QuantGranularity::kPerBlock, false, 1, 2, 0},
+      {{1, 9, 4, 1, 1, 1}, QuantGranularity::kPerHead, false, 128, 128, 2},
+      {{2, 129, 31, 2, 1, 3}, QuantGranularity::kPerBlock, false, 128, 16, 0},
+  };
+  for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
+    for (const Config& cfg : configs) {
+      SCOPED_TRACE(std::string(hopattn::dtype_name(dtype)) + " " + hopattn::granularity_name(cfg.granularity) +
+                   (cfg.hadamard ? " hadamard" : "") + " d " + std::to_string(cfg.shape.d) + " sq " +
+                   std::to_string(cfg.shape.seqlen_q) + " sk " + std::to_string(cfg.shape.seqlen_k));
+      QuantCase c = fp8_test::make_case(cfg.shape, dtype, cfg.granularity, cfg.hadamard, rng(), cfg.block_q,
+                                        cfg.block_kv, cfg.pad);
+      const hopattn::Status status = hopattn::quantize_fp8(c.args);
+      ASSERT_TRUE(status.ok()) << status.message();
+      check_round_trip(c);
+    }
+  }
+}
+
+TEST(Fp8Quantize, AllZeroGroupGetsScaleOneAndZeroCodes) {
+  QuantCase c = fp8_test::make_case({2, 20, 20, 2, 2, 64}, Dtype::kBFloat16, QuantGranularity::kPerHead, true, rng());
+  for (int t = 0; t < 3; ++t) {  // head 1 of batch 0 all zeros
+    for (int s = 0; s < 20; ++s) {
+      for (int j = 0; j < 64; ++j) c.in[t][c.offset(t, 0, s, 1, j)] = 0;
+    }
+  }
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(c.scales[t][1], 1.0f);
+    for (int s = 0; s < 20; ++s) {
+      for (int j = 0; j < 64; ++j) ASSERT_EQ(decode_e4m3_code(c.codes[t][c.offset(t, 0, s, 1, j)]), 0.0f);
+    }
+    EXPECT_NE(c.scales[t][0], 1.0f);  // the random heads keep their amax-derived scales
+  }
+}
+
+TEST(Fp8Hadamard, TransformMatchesMatrixDefinition) {
+  for (int d : {64, 128, 256}) {
+    const auto signs = hopattn::detail::hadamard_signs(rng()());
+    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    std::vector<float> e(d);
+    for (int i = 0; i < d; ++i) {  // e_i M is row i of M
+      std::fill(e.begin(), e.end(), 0.0f);
+      e[i] = 1.0f;
+      hopattn::reference::incoherent_transform(e.data(), d, signs, norm);
+      for (int j = 0; j < d; ++j) ASSERT_NEAR(e[j], m_entry(i, j, d, signs), 1e-7) << "d " << d << " (" << i << ", " << j << ")";
+    }
+  }
+}
+
+TEST(Fp8Hadamard, OrthogonalSoDotProductsSurvive) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int d : {64, 128, 256}) {
+    const auto signs = hopattn::detail::hadamard_signs(rng()());
+    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    // M M^T = I in float64 over the float32 rows of M.
+    std::vector<std::vector<float>> m(d, std::vector<float>(d, 0.0f));
+    for (int i = 0; i < d; ++i) {
+      m[i][i] = 1.0f;
+      hopattn::reference::incoherent_transform(m[i].data(), d, signs, norm);
+    }
+    for (int i = 0; i < d; ++i) {
+      for (int k = 0; k < d; ++k) {
+        double dot = 0.0;
+        for (int j = 0; j < d; ++j) dot += static_cast<double>(m[i][j]) * m[k][j];
+        ASSERT_NEAR(dot, i == k ? 1.0 : 0.0, 1e-6) << "d " << d << " (" << i << ", " << k << ")";
+      }
+    }
+    // (qM)(kM)^T = q k^T, outliers included.
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> q(d), k(d);
+      for (int j = 0; j < d; ++j) {
+        q[j] = normal(rng()) + (j == trial ? 30.0f : 0.0f);
+        k[j] = normal(rng());
+      }
+      double exact = 0.0, qn = 0.0, kn = 0.0;
+      for (int j = 0; j < d; ++j) exact += static_cast<double>(q[j]) * k[j], qn += q[j] * q[j], kn += k[j] * k[j];
+      hopattn::reference::incoherent_transform(q.data(), d, signs, norm);
+      hopattn::reference::incoherent_transform(k.data(), d, signs, norm);
+      double rotated = 0.0;
+      for (int j = 0; j < d; ++j) rotated += static_cast<double>(q[j]) * k[j];
+      EXPECT_NEAR(rotated, exact, 1e-6 * std::sqrt(qn * kn) * std::sqrt(static_cast<double>(d)));
+    }
+  }
+}
+
+TEST(Fp8Hadamard, SignsAreDeterministicInTheSeedAndBalanced) {
+  const std::uint64_t seed = rng()();
+  const auto a = hopattn::detail::hadamard_signs(seed), b = hopattn::detail::hadamard_signs(seed);
+  const auto other = hopattn::detail::hadamard_signs(seed + 1);
+  int negated = 0, differ = 0;
+  for (int j = 0; j < hopattn::detail::kMaxHadamardDim; ++j) {
+    ASSERT_EQ(a.negated(j), b.negated(j));
+    negated += a.negated(j);
+    differ += a.negated(j) != other.negated(j);
+  }
+  EXPECT_GT(negated, 80);  // 256 fair coins: 128 +- 8 per standard deviation
+  EXPECT_LT(negated, 176);
+  EXPECT_GT(differ, 80);
+  // splitmix64 is fixed: seed 0 gives these words on every platform and every run.
+  EXPECT_EQ(hopattn::detail::hadamard_signs(0).bits[0], 0xE220A8397B1DCDAFull);
+}
+
+TEST(Fp8Hadamard, SameSeedSameCodesOtherSeedOtherCodes) {
+  QuantCase c = fp8_test::make_case({1, 40, 40, 2, 2, 128}, Dtype::kFloat16, QuantGranularity::kPerBlock, true, rng());
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  const std::vector<std::uint8_t> first_codes[3] = {c.codes[0], c.codes[1], c.codes[2]};
+  const std::vector<float> first_scales[3] = {c.scales[0], c.scales[1], c.scales[2]};
+  for (auto& v : c.codes) std::fill(v.begin(), v.end(), fp8_test::kPoisonCode);
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(c.codes[t], first_codes[t]);
+    EXPECT_EQ(c.scales[t], first_scales[t]);
+  }
+  c.args.seed ^= 0x9E3779B97F4A7C15ull;
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  EXPECT_NE(c.codes[0], first_codes[0]);
+  EXPECT_NE(c.codes[1], first_codes[1]);
+  EXPECT_EQ(c.codes[2], first_codes[2]) << "v is never transformed, so the seed must not touch it";
+}
+
+TEST(Fp8Quantize, StridedTensorsGiveTheCodesOfContiguousOnes) {
+  for (QuantGranularity g : {QuantGranularity::kPerTensor, QuantGranularity::kPerHead, QuantGranularity::kPerBlock}) {
+    QuantCase dense = fp8_test::make_case({2, 37, 70, 2, 1, 64}, Dtype::kBFloat16, g, true, rng(), 16, 32);
+    QuantCase padded = fp8_test::make_case({2, 37, 70, 2, 1, 64}, Dtype::kBFloat16, g, true, rng(), 16, 32, 7);
+    padded.args.seed = dense.args.seed;
+    for (int t = 0; t < 3; ++t) {
+      for (int b = 0; b < 2; ++b) {
+        for (int s = 0; s < dense.seqlen(t); ++s) {
+          for (int h = 0; h < dense.heads(t); ++h) {
+            for (int j = 0; j < 64; ++j) padded.in[t][padded.offset(t, b, s, h, j)] = dense.in[t][dense.offset(t, b, s, h, j)];
+          }
+        }
+      }
+    }
+    ASSERT_TRUE(hopattn::quantize_fp8(dense.args).ok());
+    ASSERT_TRUE(hopattn::quantize_fp8(padded.args).ok());
+    for (int t = 0; t < 3; ++t) {
+      EXPECT_EQ(dense.scales[t], padded.scales[t]);
+      for (int b = 0; b < 2; ++b) {
+        for (int s = 0; s < dense.seqlen(t); ++s) {
+          for (int h = 0; h < dense.heads(t); ++h) {
+            for (int j = 0; j < 64; ++j) {
+              ASSERT_EQ(dense.codes[t][dense.offset(t, b, s, h, j)], padded.codes[t][padded.offset(t, b, s, h, j)]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
