@@ -1,0 +1,163 @@
+// The CPU emulations behind the accuracy study: FP8 attention against float64 attention of the same
+// dequantized operands (only P's e4m3 rounding may differ), and the 16-bit baselines within their
+// rounding bounds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/test_fp8_util.hpp"
+#include "reference/fp8_attention.hpp"
+#include "reference/fp8_baselines.hpp"
+#include "reference/fp8_rounding.hpp"
+
+namespace {
+
+using fp8_test::QuantCase;
+using hopattn::Dtype;
+using hopattn::QuantGranularity;
+using hopattn::reference::decode_e4m3_code;
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 engine{std::random_device{}()};
+  return engine;
+}
+
+// code * scale of every element of tensor t, contiguous (b, s, h, d).
+std::vector<float> dequantized(const QuantCase& c, int t) {
+  const auto& sh = c.shape;
+  const QuantGranularity g = c.args.granularity;
+  const int blocks = static_cast<int>(hopattn::scale_blocks(g, c.seqlen(t), c.block_rows(t)));
+  std::vector<float> x;
+  for (int b = 0; b < sh.batch; ++b) {
+    for (int s = 0; s < c.seqlen(t); ++s) {
+      for (int h = 0; h < c.heads(t); ++h) {
+        const int group = g == QuantGranularity::kPerTensor ? 0
+                          : g == QuantGranularity::kPerHead ? b * c.heads(t) + h
+                                                            : (b * c.heads(t) + h) * blocks + s / c.block_rows(t);
+        for (int j = 0; j < sh.d; ++j) {
+          x.push_back(decode_e4m3_code(c.codes[t][c.offset(t, b, s, h, j)]) * c.scales[t][group]);
+        }
+      }
+    }
+  }
+  return x;
+}
+
+hopattn::reference::DenseInputs dense(const fp8_test::QuantShape& sh, std::vector<float> q, std::vector<float> k,
+                                      std::vector<float> v) {
+  hopattn::reference::DenseInputs in;
+  in.batch = sh.batch, in.seqlen_q = sh.seqlen_q, in.seqlen_k = sh.seqlen_k;
+  in.heads_q = sh.heads_q, in.heads_kv = sh.heads_kv, in.head_dim = sh.d;
+  in.q = std::move(q), in.k = std::move(k), in.v = std::move(v);
+  return in;
+}
+
+// sum_j p_ij |v_jc| and sum_j |v_jc| per output element, in float64: the scales of the error bounds.
+void magnitudes(const hopattn::reference::DenseInputs& in, std::vector<double>* weighted, std::vector<double>* plain) {
+  hopattn::reference::DenseInputs abs_v = in;
+  for (float& x : abs_v.v) x = std::fabs(x);
+  *weighted = hopattn::reference::attention_f64(abs_v);
+  for (float& x : abs_v.q) x = 0.0f;  // uniform attention: the mean of |v|
+  *plain = hopattn::reference::attention_f64(abs_v);
+  for (double& x : *plain) x *= in.seqlen_k;
+}
+
+TEST(Fp8Attention, OnlyTheRoundingOfPSeparatesItFromExactAttention) {
+  struct Config {
+    fp8_test::QuantShape shape;
+    QuantGranularity granularity;
+    bool hadamard;
+    int block_q, block_kv, tile_k;
+  };
+  const Config configs[] = {
+      {{2, 37, 150, 4, 2, 64}, QuantGranularity::kPerBlock, true, 16, 32, 64},
+      {{1, 1, 1, 1, 1, 128}, QuantGranularity::kPerTensor, false, 128, 128, 128},
+      {{1, 20, 300, 3, 3, 128}, QuantGranularity::kPerHead, true, 128, 128, 128},
+      {{2, 9, 77, 2, 1, 40}, QuantGranularity::kPerBlock, false, 4, 5, 16},
+  };
+  for (const Config& cfg : configs) {
+    SCOPED_TRACE(std::string(hopattn::granularity_name(cfg.granularity)) + " sk " + std::to_string(cfg.shape.seqlen_k));
+    QuantCase c = fp8_test::make_case(cfg.shape, Dtype::kBFloat16, cfg.granularity, cfg.hadamard, rng(), cfg.block_q,
+                                      cfg.block_kv);
+    ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+    hopattn::reference::Fp8AttentionArgs fa;
+    fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
+    fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
+    fa.granularity = cfg.granularity;
+    fa.block_rows_q = cfg.block_q, fa.block_rows_kv = cfg.block_kv, fa.tile_k = cfg.tile_k;
+    const std::vector<float> out = hopattn::reference::fp8_attention(fa);
+
+    const auto in = dense(cfg.shape, dequantized(c, 0), dequantized(c, 1), dequantized(c, 2));
+    const std::vector<double> exact = hopattn::reference::attention_f64(in);
+    std::vector<double> weighted, plain;
+    magnitudes(in, &weighted, &plain);
+    ASSERT_EQ(out.size(), exact.size());
+    double worst = 0.0;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      ASSERT_FALSE(std::isnan(out[i])) << i;
+      // e4m3 rounds P (scaled into [0, 256]) by at most 2^-4 relative, or 2^-10 absolute on the subnormal
+      // grid, i.e. 2^-18 of a probability; float32 sums add a little.
+      const double bound = (1.0 / 16 + 1e-4) * weighted[i] + std::ldexp(1.0, -18) * plain[i] + 1e-6;
+      ASSERT_LE(std::fabs(out[i] - exact[i]), bound) << "element " << i;
+      worst = std::max(worst, std::fabs(out[i] - exact[i]) / bound);
+    }
+    if (cfg.shape.seqlen_k > 1) {  // one key: P = 256 exactly, nothing to round
+      EXPECT_GT(worst, 0.0) << "P rounding must show: an exact emulation would not be emulating FP8";
+    }
+  }
+}
+
+TEST(Fp8Attention, StandardBaselineUsesTheSameOperands) {
+  // Sanity of the paper-style baseline: close to exact attention of the dequantized operands, but with
+  // the coarser unscaled P the error is larger than the flash-style emulation's.
+  QuantCase c = fp8_test::make_case({1, 64, 512, 2, 2, 64}, Dtype::kFloat16, QuantGranularity::kPerTensor, false, rng());
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  hopattn::reference::Fp8AttentionArgs fa;
+  fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
+  fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
+  fa.granularity = QuantGranularity::kPerTensor;
+  const auto in = dense(c.shape, dequantized(c, 0), dequantized(c, 1), dequantized(c, 2));
+  const std::vector<double> exact = hopattn::reference::attention_f64(in);
+  double rms = 0.0;
+  for (double x : exact) rms += x * x;
+  rms = std::sqrt(rms / exact.size());
+  const double flash = hopattn::reference::rmse(hopattn::reference::fp8_attention(fa), exact);
+  const double standard = hopattn::reference::rmse(hopattn::reference::standard_fp8_attention(fa), exact);
+  EXPECT_LT(standard, 0.5 * rms);
+  EXPECT_GT(standard, flash);
+}
+
+TEST(Fp8Baselines, SixteenBitAttentionWithinItsRounding) {
+  const fp8_test::QuantShape sh{2, 33, 200, 4, 2, 64};
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (Dtype dtype : {Dtype::kFloat16, Dtype::kBFloat16}) {
+    auto round = [&](float x) {
+      return dtype == Dtype::kFloat16 ? hopattn::reference::to_fp16_rn(x) : hopattn::reference::to_bf16_rn(x);
+    };
+    std::vector<float> qkv[3];
+    for (int t = 0; t < 3; ++t) {
+      const int s = t == 0 ? sh.seqlen_q : sh.seqlen_k, h = t == 0 ? sh.heads_q : sh.heads_kv;
+      for (int i = 0; i < sh.batch * s * h * sh.d; ++i) qkv[t].push_back(round(normal(rng())));
+    }
+    const auto in = dense(sh, qkv[0], qkv[1], qkv[2]);
+    const std::vector<double> exact = hopattn::reference::attention_f64(in);
+    std::vector<double> weighted, plain;
+    magnitudes(in, &weighted, &plain);
+    const std::vector<float> out = hopattn::reference::flash_attention_16bit(in, dtype, 64);
+    const double unit = dtype == Dtype::kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);  // half an ulp
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      // P rounded once (relative unit), the output rounded once (relative unit), float32 sums.
+      const double bound = (unit + 1e-5) * weighted[i] + unit * std::fabs(exact[i]) * 1.01 + 1e-6;
+      ASSERT_LE(std::fabs(out[i] - exact[i]), bound) << hopattn::dtype_name(dtype) << " element " << i;
+    }
+    if (dtype == Dtype::kFloat16) {
+      const double standard = hopattn::reference::rmse(hopattn::reference::standard_attention_fp16(in), exact);
+      EXPECT_LT(standard, 2e-3);  // fp16 scores of magnitude ~3 carry errors ~2^-11 * 3 into every weight
+      EXPECT_GT(standard, hopattn::reference::rmse(out, exact));
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,105 @@
+// quantize_fp8 on CUDA tensors gives the same e4m3 codes and scales, bit for bit, as on host tensors,
+// for every granularity, with and without incoherent processing, on odd and strided shapes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/test_fp8_util.hpp"
+#include "gpu/gpu_test_util.cuh"
+
+namespace {
+
+using fp8_test::QuantCase;
+using hopattn::Dtype;
+using hopattn::QuantGranularity;
+using hopattn::test::DeviceBuffer;
+
+class QuantizeFp8Gpu : public hopattn::test::HopperTest {};
+
+struct Config {
+  fp8_test::QuantShape shape;
+  QuantGranularity granularity;
+  bool hadamard;
+  int block_q, block_kv, pad;
+};
+
+// Runs the case on the host, then the same inputs on the device with poisoned outputs, and compares.
+void expect_device_matches_host(const Config& cfg, Dtype dtype, std::mt19937_64& rng, cudaStream_t stream) {
+  QuantCase host = fp8_test::make_case(cfg.shape, dtype, cfg.granularity, cfg.hadamard, rng, cfg.block_q,
+                                       cfg.block_kv, cfg.pad);
+  QuantCase device = host;  // same inputs, strides and poisoned outputs; pointers replaced below
+  hopattn::QuantizeArgs& args = device.args;
+  std::vector<DeviceBuffer> buffers;
+  for (int t = 0; t < 3; ++t) {
+    const std::size_t bytes[3] = {host.in[t].size() * sizeof(std::uint16_t), host.codes[t].size(),
+                                  host.scales[t].size() * sizeof(float)};
+    const void* sources[3] = {host.in[t].data(), host.codes[t].data(), host.scales[t].data()};
+    hopattn::Tensor* views[3] = {&device.input(t), &device.output(t), &device.descale(t)};
+    for (int i = 0; i < 3; ++i) {
+      buffers.emplace_back(bytes[i]);
+      HOPATTN_CUDA_CHECK(cudaMemcpy(buffers.back().data(), sources[i], bytes[i], cudaMemcpyHostToDevice));
+      views[i]->data = buffers.back().data();
+      views[i]->device = hopattn::DeviceType::kCuda;
+    }
+  }
+  args.stream = stream;
+  hopattn::Status status = hopattn::quantize_fp8(args);
+  ASSERT_TRUE(status.ok()) << status.message();
+  status = hopattn::quantize_fp8(host.args);
+  ASSERT_TRUE(status.ok()) << status.message();
+  HOPATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int t = 0; t < 3; ++t) {
+    SCOPED_TRACE("tensor " + std::to_string(t));
+    const std::vector<std::uint8_t> codes = buffers[3 * t + 1].to_host<std::uint8_t>();
+    const std::vector<float> scales = buffers[3 * t + 2].to_host<float>();
+    ASSERT_EQ(codes.size(), host.codes[t].size());
+    for (std::size_t i = 0; i < codes.size(); ++i) {
+      ASSERT_EQ(codes[i], host.codes[t][i]) << "element " << i;  // row padding included: poison on both
+    }
+    ASSERT_EQ(scales.size(), host.scales[t].size());
+    for (std::size_t i = 0; i < scales.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&scales[i], &host.scales[t][i], sizeof(float)), 0)
+          << "scale " << i << ": device " << scales[i] << " host " << host.scales[t][i];
+    }
+  }
+}
+
+TEST_F(QuantizeFp8Gpu, CodesAndScalesMatchTheHostBitForBit) {
+  std::mt19937_64 rng{std::random_device{}()};
+  const Config configs[] = {
+      {{1, 1, 1, 1, 1, 64}, QuantGranularity::kPerBlock, true, 128, 128, 0},
+      {{2, 130, 67, 4, 2, 64}, QuantGranularity::kPerBlock, true, 64, 32, 0},
+      {{1, 333, 200, 3, 1, 128}, QuantGranularity::kPerBlock, true, 128, 128, 8},
+      {{2, 17, 9, 2, 2, 256}, QuantGranularity::kPerHead, true, 128, 128, 0},
+      {{2, 300, 500, 2, 2, 128}, QuantGranularity::kPerTensor, true, 128, 128, 3},
+      {{3, 7, 5, 5, 5, 40}, QuantGranularity::kPerBlock, false, 1, 2, 0},
+      {{1, 9, 4, 1, 1, 1}, QuantGranularity::kPerHead, false, 128, 128, 2},
+      {{2, 129, 31, 2, 1, 3}, QuantGranularity::kPerTensor, false, 128, 16, 0},
+      {{1, 1000, 1000, 8, 8, 128}, QuantGranularity::kPerBlock, true, 128, 128, 0},
+      {{1, 40, 40, 2, 2, 300}, QuantGranularity::kPerBlock, false, 1000, 1000, 0},
+  };
+  cudaStream_t stream;
+  HOPATTN_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
+    for (const Config& cfg : configs) {
+      SCOPED_TRACE(std::string(hopattn::dtype_name(dtype)) + " " + hopattn::granularity_name(cfg.granularity) +
+                   (cfg.hadamard ? " hadamard" : "") + " d " + std::to_string(cfg.shape.d) + " sq " +
+                   std::to_string(cfg.shape.seqlen_q));
+      expect_device_matches_host(cfg, dtype, rng, stream);
+      if (HasFatalFailure()) break;
+    }
+  }
+  HOPATTN_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_F(QuantizeFp8Gpu, RepeatedCallsAreDeterministic) {
+  // atomicMax order differs between runs; the scales and codes must not.
+  std::mt19937_64 rng{std::random_device{}()};
+  for (QuantGranularity g : {QuantGranularity::kPerTensor, QuantGranularity::kPerHead}) {
+    expect_device_matches_host({{4, 2048, 2048, 4, 4, 128}, g, true, 128, 128, 0}, Dtype::kBFloat16, rng, nullptr);
+  }
+}
+
+}  // namespace
