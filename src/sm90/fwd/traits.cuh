@@ -32,9 +32,15 @@ struct FwdTraits {
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
   static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
-  // setmaxnreg budgets: 128 * (32 + 2 * 240) = 65536 registers per SM.
-  static constexpr int kProducerRegisters = 32;
+  // setmaxnreg budgets. The CTA owns what it was launched with (65536 / 384 threads, rounded down to
+  // a multiple of 8: 168 per thread); setmaxnreg.inc waits until the pool can pay, so the budgets must
+  // add up to no more than that or the consumers wait forever.
+  static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
+                    kLaunchRegisters * kThreads,
+                "register budgets exceed what the CTA is launched with");
 
   using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;
   using KTile = SwizzledTile<kBlockN, kHeadDim, kElementBytes>;
