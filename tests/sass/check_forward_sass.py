@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Checks the SASS of every forward-kernel instantiation in built objects or archives.
+
+  check_forward_sass.py [--cuda-bin-dir DIR] [--tools-dir DIR] FILE...   check; exit 0 pass, 1 fail
+  check_forward_sass.py --tools-dir DIR --install-only                   make cuobjdump available
+
+Every function whose name contains `attention_forward_kernel` must issue its GEMMs on the Hopper tensor
+cores (HGMMA; QGMMA for FP8 instantiations, named with fp8/e4m3), load through TMA (UTMALDG), and use
+no local memory (LDL/STL). A file without any forward kernel fails too, so a build that silently lost
+its kernels cannot pass. Exit 2: cuobjdump/nvdisasm not found.
+
+cuobjdump --dump-sass needs nvdisasm beside it. Both ship with the full CUDA toolkit; where the toolkit
+is trimmed to the compiler (as on the CI machines), --install-only puts NVIDIA's PyPI builds of the
+two into --tools-dir, where the check then looks.
+"""
+
+import argparse
+import collections
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+FORWARD_KERNEL = "attention_forward_kernel"
+# Any 13.x disassembler reads the sm_90a cubins nvcc 13.0 writes; pinned so CI runs are repeatable.
+PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
+
+# A SASS instruction line: "/*0a40*/   @!P0 HGMMA.64x128x16.F32.BF16 gdesc[UR4], ... ;"
+INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+# Lines that end the current function's listing (next archive member or next embedded cubin).
+SECTION_END = re.compile(r"^(member |Fatbin |\s*code for )")
+
+
+def tool_dirs(cuda_bin_dir, tools_dir):
+    dirs = []
+    if cuda_bin_dir:
+        dirs.append(cuda_bin_dir)
+    dirs += os.environ.get("PATH", "").split(os.pathsep)
+    if tools_dir:
+        dirs += sorted(glob.glob(os.path.join(tools_dir, "nvidia", "*", "bin")))
+    return [d for d in dirs if d]
+
+
+def find_tools(cuda_bin_dir, tools_dir):
+    """(cuobjdump, nvdisasm dir), or None when either is missing."""
+    dirs = tool_dirs(cuda_bin_dir, tools_dir)
+    cuobjdump = next((shutil.which("cuobjdump", path=d) for d in dirs if shutil.which("cuobjdump", path=d)), None)
+    nvdisasm = next((shutil.which("nvdisasm", path=d) for d in dirs if shutil.which("nvdisasm", path=d)), None)
+    if cuobjdump is None or nvdisasm is None:
+        return None
+    return cuobjdump, os.path.dirname(nvdisasm)
+
+
+def install_tools(tools_dir):
+    print(f"cuobjdump/nvdisasm not in the CUDA toolkit or on PATH: installing {' '.join(PYPI_TOOLS)} into {tools_dir}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-deps", "--upgrade", "--target", tools_dir, *PYPI_TOOLS], check=True)
+    for binary in glob.glob(os.path.join(tools_dir, "nvidia", "*", "bin", "*")):
+        os.chmod(binary, 0o755)  # wheels do not always keep the execute bit
+
+
+def dump_sass(cuobjdump, nvdisasm_dir, path):
+    env = dict(os.environ, PATH=nvdisasm_dir + os.pathsep + os.environ.get("PATH", ""))
+    result = subprocess.run([cuobjdump, "--dump-sass", path], env=env, capture_output=True, text=True)
+    # cuobjdump exits non-zero for a file with no device code at all; that is a finding, not an error.
+    if result.returncode != 0 and "does not contain device code" not in result.stderr:
+        sys.exit(f"error: {cuobjdump} --dump-sass {path} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def opcode_counts(sass):
+    """{mangled function name: Counter of base opcodes (HGMMA.64x128x16.F32 -> HGMMA)}."""
+    functions = {}
+    current = None
+    for line in sass.splitlines():
+        match = FUNCTION.match(line)
+        if match:
+            current = functions.setdefault(match.group(1), collections.Counter())
+            continue
+        if SECTION_END.match(line):
+            current = None
+            continue
+        if current is not None:
+            match = INSTRUCTION.search(line)
+            if match:
+                current[match.group(1)] += 1
+    return functions
+
+
+def demangle(names):
+    filt = shutil.which("c++filt")
+    if not names or filt is None:
+        return {n: n for n in names}
+    result = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True)
+    lines = result.stdout.splitlines()
+    return dict(zip(names, lines)) if result.returncode == 0 and len(lines) == len(names) else {n: n for n in names}
+
+
+def is_fp8(name):
+    lowered = name.lower()
+    return "fp8" in lowered or "e4m3" in lowered
+
+
+def problems(name, ops):
+    """What the forward kernel `name` lacks or must not have; empty when it passes."""
+    gemm = "QGMMA" if is_fp8(name) else "HGMMA"
+    missing = [op for op in (gemm, "UTMALDG") if ops[op] == 0]
+    found = []
+    if missing:
+        found.append("missing " + ", ".join(missing))
+    if ops["LDL"] or ops["STL"]:
+        found.append(f"local memory (LDL {ops['LDL']}, STL {ops['STL']})")
+    return found
+
+
+def check(paths, cuobjdump, nvdisasm_dir):
+    failures = 0
+    for path in paths:
+        functions = opcode_counts(dump_sass(cuobjdump, nvdisasm_dir, path))
+        forward = sorted(n for n in functions if FORWARD_KERNEL in n)
+        pretty = demangle(forward)
+        print(f"{path}: {len(functions)} kernels, {len(forward)} forward instantiations")
+        if not forward:
+            print(f"FAIL  {path}: no {FORWARD_KERNEL} instantiation in its SASS")
+            failures += 1
+        for name in forward:
+            ops = functions[name]
+            found = problems(name, ops)
+            verdict = "FAIL" if found else "ok  "
+            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']}  QGMMA {ops['QGMMA']}  UTMALDG {ops['UTMALDG']}"
+                  f"  LDL {ops['LDL']}  STL {ops['STL']}  instructions {sum(ops.values())}"
+                  + (f"  <- {'; '.join(found)}" if found else ""))
+            failures += bool(found)
+    print(f"{'FAILED' if failures else 'PASSED'}: {failures} problem(s)")
+    return 1 if failures else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="*", help="object files or static libraries to inspect")
+    parser.add_argument("--cuda-bin-dir", help="the CUDA toolkit's bin folder (CMake's CUDAToolkit_BIN_DIR)")
+    parser.add_argument("--tools-dir", help="where --install-only puts cuobjdump and nvdisasm from PyPI")
+    parser.add_argument("--install-only", action="store_true",
+                        help="install cuobjdump/nvdisasm into --tools-dir unless already found, then exit")
+    args = parser.parse_args()
+
+    tools = find_tools(args.cuda_bin_dir, args.tools_dir)
+    if args.install_only:
+        if args.tools_dir is None:
+            parser.error("--install-only needs --tools-dir")
+        if tools is None:
+            install_tools(args.tools_dir)
+            tools = find_tools(args.cuda_bin_dir, args.tools_dir)
+        print(f"cuobjdump: {tools[0] if tools else 'still not found'}")
+        return 0 if tools else 2
+    if not args.files:
+        parser.error("name at least one object file or library")
+    if tools is None:
+        print("error: cuobjdump and nvdisasm not found in --cuda-bin-dir, on PATH or under --tools-dir; "
+              "run with --install-only --tools-dir DIR (pip installs them) or install the full CUDA toolkit")
+        return 2
+    return check(args.files, *tools)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
