@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sm90/fwd/launch.hpp"
+#include "sm90/fwd_fp8/dispatch.hpp"
 #include "sm90/sm90.hpp"
 
 namespace hopattn::sm90 {
@@ -21,9 +22,9 @@ Status unsupported(const std::string& what) {
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   switch (pr.head_dim) {
-    case 64: return launch_forward<64, Element>(args, pr);
-    case 128: return launch_forward<128, Element>(args, pr);
-    case 256: return launch_forward<256, Element>(args, pr);
+    case 64: return launch_shipped_forward<64, Element>(args, pr);
+    case 128: return launch_shipped_forward<128, Element>(args, pr);
+    case 256: return launch_shipped_forward<256, Element>(args, pr);
     default: return unsupported("head dim " + std::to_string(pr.head_dim));
   }
 }
@@ -37,10 +38,10 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.softcap != 0.0f) return unsupported("softcap");
   if (pr.window_left != -1 || (pr.window_right != -1 && !(pr.causal && pr.window_right == 0)))
     return unsupported("a sliding window");
-  if (!args.options.warp_specialized) return unsupported("KernelOptions::warp_specialized = false");
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);
+    case Dtype::kFloat8E4M3: return forward_fp8(args, pr);
     default: return unsupported(std::string("dtype ") + dtype_name(pr.in_dtype));
   }
 }

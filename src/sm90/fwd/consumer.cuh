@@ -17,6 +17,7 @@
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/params.hpp"
+#include "sm90/fwd/producer.cuh"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
@@ -34,8 +35,15 @@ class Consumer {
   static constexpr int kPSteps = Traits::kPSteps;
 
  public:
-  __device__ Consumer(typename Traits::SharedStorage& s, const FwdParams& p, int warpgroup)
-      : s_(s), p_(p), warpgroup_(warpgroup), thread_(threadIdx.x % Traits::kWarpgroupThreads) {}
+  // drives_loads: without warp specialization, this thread also issues the TMA loads.
+  __device__ Consumer(typename Traits::SharedStorage& s, const FwdParams& p, TensorMaps maps, int warpgroup,
+                      bool drives_loads)
+      : s_(s),
+        p_(p),
+        warpgroup_(warpgroup),
+        thread_(threadIdx.x % Traits::kWarpgroupThreads),
+        drives_loads_(drives_loads),
+        producer_(s, maps) {}
 
   __device__ void run() {
     // Ping-pong starts with warpgroup 0: warpgroup 1 opens its partner's first turn.
@@ -53,6 +61,7 @@ class Consumer {
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
       OnlineSoftmax<kS> softmax(p_.scale_log2);
 
+      if (inline_loads()) producer_.begin_tile(p_, c, n_begin, n_end);
       mbarrier_wait(&s_.q_full, q_phase);  // producer (TMA) -> us: Q tile landed
       q_phase ^= 1;
       if (n_end <= n_begin) {
@@ -67,6 +76,8 @@ class Consumer {
   }
 
  private:
+  __device__ bool inline_loads() const { return !Traits::kWarpSpecialized && drives_loads_; }
+
   __device__ static int turn_barrier(int warpgroup) { return Traits::kPingPongBarrierBase + warpgroup; }
 
   // Our turn to issue GEMMs: wait until the other warpgroup has issued its own.
@@ -81,6 +92,12 @@ class Consumer {
   __device__ void release(std::uint64_t* empty) {
     __syncwarp();
     if (thread_ % 32 == 0) mbarrier_arrive(empty);
+  }
+
+  // A V stage was just released: an inline producer refills the ring.
+  __device__ void release_v(int stage) {
+    release(&s_.v_empty[stage]);
+    if (inline_loads()) producer_.load_next();
   }
 
   // S = Q K^T over the head dim: kHeadDim/16 wgmmas, committed as one group (not waited for).
@@ -161,7 +178,7 @@ class Consumer {
       issue_pv(o, p, stage);
       wgmma_wait<0>();
       pin_registers(o);
-      release(&s_.v_empty[stage]);  // PV GEMM done reading V
+      release_v(stage);  // PV GEMM done reading V
       ring_.advance();
     }
   }
@@ -206,7 +223,7 @@ class Consumer {
       wgmma_wait<0>();  // P V done: p and V stage free
       pin_registers(o);
       pin_registers(p);
-      release(&s_.v_empty[pv_stage]);
+      release_v(pv_stage);
       convert_p(s, p);
       pv_stage = stage;
       pv_phase = ring_.phase();
@@ -217,13 +234,15 @@ class Consumer {
     issue_pv(o, p, pv_stage);
     wgmma_wait<0>();
     pin_registers(o);
-    release(&s_.v_empty[pv_stage]);
+    release_v(pv_stage);
   }
 
   typename Traits::SharedStorage& s_;
   const FwdParams& p_;
   const int warpgroup_;
   const int thread_;
+  const bool drives_loads_;
+  InlineProducer<Traits> producer_;
   StageRing<Traits::kStages> ring_;
 };
 

@@ -1,9 +1,11 @@
 // The forward kernel: splits the CTA into roles and plans shared memory; the roles live in
 // producer.cuh (TMA loads) and consumer.cuh (GEMMs, softmax, epilogue).
 //
-// Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and one elected thread
-// issues every TMA load. Warpgroups 1 and 2 are consumers: they take the registers (setmaxnreg.inc)
-// and each computes 64 rows of the 128-row Q tile against the same K/V stages.
+// Warp-specialized (the default): warpgroup 0 is the producer: it gives registers back
+// (setmaxnreg.dec) and one elected thread issues every TMA load. Warpgroups 1 and 2 are consumers:
+// they take the registers (setmaxnreg.inc) and each computes 64 rows of the 128-row Q tile against
+// the same K/V stages. Without warp specialization there are only the two consumer warpgroups and
+// thread 0 issues the loads between its GEMMs.
 #pragma once
 
 #include <cuda.h>
@@ -53,12 +55,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
 
-  if (warpgroup == 0) {
-    warpgroup_release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x / 32 == 0 && elect_one_lane()) run_producer<Traits>(s, &tm_q, &tm_k, &tm_v, params);
+  const TensorMaps maps{&tm_q, &tm_k, &tm_v};
+  if constexpr (Traits::kWarpSpecialized) {
+    if (warpgroup == 0) {
+      warpgroup_release_registers<Traits::kProducerRegisters>();
+      if (threadIdx.x / 32 == 0 && elect_one_lane()) run_producer<Traits>(s, maps, params);
+    } else {
+      warpgroup_claim_registers<Traits::kConsumerRegisters>();
+      Consumer<Traits>(s, params, maps, warpgroup - 1, false).run();
+    }
   } else {
-    warpgroup_claim_registers<Traits::kConsumerRegisters>();
-    Consumer<Traits>(s, params, warpgroup - 1).run();
+    Consumer<Traits>(s, params, maps, warpgroup, threadIdx.x == 0).run();
   }
 }
 

@@ -1,4 +1,4 @@
-// Definition of launch_forward: tensor maps, parameters, grid, and the launch itself.
+// launch_forward<Traits>: tensor maps, parameters, grid, and the launch of one kernel configuration.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -6,8 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "api/problem.hpp"
 #include "sm90/fwd/kernel.cuh"
-#include "sm90/fwd/launch.hpp"
 #include "sm90/fwd/traits.cuh"
 #include "sm90/host/tensor_map.hpp"
 
@@ -30,9 +30,8 @@ inline int multiprocessor_count(int device) {
   return count;
 }
 
-template <int kHeadDim, typename Element>
+template <class Traits>
 Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
-  using Traits = FwdTraits<kHeadDim, Element>;
   const CUtensorMapDataType dtype =
       Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q, tm_k, tm_v;

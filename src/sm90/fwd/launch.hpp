@@ -1,5 +1,6 @@
-// Host launch of the forward kernel for one (head dim, element type); one instantiation per .cu file
-// in src/sm90/instantiations so they compile in parallel.
+// Host entry of the forward kernels for one (head dim, element type). The tile configuration is
+// chosen inside (shipped_configs.cuh); each instantiation lives in its own .cu file in
+// src/sm90/instantiations so the build compiles them in parallel.
 #pragma once
 
 #include "api/problem.hpp"
@@ -7,6 +8,6 @@
 namespace hopattn::sm90 {
 
 template <int kHeadDim, typename Element>
-Status launch_forward(const FwdArgs& args, const detail::Problem& problem);
+Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

@@ -1,5 +1,7 @@
-// The producer: one elected thread of the producer warpgroup issues every TMA load. It loads a Q
-// tile once per CTA tile and streams K and V blocks through the ring of kStages shared-memory stages.
+// The producer side of the pipeline: TMA loads of a Q tile once per CTA tile, and of K and V blocks
+// through the ring of kStages shared-memory stages. One thread issues every load. With warp
+// specialization that thread belongs to the producer warpgroup and runs ahead on its own
+// (run_producer); without it a consumer thread calls the same TileLoader between its GEMMs.
 #pragma once
 
 #include <cuda.h>
@@ -12,6 +14,12 @@
 
 namespace hopattn::sm90 {
 
+struct TensorMaps {
+  const CUtensorMap* q;
+  const CUtensorMap* k;
+  const CUtensorMap* v;
+};
+
 // Loads the kColumnBlocks 64-column boxes of one tile (rows [row0, row0 + box rows)) into smem.
 template <class Tile, int kColsPerBlock>
 __device__ __forceinline__ void load_tile(std::uint8_t* smem, const CUtensorMap* map, std::uint64_t* full,
@@ -23,39 +31,83 @@ __device__ __forceinline__ void load_tile(std::uint8_t* smem, const CUtensorMap*
 }
 
 template <class Traits>
-__device__ void run_producer(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                             const CUtensorMap* tm_v, const FwdParams& p) {
+class TileLoader {
   using QTile = typename Traits::QTile;
   using KTile = typename Traits::KTile;
   using VTile = typename Traits::VTile;
-  constexpr int kCols = Traits::kColsPerBlock;
-  StageRing<Traits::kStages> ring;
-  std::uint32_t q_phase = 0;
+  static constexpr int kCols = Traits::kColsPerBlock;
+
+ public:
+  __device__ TileLoader(typename Traits::SharedStorage& s, TensorMaps maps) : s_(s), maps_(maps) {}
+
+  // Q of a new tile; the previous tile's consumers must be done with their last S GEMM (q_empty)
+  // before it is overwritten. The first wait passes at once (parity of the phase before the first).
+  __device__ void load_q(const TileCoord& c) {
+    mbarrier_wait(&s_.q_empty, q_phase_ ^ 1);
+    mbarrier_arrive_expect_tx(&s_.q_full, QTile::kBytes);
+    load_tile<QTile, kCols>(s_.q, maps_.q, &s_.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
+    q_phase_ ^= 1;
+  }
+
+  // K and V of block n into the next ring stage, once the consumers have released that stage.
+  __device__ void load_kv(const TileCoord& c, int kv_head, int n) {
+    const int stage = ring_.index();
+    mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
+    mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
+    load_tile<KTile, kCols>(s_.k[stage], maps_.k, &s_.k_full[stage], n * Traits::kBlockN, kv_head, c.batch);
+    mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
+    mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
+    load_tile<VTile, kCols>(s_.v[stage], maps_.v, &s_.v_full[stage], n * Traits::kBlockN, kv_head, c.batch);
+    ring_.advance();
+  }
+
+ private:
+  typename Traits::SharedStorage& s_;
+  TensorMaps maps_;
+  StageRing<Traits::kStages> ring_;
+  std::uint32_t q_phase_ = 0;
+};
+
+// Warp-specialized producer: walks the whole schedule, K/V blocks from the last to the first (the
+// order the consumers use: masked blocks first), throttled only by the empty barriers.
+template <class Traits>
+__device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p) {
+  TileLoader<Traits> loader(s, maps);
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
-    TileCoord c = decode_tile(p, tile);
-    int kv_head = c.head / p.head_ratio;
+    const TileCoord c = decode_tile(p, tile);
     int n_begin, n_end;
     kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, c.m_block, &n_begin, &n_end);
-
-    // Q: the previous tile's consumers must be done with their last S GEMM (q_empty) before we
-    // overwrite it. The first wait passes at once (parity of the phase before the first).
-    mbarrier_wait(&s.q_empty, q_phase ^ 1);
-    mbarrier_arrive_expect_tx(&s.q_full, QTile::kBytes);
-    load_tile<QTile, kCols>(s.q, tm_q, &s.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
-    q_phase ^= 1;
-
-    // K/V blocks from the last to the first, the order the consumers use (masked blocks first).
-    for (int n = n_end - 1; n >= n_begin; --n) {
-      const int stage = ring.index();
-      mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
-      mbarrier_arrive_expect_tx(&s.k_full[stage], KTile::kBytes);
-      load_tile<KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch);
-      mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);
-      mbarrier_arrive_expect_tx(&s.v_full[stage], VTile::kBytes);
-      load_tile<VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], n * Traits::kBlockN, kv_head, c.batch);
-      ring.advance();
-    }
+    loader.load_q(c);
+    for (int n = n_end - 1; n >= n_begin; --n) loader.load_kv(c, c.head / p.head_ratio, n);
   }
 }
+
+// Inline producer for the non-warp-specialized kernel: a consumer thread keeps kStages blocks in
+// flight, issuing the next load after each block it finishes.
+template <class Traits>
+class InlineProducer {
+ public:
+  __device__ InlineProducer(typename Traits::SharedStorage& s, TensorMaps maps) : loader_(s, maps) {}
+
+  __device__ void begin_tile(const FwdParams& p, const TileCoord& c, int n_begin, int n_end) {
+    coord_ = c;
+    kv_head_ = c.head / p.head_ratio;
+    n_begin_ = n_begin;
+    next_n_ = n_end - 1;
+    loader_.load_q(c);
+    for (int i = 0; i < Traits::kStages; ++i) load_next();
+  }
+
+  __device__ void load_next() {
+    if (next_n_ >= n_begin_) loader_.load_kv(coord_, kv_head_, next_n_--);
+  }
+
+ private:
+  TileLoader<Traits> loader_;
+  TileCoord coord_{};
+  int kv_head_ = 0;
+  int n_begin_ = 0;
+  int next_n_ = -1;
+};
 
 }  // namespace hopattn::sm90

@@ -12,7 +12,11 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim_, typename Element_>
+// kBlockN_: keys per K/V tile: as wide as the registers allow (S is 64 x kBlockN f32 per warpgroup and
+// O is 64 x kHeadDim f32) while kStages_ K and V stages still fit in shared memory.
+// kWarpSpecialized_: a producer warpgroup issues the TMA loads (FlashAttention-3); without it one
+// consumer thread issues them between its own GEMMs (the ablation baseline).
+template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -24,13 +28,13 @@ struct FwdTraits {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kRowsPerWarpgroup = 64;
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
-  // Keys per K/V tile: as wide as the registers allow (S is 64 x kBlockN f32 per warpgroup and O is
-  // 64 x kHeadDim f32) while K and V stages still fit in shared memory.
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
-  static constexpr int kStages = kHeadDim == 64 ? 4 : 2;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kWarpSpecialized = kWarpSpecialized_;
 
   static constexpr int kWarpgroupThreads = 128;
-  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
+  static constexpr int kProducerWarpgroups = kWarpSpecialized ? 1 : 0;
+  static constexpr int kThreads = kWarpgroupThreads * (kProducerWarpgroups + kConsumerWarpgroups);
   static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
   // setmaxnreg budgets. The CTA owns what it was launched with (65536 / 384 threads, rounded down to
   // a multiple of 8: 168 per thread); setmaxnreg.inc waits until the pool can pay, so the budgets must
@@ -38,8 +42,9 @@ struct FwdTraits {
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-  static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
-                    kLaunchRegisters * kThreads,
+  static_assert(!kWarpSpecialized ||
+                    (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
+                        kLaunchRegisters * kThreads,
                 "register budgets exceed what the CTA is launched with");
 
   using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;

@@ -1,0 +1,144 @@
+// hopattn-tune: times forward-kernel tile configurations that the library does not necessarily ship,
+// side by side on the same inputs, to choose src/sm90/fwd/shipped_configs.cuh. A development tool:
+//   hopattn-tune            every candidate on the FlashAttention-3 grid shapes at 512, 2k and 8k
+// Prints one line per (shape, config, options): median ms over 30 calls after 5 warm-up calls.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/problem.hpp"
+#include "sm90/fwd/launch.cuh"
+#include "sm90/fwd/traits.cuh"
+
+namespace hopattn::sm90 {
+namespace {
+
+#define TUNE_CHECK(expr)                                                              \
+  do {                                                                                \
+    cudaError_t e_ = (expr);                                                          \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+struct Buffers {
+  __nv_bfloat16 *q, *k, *v, *out;
+  float* lse;
+};
+
+Buffers make_buffers(int batch, int heads, int seqlen, int d) {
+  const std::size_t n = std::size_t(batch) * seqlen * heads * d;
+  std::vector<__nv_bfloat16> host(n);
+  std::mt19937 gen(std::random_device{}());
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Buffers b{};
+  for (__nv_bfloat16** p : {&b.q, &b.k, &b.v}) {
+    for (auto& x : host) x = __float2bfloat16(dist(gen));
+    TUNE_CHECK(cudaMalloc(p, n * 2));
+    TUNE_CHECK(cudaMemcpy(*p, host.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+  TUNE_CHECK(cudaMalloc(&b.out, n * 2));
+  TUNE_CHECK(cudaMalloc(&b.lse, std::size_t(batch) * heads * seqlen * 4));
+  return b;
+}
+
+void free_buffers(Buffers& b) {
+  cudaFree(b.q);
+  cudaFree(b.k);
+  cudaFree(b.v);
+  cudaFree(b.out);
+  cudaFree(b.lse);
+}
+
+template <class Traits>
+void time_config(const char* name, const Buffers& b, int batch, int heads, int seqlen, int d, bool causal,
+                 KernelOptions options) {
+  FwdArgs args;
+  args.q = make_tensor(b.q, Dtype::kBFloat16, {batch, seqlen, heads, d}, DeviceType::kCuda);
+  args.k = make_tensor(b.k, Dtype::kBFloat16, {batch, seqlen, heads, d}, DeviceType::kCuda);
+  args.v = make_tensor(b.v, Dtype::kBFloat16, {batch, seqlen, heads, d}, DeviceType::kCuda);
+  args.out = make_tensor(b.out, Dtype::kBFloat16, {batch, seqlen, heads, d}, DeviceType::kCuda);
+  args.lse = make_tensor(b.lse, Dtype::kFloat32, {batch, heads, seqlen}, DeviceType::kCuda);
+  args.causal = causal;
+  args.options = options;
+  detail::Problem pr;
+  Status st = detail::validate_forward(args, &pr);
+  if (st.ok()) st = launch_forward<Traits>(args, pr);
+  if (!st.ok()) {
+    std::printf("%-26s error: %s\n", name, st.message().c_str());
+    return;
+  }
+  cudaEvent_t start, stop;
+  TUNE_CHECK(cudaEventCreate(&start));
+  TUNE_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 5; ++i) launch_forward<Traits>(args, pr);
+  std::vector<float> ms;
+  for (int i = 0; i < 30; ++i) {
+    TUNE_CHECK(cudaEventRecord(start));
+    launch_forward<Traits>(args, pr);
+    TUNE_CHECK(cudaEventRecord(stop));
+    TUNE_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    TUNE_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  TUNE_CHECK(cudaGetLastError());
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  const double flops = 4.0 * batch * heads * double(seqlen) * seqlen * d * (causal ? 0.5 : 1.0);
+  std::printf("d=%3d s=%5d b=%2d causal=%d pp=%d ov=%d ps=%d %-26s %8.3f ms %6.1f TFLOP/s\n", d, seqlen, batch,
+              causal, options.pingpong, options.intra_wg_overlap, options.persistent, name, median,
+              flops / median / 1e9);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+template <int kD, int kN, int kStages>
+void time_tile(const Buffers& b, int batch, int heads, int seqlen, bool causal, KernelOptions options) {
+  const std::string name = "N" + std::to_string(kN) + "/stages" + std::to_string(kStages);
+  time_config<FwdTraits<kD, __nv_bfloat16, kN, kStages>>(name.c_str(), b, batch, heads, seqlen, kD, causal, options);
+}
+
+template <int kD>
+void sweep(int seqlen, bool causal) {
+  const int batch = 16384 / seqlen, heads = 2048 / kD;
+  Buffers b = make_buffers(batch, heads, seqlen, kD);
+  for (int variant = 0; variant < 3; ++variant) {
+    KernelOptions o;
+    o.pingpong = variant != 1;
+    o.intra_wg_overlap = variant != 2;
+    if constexpr (kD == 64) {
+      time_tile<64, 128, 4>(b, batch, heads, seqlen, causal, o);
+      time_tile<64, 192, 4>(b, batch, heads, seqlen, causal, o);
+      time_tile<64, 192, 3>(b, batch, heads, seqlen, causal, o);
+    } else if constexpr (kD == 128) {
+      time_tile<128, 128, 2>(b, batch, heads, seqlen, causal, o);
+      time_tile<128, 176, 2>(b, batch, heads, seqlen, causal, o);
+      time_tile<128, 96, 3>(b, batch, heads, seqlen, causal, o);
+    } else {
+      time_tile<256, 64, 2>(b, batch, heads, seqlen, causal, o);
+    }
+  }
+  free_buffers(b);
+}
+
+}  // namespace
+}  // namespace hopattn::sm90
+
+int main() {
+  using namespace hopattn::sm90;
+  for (int seqlen : {512, 2048, 8192}) {
+    for (bool causal : {false, true}) {
+      sweep<64>(seqlen, causal);
+      sweep<128>(seqlen, causal);
+      sweep<256>(seqlen, causal);
+    }
+  }
+  return 0;
+}

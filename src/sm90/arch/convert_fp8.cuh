@@ -1,0 +1,21 @@
+// Float -> e4m3 conversion, four values per 32-bit register (the wgmma 8-bit A fragment packing):
+// `b0` lands in the lowest byte. cvt.rn.satfinite.e4m3x2.f32 d, hi, lo rounds to nearest even and
+// saturates to +-448, as cuda_fp8.h's __NV_SATFINITE conversion (and the CPU emulation) does.
+#pragma once
+
+#include <cstdint>
+
+namespace hopattn::sm90 {
+
+__device__ __forceinline__ std::uint32_t pack_e4m3x4(float b0, float b1, float b2, float b3) {
+  std::uint32_t packed;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(packed)
+      : "f"(b0), "f"(b1), "f"(b2), "f"(b3));
+  return packed;
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,32 @@
+// The tile configurations the library ships, per head dim (H200 measurements: docs/perf-notes.md).
+// bench/tune_forward.cu times alternatives against these.
+#pragma once
+
+#include "sm90/fwd/launch.cuh"
+#include "sm90/fwd/launch.hpp"
+#include "sm90/fwd/traits.cuh"
+
+namespace hopattn::sm90 {
+
+template <int kHeadDim, typename Element, bool kWarpSpecialized>
+Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
+  if constexpr (kHeadDim == 64) {
+    return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized>>(args, pr);
+  } else if constexpr (kHeadDim == 128) {
+    // Causal tiles mask more of a wide key block; 128 keys keeps the diagonal waste small.
+    if (pr.causal) return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized>>(args, pr);
+    return launch_forward<FwdTraits<128, Element, 176, 2, kWarpSpecialized>>(args, pr);
+  } else {
+    static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 256");
+    // 80 keys would spill (O alone is 128 registers per thread).
+    return launch_forward<FwdTraits<256, Element, 64, 2, kWarpSpecialized>>(args, pr);
+  }
+}
+
+template <int kHeadDim, typename Element>
+Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& pr) {
+  if (args.options.warp_specialized) return launch_shipped_config<kHeadDim, Element, true>(args, pr);
+  return launch_shipped_config<kHeadDim, Element, false>(args, pr);
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,267 @@
+// An FP8 consumer warpgroup: 64 query rows of the CTA tile. Per K/V block: S = Q K^T (SS wgmma k32,
+// e4m3, both K-major), online softmax with P scaled into [0, 256], P rounded to e4m3 straight into the
+// 8-bit A fragment (no shuffles: fp8_layout.hpp), O += P V^T (RS wgmma against the V^T stage the
+// producer warpgroup transposed). The two schedules and ping-pong are those of the 16-bit consumer
+// (sm90/fwd/consumer.cuh).
+//
+// Scales: a score is acc * q_scale * k_scale * softmax_scale. The per-tile part (per-head descales,
+// the q block scale of this warpgroup's rows) and log2(e) are one factor; a per-block k scale
+// multiplies it per K block. V's scale: O is kept in units of the v scale of the last block added (a
+// change of block scale is folded into the O rescale before the next P V), and the per-head v descale
+// and the last block scale are applied in the epilogue.
+#pragma once
+
+#include "sm90/arch/convert_fp8.cuh"
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/arch/wgmma.cuh"
+#include "sm90/arch/wgmma_fp8.cuh"
+#include "sm90/fwd/mask.cuh"
+#include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd_fp8/epilogue.cuh"
+#include "sm90/fwd_fp8/fp8_layout.hpp"
+#include "sm90/fwd_fp8/params.hpp"
+#include "sm90/fwd_fp8/softmax.cuh"
+#include "sm90/pipeline/stage_ring.cuh"
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+template <class Traits>
+class Fp8Consumer {
+  using QTile = typename Traits::QTile;
+  using KTile = typename Traits::KTile;
+  static constexpr int kS = Traits::kSRegisters;
+  static constexpr int kO = Traits::kORegisters;
+  static constexpr int kPSteps = Traits::kPSteps;
+  using Softmax = Fp8OnlineSoftmax<kS>;
+
+ public:
+  __device__ Fp8Consumer(typename Traits::SharedStorage& s, const Fp8FwdParams& p, int warpgroup)
+      : s_(s), p_(p), b_(p.base), warpgroup_(warpgroup), thread_(threadIdx.x % Traits::kWarpgroupThreads) {}
+
+  __device__ void run() {
+    if (b_.pingpong && warpgroup_ == 1) named_barrier_arrive(turn_barrier(0), Traits::kPingPongBarrierThreads);
+    std::uint32_t q_phase = 0;
+    for (int tile = blockIdx.x; tile < b_.num_tiles; tile += gridDim.x) {
+      const TileCoord c = decode_tile(b_, tile);
+      int n_begin, n_end;
+      kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &n_begin, &n_end);
+      const int m0 = c.m_block * Traits::kBlockM;
+      const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
+      begin_tile(c, row0);
+
+      float o[kO];
+#pragma unroll
+      for (int i = 0; i < kO; ++i) o[i] = 0.0f;
+      Softmax softmax;
+
+      mbarrier_wait(&s_.q_full, q_phase);
+      q_phase ^= 1;
+      if (n_end <= n_begin) {
+        release(&s_.q_empty);
+      } else if (b_.intra_wg_overlap) {
+        mainloop_overlapped(m0, row0, n_begin, n_end, o, softmax);
+      } else {
+        mainloop_sequential(m0, row0, n_begin, n_end, o, softmax);
+      }
+      store_fp8_output<Traits>(b_, c, row0, thread_, o, softmax, v_factor_ * v_block_);
+    }
+  }
+
+ private:
+  __device__ static int turn_barrier(int warpgroup) { return Traits::kPingPongBarrierBase + warpgroup; }
+  __device__ void begin_gemm_turn() {
+    if (b_.pingpong) named_barrier_sync(turn_barrier(warpgroup_), Traits::kPingPongBarrierThreads);
+  }
+  __device__ void end_gemm_turn() {
+    if (b_.pingpong) named_barrier_arrive(turn_barrier(1 - warpgroup_), Traits::kPingPongBarrierThreads);
+  }
+  __device__ void release(std::uint64_t* empty) {
+    __syncwarp();
+    if (thread_ % 32 == 0) mbarrier_arrive(empty);
+  }
+
+  // Per-tile scale factors; see the header comment.
+  __device__ void begin_tile(const TileCoord& c, int row0) {
+    batch_ = c.batch;
+    kv_head_ = c.head / b_.head_ratio;
+    // A warpgroup past seqlen_q stores nothing; clamp its q block index into the descale's extent.
+    const int q_row = row0 < b_.seqlen_q ? row0 : b_.seqlen_q - 1;
+    const DescaleView& qb = p_.q_block_descale;
+    const float q_block = qb.data == nullptr ? 1.0f : qb.at(c.batch, c.head, q_row / qb.rows_per_block);
+    score_scale_ = b_.scale_log2 * p_.q_descale.at(c.batch, kv_head_) * p_.k_descale.at(c.batch, kv_head_) * q_block;
+    v_factor_ = p_.v_descale.at(c.batch, kv_head_);
+    v_block_ = 1.0f;
+  }
+  __device__ float k_block_scale(int n) const {
+    const DescaleView& kb = p_.k_block_descale;
+    return kb.data == nullptr ? 1.0f : kb.at(batch_, kv_head_, n * Traits::kBlockN / kb.rows_per_block);
+  }
+  __device__ float v_block_scale(int n) const {
+    const DescaleView& vb = p_.v_block_descale;
+    return vb.data == nullptr ? 1.0f : vb.at(batch_, kv_head_, n * Traits::kBlockN / vb.rows_per_block);
+  }
+  // O is about to receive block n's P V: fold the change of v block scale into the rescale factors.
+  __device__ void switch_v_block(int n, float (&factor)[2]) {
+    if (p_.v_block_descale.data == nullptr) return;
+    const float next = v_block_scale(n);
+    const float ratio = v_block_ / next;
+    factor[0] *= ratio;
+    factor[1] *= ratio;
+    v_block_ = next;
+  }
+
+  __device__ void issue_qk(float (&s)[kS], int stage) {
+    const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
+    const std::uint32_t k_base = smem_address(s_.k[stage]);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < Traits::kQKSteps; ++step) {
+      // 32 e4m3 columns = 32 bytes; four steps per 128-byte column block.
+      const int block = step / 4;
+      const std::uint32_t in_row = (step % 4) * 32;
+      const std::uint64_t desc_q = kmajor_descriptor(q_base + block * QTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_k = kmajor_descriptor(k_base + block * KTile::kColumnBlockBytes + in_row);
+      wgmma_ss_e4m3<Traits::kBlockN>(s, desc_q, desc_k, step > 0);
+    }
+    wgmma_commit();
+  }
+
+  // O += P V: B is the V^T stage (head-dim rows, 128 keys per row), stepped 32 keys = 32 bytes.
+  __device__ void issue_pv(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
+    const std::uint32_t vt_base = smem_address(s_.vt[stage]);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < kPSteps; ++step) {
+      wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], kmajor_descriptor(vt_base + step * fp8::kKeysPerStep), 1);
+    }
+    wgmma_commit();
+  }
+
+  __device__ void mask_if_needed(float (&s)[kS], int m0, int row0, int n_block) {
+    const int n0 = n_block * Traits::kBlockN;
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN>(m0, n0, b_.seqlen_q, b_.seqlen_k, b_.causal)) {
+      apply_mask(s, thread_, row0, n0, b_.seqlen_q, b_.seqlen_k, b_.causal);
+    }
+  }
+
+  __device__ void softmax_update(float (&s)[kS], int n, Softmax& softmax, float (&factor)[2]) {
+    softmax.update(s, score_scale_ * k_block_scale(n), factor);
+  }
+
+  __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
+    if (!__any_sync(0xffffffffu, factor[0] != 1.0f || factor[1] != 1.0f)) return;
+#pragma unroll
+    for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
+  }
+
+  // P (in the S accumulator) -> e4m3 A fragments, each thread packing only its own values.
+  __device__ static void convert_p(const float (&s)[kS], std::uint32_t (&p)[kPSteps][4]) {
+#pragma unroll
+    for (int step = 0; step < kPSteps; ++step) {
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        p[step][reg] = pack_e4m3x4(s[fp8::p_accumulator_index(step, reg, 0)], s[fp8::p_accumulator_index(step, reg, 1)],
+                                   s[fp8::p_accumulator_index(step, reg, 2)], s[fp8::p_accumulator_index(step, reg, 3)]);
+      }
+    }
+  }
+
+  __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, float (&o)[kO], Softmax& softmax) {
+    float s[kS];
+    std::uint32_t p[kPSteps][4];
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      mbarrier_wait(&s_.k_full[stage], ring_.phase());
+      begin_gemm_turn();
+      issue_qk(s, stage);
+      end_gemm_turn();
+      wgmma_wait<0>();
+      pin_registers(s);
+      release(&s_.k_empty[stage]);
+      if (n == n_begin) release(&s_.q_empty);
+      mask_if_needed(s, m0, row0, n);
+      float factor[2];
+      softmax_update(s, n, softmax, factor);
+      switch_v_block(n, factor);
+      rescale(o, factor);
+      convert_p(s, p);
+      mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
+      issue_pv(o, p, stage);
+      wgmma_wait<0>();
+      pin_registers(o);
+      release(&s_.vt_empty[stage]);
+      ring_.advance();
+    }
+  }
+
+  __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, float (&o)[kO], Softmax& softmax) {
+    float s[kS];
+    std::uint32_t p[kPSteps][4];
+    float factor[2];
+    int n = n_end - 1;
+    int pv_stage = ring_.index();
+    int pv_block = n;
+    mbarrier_wait(&s_.k_full[pv_stage], ring_.phase());
+    begin_gemm_turn();
+    issue_qk(s, pv_stage);
+    end_gemm_turn();
+    wgmma_wait<0>();
+    pin_registers(s);
+    release(&s_.k_empty[pv_stage]);
+    if (n == n_begin) release(&s_.q_empty);
+    mask_if_needed(s, m0, row0, n);
+    softmax_update(s, n, softmax, factor);
+    convert_p(s, p);
+    std::uint32_t pv_phase = ring_.phase();
+    ring_.advance();
+
+    for (n = n_end - 2; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      mbarrier_wait(&s_.k_full[stage], ring_.phase());
+      begin_gemm_turn();
+      issue_qk(s, stage);  // S_n, in flight during the softmax below
+      switch_v_block(pv_block, factor);
+      rescale(o, factor);
+      mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
+      issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
+      end_gemm_turn();
+      wgmma_wait<1>();
+      pin_registers(s);
+      release(&s_.k_empty[stage]);
+      if (n == n_begin) release(&s_.q_empty);
+      mask_if_needed(s, m0, row0, n);
+      softmax_update(s, n, softmax, factor);
+      wgmma_wait<0>();
+      pin_registers(o);
+      pin_registers(p);
+      release(&s_.vt_empty[pv_stage]);
+      convert_p(s, p);
+      pv_stage = stage;
+      pv_block = n;
+      pv_phase = ring_.phase();
+      ring_.advance();
+    }
+    switch_v_block(pv_block, factor);
+    rescale(o, factor);
+    mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
+    issue_pv(o, p, pv_stage);
+    wgmma_wait<0>();
+    pin_registers(o);
+    release(&s_.vt_empty[pv_stage]);
+  }
+
+  typename Traits::SharedStorage& s_;
+  const Fp8FwdParams& p_;
+  const FwdParams& b_;
+  const int warpgroup_;
+  const int thread_;
+  StageRing<Traits::kStages> ring_;
+  int batch_ = 0, kv_head_ = 0;
+  float score_scale_ = 0.0f;  // scale_log2 * per-head q, k descales * q block scale
+  float v_factor_ = 1.0f;     // per-head v descale
+  float v_block_ = 1.0f;      // v block scale O is currently expressed in
+};
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,12 @@
+// The FP8 (e4m3) branch of sm90::forward (src/sm90/forward_fp8.cu).
+#pragma once
+
+#include "api/problem.hpp"
+
+namespace hopattn::sm90 {
+
+// For a problem sm90::forward already checked for the features every sm_90a kernel lacks
+// (varlen, paged KV, softcap, windows).
+Status forward_fp8(const FwdArgs& args, const detail::Problem& problem);
+
+}  // namespace hopattn::sm90

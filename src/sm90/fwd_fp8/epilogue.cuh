@@ -1,0 +1,52 @@
+// Epilogue of an FP8 consumer warpgroup: O / l times the v scale, stored as bf16 pairs from the
+// accumulator registers; LSE (natural log) from the log2-unit running max and the 2^8-offset row sum.
+// Rows past seqlen_q are dropped; a row that saw no key stores 0 and LSE -inf.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "sm90/arch/convert.cuh"
+#include "sm90/fwd/params.hpp"
+#include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd_fp8/softmax.cuh"
+#include "sm90/tile/fragment.hpp"
+
+namespace hopattn::sm90 {
+
+template <class Traits>
+__device__ __forceinline__ void store_fp8_output(const FwdParams& p, const TileCoord& c, int row0, int thread,
+                                                 float (&o)[Traits::kORegisters],
+                                                 Fp8OnlineSoftmax<Traits::kSRegisters>& softmax, float v_scale) {
+  float out_scale[2];
+  float lse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(softmax.row_sum[r]);
+    const bool empty = sum == 0.0f;
+    out_scale[r] = empty ? 0.0f : v_scale / sum;
+    // P = 2^(t - max + 8): log2 of the true sum is max - 8 + log2(sum).
+    lse[r] = empty ? -INFINITY : (softmax.row_max[r] - kFp8POffsetLog2 + log2f(sum)) * static_cast<float>(M_LN2);
+  }
+  __nv_bfloat16* out =
+      static_cast<__nv_bfloat16*>(p.out) + c.batch * p.out_batch_stride + c.head * p.out_head_stride;
+#pragma unroll
+  for (int i = 0; i < Traits::kORegisters; i += 2) {
+    const int r = fragment_row_half(i);
+    const int row = row0 + accumulator_row(thread, i);
+    if (row < p.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + accumulator_col(thread, i)) =
+          pack_pair<true>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
+    }
+  }
+  if (p.lse != nullptr && thread % 4 == 0) {
+    float* lse_base = p.lse + c.batch * p.lse_batch_stride + c.head * p.lse_head_stride;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + accumulator_row(thread, 2 * r);
+      if (row < p.seqlen_q) lse_base[row * p.lse_row_stride] = lse[r];
+    }
+  }
+}
+
+}  // namespace hopattn::sm90

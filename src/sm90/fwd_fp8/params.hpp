@@ -1,0 +1,29 @@
+// Parameters of the FP8 forward kernel: the shared FwdParams plus the descale factors.
+#pragma once
+
+#include <cstdint>
+
+#include "sm90/fwd/params.hpp"
+
+namespace hopattn::sm90 {
+
+// A float32 descale tensor of (batch, heads[, blocks]); data == nullptr means "absent" (factor 1).
+struct DescaleView {
+  const float* data;
+  std::int64_t batch_stride, head_stride, block_stride;
+  int rows_per_block;  // per-block views: sequence rows per entry; 0 for per-head views
+
+  __device__ __forceinline__ float at(int b, int h, int block = 0) const {
+    return data == nullptr ? 1.0f : __ldg(data + b * batch_stride + h * head_stride + block * block_stride);
+  }
+};
+
+struct Fp8FwdParams {
+  FwdParams base;  // shapes, softmax_scale / scale_log2, causal, out (bf16), lse, schedule
+  // Per (batch, kv head), flash-attention's convention (q's factor too is indexed by kv head).
+  DescaleView q_descale, k_descale, v_descale;
+  // Per (batch, head, block of rows): q by q head, k and v by kv head.
+  DescaleView q_block_descale, k_block_descale, v_block_descale;
+};
+
+}  // namespace hopattn::sm90

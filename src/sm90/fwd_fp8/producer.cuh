@@ -1,0 +1,116 @@
+// The FP8 producer warpgroup. Warp 0: one elected thread issues every TMA load (Q per tile, K and V
+// per key block through the stage ring). Warps 1..3: transpose each landed V stage into the V^T
+// stage the P V GEMM reads (8-bit B must be K-major), permuting keys as fp8_layout.hpp explains, so
+// the transpose overlaps the consumers' GEMMs instead of sitting on their path.
+#pragma once
+
+#include <cuda.h>
+
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd_fp8/fp8_layout.hpp"
+#include "sm90/fwd_fp8/params.hpp"
+#include "sm90/pipeline/stage_ring.cuh"
+
+namespace hopattn::sm90 {
+
+template <class Tile, int kColsPerBlock>
+__device__ __forceinline__ void fp8_load_tile(std::uint8_t* smem, const CUtensorMap* map, std::uint64_t* full,
+                                              int row0, int head, int batch) {
+#pragma unroll
+  for (int cb = 0; cb < Tile::kColumnBlocks; ++cb) {
+    tma_load_4d(smem + cb * Tile::kColumnBlockBytes, map, full, cb * kColsPerBlock, row0, head, batch);
+  }
+}
+
+template <class Traits>
+__device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                              const CUtensorMap* tm_v, const FwdParams& p) {
+  constexpr int kCols = Traits::kColsPerBlock;
+  StageRing<Traits::kStages> ring;
+  std::uint32_t q_phase = 0;
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    const TileCoord c = decode_tile(p, tile);
+    const int kv_head = c.head / p.head_ratio;
+    int n_begin, n_end;
+    kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, c.m_block, &n_begin, &n_end);
+
+    mbarrier_wait(&s.q_empty, q_phase ^ 1);  // consumers done with the previous Q tile
+    mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
+    fp8_load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
+    q_phase ^= 1;
+
+    for (int n = n_end - 1; n >= n_begin; --n) {  // the consumers' order
+      const int stage = ring.index();
+      mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
+      mbarrier_arrive_expect_tx(&s.k_full[stage], Traits::KTile::kBytes);
+      fp8_load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
+                                                   c.batch);
+      mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);  // transposers done reading this V stage
+      mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
+      fp8_load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], n * Traits::kBlockN, kv_head,
+                                                   c.batch);
+      ring.advance();
+    }
+  }
+}
+
+// 4 x 4 byte transpose: byte j of out[i] = byte i of in[j].
+__device__ __forceinline__ void transpose_bytes_4x4(const std::uint32_t (&in)[4], std::uint32_t (&out)[4]) {
+  const std::uint32_t lo01 = __byte_perm(in[0], in[1], 0x5140);  // in0.b0 in1.b0 in0.b1 in1.b1
+  const std::uint32_t hi01 = __byte_perm(in[0], in[1], 0x7362);  // in0.b2 in1.b2 in0.b3 in1.b3
+  const std::uint32_t lo23 = __byte_perm(in[2], in[3], 0x5140);
+  const std::uint32_t hi23 = __byte_perm(in[2], in[3], 0x7362);
+  out[0] = __byte_perm(lo01, lo23, 0x5410);
+  out[1] = __byte_perm(lo01, lo23, 0x7632);
+  out[2] = __byte_perm(hi01, hi23, 0x5410);
+  out[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+// V (keys x dims, TMA layout) -> V^T (dims x reduction columns), V^T[d][a] = V[key_of_column(a)][d].
+// Called by `warps` warps on the same stage, warp index `warp` in [0, warps).
+template <class VTile, class VtTile, int kHeadDim, int kKeys>
+__device__ __forceinline__ void transpose_v_tile(const std::uint8_t* v, std::uint8_t* vt, int warp, int warps,
+                                                 int lane) {
+  for (int task = warp; task < fp8::transpose_tasks(kHeadDim, kKeys); task += warps) {
+    const int dims = 4 * fp8::transpose_dim_group(task, kKeys, lane);
+    const int cols = 4 * fp8::transpose_column_group(task, kKeys, lane);
+    std::uint32_t in[4], out[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      in[i] = *reinterpret_cast<const std::uint32_t*>(v + VTile::offset(fp8::key_of_column(cols + i), dims));
+    transpose_bytes_4x4(in, out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(vt + VtTile::offset(dims + i, cols)) = out[i];
+  }
+}
+
+// Transposer warp `warp` (0..kTransposeWarps-1): one V^T stage per K/V block, in the loads' order (it
+// needs only how many blocks each tile has, not which).
+template <class Traits>
+__device__ void run_v_transposer(typename Traits::SharedStorage& s, const FwdParams& p, int warp) {
+  const int lane = threadIdx.x % 32;
+  StageRing<Traits::kStages> ring;
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    int n_begin, n_end;
+    kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, decode_tile(p, tile).m_block, &n_begin, &n_end);
+    for (int blocks = n_end - n_begin; blocks > 0; --blocks) {
+      const int stage = ring.index();
+      mbarrier_wait(&s.v_full[stage], ring.phase());        // TMA -> us: V landed
+      mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
+      transpose_v_tile<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN>(
+          s.v[stage], s.vt[stage], warp, Traits::kTransposeWarps, lane);
+      fence_proxy_async_shared();  // our generic stores -> the consumers' wgmma (async proxy) reads
+      __syncwarp();
+      if (lane == 0) {
+        mbarrier_arrive(&s.vt_full[stage]);
+        mbarrier_arrive(&s.v_empty[stage]);
+      }
+      ring.advance();
+    }
+  }
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,54 @@
+// Online softmax of the FP8 kernel. Unlike the 16-bit path (sm90/fwd/softmax.cuh) the score scale can
+// change from one K block to the next (per-block k scales), so the running max is kept in scaled
+// log2 units, t = s * scale (scale = softmax_scale * log2(e) * descales, > 0), not in raw scores.
+// P comes out multiplied by 2^8 (exp2(t - max + 8), folded into the one FFMA before MUFU.EX2): P lies
+// in [0, 256], e4m3's normal range, so small probabilities do not fall onto e4m3's subnormal grid when
+// P is rounded for the P V GEMM (docs/fp8-accuracy.md). The row sum carries the same 2^8 and it
+// cancels in O / l.
+#pragma once
+
+#include <cmath>
+
+#include "sm90/fwd/softmax.cuh"
+
+namespace hopattn::sm90 {
+
+constexpr float kFp8POffsetLog2 = 8.0f;
+
+template <int kSRegisters>
+struct Fp8OnlineSoftmax {
+  float row_max[2];  // running max of t (log2 units), -inf until a key is seen
+  float row_sum[2];  // this thread's partial sum of P (with the 2^8)
+
+  __device__ __forceinline__ Fp8OnlineSoftmax() {
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.0f;
+  }
+
+  // Raw scores s (masked entries -inf) with this block's scale -> P; per row the factor O must be
+  // multiplied by before this block's P V is added.
+  __device__ __forceinline__ void update(float (&s)[kSRegisters], float scale, float (&o_rescale)[2]) {
+    float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kSRegisters; ++i) block_max[fragment_row_half(i)] = fmaxf(block_max[fragment_row_half(i)], s[i]);
+    float bias[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float new_max = fmaxf(row_max[r], quad_max(block_max[r]) * scale);
+      // A row with no key yet keeps max -inf: exponentiate against 0, so no -inf - -inf NaN.
+      const float reference = new_max == -INFINITY ? 0.0f : new_max;
+      o_rescale[r] = fast_exp2(row_max[r] - reference);
+      row_max[r] = new_max;
+      row_sum[r] *= o_rescale[r];
+      bias[r] = kFp8POffsetLog2 - reference;
+    }
+#pragma unroll
+    for (int i = 0; i < kSRegisters; ++i) {
+      const int r = fragment_row_half(i);
+      s[i] = fast_exp2(fmaf(s[i], scale, bias[r]));
+      row_sum[r] += s[i];
+    }
+  }
+};
+
+}  // namespace hopattn::sm90
