@@ -170,6 +170,14 @@ struct BackwardCall {
   void to_cuda() {
     move_to_cuda({&args.q, &args.k, &args.v, &args.out, &args.dout, &args.lse, &args.dq, &args.dk, &args.dv});
   }
+  // The output or gradient argument called `name`.
+  Tensor* tensor(const std::string& name) {
+    if (name == "out") return &args.out;
+    if (name == "dout") return &args.dout;
+    if (name == "dq") return &args.dq;
+    if (name == "dk") return &args.dk;
+    return &args.dv;
+  }
   Status validate(detail::Problem* problem) const { return detail::validate_backward(args, problem); }
   Status validate() const {
     detail::Problem problem;
