@@ -96,6 +96,14 @@ struct FwdArgs {
 
   // FP8 e4m3 inputs: float32 descale factors of shape (batch, heads_kv); out is bf16.
   std::optional<Tensor> q_descale, k_descale, v_descale;
+  // FP8 per-block scales, the kPerBlock descales of quantize_fp8 (hopattn/quantize.hpp): float32
+  // (batch, heads_q, ceil(seqlen_q / descale_block_rows_q)) for q, (batch, heads_kv,
+  // ceil(seqlen_k / descale_block_rows_kv)) for k and v. Row i of q (key j of k, v; positions within
+  // the sequence) is multiplied by entry i / descale_block_rows_q (j / descale_block_rows_kv), on top of
+  // the per-head factor above when that is given too. Scales must be positive and finite. The sm_90a
+  // kernel needs descale_block_rows_q a multiple of 64 and descale_block_rows_kv a multiple of 128.
+  std::optional<Tensor> q_block_descale, k_block_descale, v_block_descale;
+  int descale_block_rows_q = 128, descale_block_rows_kv = 128;
 
   void* stream = nullptr;  // cudaStream_t for CUDA tensors
   KernelOptions options;

@@ -305,6 +305,42 @@ Status check_descales(const FwdArgs& a, const Problem& p) {
   return Status::Ok();
 }
 
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Per-block scales (quantize_fp8's kPerBlock descales): float32 (batch, heads, blocks of rows).
+Status check_block_descales(const FwdArgs& a, const Problem& p) {
+  const bool any = a.q_block_descale || a.k_block_descale || a.v_block_descale;
+  if (!any) return Status::Ok();
+  if (a.descale_block_rows_q < 1)
+    return invalid("descale_block_rows_q: " + str(a.descale_block_rows_q) + " is not allowed; it must be >= 1");
+  if (a.descale_block_rows_kv < 1)
+    return invalid("descale_block_rows_kv: " + str(a.descale_block_rows_kv) + " is not allowed; it must be >= 1");
+  const std::int64_t blocks_q = ceil_div(p.seqlen_q, a.descale_block_rows_q);
+  const std::int64_t blocks_kv = ceil_div(p.seqlen_k, a.descale_block_rows_kv);
+  struct Expected {
+    std::optional<Arg> arg;
+    std::int64_t heads, blocks;
+    const char* layout;
+  };
+  const Expected expected[] = {
+      {optional_arg("q_block_descale", a.q_block_descale), p.heads_q, blocks_q,
+       "(batch, heads_q, ceil(seqlen_q / descale_block_rows_q))"},
+      {optional_arg("k_block_descale", a.k_block_descale), p.heads_kv, blocks_kv,
+       "(batch, heads_kv, ceil(seqlen_k / descale_block_rows_kv))"},
+      {optional_arg("v_block_descale", a.v_block_descale), p.heads_kv, blocks_kv,
+       "(batch, heads_kv, ceil(seqlen_k / descale_block_rows_kv))"},
+  };
+  for (const Expected& e : expected) {
+    if (!e.arg) continue;
+    if (p.in_dtype != Dtype::kFloat8E4M3)
+      return invalid(std::string(e.arg->name) + ": given with " + dtype_name(p.in_dtype) +
+                     " inputs; descale factors apply only to float8_e4m3 inputs");
+    HOPATTN_RETURN_IF_ERROR(check_dtype(*e.arg, Dtype::kFloat32));
+    HOPATTN_RETURN_IF_ERROR(check_shape(*e.arg, {p.batch, e.heads, e.blocks}, e.layout));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status validate_forward(const FwdArgs& a, Problem* problem) {
@@ -314,7 +350,10 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   const std::optional<Arg> lse = optional_arg("lse", a.lse);
   HOPATTN_RETURN_IF_ERROR(check_tensors(present(c, {out}, {lse, optional_arg("q_descale", a.q_descale),
                                                           optional_arg("k_descale", a.k_descale),
-                                                          optional_arg("v_descale", a.v_descale)})));
+                                                          optional_arg("v_descale", a.v_descale),
+                                                          optional_arg("q_block_descale", a.q_block_descale),
+                                                          optional_arg("k_block_descale", a.k_block_descale),
+                                                          optional_arg("v_block_descale", a.v_block_descale)})));
   HOPATTN_RETURN_IF_ERROR(check_input_dtypes(c, /*backward=*/false));
   if (a.q.dtype == Dtype::kFloat8E4M3) {
     if (a.out.dtype != Dtype::kBFloat16)
@@ -327,6 +366,7 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   HOPATTN_RETURN_IF_ERROR(check_same_shape(out, c.q));
   if (lse) HOPATTN_RETURN_IF_ERROR(check_lse(*lse, c, p));
   HOPATTN_RETURN_IF_ERROR(check_descales(a, p));
+  HOPATTN_RETURN_IF_ERROR(check_block_descales(a, p));
   if (a.num_splits < 0)
     return invalid("num_splits: " + str(a.num_splits) + " is negative; it must be 0 (heuristic), 1 (no split) or more");
   if (p.device == DeviceType::kCuda) HOPATTN_RETURN_IF_ERROR(check_cuda_tensors({c.q, c.k, c.v, out}));
