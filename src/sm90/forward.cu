@@ -7,7 +7,6 @@
 
 #include "sm90/fwd/launch.hpp"
 #include "sm90/fwd_fp8/dispatch.hpp"
-#include "sm90/fwd_fp8/dispatch.hpp"
 #include "sm90/sm90.hpp"
 
 namespace hopattn::sm90 {
@@ -42,7 +41,6 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);
-    case Dtype::kFloat8E4M3: return forward_fp8(args, pr);
     case Dtype::kFloat8E4M3: return forward_fp8(args, pr);
     default: return unsupported(std::string("dtype ") + dtype_name(pr.in_dtype));
   }
