@@ -1,0 +1,349 @@
+// The sm_90a FP8 forward against an on-device oracle on the same e4m3 codes and scales: random
+// configurations (head dims 64/128/256, causal or not, GQA, odd lengths and length 1, LSE, per-head and
+// per-block descales, every kernel option), fresh data per run, poisoned outputs.
+//
+// Tolerance. The kernel rounds P (scaled into [0, 256]) to e4m3 before the P V GEMM: up to 2^-4
+// relative error per probability, which no float oracle reproduces bit for bit (the kernel rounds
+// against a running max, block by block from the last key). The oracle therefore gives two answers
+// on the same inputs: `ref`, exact softmax(q k^T) v in float32, and `emul`, the same with P rounded to
+// e4m3 (2^8 offset, as the kernel) and the result rounded to bf16. The kernel must be as close to ref
+// as the emulation is, within a factor 2, plus one bf16 ulp of the largest output (the two bf16
+// roundings can land on different sides): max|out - ref| <= 2 max|emul - ref| + 2^-8 max|ref|. A wrong
+// key permutation, scale or mask moves outputs by O(|v|) on peaky rows, far past that. LSE does not
+// see the P rounding, but the S = Q K^T QGMMA adds the products of each instruction with only ~14
+// mantissa bits (a Hopper FP8 tensor-core property), an error relative to the scores' size:
+// |lse - lse_ref| <= 2e-3 + 1e-3 |lse_ref|, and -inf exactly where a row sees no key.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_util.cuh"
+
+namespace hopattn::test {
+namespace {
+
+struct Fp8Case {
+  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 128;
+  bool causal = false, with_lse = true;
+  float q_amplitude = 1.0f;  // larger: peakier softmax
+  bool head_scales = false, block_scales = false;
+  int rows_q = 128, rows_kv = 128;
+  KernelOptions options;
+
+  std::string describe() const {
+    std::ostringstream s;
+    s << "b " << batch << " hq " << heads_q << " hkv " << heads_kv << " sq " << seqlen_q << " sk " << seqlen_k
+      << " d " << head_dim << (causal ? " causal" : "") << (with_lse ? " lse" : "") << " qamp " << q_amplitude
+      << (head_scales ? " head-scales" : "");
+    if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
+    s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
+      << options.persistent;
+    return s.str();
+  }
+};
+
+struct OracleArgs {
+  const std::uint8_t *q, *k, *v;                            // contiguous (b, s, h, d) e4m3 codes
+  const float *q_head, *k_head, *v_head;                    // (batch, heads_kv) or null
+  const float *q_block, *k_block, *v_block;                 // (batch, heads, blocks) or null
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, d, rows_q, rows_kv, blocks_q, blocks_kv;
+  bool causal;
+  float softmax_scale;
+  float *ref, *emul, *lse;  // dense (b, sq, hq, d) and (b, hq, sq)
+};
+
+__device__ float e4m3_value(std::uint8_t code) {
+  __nv_fp8_e4m3 x;
+  x.__x = code;
+  return static_cast<float>(x);
+}
+
+__device__ float block_reduce(float x, float* scratch, bool is_max) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, o);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = is_max ? -INFINITY : 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) x = is_max ? fmaxf(x, scratch[w]) : x + scratch[w];
+  return x;
+}
+
+// One block per (query row, q head, batch); 256 threads.
+__global__ void fp8_oracle_kernel(OracleArgs a) {
+  extern __shared__ float shared[];
+  float* p = shared;                 // P * v scale per key
+  float* p8 = shared + a.seqlen_k;   // e4m3(P) * v scale per key
+  float* scratch = shared + 2 * a.seqlen_k;
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (a.heads_q / a.heads_kv);
+  const std::uint8_t* q = a.q + ((std::size_t(b) * a.seqlen_q + i) * a.heads_q + h) * a.d;
+  const float q_scale = (a.q_head ? a.q_head[b * a.heads_kv + kvh] : 1.0f) *
+                        (a.q_block ? a.q_block[(b * a.heads_q + h) * a.blocks_q + i / a.rows_q] : 1.0f);
+  const float k_head = a.k_head ? a.k_head[b * a.heads_kv + kvh] : 1.0f;
+  const float v_head = a.v_head ? a.v_head[b * a.heads_kv + kvh] : 1.0f;
+  const int key_end = a.causal ? min(a.seqlen_k, i + a.seqlen_k - a.seqlen_q + 1) : a.seqlen_k;
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
+    float s = -INFINITY;
+    if (j < key_end) {
+      const std::uint8_t* k = a.k + ((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d;
+      float dot = 0.0f;
+      for (int c = 0; c < a.d; ++c) dot += e4m3_value(q[c]) * e4m3_value(k[c]);
+      const float k_scale = k_head * (a.k_block ? a.k_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
+      s = dot * q_scale * k_scale * a.softmax_scale;
+    }
+    p[j] = s;
+    local_max = fmaxf(local_max, s);
+  }
+  const float m = block_reduce(local_max, scratch, true);
+  float local_sum = 0.0f;
+  for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
+    const float e = p[j] == -INFINITY ? 0.0f : expf(p[j] - m) * 256.0f;
+    const float v_scale = v_head * (a.v_block ? a.v_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
+    local_sum += e;
+    p[j] = e * v_scale;
+    p8[j] = static_cast<float>(__nv_fp8_e4m3(e)) * v_scale;
+  }
+  const float l = block_reduce(local_sum, scratch, false);
+  __syncthreads();
+  for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+    float acc = 0.0f, acc8 = 0.0f;
+    for (int j = 0; j < key_end; ++j) {
+      const float v = e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
+      acc += p[j] * v;
+      acc8 += p8[j] * v;
+    }
+    const std::size_t o = ((std::size_t(b) * a.seqlen_q + i) * a.heads_q + h) * a.d + c;
+    a.ref[o] = l > 0.0f ? acc / l : 0.0f;
+    a.emul[o] = l > 0.0f ? __bfloat162float(__float2bfloat16_rn(acc8 / l)) : 0.0f;
+  }
+  if (threadIdx.x == 0) a.lse[(std::size_t(b) * a.heads_q + h) * a.seqlen_q + i] = l > 0.0f ? m + logf(l / 256.0f) : -INFINITY;
+}
+
+__global__ void to_e4m3_kernel(const float* in, std::uint8_t* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    out[i] = __nv_fp8_e4m3(in[i]).__x;
+}
+
+DeviceBuffer random_e4m3(std::int64_t n, std::uint64_t seed, float amplitude) {
+  DeviceBuffer f(n * sizeof(float)), codes(n);
+  fill_normal(f.data(), Dtype::kFloat32, n, seed, amplitude);
+  to_e4m3_kernel<<<grid_for(n), 256>>>(f.as<float>(), codes.as<std::uint8_t>(), n);
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+  return codes;
+}
+
+DeviceBuffer random_scales(std::int64_t n, std::mt19937_64& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> host(n);
+  for (float& x : host) x = dist(rng);
+  DeviceBuffer d(n * sizeof(float));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
+float bf16_bits_to_float(std::uint16_t bits) {
+  const std::uint32_t w = std::uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &w, sizeof f);
+  return f;
+}
+
+// Empty string when the case passes, else why it failed.
+std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t nq = std::int64_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim;
+  const std::int64_t nkv = std::int64_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim;
+  const std::int64_t nlse = std::int64_t(c.batch) * c.heads_q * c.seqlen_q;
+  const int blocks_q = (c.seqlen_q + c.rows_q - 1) / c.rows_q, blocks_kv = (c.seqlen_k + c.rows_kv - 1) / c.rows_kv;
+  DeviceBuffer q = random_e4m3(nq, rng(), c.q_amplitude), k = random_e4m3(nkv, rng(), 1.0f),
+               v = random_e4m3(nkv, rng(), 1.0f);
+  DeviceBuffer qh, kh, vh, qb, kb, vb;
+  if (c.head_scales) {
+    qh = random_scales(c.batch * c.heads_kv, rng, 0.5f, 2.0f);
+    kh = random_scales(c.batch * c.heads_kv, rng, 0.5f, 2.0f);
+    vh = random_scales(c.batch * c.heads_kv, rng, 0.5f, 2.0f);
+  }
+  if (c.block_scales) {
+    qb = random_scales(std::int64_t(c.batch) * c.heads_q * blocks_q, rng, 0.25f, 2.0f);
+    kb = random_scales(std::int64_t(c.batch) * c.heads_kv * blocks_kv, rng, 0.25f, 2.0f);
+    vb = random_scales(std::int64_t(c.batch) * c.heads_kv * blocks_kv, rng, 0.25f, 4.0f);
+  }
+  DeviceBuffer out(nq * 2), lse(nlse * 4);
+  poison_nan(out.data(), Dtype::kBFloat16, nq);
+  poison_nan(lse.data(), Dtype::kFloat32, nlse);
+
+  FwdArgs args;
+  args.q = make_tensor(q.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
+  args.k = make_tensor(k.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
+  args.v = make_tensor(v.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
+  args.out = make_tensor(out.data(), Dtype::kBFloat16, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
+  if (c.with_lse) args.lse = make_tensor(lse.data(), Dtype::kFloat32, {c.batch, c.heads_q, c.seqlen_q}, DeviceType::kCuda);
+  if (c.head_scales) {
+    args.q_descale = make_tensor(qh.data(), Dtype::kFloat32, {c.batch, c.heads_kv}, DeviceType::kCuda);
+    args.k_descale = make_tensor(kh.data(), Dtype::kFloat32, {c.batch, c.heads_kv}, DeviceType::kCuda);
+    args.v_descale = make_tensor(vh.data(), Dtype::kFloat32, {c.batch, c.heads_kv}, DeviceType::kCuda);
+  }
+  if (c.block_scales) {
+    args.q_block_descale = make_tensor(qb.data(), Dtype::kFloat32, {c.batch, c.heads_q, blocks_q}, DeviceType::kCuda);
+    args.k_block_descale = make_tensor(kb.data(), Dtype::kFloat32, {c.batch, c.heads_kv, blocks_kv}, DeviceType::kCuda);
+    args.v_block_descale = make_tensor(vb.data(), Dtype::kFloat32, {c.batch, c.heads_kv, blocks_kv}, DeviceType::kCuda);
+    args.descale_block_rows_q = c.rows_q;
+    args.descale_block_rows_kv = c.rows_kv;
+  }
+  args.causal = c.causal;
+  args.options = c.options;
+  const Status status = forward(args);
+  if (!status.ok()) return "forward failed: " + status.message();
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != nq) return "out not fully written (NaN left)";
+  if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
+
+  DeviceBuffer ref(nq * 4), emul(nq * 4), lse_ref(nlse * 4);
+  OracleArgs o{q.as<std::uint8_t>(), k.as<std::uint8_t>(), v.as<std::uint8_t>(),
+               c.head_scales ? qh.as<float>() : nullptr, c.head_scales ? kh.as<float>() : nullptr,
+               c.head_scales ? vh.as<float>() : nullptr, c.block_scales ? qb.as<float>() : nullptr,
+               c.block_scales ? kb.as<float>() : nullptr, c.block_scales ? vb.as<float>() : nullptr,
+               c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
+               blocks_q, blocks_kv, c.causal, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+               ref.as<float>(), emul.as<float>(), lse_ref.as<float>()};
+  const std::size_t smem = (2 * std::size_t(c.seqlen_k) + 32) * sizeof(float);
+  HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(fp8_oracle_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  fp8_oracle_kernel<<<dim3(c.seqlen_q, c.heads_q, c.batch), 256, smem>>>(o);
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const auto out_h = out.to_host<std::uint16_t>();
+  const auto ref_h = ref.to_host<float>(), emul_h = emul.to_host<float>();
+  double err = 0, emul_err = 0, max_ref = 0;
+  std::int64_t worst = 0;
+  for (std::int64_t i = 0; i < nq; ++i) {
+    const double x = bf16_bits_to_float(out_h[i]);
+    if (std::isnan(x)) return "NaN in out at element " + std::to_string(i);
+    if (std::fabs(x - ref_h[i]) > err) err = std::fabs(x - ref_h[i]), worst = i;
+    emul_err = std::max(emul_err, std::fabs(double(emul_h[i]) - ref_h[i]));
+    max_ref = std::max(max_ref, std::fabs(double(ref_h[i])));
+  }
+  const double bound = 2 * emul_err + 0x1p-8 * max_ref + 1e-5;
+  if (!(err <= bound)) {
+    std::ostringstream s;
+    s << "max|out - ref| " << err << " > bound " << bound << " (emulation error " << emul_err << ", max|ref| "
+      << max_ref << "); worst element " << worst << ": out " << bf16_bits_to_float(out_h[worst]) << " ref "
+      << ref_h[worst];
+    return s.str();
+  }
+  if (c.with_lse) {
+    const auto lse_h = lse.to_host<float>(), lse_ref_h = lse_ref.to_host<float>();
+    for (std::int64_t i = 0; i < nlse; ++i) {
+      const bool inf = std::isinf(lse_ref_h[i]);
+      if (std::isnan(lse_h[i]) || inf != std::isinf(lse_h[i]) || (!inf && std::fabs(lse_h[i] - lse_ref_h[i]) > 2e-3 + 1e-3 * std::fabs(lse_ref_h[i]))) {
+        return "lse row " + std::to_string(i) + ": " + std::to_string(lse_h[i]) + " vs reference " +
+               std::to_string(lse_ref_h[i]);
+      }
+    }
+  }
+  return "";
+}
+
+int log_uniform(std::mt19937_64& rng, int lo, int hi) {
+  std::uniform_real_distribution<double> d(std::log(double(lo)), std::log(double(hi) + 1));
+  return std::min(hi, static_cast<int>(std::exp(d(rng))));
+}
+
+Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  Fp8Case c;
+  c.batch = 1 + int(rng() % 3);
+  c.heads_kv = 1 + int(rng() % 3);
+  c.heads_q = c.heads_kv * pick({1, 2, 4});
+  c.head_dim = pick({64, 128, 256});
+  c.seqlen_q = forced_q > 0 ? forced_q : log_uniform(rng, 1, 3000);
+  c.seqlen_k = forced_k > 0 ? forced_k : log_uniform(rng, 1, 3000);
+  c.causal = rng() % 2;
+  c.with_lse = rng() % 4 != 0;
+  c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
+  c.head_scales = rng() % 2;
+  c.block_scales = rng() % 2;
+  c.rows_q = pick({64, 128, 256});
+  c.rows_kv = pick({128, 256});
+  if (rng() % 4 == 0) {
+    c.options.pingpong = rng() % 2;
+    c.options.intra_wg_overlap = rng() % 2;
+    c.options.persistent = rng() % 2;
+  }
+  // Keep the oracle's work (one block per query row) bounded; forced lengths stay as given.
+  while (double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * c.head_dim > 1.5e9) {
+    if (c.batch > 1) --c.batch;
+    else if (c.heads_q > c.heads_kv) c.heads_q = c.heads_kv;
+    else if (c.heads_kv > 1) c.heads_q = --c.heads_kv;
+    else if (forced_q == 0 && c.seqlen_q > 1) c.seqlen_q /= 2;
+    else c.seqlen_k /= 2;
+  }
+  return c;
+}
+
+class Fp8Forward : public HopperTest {};
+
+TEST_F(Fp8Forward, RandomConfigurationsMatchTheOracle) {
+  const std::uint64_t seed = run_seed();
+  std::cout << "[ seed     ] HOPATTN_TEST_SEED=" << seed << std::endl;
+  std::mt19937_64 rng(seed);
+  constexpr int kEdges[] = {1, 63, 65, 127, 129, 257};
+  constexpr int kEdgeCount = static_cast<int>(sizeof(kEdges) / sizeof(kEdges[0]));
+  int passed = 0, failed = 0;
+  for (int i = 0; i < 120 && failed < 10; ++i) {
+    const int fq = i < kEdgeCount ? kEdges[i] : 0;
+    const int fk = i >= kEdgeCount && i < 2 * kEdgeCount ? kEdges[i - kEdgeCount] : 0;
+    const Fp8Case c = random_fp8_case(rng, fq, fk);
+    const std::string why = run_fp8_case(c, splitmix64(seed + i));
+    if (why.empty()) {
+      ++passed;
+    } else {
+      ++failed;
+      ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  " << why;
+    }
+  }
+  std::cout << "[ sweep    ] passed " << passed << ", failed " << failed << std::endl;
+}
+
+// Fixed corners: every head dim with the tail of a K block, causal with more queries than keys (rows
+// that see nothing), MQA, block scales at the smallest supported granularity.
+TEST_F(Fp8Forward, CornerCases) {
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8Case> cases;
+  for (int d : {64, 128, 256}) {
+    Fp8Case c;
+    c.head_dim = d, c.batch = 2, c.heads_q = 4, c.heads_kv = 1, c.seqlen_q = 200, c.seqlen_k = 333;
+    c.q_amplitude = 4.0f, c.head_scales = true, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
+    cases.push_back(c);
+    c.causal = true, c.seqlen_q = 300, c.seqlen_k = 100, c.block_scales = false;
+    cases.push_back(c);
+    c.seqlen_q = 1, c.seqlen_k = 1, c.causal = false;
+    cases.push_back(c);
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
+    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
+  }
+}
+
+TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {
+  Fp8Case c;
+  c.block_scales = true, c.rows_q = 32;  // the kernel needs multiples of 64
+  const std::string why = run_fp8_case(c, run_seed());
+  EXPECT_NE(why.find("not supported"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace hopattn::test
