@@ -89,7 +89,7 @@ def test_cpu_varlen_gradients_flow():
     ref, _ = attention_math(q0[None].double(), k.detach()[None, :5].double(), v.detach()[None, :5].double(),
                             causal=True)
     ref.square().sum().backward()
-    torch.testing.assert_close(q.grad[:3].double(), q0.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(q.grad[:3].double(), q0.grad.double(), rtol=1e-5, atol=1e-5)
 
 
 def test_opcheck_fake_kernel_and_autograd_registration():

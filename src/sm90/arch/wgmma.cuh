@@ -50,6 +50,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], std::uint64_t desc_
     else wgmma_m64n##N##k16_ss_f16(d, desc_a, desc_b, accumulate);                   \
     return;                                                                          \
   }
+  HOPATTN_WGMMA_SS_CASE(48)
   HOPATTN_WGMMA_SS_CASE(64)
   HOPATTN_WGMMA_SS_CASE(80)
   HOPATTN_WGMMA_SS_CASE(96)
@@ -58,7 +59,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], std::uint64_t desc_
   HOPATTN_WGMMA_SS_CASE(192)
   HOPATTN_WGMMA_SS_CASE(256)
 #undef HOPATTN_WGMMA_SS_CASE
-  static_assert(kN == 64 || kN == 80 || kN == 96 || kN == 128 || kN == 176 || kN == 192 || kN == 256,
+  static_assert(kN == 48 || kN == 64 || kN == 80 || kN == 96 || kN == 128 || kN == 176 || kN == 192 || kN == 256,
                 "no wgmma wrapper generated for this N: add it to tools/gen_wgmma.py");
 }
 
@@ -71,6 +72,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const std::uint32_t
     else wgmma_m64n##N##k16_rs_f16(d, a, desc_b, accumulate);                   \
     return;                                                                     \
   }
+  HOPATTN_WGMMA_RS_CASE(48)
   HOPATTN_WGMMA_RS_CASE(64)
   HOPATTN_WGMMA_RS_CASE(80)
   HOPATTN_WGMMA_RS_CASE(96)

@@ -49,7 +49,12 @@ class Consumer {
     // Ping-pong starts with warpgroup 0: warpgroup 1 opens its partner's first turn.
     if (p_.pingpong && warpgroup_ == 1) named_barrier_arrive(turn_barrier(0), Traits::kPingPongBarrierThreads);
     std::uint32_t q_phase = 0;
-    for (int tile = blockIdx.x; tile < p_.num_tiles; tile += gridDim.x) {
+    while (true) {
+      if (inline_loads()) producer_.publish_next_tile(p_);
+      mbarrier_wait(&s_.q_full, q_phase);  // producer -> us: tile index published, its Q tile landed
+      q_phase ^= 1;
+      const int tile = s_.tile;
+      if (tile >= p_.num_tiles) return;
       const TileCoord c = decode_tile(p_, tile);
       int n_begin, n_end;
       kv_block_range<Traits::kBlockM, Traits::kBlockN>(p_, c.m_block, &n_begin, &n_end);
@@ -62,8 +67,6 @@ class Consumer {
       OnlineSoftmax<kS> softmax(p_.scale_log2);
 
       if (inline_loads()) producer_.begin_tile(p_, c, n_begin, n_end);
-      mbarrier_wait(&s_.q_full, q_phase);  // producer (TMA) -> us: Q tile landed
-      q_phase ^= 1;
       if (n_end <= n_begin) {
         release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
       } else if (p_.intra_wg_overlap) {

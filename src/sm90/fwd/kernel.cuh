@@ -19,13 +19,14 @@
 
 namespace hopattn::sm90 {
 
+// The 128B swizzle pattern is a function of address bits 4-9, so tiles must start 1024-byte aligned.
+// The kernel has no static shared memory, so its dynamic shared memory starts at the beginning of the
+// CTA's shared window; declaring that alignment lets every smem address be a compile-time constant
+// instead of a register (the producer warpgroup runs on 24-32 registers).
 template <class Traits>
 __device__ __forceinline__ typename Traits::SharedStorage& shared_storage() {
-  extern __shared__ std::uint8_t dynamic_smem[];
-  // The 128B swizzle pattern is a function of address bits 4-9: tiles must start 1024-byte aligned.
-  const std::uint32_t base = smem_address(dynamic_smem);
-  const std::uint32_t pad = (kSwizzleAtomBytes - base % kSwizzleAtomBytes) % kSwizzleAtomBytes;
-  return *reinterpret_cast<typename Traits::SharedStorage*>(dynamic_smem + pad);
+  extern __shared__ __align__(kSwizzleAtomBytes) std::uint8_t dynamic_smem[];
+  return *reinterpret_cast<typename Traits::SharedStorage*>(dynamic_smem);
 }
 
 template <class Traits>
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
   if (threadIdx.x == 0) {
+    if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();  // the alignment promised above
     tma_prefetch_descriptor(&tm_q);
     tma_prefetch_descriptor(&tm_k);
     tma_prefetch_descriptor(&tm_v);

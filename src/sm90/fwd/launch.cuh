@@ -3,13 +3,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "api/problem.hpp"
 #include "sm90/fwd/kernel.cuh"
 #include "sm90/fwd/traits.cuh"
 #include "sm90/host/tensor_map.hpp"
+#include "sm90/host/tile_counters.hpp"
 
 namespace hopattn::sm90 {
 
@@ -24,11 +27,41 @@ inline Status cuda_status(cudaError_t e, const char* what) {
   return Status(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-inline int multiprocessor_count(int device) {
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 1;
-  return count;
+inline int device_attribute(cudaDeviceAttr attr, int device, int fallback) {
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) return fallback;
+  return value;
 }
+
+// How many (batch, head) pairs the scheduler interleaves: about as many as keep their K/V within half
+// of L2 and never fewer than the query heads that share one K/V head (GQA), which read the same K/V;
+// rounded down to a divisor of batch * heads_q so that every group is the same size.
+inline int heads_per_group(const detail::Problem& pr, int device) {
+  const std::int64_t l2_budget = device_attribute(cudaDevAttrL2CacheSize, device, 50 << 20) / 2;
+  const std::int64_t kv_bytes = std::int64_t(pr.seqlen_k) * pr.head_dim * 2 /*K and V*/ * 2 /*bytes*/;
+  const std::int64_t kv_heads = kv_bytes > 0 ? std::max<std::int64_t>(1, l2_budget / kv_bytes) : 1;
+  const std::int64_t total = std::int64_t(pr.batch) * pr.heads_q;
+  std::int64_t group = std::min<std::int64_t>(kv_heads * (pr.heads_q / pr.heads_kv), total);
+  while (total % group != 0) --group;
+  return static_cast<int>(group);
+}
+
+// Runs the launch on the problem's device and puts the caller's current device back afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceGuard() {
+    int current = 0;
+    if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 
 template <class Traits>
 Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
@@ -68,15 +101,25 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
   if (p.num_tiles == 0) return Status::Ok();
 
+  DeviceGuard device(pr.device_index);
+  p.heads_per_group = heads_per_group(pr, pr.device_index);
+  p.group_tiles_divisor = FastDivisor(static_cast<std::uint32_t>(p.num_m_blocks * p.heads_per_group));
+  p.heads_per_group_divisor = FastDivisor(static_cast<std::uint32_t>(p.heads_per_group));
+  p.heads_q_divisor = FastDivisor(static_cast<std::uint32_t>(pr.heads_q));
+  p.head_ratio_divisor = FastDivisor(static_cast<std::uint32_t>(p.head_ratio));
   auto kernel = attention_forward_kernel<Traits>;
   const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
   if (Status st = cuda_status(attr_status, "raising the forward kernel's shared-memory limit"); !st.ok()) return st;
 
-  const int sms = multiprocessor_count(pr.device_index);
-  const int grid = args.options.persistent ? (p.num_tiles < sms ? p.num_tiles : sms) : p.num_tiles;
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, static_cast<cudaStream_t>(args.stream)>>>(tm_q, tm_k, tm_v,
-                                                                                                     p);
+  const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
+  const bool persistent = args.options.persistent && p.num_tiles > sms;
+  const int grid = persistent ? sms : p.num_tiles;
+  if (persistent) {
+    if (Status st = acquire_tile_counter(pr.device_index, &p.tile_counter); !st.ok()) return st;
+  }
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, p);
   return cuda_status(cudaGetLastError(), "launching the forward kernel");
 }
 

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "sm90/tile/fast_divisor.hpp"
+
 namespace hopattn::sm90 {
 
 struct FwdParams {
@@ -30,6 +32,12 @@ struct FwdParams {
 
   int num_m_blocks;
   int num_tiles;
+  int heads_per_group;  // (batch, head) pairs whose tiles are interleaved; divides batch * heads_q
+  FastDivisor group_tiles_divisor;      // num_m_blocks * heads_per_group
+  FastDivisor heads_per_group_divisor;  // heads_per_group
+  FastDivisor heads_q_divisor;          // heads_q
+  FastDivisor head_ratio_divisor;       // head_ratio: q head -> K/V head
+  int* tile_counter;    // {next tile, CTAs finished}, zero at launch; nullptr: one CTA per tile
 };
 
 }  // namespace hopattn::sm90

@@ -40,13 +40,21 @@ class TileLoader {
  public:
   __device__ TileLoader(typename Traits::SharedStorage& s, TensorMaps maps) : s_(s), maps_(maps) {}
 
-  // Q of a new tile; the previous tile's consumers must be done with their last S GEMM (q_empty)
-  // before it is overwritten. The first wait passes at once (parity of the phase before the first).
-  __device__ void load_q(const TileCoord& c) {
+  // Publishes tile `tile` to the consumers and loads its Q, or (tile >= num_tiles) tells them that
+  // no tile is left. The previous tile's consumers must be done with their last S GEMM (q_empty)
+  // before Q and the tile index are overwritten; the first wait passes at once (parity of the phase
+  // before the first).
+  // c: decode_tile(p, tile) when there is a tile.
+  __device__ void publish_tile(const FwdParams& p, int tile, const TileCoord& c) {
     mbarrier_wait(&s_.q_empty, q_phase_ ^ 1);
+    q_phase_ ^= 1;
+    s_.tile = tile;  // made visible to the consumers by the release of the arrive below
+    if (tile >= p.num_tiles) {
+      mbarrier_arrive(&s_.q_full);
+      return;
+    }
     mbarrier_arrive_expect_tx(&s_.q_full, QTile::kBytes);
     load_tile<QTile, kCols>(s_.q, maps_.q, &s_.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
-    q_phase_ ^= 1;
   }
 
   // K and V of block n into the next ring stage, once the consumers have released that stage.
@@ -73,12 +81,17 @@ class TileLoader {
 template <class Traits>
 __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p) {
   TileLoader<Traits> loader(s, maps);
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+  for (int tile = blockIdx.x;; tile = claim_next_tile(p)) {
+    if (tile >= p.num_tiles) {
+      loader.publish_tile(p, tile, TileCoord{});
+      finish_schedule(p);
+      return;
+    }
     const TileCoord c = decode_tile(p, tile);
+    loader.publish_tile(p, tile, c);
     int n_begin, n_end;
     kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, c.m_block, &n_begin, &n_end);
-    loader.load_q(c);
-    for (int n = n_end - 1; n >= n_begin; --n) loader.load_kv(c, c.head / p.head_ratio, n);
+    for (int n = n_end - 1; n >= n_begin; --n) loader.load_kv(c, int(p.head_ratio_divisor.divide(unsigned(c.head))), n);
   }
 }
 
@@ -89,12 +102,21 @@ class InlineProducer {
  public:
   __device__ InlineProducer(typename Traits::SharedStorage& s, TensorMaps maps) : loader_(s, maps) {}
 
+  // Claims and publishes the next tile (the first is blockIdx.x).
+  __device__ void publish_next_tile(const FwdParams& p) {
+    const int tile = first_ ? static_cast<int>(blockIdx.x) : claim_next_tile(p);
+    first_ = false;
+    const bool last = tile >= p.num_tiles;
+    loader_.publish_tile(p, tile, last ? TileCoord{} : decode_tile(p, tile));
+    if (last) finish_schedule(p);
+  }
+
+  // Fills the ring with the tile's first kStages K/V blocks.
   __device__ void begin_tile(const FwdParams& p, const TileCoord& c, int n_begin, int n_end) {
     coord_ = c;
-    kv_head_ = c.head / p.head_ratio;
+    kv_head_ = int(p.head_ratio_divisor.divide(unsigned(c.head)));
     n_begin_ = n_begin;
     next_n_ = n_end - 1;
-    loader_.load_q(c);
     for (int i = 0; i < Traits::kStages; ++i) load_next();
   }
 
@@ -104,6 +126,7 @@ class InlineProducer {
 
  private:
   TileLoader<Traits> loader_;
+  bool first_ = true;
   TileCoord coord_{};
   int kv_head_ = 0;
   int n_begin_ = 0;

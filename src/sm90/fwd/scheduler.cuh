@@ -1,5 +1,13 @@
-// Which tile a CTA works on, and which K/V blocks that tile visits. The producer and the consumers
-// walk the same sequence, so they agree on every stage of the K/V ring without talking.
+// Which tile a CTA works on, and which K/V blocks that tile visits.
+//
+// Tile order: (batch, head) pairs are cut into equal groups of `heads_per_group` whose K/V fit in L2
+// together; within a group, tiles go m-block by m-block across the group's heads, heaviest (last)
+// causal rows first. So the CTAs in flight share K/V in L2, and the light causal tiles come last,
+// where they fill the tail of the schedule.
+//
+// Hand-out: each CTA starts with tile blockIdx.x; a persistent CTA then takes the next unclaimed
+// tile from a global counter (atomicAdd), so CTAs that drew light tiles take more of them. The
+// producer fetches the index and publishes it to the consumers beside the Q tile (q_full).
 #pragma once
 
 #include "sm90/fwd/params.hpp"
@@ -12,18 +20,34 @@ struct TileCoord {
   int batch;
 };
 
-// Static persistent schedule: CTA c takes tiles c, c + gridDim.x, ... (a non-persistent launch has
-// one CTA per tile and runs the loop once). Tiles are numbered head-major so the CTAs in flight at
-// one time share the K/V of few heads in L2; within a head, causal tiles go heaviest (last rows)
-// first so the short tiles fill the tail of the schedule.
 __device__ __forceinline__ TileCoord decode_tile(const FwdParams& p, int tile) {
-  int head_batch = tile / p.num_m_blocks;
-  int m = tile % p.num_m_blocks;
+  const unsigned group = p.group_tiles_divisor.divide(unsigned(tile));
+  const unsigned in_group = unsigned(tile) - group * p.group_tiles_divisor.divisor;
+  const unsigned m = p.heads_per_group_divisor.divide(in_group);
+  const unsigned head_batch = group * p.heads_per_group_divisor.divisor + in_group - m * p.heads_per_group_divisor.divisor;
+  const unsigned batch = p.heads_q_divisor.divide(head_batch);
   TileCoord c;
-  c.m_block = p.causal ? p.num_m_blocks - 1 - m : m;
-  c.head = head_batch % p.heads_q;
-  c.batch = head_batch / p.heads_q;
+  c.m_block = p.causal ? p.num_m_blocks - 1 - int(m) : int(m);
+  c.head = int(head_batch - batch * p.heads_q_divisor.divisor);
+  c.batch = int(batch);
   return c;
+}
+
+// The index of this CTA's next tile; num_tiles or more means none is left. Called by the one thread
+// that publishes tiles (the producer), once per tile after the first.
+__device__ __forceinline__ int claim_next_tile(const FwdParams& p) {
+  if (p.tile_counter == nullptr) return p.num_tiles;  // one CTA per tile
+  return static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+}
+
+// Called once per CTA by the thread that claimed tiles, after its last claim: the last CTA to get
+// here zeroes the counter pair for the next launch that draws it (host/tile_counters.hpp).
+__device__ __forceinline__ void finish_schedule(const FwdParams& p) {
+  if (p.tile_counter == nullptr) return;
+  if (atomicAdd(p.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+    p.tile_counter[0] = 0;
+    p.tile_counter[1] = 0;
+  }
 }
 
 // K/V blocks [begin, end) that rows [m_block * kBlockM, +kBlockM) can see.

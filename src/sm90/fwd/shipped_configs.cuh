@@ -11,6 +11,8 @@ namespace hopattn::sm90 {
 template <int kHeadDim, typename Element, bool kWarpSpecialized>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   if constexpr (kHeadDim == 64) {
+    // Short sequences have few key blocks per tile: the narrower block wastes less on the ragged end.
+    if (pr.seqlen_k <= 2048) return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized>>(args, pr);
     return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized>>(args, pr);
   } else if constexpr (kHeadDim == 128) {
     // Causal tiles mask more of a wide key block; 128 keys keeps the diagonal waste small.
@@ -18,7 +20,6 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     return launch_forward<FwdTraits<128, Element, 176, 2, kWarpSpecialized>>(args, pr);
   } else {
     static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 256");
-    // 80 keys would spill (O alone is 128 registers per thread).
     return launch_forward<FwdTraits<256, Element, 64, 2, kWarpSpecialized>>(args, pr);
   }
 }

@@ -68,15 +68,15 @@ struct FwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
-    std::uint64_t q_full;            // producer (TMA) -> consumers: Q tile landed
+    int tile;                        // producer -> consumers, published with q_full: tile index
+    std::uint64_t q_full;            // producer (TMA) -> consumers: Q tile landed (or no tile left)
     std::uint64_t q_empty;           // consumers -> producer: last S GEMM of the tile done
     std::uint64_t k_full[kStages];   // producer (TMA) -> consumers: K stage landed
     std::uint64_t k_empty[kStages];  // consumers -> producer: S GEMM done reading the K stage
     std::uint64_t v_full[kStages];   // producer (TMA) -> consumers: V stage landed
     std::uint64_t v_empty[kStages];  // consumers -> producer: PV GEMM done reading the V stage
   };
-  // Dynamic shared memory is only 16-byte aligned: ask for one swizzle atom of slack to realign.
-  static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage)) + kSwizzleAtomBytes;
+  static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 227 * 1024, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
 };
 

@@ -1,0 +1,68 @@
+// Host-side construction and sanity check of FwdParams, shared by the 16-bit and FP8 launchers and
+// plain C++ (no CUDA runtime) so the CPU tests can check exactly what a launch would pass.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "api/problem.hpp"
+#include "sm90/fwd/params.hpp"
+
+namespace hopattn::sm90 {
+
+// Every field but tile_counter, which the launcher sets only for a persistent launch (after
+// allocating the counter). heads_per_group: launch.cuh's heads_per_group() for the device.
+inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int heads_per_group) {
+  FwdParams p{};
+  p.batch = pr.batch;
+  p.heads_q = pr.heads_q;
+  p.heads_kv = pr.heads_kv;
+  p.seqlen_q = pr.seqlen_q;
+  p.seqlen_k = pr.seqlen_k;
+  p.head_ratio = pr.heads_q / pr.heads_kv;
+  p.softmax_scale = pr.softmax_scale;
+  p.scale_log2 = pr.softmax_scale * static_cast<float>(M_LOG2E);
+  p.causal = pr.causal;
+  p.pingpong = args.options.pingpong;
+  p.intra_wg_overlap = args.options.intra_wg_overlap;
+  p.out = args.out.data;
+  p.out_batch_stride = args.out.stride[0];
+  p.out_row_stride = args.out.stride[1];
+  p.out_head_stride = args.out.stride[2];
+  if (args.lse) {
+    p.lse = static_cast<float*>(args.lse->data);
+    p.lse_batch_stride = args.lse->stride[0];
+    p.lse_head_stride = args.lse->stride[1];
+    p.lse_row_stride = args.lse->stride[2];
+  }
+  p.num_m_blocks = (pr.seqlen_q + block_m - 1) / block_m;
+  p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
+  p.heads_per_group = heads_per_group;
+  return p;
+}
+
+// Empty when `p` describes a launchable schedule for tiles of block_m rows, else the first field
+// that does not (a field left unset makes decode_tile divide by zero and the kernel write rows
+// outside the output without any error: this turns that into a Status).
+inline std::string fwd_params_error(const FwdParams& p, int block_m) {
+  const auto bad = [](const char* field, long long value, const std::string& want) {
+    return std::string("FwdParams::") + field + " is " + std::to_string(value) + ", expected " + want;
+  };
+  if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
+    return "FwdParams shapes: batch, heads_q, heads_kv and seqlen_q must be positive to launch, seqlen_k >= 0";
+  if (p.heads_q % p.heads_kv != 0 || p.head_ratio != p.heads_q / p.heads_kv)
+    return bad("head_ratio", p.head_ratio, "heads_q / heads_kv with heads_kv dividing heads_q");
+  const int m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+  if (p.num_m_blocks != m_blocks) return bad("num_m_blocks", p.num_m_blocks, std::to_string(m_blocks));
+  const long long tiles = static_cast<long long>(m_blocks) * p.heads_q * p.batch;
+  if (p.num_tiles != tiles) return bad("num_tiles", p.num_tiles, std::to_string(tiles));
+  const long long pairs = static_cast<long long>(p.batch) * p.heads_q;
+  if (p.heads_per_group < 1 || p.heads_per_group > pairs)
+    return bad("heads_per_group", p.heads_per_group, "1 .. batch * heads_q = " + std::to_string(pairs));
+  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2))
+    return "FwdParams::softmax_scale / scale_log2 must be finite";
+  if (p.out == nullptr) return "FwdParams::out is null";
+  return std::string();
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,50 @@
+#include "sm90/host/tile_counters.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace hopattn::sm90 {
+namespace {
+
+struct CounterPool {
+  int* pairs = nullptr;
+  std::atomic<unsigned> next_slot{0};
+};
+
+// Pools live as long as the process; the CUDA runtime releases them with the context.
+std::map<int, CounterPool>& pools() {
+  static std::map<int, CounterPool> by_device;
+  return by_device;
+}
+
+}  // namespace
+
+Status acquire_tile_counter(int device, int** counter) {
+  static std::mutex mutex;
+  CounterPool* pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    pool = &pools()[device];
+    if (pool->pairs == nullptr) {
+      void* memory = nullptr;
+      const size_t bytes = sizeof(int) * 2 * kTileCounterSlots;
+      cudaError_t e = cudaMalloc(&memory, bytes);
+      if (e == cudaSuccess) e = cudaMemset(memory, 0, bytes);
+      if (e != cudaSuccess) {
+        if (memory != nullptr) cudaFree(memory);
+        return Status(StatusCode::kCudaError,
+                      std::string("allocating the persistent tile counters: ") + cudaGetErrorString(e));
+      }
+      pool->pairs = static_cast<int*>(memory);
+    }
+  }
+  const unsigned slot = pool->next_slot.fetch_add(1) % kTileCounterSlots;
+  *counter = pool->pairs + 2 * slot;
+  return Status::Ok();
+}
+
+}  // namespace hopattn::sm90
