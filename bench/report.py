@@ -145,13 +145,15 @@ def plot(entries, impls, path, title):
             ax.set_xscale("log", base=2)
             seqlens = [e["seqlen_q"] for e in sel]
             ax.set_xticks(seqlens, [f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens])
-            ax.set_ylim(bottom=0)
             ax.set_title(f"hdim {hdim}, {'causal' if causal else 'non-causal'}")
             ax.set_xlabel("seqlen")
             ax.set_ylabel("TFLOP/s")
             ax.grid(True, alpha=0.3)
             if ax.lines:
                 ax.legend(fontsize=8)
+    # Shared y axis: fix the limits once every panel is drawn, or the first panel's range clips the rest.
+    top = max((y for ax in axes.flat for line in ax.lines for y in line.get_ydata()), default=1.0)
+    axes[0][0].set_ylim(0, top * 1.08)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
