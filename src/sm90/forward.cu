@@ -15,8 +15,8 @@ namespace {
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a forward kernel yet; it supports dense bf16/fp16 "
-                       "q/k/v with head dim 64, 128 or 256, causal or not, GQA/MQA, softmax_scale and LSE "
-                       "(the CPU reference backend supports every feature on host tensors)");
+                       "q/k/v with head dim 64, 128 or 256, causal or not, sliding window, softcap, GQA/MQA, "
+                       "softmax_scale and LSE (the CPU reference backend supports every feature on host tensors)");
 }
 
 template <typename Element>
@@ -35,9 +35,8 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.varlen_q || pr.varlen_k) return unsupported("variable-length (cu_seqlens) input");
   if (pr.has_seqused_k) return unsupported("seqused_k");
   if (pr.paged) return unsupported("a paged KV cache");
-  if (pr.softcap != 0.0f) return unsupported("softcap");
-  if (pr.window_left != -1 || (pr.window_right != -1 && !(pr.causal && pr.window_right == 0)))
-    return unsupported("a sliding window");
+  // The kernels track the running max of raw scores, which orders logits only for a positive scale.
+  if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);

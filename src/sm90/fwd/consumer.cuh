@@ -133,11 +133,14 @@ class Consumer {
     wgmma_commit();
   }
 
-  __device__ void mask_if_needed(float (&s)[kS], int m0, int row0, int n_block) {
-    const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN>(m0, n0, p_.seqlen_q, p_.seqlen_k, p_.causal)) {
-      apply_mask(s, thread_, row0, n0, p_.seqlen_q, p_.seqlen_k, p_.causal);
+  // Raw scores -> what the softmax sees: softcap (when on), then the mask.
+  __device__ void prepare_scores(float (&s)[kS], int m0, int row0, int n_block) {
+    if (p_.softcap > 0.0f) {
+#pragma unroll
+      for (int i = 0; i < kS; ++i) s[i] = p_.softcap * fast_tanh(s[i] * p_.softcap_input_scale);
     }
+    const int n0 = n_block * Traits::kBlockN;
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN>(p_, m0, n0)) apply_mask(s, thread_, row0, n0, p_);
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
@@ -172,7 +175,7 @@ class Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);  // S GEMM done reading K
       if (n == n_begin) release(&s_.q_empty);  // last S GEMM of the tile done reading Q
-      mask_if_needed(s, m0, row0, n);
+      prepare_scores(s, m0, row0, n);
       float factor[2];
       softmax.update(s, factor);
       rescale(o, factor);
@@ -202,7 +205,7 @@ class Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     if (n == n_begin) release(&s_.q_empty);
-    mask_if_needed(s, m0, row0, n);
+    prepare_scores(s, m0, row0, n);
     softmax.update(s, factor);
     convert_p(s, p);
     std::uint32_t pv_phase = ring_.phase();
@@ -221,7 +224,7 @@ class Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (n == n_begin) release(&s_.q_empty);
-      mask_if_needed(s, m0, row0, n);
+      prepare_scores(s, m0, row0, n);
       softmax.update(s, factor);
       wgmma_wait<0>();  // P V done: p and V stage free
       pin_registers(o);

@@ -26,7 +26,7 @@ __device__ __forceinline__ void store_output(const FwdParams& p, const TileCoord
     const float sum = quad_sum(softmax.row_sum[r]);
     const bool empty = sum == 0.0f;
     inv_sum[r] = empty ? 0.0f : 1.0f / sum;
-    lse[r] = empty ? -INFINITY : softmax.row_max[r] * p.softmax_scale + logf(sum);
+    lse[r] = empty ? -INFINITY : softmax.row_max[r] * p.logit_scale + logf(sum);
   }
   Element* out = static_cast<Element*>(p.out) + c.batch * p.out_batch_stride + c.head * p.out_head_stride;
 #pragma unroll

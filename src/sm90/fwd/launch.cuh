@@ -10,6 +10,7 @@
 
 #include "api/problem.hpp"
 #include "sm90/fwd/kernel.cuh"
+#include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd/traits.cuh"
 #include "sm90/host/tensor_map.hpp"
 #include "sm90/host/tile_counters.hpp"
@@ -75,38 +76,9 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (Status st = make_tensor_map(&tm_v, bshd_view(args.v, dtype), Traits::kColsPerBlock, Traits::kBlockN); !st.ok())
     return st;
 
-  FwdParams p{};
-  p.batch = pr.batch;
-  p.heads_q = pr.heads_q;
-  p.heads_kv = pr.heads_kv;
-  p.seqlen_q = pr.seqlen_q;
-  p.seqlen_k = pr.seqlen_k;
-  p.head_ratio = pr.heads_q / pr.heads_kv;
-  p.softmax_scale = pr.softmax_scale;
-  p.scale_log2 = pr.softmax_scale * static_cast<float>(M_LOG2E);
-  p.causal = pr.causal;
-  p.pingpong = args.options.pingpong;
-  p.intra_wg_overlap = args.options.intra_wg_overlap;
-  p.out = args.out.data;
-  p.out_batch_stride = args.out.stride[0];
-  p.out_row_stride = args.out.stride[1];
-  p.out_head_stride = args.out.stride[2];
-  if (args.lse) {
-    p.lse = static_cast<float*>(args.lse->data);
-    p.lse_batch_stride = args.lse->stride[0];
-    p.lse_head_stride = args.lse->stride[1];
-    p.lse_row_stride = args.lse->stride[2];
-  }
-  p.num_m_blocks = (pr.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
-  if (p.num_tiles == 0) return Status::Ok();
-
+  if (pr.seqlen_q == 0) return Status::Ok();  // nothing to compute (validation refuses other empties)
   DeviceGuard device(pr.device_index);
-  p.heads_per_group = heads_per_group(pr, pr.device_index);
-  p.group_tiles_divisor = FastDivisor(static_cast<std::uint32_t>(p.num_m_blocks * p.heads_per_group));
-  p.heads_per_group_divisor = FastDivisor(static_cast<std::uint32_t>(p.heads_per_group));
-  p.heads_q_divisor = FastDivisor(static_cast<std::uint32_t>(pr.heads_q));
-  p.head_ratio_divisor = FastDivisor(static_cast<std::uint32_t>(p.head_ratio));
+  FwdParams p = make_fwd_params(args, pr, Traits::kBlockM, heads_per_group(pr, pr.device_index));
   auto kernel = attention_forward_kernel<Traits>;
   const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);

@@ -16,8 +16,18 @@ struct FwdParams {
   int seqlen_k;
   int head_ratio;  // heads_q / heads_kv
   float softmax_scale;
-  float scale_log2;  // softmax_scale * log2(e): the softmax runs on exp2
-  bool causal;
+  // Scores reach the softmax as raw q.k, or as softcap * tanh(q.k * softmax_scale / softcap) when
+  // softcap > 0; logit_scale turns them into logits (softmax_scale, or 1 after the softcap) and
+  // scale_log2 = logit_scale * log2(e) is what the exp2 softmax multiplies by.
+  float softcap;
+  float softcap_input_scale;  // softmax_scale / softcap
+  float logit_scale;
+  float scale_log2;
+  // Visible keys of row i: [i + seqlen_k - seqlen_q - window_left, i + seqlen_k - seqlen_q +
+  // window_right], -1 = unbounded on that side (causal is window_right = 0).
+  int window_left;
+  int window_right;
+  bool causal;  // window_right >= 0: later rows see more keys (the scheduler puts them first)
   bool pingpong;
   bool intra_wg_overlap;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "api/problem.hpp"
@@ -21,8 +22,13 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.seqlen_k = pr.seqlen_k;
   p.head_ratio = pr.heads_q / pr.heads_kv;
   p.softmax_scale = pr.softmax_scale;
-  p.scale_log2 = pr.softmax_scale * static_cast<float>(M_LOG2E);
-  p.causal = pr.causal;
+  p.softcap = pr.softcap;
+  p.softcap_input_scale = pr.softcap > 0.0f ? pr.softmax_scale / pr.softcap : 0.0f;
+  p.logit_scale = pr.softcap > 0.0f ? 1.0f : pr.softmax_scale;
+  p.scale_log2 = p.logit_scale * static_cast<float>(M_LOG2E);
+  p.window_left = pr.window_left;
+  p.window_right = pr.window_right;
+  p.causal = pr.window_right >= 0;
   p.pingpong = args.options.pingpong;
   p.intra_wg_overlap = args.options.intra_wg_overlap;
   p.out = args.out.data;
@@ -38,6 +44,10 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.num_m_blocks = (pr.seqlen_q + block_m - 1) / block_m;
   p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
   p.heads_per_group = heads_per_group;
+  p.group_tiles_divisor = FastDivisor(static_cast<std::uint32_t>(p.num_m_blocks * heads_per_group));
+  p.heads_per_group_divisor = FastDivisor(static_cast<std::uint32_t>(heads_per_group));
+  p.heads_q_divisor = FastDivisor(static_cast<std::uint32_t>(pr.heads_q));
+  p.head_ratio_divisor = FastDivisor(static_cast<std::uint32_t>(p.head_ratio));
   return p;
 }
 
@@ -57,8 +67,13 @@ inline std::string fwd_params_error(const FwdParams& p, int block_m) {
   const long long tiles = static_cast<long long>(m_blocks) * p.heads_q * p.batch;
   if (p.num_tiles != tiles) return bad("num_tiles", p.num_tiles, std::to_string(tiles));
   const long long pairs = static_cast<long long>(p.batch) * p.heads_q;
-  if (p.heads_per_group < 1 || p.heads_per_group > pairs)
-    return bad("heads_per_group", p.heads_per_group, "1 .. batch * heads_q = " + std::to_string(pairs));
+  if (p.heads_per_group < 1 || p.heads_per_group > pairs || pairs % p.heads_per_group != 0)
+    return bad("heads_per_group", p.heads_per_group, "a divisor of batch * heads_q = " + std::to_string(pairs));
+  if (p.group_tiles_divisor.divisor != static_cast<std::uint32_t>(m_blocks * p.heads_per_group) ||
+      p.heads_per_group_divisor.divisor != static_cast<std::uint32_t>(p.heads_per_group) ||
+      p.heads_q_divisor.divisor != static_cast<std::uint32_t>(p.heads_q) ||
+      p.head_ratio_divisor.divisor != static_cast<std::uint32_t>(p.head_ratio))
+    return "FwdParams: a tile-decode divisor does not match its field";
   if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2))
     return "FwdParams::softmax_scale / scale_log2 must be finite";
   if (p.out == nullptr) return "FwdParams::out is null";

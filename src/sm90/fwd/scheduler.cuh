@@ -50,17 +50,21 @@ __device__ __forceinline__ void finish_schedule(const FwdParams& p) {
   }
 }
 
-// K/V blocks [begin, end) that rows [m_block * kBlockM, +kBlockM) can see.
+// K/V blocks [begin, end) that rows [m_block * kBlockM, +kBlockM) can see (window and causal limits
+// are bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q).
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ void kv_block_range(const FwdParams& p, int m_block, int* begin, int* end) {
-  int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const int diagonal0 = m_block * kBlockM + p.seqlen_k - p.seqlen_q;  // diagonal key of the first row
   *begin = 0;
   *end = n_blocks;
-  if (p.causal) {
-    // Bottom-right aligned: row i sees keys j <= i + seqlen_k - seqlen_q.
-    int last_visible = m_block * kBlockM + kBlockM - 1 + p.seqlen_k - p.seqlen_q;
-    int causal_end = last_visible < 0 ? 0 : last_visible / kBlockN + 1;
-    *end = causal_end < n_blocks ? causal_end : n_blocks;
+  if (p.window_right >= 0) {
+    const int last_visible = diagonal0 + kBlockM - 1 + p.window_right;
+    *end = last_visible < 0 ? 0 : min(n_blocks, last_visible / kBlockN + 1);
+  }
+  if (p.window_left >= 0) {
+    const int first_visible = diagonal0 - p.window_left;
+    *begin = first_visible <= 0 ? 0 : min(*end, first_visible / kBlockN);
   }
 }
 
