@@ -64,7 +64,7 @@ class Consumer {
       float o[kO];
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
-      OnlineSoftmax<kS> softmax(p_.scale_log2);
+      OnlineSoftmax<kS, Traits::kPolyExpPeriod> softmax(p_.scale_log2);
 
       if (inline_loads()) producer_.begin_tile(p_, c, n_begin, n_end);
       if (n_end <= n_begin) {
@@ -162,7 +162,7 @@ class Consumer {
   }
 
   __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
-                                      OnlineSoftmax<kS>& softmax) {
+                                      OnlineSoftmax<kS, Traits::kPolyExpPeriod>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     for (int n = n_end - 1; n >= n_begin; --n) {
@@ -190,7 +190,7 @@ class Consumer {
   }
 
   __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
-                                      OnlineSoftmax<kS>& softmax) {
+                                      OnlineSoftmax<kS, Traits::kPolyExpPeriod>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     float factor[2];

@@ -16,7 +16,9 @@ struct FastDivisor {
   std::uint32_t shift = 0;
 
   FastDivisor() = default;
+  // d = 0 gives a divisor that fwd_params_error reports instead of a host crash.
   explicit FastDivisor(std::uint32_t d) : divisor(d) {
+    if (d == 0) return;
     // shift = ceil(log2(d)); multiplier = floor(2^32 (2^shift - d) / d) + 1.
     while ((std::uint64_t{1} << shift) < d) ++shift;
     multiplier = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) * ((std::uint64_t{1} << shift) - d)) / d + 1);
