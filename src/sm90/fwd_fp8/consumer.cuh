@@ -43,7 +43,11 @@ class Fp8Consumer {
   __device__ void run() {
     if (b_.pingpong && warpgroup_ == 1) named_barrier_arrive(turn_barrier(0), Traits::kPingPongBarrierThreads);
     std::uint32_t q_phase = 0;
-    for (int tile = blockIdx.x; tile < b_.num_tiles; tile += gridDim.x) {
+    while (true) {
+      mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: tile index published, its Q tile landed
+      q_phase ^= 1;
+      const int tile = s_.tile;
+      if (tile >= b_.num_tiles) return;
       const TileCoord c = decode_tile(b_, tile);
       int n_begin, n_end;
       kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &n_begin, &n_end);
@@ -56,8 +60,6 @@ class Fp8Consumer {
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
       Softmax softmax;
 
-      mbarrier_wait(&s_.q_full, q_phase);
-      q_phase ^= 1;
       if (n_end <= n_begin) {
         release(&s_.q_empty);
       } else if (b_.intra_wg_overlap) {
@@ -141,8 +143,8 @@ class Fp8Consumer {
 
   __device__ void mask_if_needed(float (&s)[kS], int m0, int row0, int n_block) {
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN>(m0, n0, b_.seqlen_q, b_.seqlen_k, b_.causal)) {
-      apply_mask(s, thread_, row0, n0, b_.seqlen_q, b_.seqlen_k, b_.causal);
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN>(b_, m0, n0)) {
+      apply_mask(s, thread_, row0, n0, b_);
     }
   }
 

@@ -27,6 +27,7 @@ __device__ __forceinline__ void fp8_init_barriers(typename Traits::SharedStorage
   mbarrier_init(&s.q_full, 1);
   mbarrier_init(&s.q_empty, Traits::kConsumerWarps);
   for (int i = 0; i < Traits::kStages; ++i) {
+    s.v_end[i] = 0;
     mbarrier_init(&s.k_full[i], 1);
     mbarrier_init(&s.k_empty[i], Traits::kConsumerWarps);
     mbarrier_init(&s.v_full[i], 1);
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warp == 0) {
       if (elect_one_lane()) run_fp8_loads<Traits>(s, &tm_q, &tm_k, &tm_v, params.base);
     } else {
-      run_v_transposer<Traits>(s, params.base, warp - 1);
+      run_v_transposer<Traits>(s, warp - 1);
     }
   } else {
     warpgroup_claim_registers<Traits::kConsumerRegisters>();

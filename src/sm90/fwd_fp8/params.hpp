@@ -13,9 +13,11 @@ struct DescaleView {
   std::int64_t batch_stride, head_stride, block_stride;
   int rows_per_block;  // per-block views: sequence rows per entry; 0 for per-head views
 
+#ifdef __CUDACC__  // the host code (params_builder.hpp, CPU tests) only fills the view
   __device__ __forceinline__ float at(int b, int h, int block = 0) const {
     return data == nullptr ? 1.0f : __ldg(data + b * batch_stride + h * head_stride + block * block_stride);
   }
+#endif
 };
 
 struct Fp8FwdParams {

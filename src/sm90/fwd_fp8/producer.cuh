@@ -1,7 +1,8 @@
-// The FP8 producer warpgroup. Warp 0: one elected thread issues every TMA load (Q per tile, K and V
-// per key block through the stage ring). Warps 1..3: transpose each landed V stage into the V^T
-// stage the P V GEMM reads (8-bit B must be K-major), permuting keys as fp8_layout.hpp explains, so
-// the transpose overlaps the consumers' GEMMs instead of sitting on their path.
+// The FP8 producer warpgroup. Warp 0: one elected thread hands out the tiles and issues every TMA
+// load (Q per tile, K and V per key block through the stage ring). Warps 1..3: transpose each landed
+// V stage into the V^T stage the P V GEMM reads (8-bit B must be K-major), permuting keys as
+// fp8_layout.hpp explains, so the transpose overlaps the consumers' GEMMs instead of sitting on their
+// path.
 #pragma once
 
 #include <cuda.h>
@@ -25,22 +26,30 @@ __device__ __forceinline__ void fp8_load_tile(std::uint8_t* smem, const CUtensor
   }
 }
 
+// The tile hand-out of scheduler.cuh: the first tile is blockIdx.x, the next ones are claimed; each is
+// published to the consumers (s.tile, then q_full) once they are done with the previous Q tile, and a
+// tile index >= num_tiles tells them to stop. Then the transposers are told to stop (finish_v).
 template <class Traits>
 __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                               const CUtensorMap* tm_v, const FwdParams& p) {
   constexpr int kCols = Traits::kColsPerBlock;
   StageRing<Traits::kStages> ring;
   std::uint32_t q_phase = 0;
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+  for (int tile = blockIdx.x;; tile = claim_next_tile(p)) {
+    mbarrier_wait(&s.q_empty, q_phase ^ 1);  // consumers done with the previous Q tile and tile index
+    q_phase ^= 1;
+    s.tile = tile;  // made visible to the consumers by the release of the q_full arrive
+    if (tile >= p.num_tiles) {
+      mbarrier_arrive(&s.q_full);
+      finish_schedule(p);
+      break;
+    }
     const TileCoord c = decode_tile(p, tile);
     const int kv_head = c.head / p.head_ratio;
     int n_begin, n_end;
     kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, c.m_block, &n_begin, &n_end);
-
-    mbarrier_wait(&s.q_empty, q_phase ^ 1);  // consumers done with the previous Q tile
     mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
     fp8_load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
-    q_phase ^= 1;
 
     for (int n = n_end - 1; n >= n_begin; --n) {  // the consumers' order
       const int stage = ring.index();
@@ -55,6 +64,13 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       ring.advance();
     }
   }
+  // finish_v: the next V stage completes without data, with its v_end set (released by the arrive),
+  // once the transposers are done with what it held. Per stage: the transposers may still be on
+  // earlier stages, whose flags must stay 0.
+  const int stage = ring.index();
+  mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);
+  s.v_end[stage] = 1;
+  mbarrier_arrive(&s.v_full[stage]);
 }
 
 // 4 x 4 byte transpose: byte j of out[i] = byte i of in[j].
@@ -87,29 +103,27 @@ __device__ __forceinline__ void transpose_v_tile(const std::uint8_t* v, std::uin
   }
 }
 
-// Transposer warp `warp` (0..kTransposeWarps-1): one V^T stage per K/V block, in the loads' order (it
-// needs only how many blocks each tile has, not which).
+// Transposer warp `warp` (0..kTransposeWarps-1): one V^T stage per landed V stage, in the loads' order,
+// until the TMA thread marks a stage as the end (v_end). It needs no tile index: the stages arrive in
+// the order the consumers read them.
 template <class Traits>
-__device__ void run_v_transposer(typename Traits::SharedStorage& s, const FwdParams& p, int warp) {
+__device__ void run_v_transposer(typename Traits::SharedStorage& s, int warp) {
   const int lane = threadIdx.x % 32;
   StageRing<Traits::kStages> ring;
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
-    int n_begin, n_end;
-    kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, decode_tile(p, tile).m_block, &n_begin, &n_end);
-    for (int blocks = n_end - n_begin; blocks > 0; --blocks) {
-      const int stage = ring.index();
-      mbarrier_wait(&s.v_full[stage], ring.phase());        // TMA -> us: V landed
-      mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
-      transpose_v_tile<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN>(
-          s.v[stage], s.vt[stage], warp, Traits::kTransposeWarps, lane);
-      fence_proxy_async_shared();  // our generic stores -> the consumers' wgmma (async proxy) reads
-      __syncwarp();
-      if (lane == 0) {
-        mbarrier_arrive(&s.vt_full[stage]);
-        mbarrier_arrive(&s.v_empty[stage]);
-      }
-      ring.advance();
+  while (true) {
+    const int stage = ring.index();
+    mbarrier_wait(&s.v_full[stage], ring.phase());  // TMA -> us: V landed, or no V block follows
+    if (*static_cast<volatile int*>(&s.v_end[stage])) return;
+    mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
+    transpose_v_tile<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN>(
+        s.v[stage], s.vt[stage], warp, Traits::kTransposeWarps, lane);
+    fence_proxy_async_shared();  // our generic stores -> the consumers' wgmma (async proxy) reads
+    __syncwarp();
+    if (lane == 0) {
+      mbarrier_arrive(&s.vt_full[stage]);
+      mbarrier_arrive(&s.v_empty[stage]);
     }
+    ring.advance();
   }
 }
 

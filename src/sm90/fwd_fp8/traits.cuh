@@ -61,11 +61,13 @@ struct Fp8FwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t vt[kStages][VtTile::kBytes];
-    std::uint64_t q_full;             // TMA -> consumers: Q tile landed
+    int tile;                         // TMA thread -> consumers, published with q_full: tile index
+    int v_end[kStages];               // TMA thread -> transposers, with v_full: no V block follows
+    std::uint64_t q_full;             // TMA -> consumers: Q tile landed (or no tile left)
     std::uint64_t q_empty;            // consumers -> TMA thread: last S GEMM of the tile done
     std::uint64_t k_full[kStages];    // TMA -> consumers: K stage landed
     std::uint64_t k_empty[kStages];   // consumers -> TMA thread: S GEMM done reading the K stage
-    std::uint64_t v_full[kStages];    // TMA -> transposers: V stage landed
+    std::uint64_t v_full[kStages];    // TMA -> transposers: V stage landed (or v_end set)
     std::uint64_t v_empty[kStages];   // transposers -> TMA thread: V stage read
     std::uint64_t vt_full[kStages];   // transposers -> consumers: V^T stage written
     std::uint64_t vt_empty[kStages];  // consumers -> transposers: PV GEMM done reading the V^T stage
