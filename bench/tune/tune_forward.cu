@@ -99,12 +99,10 @@ void time_config(const char* name, const Buffers& b, int batch, int heads, int s
   cudaEventDestroy(stop);
 }
 
-template <int kD, int kN, int kStages, int kPolyExpPeriod>
+template <int kD, int kN, int kStages>
 void time_tile(const Buffers& b, int batch, int heads, int seqlen, bool causal, KernelOptions options) {
-  const std::string name = "N" + std::to_string(kN) + "/stages" + std::to_string(kStages) + "/polyexp" +
-                           std::to_string(kPolyExpPeriod);
-  time_config<FwdTraits<kD, __nv_bfloat16, kN, kStages, true, kPolyExpPeriod>>(name.c_str(), b, batch, heads, seqlen,
-                                                                              kD, causal, options);
+  const std::string name = "N" + std::to_string(kN) + "/stages" + std::to_string(kStages);
+  time_config<FwdTraits<kD, __nv_bfloat16, kN, kStages>>(name.c_str(), b, batch, heads, seqlen, kD, causal, options);
 }
 
 template <int kD>
@@ -115,19 +113,13 @@ void sweep(int seqlen, bool causal) {
     KernelOptions o;
     o.persistent = variant == 0;
     if constexpr (kD == 64) {
-      time_tile<64, 128, 4, 0>(b, batch, heads, seqlen, causal, o);
-      time_tile<64, 128, 4, 2>(b, batch, heads, seqlen, causal, o);
-      time_tile<64, 128, 4, 4>(b, batch, heads, seqlen, causal, o);
-      time_tile<64, 192, 4, 0>(b, batch, heads, seqlen, causal, o);
-      time_tile<64, 192, 4, 4>(b, batch, heads, seqlen, causal, o);
+      time_tile<64, 128, 4>(b, batch, heads, seqlen, causal, o);
+      time_tile<64, 192, 4>(b, batch, heads, seqlen, causal, o);
     } else if constexpr (kD == 128) {
-      time_tile<128, 128, 2, 0>(b, batch, heads, seqlen, causal, o);
-      time_tile<128, 128, 2, 4>(b, batch, heads, seqlen, causal, o);
-      time_tile<128, 176, 2, 0>(b, batch, heads, seqlen, causal, o);
-      time_tile<128, 176, 2, 8>(b, batch, heads, seqlen, causal, o);
+      time_tile<128, 128, 2>(b, batch, heads, seqlen, causal, o);
+      time_tile<128, 176, 2>(b, batch, heads, seqlen, causal, o);
     } else {
-      time_tile<256, 64, 2, 0>(b, batch, heads, seqlen, causal, o);
-      time_tile<256, 64, 2, 8>(b, batch, heads, seqlen, causal, o);
+      time_tile<256, 64, 2>(b, batch, heads, seqlen, causal, o);
     }
   }
   free_buffers(b);

@@ -24,13 +24,19 @@ Status require_hopper(int device_index) {
                                                     " is out of range: " + std::to_string(count) +
                                                     " CUDA device(s) present");
   }
-  cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, device_index) != cudaSuccess) {
-    return Status(StatusCode::kCudaError, "cudaGetDeviceProperties failed for device " + std::to_string(device_index));
+  // Two attribute queries, not cudaGetDeviceProperties: this runs on every forward() call, and the
+  // full property query costs far more host time than a small kernel takes on the GPU.
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index) != cudaSuccess) {
+    cudaGetLastError();
+    return Status(StatusCode::kCudaError, "reading the compute capability of device " + std::to_string(device_index));
   }
-  if (prop.major != 9 || prop.minor != 0) {
-    return Status(StatusCode::kUnsupported, std::string("GPU '") + prop.name + "' has compute capability " +
-                                                std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+  if (major != 9 || minor != 0) {
+    cudaDeviceProp prop;
+    const std::string name = cudaGetDeviceProperties(&prop, device_index) == cudaSuccess ? prop.name : "?";
+    return Status(StatusCode::kUnsupported, "GPU '" + name + "' has compute capability " + std::to_string(major) +
+                                                "." + std::to_string(minor) +
                                                 "; hopattn's kernels need a Hopper GPU (compute capability 9.0)");
   }
   return Status::Ok();

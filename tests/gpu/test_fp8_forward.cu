@@ -11,8 +11,11 @@
 // roundings can land on different sides): max|out - ref| <= 2 max|emul - ref| + 2^-8 max|ref|. A wrong
 // key permutation, scale or mask moves outputs by O(|v|) on peaky rows, far past that. LSE does not
 // see the P rounding, but the S = Q K^T QGMMA adds the products of each instruction with only ~14
-// mantissa bits (a Hopper FP8 tensor-core property), an error relative to the scores' size:
-// |lse - lse_ref| <= 2e-3 + 1e-3 |lse_ref|, and -inf exactly where a row sees no key.
+// mantissa bits (a Hopper FP8 tensor-core property), an error relative to the size of the summed
+// products, which exceeds the score's own size when products cancel (an H200 run of 2026-11-29 saw
+// LSE 0.046 off by 0.003 with one key, d 256). So |lse - lse_ref| <= 2e-3 + 2^-9 max_j sum_c
+// |q_c k_jc| (scaled like the scores; 4x the error ArchFp8Wgmma measured), and -inf exactly where a
+// row sees no key.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -58,6 +61,7 @@ struct OracleArgs {
   bool causal;
   float softmax_scale;
   float *ref, *emul, *lse;  // dense (b, sq, hq, d) and (b, hq, sq)
+  float* lse_tolerance;     // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
 };
 
 __device__ float e4m3_value(std::uint8_t code) {
@@ -93,20 +97,25 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   const float k_head = a.k_head ? a.k_head[b * a.heads_kv + kvh] : 1.0f;
   const float v_head = a.v_head ? a.v_head[b * a.heads_kv + kvh] : 1.0f;
   const int key_end = a.causal ? min(a.seqlen_k, i + a.seqlen_k - a.seqlen_q + 1) : a.seqlen_k;
-  float local_max = -INFINITY;
+  float local_max = -INFINITY, local_magnitude = 0.0f;
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
     float s = -INFINITY;
     if (j < key_end) {
       const std::uint8_t* k = a.k + ((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d;
-      float dot = 0.0f;
-      for (int c = 0; c < a.d; ++c) dot += e4m3_value(q[c]) * e4m3_value(k[c]);
+      float dot = 0.0f, abs_dot = 0.0f;
+      for (int c = 0; c < a.d; ++c) {
+        dot += e4m3_value(q[c]) * e4m3_value(k[c]);
+        abs_dot += fabsf(e4m3_value(q[c]) * e4m3_value(k[c]));
+      }
       const float k_scale = k_head * (a.k_block ? a.k_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
       s = dot * q_scale * k_scale * a.softmax_scale;
+      local_magnitude = fmaxf(local_magnitude, abs_dot * q_scale * k_scale * a.softmax_scale);
     }
     p[j] = s;
     local_max = fmaxf(local_max, s);
   }
   const float m = block_reduce(local_max, scratch, true);
+  const float magnitude = block_reduce(local_magnitude, scratch, true);
   float local_sum = 0.0f;
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
     const float e = p[j] == -INFINITY ? 0.0f : expf(p[j] - m) * 256.0f;
@@ -128,7 +137,13 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
     a.ref[o] = l > 0.0f ? acc / l : 0.0f;
     a.emul[o] = l > 0.0f ? __bfloat162float(__float2bfloat16_rn(acc8 / l)) : 0.0f;
   }
-  if (threadIdx.x == 0) a.lse[(std::size_t(b) * a.heads_q + h) * a.seqlen_q + i] = l > 0.0f ? m + logf(l / 256.0f) : -INFINITY;
+  if (threadIdx.x == 0) {
+    const std::size_t row = (std::size_t(b) * a.heads_q + h) * a.seqlen_q + i;
+    a.lse[row] = l > 0.0f ? m + logf(l / 256.0f) : -INFINITY;
+    // LSE moves by at most the largest score error; a score's QGMMA error is bounded by 2^-9 of its
+    // sum of |products| (4x the 5e-4 measured by ArchFp8Wgmma), plus float32 slack.
+    a.lse_tolerance[row] = 2e-3f + magnitude / 512.0f;
+  }
 }
 
 __global__ void to_e4m3_kernel(const float* in, std::uint8_t* out, std::int64_t n) {
@@ -210,14 +225,14 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != nq) return "out not fully written (NaN left)";
   if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
 
-  DeviceBuffer ref(nq * 4), emul(nq * 4), lse_ref(nlse * 4);
+  DeviceBuffer ref(nq * 4), emul(nq * 4), lse_ref(nlse * 4), lse_tolerance(nlse * 4);
   OracleArgs o{q.as<std::uint8_t>(), k.as<std::uint8_t>(), v.as<std::uint8_t>(),
                c.head_scales ? qh.as<float>() : nullptr, c.head_scales ? kh.as<float>() : nullptr,
                c.head_scales ? vh.as<float>() : nullptr, c.block_scales ? qb.as<float>() : nullptr,
                c.block_scales ? kb.as<float>() : nullptr, c.block_scales ? vb.as<float>() : nullptr,
                c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
                blocks_q, blocks_kv, c.causal, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-               ref.as<float>(), emul.as<float>(), lse_ref.as<float>()};
+               ref.as<float>(), emul.as<float>(), lse_ref.as<float>(), lse_tolerance.as<float>()};
   const std::size_t smem = (2 * std::size_t(c.seqlen_k) + 32) * sizeof(float);
   HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(fp8_oracle_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   fp8_oracle_kernel<<<dim3(c.seqlen_q, c.heads_q, c.batch), 256, smem>>>(o);
@@ -245,11 +260,13 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   }
   if (c.with_lse) {
     const auto lse_h = lse.to_host<float>(), lse_ref_h = lse_ref.to_host<float>();
+    const auto tolerance_h = lse_tolerance.to_host<float>();
     for (std::int64_t i = 0; i < nlse; ++i) {
       const bool inf = std::isinf(lse_ref_h[i]);
-      if (std::isnan(lse_h[i]) || inf != std::isinf(lse_h[i]) || (!inf && std::fabs(lse_h[i] - lse_ref_h[i]) > 2e-3 + 1e-3 * std::fabs(lse_ref_h[i]))) {
+      if (std::isnan(lse_h[i]) || inf != std::isinf(lse_h[i]) ||
+          (!inf && std::fabs(lse_h[i] - lse_ref_h[i]) > tolerance_h[i])) {
         return "lse row " + std::to_string(i) + ": " + std::to_string(lse_h[i]) + " vs reference " +
-               std::to_string(lse_ref_h[i]);
+               std::to_string(lse_ref_h[i]) + " (tolerance " + std::to_string(tolerance_h[i]) + ")";
       }
     }
   }

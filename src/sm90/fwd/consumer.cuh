@@ -53,7 +53,7 @@ class Consumer {
       if (inline_loads()) producer_.publish_next_tile(p_);
       mbarrier_wait(&s_.q_full, q_phase);  // producer -> us: tile index published, its Q tile landed
       q_phase ^= 1;
-      const int tile = s_.tile;
+      const int tile = atomicOr(&s_.tile, 0);  // atomic read: see TileLoader::publish_tile
       if (tile >= p_.num_tiles) return;
       const TileCoord c = decode_tile(p_, tile);
       int n_begin, n_end;
@@ -64,7 +64,7 @@ class Consumer {
       float o[kO];
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
-      OnlineSoftmax<kS, Traits::kPolyExpPeriod> softmax(p_.scale_log2);
+      OnlineSoftmax<kS> softmax(p_.scale_log2);
 
       if (inline_loads()) producer_.begin_tile(p_, c, n_begin, n_end);
       if (n_end <= n_begin) {
@@ -162,7 +162,7 @@ class Consumer {
   }
 
   __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
-                                      OnlineSoftmax<kS, Traits::kPolyExpPeriod>& softmax) {
+                                      OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     for (int n = n_end - 1; n >= n_begin; --n) {
@@ -190,7 +190,7 @@ class Consumer {
   }
 
   __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
-                                      OnlineSoftmax<kS, Traits::kPolyExpPeriod>& softmax) {
+                                      OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     float factor[2];

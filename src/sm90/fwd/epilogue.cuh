@@ -17,7 +17,7 @@ namespace hopattn::sm90 {
 template <class Traits>
 __device__ __forceinline__ void store_output(const FwdParams& p, const TileCoord& c, int row0, int thread,
                                              float (&o)[Traits::kORegisters],
-                                             OnlineSoftmax<Traits::kSRegisters, Traits::kPolyExpPeriod>& softmax) {
+                                             OnlineSoftmax<Traits::kSRegisters>& softmax) {
   using Element = typename Traits::Element;
   float inv_sum[2];
   float lse[2];

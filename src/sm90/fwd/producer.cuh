@@ -48,7 +48,10 @@ class TileLoader {
   __device__ void publish_tile(const FwdParams& p, int tile, const TileCoord& c) {
     mbarrier_wait(&s_.q_empty, q_phase_ ^ 1);
     q_phase_ ^= 1;
-    s_.tile = tile;  // made visible to the consumers by the release of the arrive below
+    // Ordered before the consumers' read by the release of the arrive below and the acquire of their
+    // wait; written atomically so that compute-sanitizer's racecheck, which does not follow mbarrier
+    // ordering for plain shared-memory accesses, sees no race either.
+    atomicExch(&s_.tile, tile);
     if (tile >= p.num_tiles) {
       mbarrier_arrive(&s_.q_full);
       return;

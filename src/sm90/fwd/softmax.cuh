@@ -15,20 +15,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x for x <= 0 on the FMA pipe instead of the exp unit (MUFU.EX2 does 16 per clock per SM against
-// 128 FMAs): x = n + f with n an integer (rounded by the 1.5 * 2^23 trick) and f in [-0.5, 0.5];
-// 2^f by a degree-3 polynomial (relative error 1.8e-4, far below the rounding of P to 16 bits), and
-// 2^n added to the exponent bits. Below -126 (masked keys are -inf) it returns exactly 0.
-__device__ __forceinline__ float poly_exp2(float x) {
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-  const float clamped = fmaxf(x, -127.0f);
-  const float t = clamped + kRound;
-  const float f = clamped - (t - kRound);
-  const float p = fmaf(fmaf(fmaf(0.054602623f, f, 0.24192413f), f, 0.69331648f), f, 1.0f);
-  const float scaled = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-  return x < -126.0f ? 0.0f : scaled;
-}
-
 // Hardware tanh (MUFU.TANH), for the softcap.
 __device__ __forceinline__ float fast_tanh(float x) {
   float y;
@@ -49,9 +35,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 // Accumulator index i of an m64nN fragment belongs to the thread's row (i / 2) % 2.
 __device__ __forceinline__ constexpr int fragment_row_half(int i) { return (i >> 1) & 1; }
 
-// kPolyExpPeriod: every kPolyExpPeriod-th probability is computed by poly_exp2 on the FMA pipe, the
-// rest on the exp unit, to balance the two when the exp unit is the bottleneck (0 = never).
-template <int kSRegisters, int kPolyExpPeriod = 0>
+template <int kSRegisters>
 struct OnlineSoftmax {
   float row_max[2];  // running max of raw scores, -inf until a key is seen
   float row_sum[2];  // this thread's partial sum of exp2(...) relative to row_max
@@ -83,12 +67,7 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int i = 0; i < kSRegisters; ++i) {
       const int r = fragment_row_half(i);
-      const float x = fmaf(s[i], scale_log2, -max_scaled[r]);
-      if constexpr (kPolyExpPeriod > 0) {
-        s[i] = i % kPolyExpPeriod == kPolyExpPeriod - 1 ? poly_exp2(x) : fast_exp2(x);
-      } else {
-        s[i] = fast_exp2(x);
-      }
+      s[i] = fast_exp2(fmaf(s[i], scale_log2, -max_scaled[r]));
       row_sum[r] += s[i];
     }
   }

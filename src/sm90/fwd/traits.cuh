@@ -16,10 +16,7 @@ namespace hopattn::sm90 {
 // O is 64 x kHeadDim f32) while kStages_ K and V stages still fit in shared memory.
 // kWarpSpecialized_: a producer warpgroup issues the TMA loads (FlashAttention-3); without it one
 // consumer thread issues them between its own GEMMs (the ablation baseline).
-// kPolyExpPeriod_: every n-th softmax exponential on the FMA pipe instead of the exp unit (softmax.cuh);
-// -1 picks the default for the head dim (the smaller d, the more exp-bound the kernel).
-template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
-          int kPolyExpPeriod_ = -1>
+template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -34,7 +31,6 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kWarpSpecialized = kWarpSpecialized_;
-  static constexpr int kPolyExpPeriod = kPolyExpPeriod_ >= 0 ? kPolyExpPeriod_ : (kHeadDim == 64 ? 4 : 0);
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kProducerWarpgroups = kWarpSpecialized ? 1 : 0;

@@ -46,7 +46,7 @@ class Fp8Consumer {
     while (true) {
       mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: tile index published, its Q tile landed
       q_phase ^= 1;
-      const int tile = s_.tile;
+      const int tile = atomicOr(&s_.tile, 0);  // atomic read: see fwd/producer.cuh publish_tile
       if (tile >= b_.num_tiles) return;
       const TileCoord c = decode_tile(b_, tile);
       int n_begin, n_end;

@@ -38,7 +38,7 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
   for (int tile = blockIdx.x;; tile = claim_next_tile(p)) {
     mbarrier_wait(&s.q_empty, q_phase ^ 1);  // consumers done with the previous Q tile and tile index
     q_phase ^= 1;
-    s.tile = tile;  // made visible to the consumers by the release of the q_full arrive
+    atomicExch(&s.tile, tile);  // ordered by the q_full arrive; atomic for racecheck (fwd/producer.cuh)
     if (tile >= p.num_tiles) {
       mbarrier_arrive(&s.q_full);
       finish_schedule(p);
