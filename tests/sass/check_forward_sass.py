@@ -4,7 +4,7 @@
   check_forward_sass.py [--cuda-bin-dir DIR] [--tools-dir DIR] FILE...   check; exit 0 pass, 1 fail
   check_forward_sass.py --tools-dir DIR --install-only                   make cuobjdump available
 
-Every function whose name contains `attention_forward_kernel` must issue its GEMMs on the Hopper tensor
+Every function whose name contains `attention_forward_kernel` or `attention_forward_fp8_kernel` must issue its GEMMs on the Hopper tensor
 cores (HGMMA; QGMMA for FP8 instantiations, named with fp8/e4m3), load through TMA (UTMALDG), and use
 no local memory (LDL/STL). A file without any forward kernel fails too, so a build that silently lost
 its kernels cannot pass. Exit 2: cuobjdump/nvdisasm not found.
@@ -23,7 +23,8 @@ import shutil
 import subprocess
 import sys
 
-FORWARD_KERNEL = "attention_forward_kernel"
+# The 16-bit kernel (attention_forward_kernel) and the FP8 one (attention_forward_fp8_kernel).
+FORWARD_KERNEL = re.compile(r"attention_forward(?:_fp8)?_kernel")
 # Any 13.x disassembler reads the sm_90a cubins nvcc 13.0 writes; pinned so CI runs are repeatable.
 PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
 
@@ -120,11 +121,11 @@ def check(paths, cuobjdump, nvdisasm_dir):
     failures = 0
     for path in paths:
         functions = opcode_counts(dump_sass(cuobjdump, nvdisasm_dir, path))
-        forward = sorted(n for n in functions if FORWARD_KERNEL in n)
+        forward = sorted(n for n in functions if FORWARD_KERNEL.search(n))
         pretty = demangle(forward)
         print(f"{path}: {len(functions)} kernels, {len(forward)} forward instantiations")
         if not forward:
-            print(f"FAIL  {path}: no {FORWARD_KERNEL} instantiation in its SASS")
+            print(f"FAIL  {path}: no {FORWARD_KERNEL.pattern} instantiation in its SASS")
             failures += 1
         for name in forward:
             ops = functions[name]

@@ -1,5 +1,5 @@
 // The tile configurations the library ships, per head dim (H200 measurements: docs/perf-notes.md).
-// bench/tune_forward.cu times alternatives against these.
+// bench/tune/tune_forward.cu times alternatives against these.
 #pragma once
 
 #include "sm90/fwd/launch.cuh"
