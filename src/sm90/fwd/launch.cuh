@@ -79,6 +79,9 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.seqlen_q == 0) return Status::Ok();  // nothing to compute (validation refuses other empties)
   DeviceGuard device(pr.device_index);
   FwdParams p = make_fwd_params(args, pr, Traits::kBlockM, heads_per_group(pr, pr.device_index));
+  // A field left unset would make the kernel decode garbage tiles and write nowhere, silently.
+  if (std::string why = fwd_params_error(p, Traits::kBlockM); !why.empty())
+    return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: " + why);
   auto kernel = attention_forward_kernel<Traits>;
   const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
