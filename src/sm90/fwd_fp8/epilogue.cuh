@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
+#include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd_fp8/softmax.cuh"
@@ -28,25 +29,7 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, const TileC
     // P = 2^(t - max + 8): log2 of the true sum is max - 8 + log2(sum).
     lse[r] = empty ? -INFINITY : (softmax.row_max[r] - kFp8POffsetLog2 + log2f(sum)) * static_cast<float>(M_LN2);
   }
-  __nv_bfloat16* out =
-      static_cast<__nv_bfloat16*>(p.out) + c.batch * p.out_batch_stride + c.head * p.out_head_stride;
-#pragma unroll
-  for (int i = 0; i < Traits::kORegisters; i += 2) {
-    const int r = fragment_row_half(i);
-    const int row = row0 + accumulator_row(thread, i);
-    if (row < p.seqlen_q) {
-      *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + accumulator_col(thread, i)) =
-          pack_pair<true>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
-    }
-  }
-  if (p.lse != nullptr && thread % 4 == 0) {
-    float* lse_base = p.lse + c.batch * p.lse_batch_stride + c.head * p.lse_head_stride;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = row0 + accumulator_row(thread, 2 * r);
-      if (row < p.seqlen_q) lse_base[row * p.lse_row_stride] = lse[r];
-    }
-  }
+  store_rows<true, __nv_bfloat16>(p, c, row0, thread, o, out_scale, lse);
 }
 
 }  // namespace hopattn::sm90

@@ -13,18 +13,10 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd_fp8/fp8_layout.hpp"
 #include "sm90/fwd_fp8/params.hpp"
+#include "sm90/fwd/producer.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 
 namespace hopattn::sm90 {
-
-template <class Tile, int kColsPerBlock>
-__device__ __forceinline__ void fp8_load_tile(std::uint8_t* smem, const CUtensorMap* map, std::uint64_t* full,
-                                              int row0, int head, int batch) {
-#pragma unroll
-  for (int cb = 0; cb < Tile::kColumnBlocks; ++cb) {
-    tma_load_4d(smem + cb * Tile::kColumnBlockBytes, map, full, cb * kColsPerBlock, row0, head, batch);
-  }
-}
 
 // The tile hand-out of scheduler.cuh: the first tile is blockIdx.x, the next ones are claimed; each is
 // published to the consumers (s.tile, then q_full) once they are done with the previous Q tile, and a
@@ -49,17 +41,17 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
     int n_begin, n_end;
     kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, c.m_block, &n_begin, &n_end);
     mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
-    fp8_load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
+    load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
 
     for (int n = n_end - 1; n >= n_begin; --n) {  // the consumers' order
       const int stage = ring.index();
       mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
       mbarrier_arrive_expect_tx(&s.k_full[stage], Traits::KTile::kBytes);
-      fp8_load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
+      load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
                                                    c.batch);
       mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);  // transposers done reading this V stage
       mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
-      fp8_load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], n * Traits::kBlockN, kv_head,
+      load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], n * Traits::kBlockN, kv_head,
                                                    c.batch);
       ring.advance();
     }
