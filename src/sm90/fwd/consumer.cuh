@@ -21,6 +21,7 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
+#include "sm90/pipeline/warpgroup_turns.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -28,6 +29,7 @@ namespace hopattn::sm90 {
 template <class Traits>
 class Consumer {
   using QTile = typename Traits::QTile;
+  using Turns = WarpgroupTurns<Traits::kPingPongBarrierBase, Traits::kPingPongBarrierThreads>;
   using KTile = typename Traits::KTile;
   using VTile = typename Traits::VTile;
   static constexpr int kS = Traits::kSRegisters;
@@ -47,7 +49,7 @@ class Consumer {
 
   __device__ void run() {
     // Ping-pong starts with warpgroup 0: warpgroup 1 opens its partner's first turn.
-    if (p_.pingpong && warpgroup_ == 1) named_barrier_arrive(turn_barrier(0), Traits::kPingPongBarrierThreads);
+    Turns::open_first_turn(p_.pingpong, warpgroup_);
     std::uint32_t q_phase = 0;
     while (true) {
       if (inline_loads()) producer_.publish_next_tile(p_);
@@ -81,21 +83,13 @@ class Consumer {
  private:
   __device__ bool inline_loads() const { return !Traits::kWarpSpecialized && drives_loads_; }
 
-  __device__ static int turn_barrier(int warpgroup) { return Traits::kPingPongBarrierBase + warpgroup; }
 
   // Our turn to issue GEMMs: wait until the other warpgroup has issued its own.
-  __device__ void begin_gemm_turn() {
-    if (p_.pingpong) named_barrier_sync(turn_barrier(warpgroup_), Traits::kPingPongBarrierThreads);
-  }
-  __device__ void end_gemm_turn() {
-    if (p_.pingpong) named_barrier_arrive(turn_barrier(1 - warpgroup_), Traits::kPingPongBarrierThreads);
-  }
+  __device__ void begin_gemm_turn() { Turns::begin(p_.pingpong, warpgroup_); }
+  __device__ void end_gemm_turn() { Turns::end(p_.pingpong, warpgroup_); }
 
   // Each consumer warp releases a buffer once its reads are complete (empty barriers count 8 warps).
-  __device__ void release(std::uint64_t* empty) {
-    __syncwarp();
-    if (thread_ % 32 == 0) mbarrier_arrive(empty);
-  }
+  __device__ void release(std::uint64_t* empty) { release_from_warp(empty, thread_); }
 
   // A V stage was just released: an inline producer refills the ring.
   __device__ void release_v(int stage) {

@@ -23,6 +23,7 @@
 #include "sm90/fwd_fp8/params.hpp"
 #include "sm90/fwd_fp8/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
+#include "sm90/pipeline/warpgroup_turns.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -30,6 +31,7 @@ namespace hopattn::sm90 {
 template <class Traits>
 class Fp8Consumer {
   using QTile = typename Traits::QTile;
+  using Turns = WarpgroupTurns<Traits::kPingPongBarrierBase, Traits::kPingPongBarrierThreads>;
   using KTile = typename Traits::KTile;
   static constexpr int kS = Traits::kSRegisters;
   static constexpr int kO = Traits::kORegisters;
@@ -41,7 +43,7 @@ class Fp8Consumer {
       : s_(s), p_(p), b_(p.base), warpgroup_(warpgroup), thread_(threadIdx.x % Traits::kWarpgroupThreads) {}
 
   __device__ void run() {
-    if (b_.pingpong && warpgroup_ == 1) named_barrier_arrive(turn_barrier(0), Traits::kPingPongBarrierThreads);
+    Turns::open_first_turn(b_.pingpong, warpgroup_);
     std::uint32_t q_phase = 0;
     while (true) {
       mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: tile index published, its Q tile landed
@@ -72,17 +74,9 @@ class Fp8Consumer {
   }
 
  private:
-  __device__ static int turn_barrier(int warpgroup) { return Traits::kPingPongBarrierBase + warpgroup; }
-  __device__ void begin_gemm_turn() {
-    if (b_.pingpong) named_barrier_sync(turn_barrier(warpgroup_), Traits::kPingPongBarrierThreads);
-  }
-  __device__ void end_gemm_turn() {
-    if (b_.pingpong) named_barrier_arrive(turn_barrier(1 - warpgroup_), Traits::kPingPongBarrierThreads);
-  }
-  __device__ void release(std::uint64_t* empty) {
-    __syncwarp();
-    if (thread_ % 32 == 0) mbarrier_arrive(empty);
-  }
+  __device__ void begin_gemm_turn() { Turns::begin(b_.pingpong, warpgroup_); }
+  __device__ void end_gemm_turn() { Turns::end(b_.pingpong, warpgroup_); }
+  __device__ void release(std::uint64_t* empty) { release_from_warp(empty, thread_); }
 
   // Per-tile scale factors; see the header comment.
   __device__ void begin_tile(const TileCoord& c, int row0) {
