@@ -1,9 +1,13 @@
-"""Array-generic forward and backward: outputs are allocated with the caller's array library, then
-_C runs on the caller's memory and CUDA stream. The flash-attention signatures (interface.py) and
-the torch operators (torch.py) both end here."""
+"""Array-generic forward, backward and FP8 quantization: outputs are allocated with the caller's
+array library, then _C runs on the caller's memory and CUDA stream. The flash-attention signatures
+(interface.py), hopattn.quantize_fp8 and the torch operators (torch.py) all end here."""
+
+import numbers
 
 from . import _C
 from ._arrays import common_library
+
+_INT32_MAX = 2**31 - 1
 
 
 def _out_dtype(lib, q):
@@ -42,11 +46,13 @@ def _call(function, lib, q, arrays, **scalars):
 def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=False, window_left=-1,
             window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
             max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, q_descale=None,
-            k_descale=None, v_descale=None):
+            k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
+            v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128):
     """Returns (out, lse); lse is None unless return_lse."""
     inputs = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                   seqused_k=seqused_k, page_table=page_table, q_descale=q_descale,
-                  k_descale=k_descale, v_descale=v_descale)
+                  k_descale=k_descale, v_descale=v_descale, q_block_descale=q_block_descale,
+                  k_block_descale=k_block_descale, v_block_descale=v_block_descale)
     lib = common_library({**inputs, "out": out})
     varlen = cu_seqlens_q is not None
     check_q_rank(q.shape, varlen)
@@ -55,7 +61,8 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
     lse = lib.empty(q, lse_shape(tuple(q.shape), varlen), "float32") if return_lse else None
     _call(_C.forward, lib, q, {**inputs, "out": out, "lse": lse}, softmax_scale=softmax_scale,
           causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
-          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits)
+          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
+          descale_block_rows_q=descale_block_rows_q, descale_block_rows_kv=descale_block_rows_kv)
     return out, lse
 
 
@@ -72,3 +79,70 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
           window_left=window_left, window_right=window_right, softcap=softcap,
           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return grads["dq"], grads["dk"], grads["dv"]
+
+
+GRANULARITIES = ("block", "head", "tensor")
+
+
+def _check_int(name, value, minimum, maximum=None):
+    # bool is an int to Python, but True as a row count is a mistake.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < minimum or (maximum is not None and value > maximum):
+        allowed = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name}: {value} is not allowed; it must be {allowed}")
+    return int(value)
+
+
+def descale_shape(granularity, x_shape, block_rows):
+    """quantize_fp8's scale shape for x (batch, seqlen, heads, d): (1), (batch, heads) or
+    (batch, heads, ceil(seqlen / block_rows))."""
+    batch, seqlen, heads, _ = x_shape
+    if granularity == "tensor":
+        return (1,)
+    if granularity == "head":
+        return (batch, heads)
+    return (batch, heads, -(-seqlen // block_rows))
+
+
+def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_kv=128,
+                 hadamard=False, seed=0):
+    """FP8 pre-pass: q, k, v (bfloat16 or float16; q (batch, seqlen_q, heads_q, d), k and v
+    (batch, seqlen_k, heads_kv, d)) to float8_e4m3fn codes with float32 scales, x ~= code * scale,
+    scale = amax(group) / 448 (1 for an all-zero group).
+
+    Returns (q8, k8, v8, q_descale, k_descale, v_descale), arrays of the inputs' library on q's
+    device, written on the caller's stream. Scale groups and descale shapes, heads being heads_q
+    for q and heads_kv for k and v:
+      "block"   block_rows_q (block_rows_kv) rows of one (batch, head): (batch, heads, ceil(seqlen /
+                block_rows)); give them to flash_attn_func as q/k/v_block_descale with
+                descale_block_rows_q/kv = block_rows_q/kv
+      "head"    one (batch, head): (batch, heads)
+      "tensor"  the whole tensor: (1,)
+    hadamard: multiply q and k rows (not v) by M = H diag(s) / sqrt(d) first (H Walsh-Hadamard,
+    s random signs drawn from seed, d in {64, 128, 256}). M is orthogonal, so (qM)(kM)^T = qk^T:
+    attention over the results needs no inverse transform. Host arrays quantize on the CPU, CUDA
+    arrays on the GPU, with bit-identical codes and scales.
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity: {granularity!r} is not one of "
+                         f"{', '.join(map(repr, GRANULARITIES))}")
+    # The row counts size the block descales, so they are checked before anything is allocated.
+    block_rows_q = _check_int("block_rows_q", block_rows_q, 1, _INT32_MAX)
+    block_rows_kv = _check_int("block_rows_kv", block_rows_kv, 1, _INT32_MAX)
+    seed = _check_int("seed", seed, 0, 2**64 - 1)
+    inputs = dict(q=q, k=k, v=v)
+    lib = common_library(inputs)
+    outputs = {}
+    for name, block_rows in (("q", block_rows_q), ("k", block_rows_kv), ("v", block_rows_kv)):
+        shape = tuple(inputs[name].shape)
+        if len(shape) != 4:
+            raise ValueError(f"{name}: expected shape (batch, seqlen, heads, head_dim), got {shape}")
+        outputs[name + "8"] = lib.empty(q, shape, "float8_e4m3fn")
+        outputs[name + "_descale"] = lib.empty(q, descale_shape(granularity, shape, block_rows),
+                                               "float32")
+    _call(_C.quantize_fp8, lib, q, {**inputs, **outputs}, granularity=granularity,
+          block_rows_q=block_rows_q, block_rows_kv=block_rows_kv, hadamard=bool(hadamard),
+          seed=seed)
+    names = ("q8", "k8", "v8", "q_descale", "k_descale", "v_descale")
+    return tuple(outputs[name] for name in names)

@@ -16,7 +16,8 @@ from ._arrays import library_of
 
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, softcap, GQA/MQA, variable "
              "lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV (page_table) and FP8 "
-             "e4m3 inputs with q/k/v_descale")
+             "e4m3 inputs with q/k/v_descale (and per-block q/k/v_block_descale in "
+             "flash_attn_func)")
 
 
 def _reject(name, value, default=None):
@@ -54,13 +55,21 @@ def _forward(q, k, v, out, return_lse, **kwargs):
 
 def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     return_attn_probs=False, q_descale=None, k_descale=None, v_descale=None,
-                    num_splits=0, out=None, dropout_p=0.0, alibi_slopes=None, deterministic=False):
+                    q_block_descale=None, k_block_descale=None, v_block_descale=None,
+                    descale_block_rows_q=128, descale_block_rows_kv=128, num_splits=0, out=None,
+                    dropout_p=0.0, alibi_slopes=None, deterministic=False):
     """Attention over dense batches.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads_q a
     multiple of heads_kv. Returns out like q (bfloat16 for FP8 inputs), or (out, lse) when
     return_attn_probs: like flash-attention 3, the log-sum-exp (float32, (batch, heads_q,
     seqlen_q), natural log) is returned, not the attention probabilities.
+
+    FP8 e4m3 inputs take float32 descales: q/k/v_descale (batch, heads_kv) per head, and/or the
+    per-block scales of quantize_fp8(granularity="block"): q_block_descale (batch, heads_q,
+    ceil(seqlen_q / descale_block_rows_q)), k/v_block_descale (batch, heads_kv,
+    ceil(seqlen_k / descale_block_rows_kv)); row i of q (key j) is multiplied by entry
+    i // descale_block_rows_q (j // descale_block_rows_kv), on top of the per-head factor.
     """
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
@@ -68,7 +77,10 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, softmax_scale=softmax_scale, causal=causal,
                     window_left=left, window_right=right, softcap=softcap, num_splits=num_splits,
-                    q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+                    q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                    q_block_descale=q_block_descale, k_block_descale=k_block_descale,
+                    v_block_descale=v_block_descale, descale_block_rows_q=descale_block_rows_q,
+                    descale_block_rows_kv=descale_block_rows_kv)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,

@@ -26,20 +26,26 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optio
          cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
          max_seqlen_q: int, max_seqlen_k: int, seqused_k: Optional[torch.Tensor],
          page_table: Optional[torch.Tensor], num_splits: int, q_descale: Optional[torch.Tensor],
-         k_descale: Optional[torch.Tensor],
-         v_descale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+         k_descale: Optional[torch.Tensor], v_descale: Optional[torch.Tensor],
+         q_block_descale: Optional[torch.Tensor], k_block_descale: Optional[torch.Tensor],
+         v_block_descale: Optional[torch.Tensor], descale_block_rows_q: int,
+         descale_block_rows_kv: int) -> Tuple[torch.Tensor, torch.Tensor]:
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
                          window_left=window_left, window_right=window_right, softcap=softcap,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
                          page_table=page_table, num_splits=num_splits, q_descale=q_descale,
-                         k_descale=k_descale, v_descale=v_descale)
+                         k_descale=k_descale, v_descale=v_descale, q_block_descale=q_block_descale,
+                         k_block_descale=k_block_descale, v_block_descale=v_block_descale,
+                         descale_block_rows_q=descale_block_rows_q,
+                         descale_block_rows_kv=descale_block_rows_kv)
 
 
 @_fwd.register_fake
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits,
-              q_descale, k_descale, v_descale):
+              q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
+              descale_block_rows_q, descale_block_rows_kv):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     out = q.new_empty(q.shape, dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
@@ -67,7 +73,7 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, windo
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k,
-     max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, q_descale, _, _) = inputs
+     max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, q_descale, *_) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
     ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k)
@@ -87,7 +93,7 @@ def _backward(ctx, dout, dlse):
     dq, dk, dv = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left,
                                        window_right, softcap, cu_seqlens_q, cu_seqlens_k,
                                        max_seqlen_q, max_seqlen_k, seqused_k)
-    return (dq, dk, dv) + (None,) * 15
+    return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 3)
 
 
 _fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -96,13 +102,15 @@ _fwd.register_autograd(_backward, setup_context=_setup_context)
 def forward(q, k, v, *, softmax_scale=None, causal=False, window_left=-1, window_right=-1,
             softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
             seqused_k=None, page_table=None, num_splits=0, q_descale=None, k_descale=None,
-            v_descale=None):
+            v_descale=None, q_block_descale=None, k_block_descale=None, v_block_descale=None,
+            descale_block_rows_q=128, descale_block_rows_kv=128):
     """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs."""
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
     return torch.ops.hopattn.fwd(q, k, v, softmax_scale, causal, window_left, window_right,
                                  float(softcap), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                  max_seqlen_k, seqused_k, page_table, num_splits, q_descale,
-                                 k_descale, v_descale)
+                                 k_descale, v_descale, q_block_descale, k_block_descale,
+                                 v_block_descale, descale_block_rows_q, descale_block_rows_kv)
 
 
 interface.torch_forward = forward

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "array_views.hpp"
 #include "hopattn/hopattn.hpp"
+#include "hopattn/quantize.hpp"
 #include "status_error.hpp"
 
 namespace nb = nanobind;
@@ -42,7 +44,9 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
              std::optional<float> softmax_scale, bool causal, int window_left, int window_right, float softcap,
              nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
              nb::handle seqused_k, nb::handle page_table, int num_splits, nb::handle q_descale,
-             nb::handle k_descale, nb::handle v_descale, std::uintptr_t stream, bool raw_bits, bool synchronize) {
+             nb::handle k_descale, nb::handle v_descale, nb::handle q_block_descale, nb::handle k_block_descale,
+             nb::handle v_block_descale, int descale_block_rows_q, int descale_block_rows_kv, std::uintptr_t stream,
+             bool raw_bits, bool synchronize) {
   ArrayViews views(raw_bits);
   FwdArgs args;
   args.q = views.input(q, "q");
@@ -65,6 +69,11 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   args.q_descale = views.optional_input(q_descale, "q_descale");
   args.k_descale = views.optional_input(k_descale, "k_descale");
   args.v_descale = views.optional_input(v_descale, "v_descale");
+  args.q_block_descale = views.optional_input(q_block_descale, "q_block_descale");
+  args.k_block_descale = views.optional_input(k_block_descale, "k_block_descale");
+  args.v_block_descale = views.optional_input(v_block_descale, "v_block_descale");
+  args.descale_block_rows_q = descale_block_rows_q;
+  args.descale_block_rows_kv = descale_block_rows_kv;
   args.stream = reinterpret_cast<void*>(stream);
   run_released([&] { return hopattn::forward(args); }, stream, synchronize);
 }
@@ -99,6 +108,37 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
   run_released([&] { return hopattn::backward(args); }, stream, synchronize);
 }
 
+QuantGranularity parse_granularity(const std::string& name) {
+  if (name == "tensor") return QuantGranularity::kPerTensor;
+  if (name == "head") return QuantGranularity::kPerHead;
+  if (name == "block") return QuantGranularity::kPerBlock;
+  throw nb::value_error(("granularity: '" + name + "' is not one of 'block', 'head', 'tensor'").c_str());
+}
+
+void quantize_fp8(nb::handle q, nb::handle k, nb::handle v, nb::handle q8, nb::handle k8, nb::handle v8,
+                  nb::handle q_descale, nb::handle k_descale, nb::handle v_descale, const std::string& granularity,
+                  int block_rows_q, int block_rows_kv, bool hadamard, std::uint64_t seed, std::uintptr_t stream,
+                  bool raw_bits, bool synchronize) {
+  ArrayViews views(raw_bits);
+  QuantizeArgs args;
+  args.q = views.input(q, "q");
+  args.k = views.input(k, "k");
+  args.v = views.input(v, "v");
+  args.q8 = views.output(q8, "q8");
+  args.k8 = views.output(k8, "k8");
+  args.v8 = views.output(v8, "v8");
+  args.q_descale = views.output(q_descale, "q_descale");
+  args.k_descale = views.output(k_descale, "k_descale");
+  args.v_descale = views.output(v_descale, "v_descale");
+  args.granularity = parse_granularity(granularity);
+  args.block_rows_q = block_rows_q;
+  args.block_rows_kv = block_rows_kv;
+  args.hadamard = hadamard;
+  args.seed = seed;
+  args.stream = reinterpret_cast<void*>(stream);
+  run_released([&] { return hopattn::quantize_fp8(args); }, stream, synchronize);
+}
+
 }  // namespace
 }  // namespace hopattn::python
 
@@ -109,8 +149,10 @@ NB_MODULE(_C, m) {
         "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
         "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0,
         "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
-        "q_descale"_a = nb::none(), "k_descale"_a = nb::none(), "v_descale"_a = nb::none(), "stream"_a = 0,
-        "raw_bits"_a = false, "synchronize"_a = false,
+        "q_descale"_a = nb::none(), "k_descale"_a = nb::none(), "v_descale"_a = nb::none(),
+        "q_block_descale"_a = nb::none(), "k_block_descale"_a = nb::none(), "v_block_descale"_a = nb::none(),
+        "descale_block_rows_q"_a = 128, "descale_block_rows_kv"_a = 128, "stream"_a = 0, "raw_bits"_a = false,
+        "synchronize"_a = false,
         "Writes attention of q, k, v into out (and lse); see hopattn::FwdArgs.");
   m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
@@ -118,6 +160,10 @@ NB_MODULE(_C, m) {
         "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(), "stream"_a = 0,
         "raw_bits"_a = false, "synchronize"_a = false,
         "Writes the gradients dq, dk, dv; see hopattn::BwdArgs.");
+  m.def("quantize_fp8", &quantize_fp8, "q"_a, "k"_a, "v"_a, "q8"_a, "k8"_a, "v8"_a, "q_descale"_a, "k_descale"_a,
+        "v_descale"_a, nb::kw_only(), "granularity"_a = "block", "block_rows_q"_a = 128, "block_rows_kv"_a = 128,
+        "hadamard"_a = false, "seed"_a = 0, "stream"_a = 0, "raw_bits"_a = false, "synchronize"_a = false,
+        "Writes e4m3 codes of q, k, v into q8, k8, v8 and their float32 scales; see hopattn::QuantizeArgs.");
   m.def("hopper_available", &hopattn::hopper_available,
         "True when a compute capability 9.0 GPU is present and this build carries sm_90a kernels.");
   m.def("device_description", &hopattn::device_description,

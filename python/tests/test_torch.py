@@ -94,7 +94,8 @@ def test_cpu_varlen_gradients_flow():
 
 def test_opcheck_fake_kernel_and_autograd_registration():
     q, k, v = random_qkv((1, 5, 2, 8), (1, 6, 1, 8), torch.float32, "cpu", requires_grad=True)
-    args = (q, k, v, None, True, -1, -1, 0.0, None, None, 0, 0, None, None, 0, None, None, None)
+    args = (q, k, v, None, True, -1, -1, 0.0, None, None, 0, 0, None, None, 0, None, None, None,
+            None, None, None, 128, 128)
     torch.library.opcheck(torch.ops.hopattn.fwd.default, args)
 
 
