@@ -175,3 +175,89 @@ def test_backward_of_float8_is_not_implemented():
     grads = [np.empty((1, 2, 1, 8), np.uint8) for _ in range(3)]
     with pytest.raises(NotImplementedError, match="^q: dtype float8_e4m3 is not supported by backward"):
         hopattn._C.backward(x, x, x, np.zeros((1, 2, 1, 8), np.uint16), x, lse, *grads, raw_bits=True)
+
+
+# ---- FP8 pre-pass (quantize_fp8) and per-block descales --------------------------------------
+
+@pytest.fixture
+def bf16_qkv(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    shape_q, shape_kv = (2, 9, 4, 64), (2, 11, 2, 64)
+    return tuple(rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+                 for shape in (shape_q, shape_kv, shape_kv))
+
+
+@pytest.mark.parametrize("change,error,message", [
+    (lambda q, k, v: dict(q=q.tolist()), TypeError, "^q: expected"),
+    (lambda q, k, v: dict(granularity="row"), ValueError,
+     "^granularity: 'row' is not one of 'block', 'head', 'tensor'"),
+    (lambda q, k, v: dict(block_rows_q=0), ValueError, r"^block_rows_q: 0 is not allowed; it must be in \[1, "),
+    (lambda q, k, v: dict(block_rows_kv=-3), ValueError, "^block_rows_kv: -3 is not allowed"),
+    (lambda q, k, v: dict(block_rows_q=2.5), TypeError, "^block_rows_q: expected an int, got float"),
+    (lambda q, k, v: dict(seed=-1), ValueError, "^seed: -1 is not allowed"),
+    (lambda q, k, v: dict(seed=2**64), ValueError, "^seed: 18446744073709551616 is not allowed"),
+    (lambda q, k, v: dict(seed="7"), TypeError, "^seed: expected an int, got str"),
+    (lambda q, k, v: dict(q=q[0]), ValueError, r"^q: expected shape \(batch, seqlen, heads, head_dim\)"),
+    (lambda q, k, v: dict(v=v[..., 0]), ValueError, r"^v: expected shape"),
+    (lambda q, k, v: {name: x.astype(np.float32) for name, x in zip("qkv", (q, k, v))}, ValueError,
+     "^quantize_fp8: q must be bfloat16 or float16, got float32"),
+    (lambda q, k, v: dict(k=k.astype(np.float16)), ValueError,
+     "^quantize_fp8: k must have q's dtype bfloat16"),
+    (lambda q, k, v: dict(k=k[:1], v=v[:1]), ValueError, r"^quantize_fp8: k must have shape"),
+    (lambda q, k, v: dict(v=v[:, :5]), ValueError, r"^quantize_fp8: v must have shape"),
+    (lambda q, k, v: dict(q=q[..., :32], k=k[..., :32], v=v[..., :32], hadamard=True), ValueError,
+     r"^quantize_fp8: hadamard .* needs head dim d in \{64, 128, 256\}"),
+])
+def test_quantize_fp8_rejections(bf16_qkv, change, error, message):
+    q, k, v = bf16_qkv
+    arrays = dict(q=q, k=k, v=v)
+    options = change(q, k, v)
+    arrays.update({name: options.pop(name) for name in list(options) if name in arrays})
+    with pytest.raises(error, match=message):
+        hopattn.quantize_fp8(arrays["q"], arrays["k"], arrays["v"], **options)
+
+
+def test_binding_rejects_an_unknown_granularity(bf16_qkv):
+    # The Python layer checks first; the binding names the argument too when called directly.
+    q, k, v = (x.view(np.uint16) for x in bf16_qkv)
+    outputs = [np.empty(x.shape, np.uint8) for x in (q, k, v)] + [np.empty(1, np.float32)] * 3
+    with pytest.raises(ValueError, match="^granularity: 'rows' is not one of"):
+        hopattn._C.quantize_fp8(q, k, v, *outputs, granularity="rows", raw_bits=True)
+
+
+@pytest.mark.parametrize("change,error,message", [
+    (lambda d: d.update(q_block_descale=d["q_block_descale"][:, :2]), ValueError,
+     r"^q_block_descale: shape \(2, 2, 3\) is not allowed; it must be "
+     r"\(batch, heads_q, ceil\(seqlen_q / descale_block_rows_q\)\) = \(2, 4, 3\)"),
+    (lambda d: d.update(k_block_descale=d["k_block_descale"][:, :, :1]), ValueError,
+     r"^k_block_descale: shape \(2, 2, 1\) is not allowed; it must be "
+     r"\(batch, heads_kv, ceil\(seqlen_k / descale_block_rows_kv\)\) = \(2, 2, 3\)"),
+    (lambda d: d.update(descale_block_rows_q=2), ValueError,
+     r"^q_block_descale: shape \(2, 4, 3\) is not allowed; .* = \(2, 4, 5\)"),
+    (lambda d: d.update(descale_block_rows_kv=11), ValueError,
+     r"^k_block_descale: shape \(2, 2, 3\) is not allowed; .* = \(2, 2, 1\)"),
+    (lambda d: d.update(v_block_descale=d["v_block_descale"].astype(np.float16)), ValueError,
+     "^v_block_descale: dtype float16 is not allowed; it must be float32"),
+    (lambda d: d.update(descale_block_rows_q=0), ValueError,
+     "^descale_block_rows_q: 0 is not allowed; it must be >= 1"),
+    (lambda d: d.update(descale_block_rows_kv=-1), ValueError, "^descale_block_rows_kv: -1 is not allowed"),
+    (lambda d: d.update(k_block_descale=d["k_block_descale"].tolist()), TypeError,
+     "^k_block_descale: expected"),
+    (lambda d: d.update(q_block_descale=d["q_block_descale"].astype(np.float64)), TypeError,
+     "^q_block_descale: element type float64 is not supported"),
+])
+def test_block_descale_rejections(bf16_qkv, change, error, message):
+    q8, k8, v8, q_block, k_block, v_block = hopattn.quantize_fp8(*bf16_qkv, block_rows_q=4,
+                                                                 block_rows_kv=4)
+    options = dict(q_block_descale=q_block, k_block_descale=k_block, v_block_descale=v_block,
+                   descale_block_rows_q=4, descale_block_rows_kv=4)
+    change(options)
+    with pytest.raises(error, match=message):
+        hopattn.flash_attn_func(q8, k8, v8, **options)
+
+
+def test_block_descales_with_16_bit_inputs_are_refused(bf16_qkv):
+    q, k, v = bf16_qkv
+    block = np.ones((2, 2, 1), np.float32)
+    with pytest.raises(ValueError, match="^v_block_descale: given with bfloat16 inputs; descale"):
+        hopattn.flash_attn_func(q, k, v, v_block_descale=block, descale_block_rows_kv=11)

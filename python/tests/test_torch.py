@@ -111,6 +111,52 @@ def test_compile_fullgraph_on_cpu():
     torch.testing.assert_close(q.grad, eager_q.grad, rtol=0, atol=0)
 
 
+def dequantize_blocks(codes, descale, block_rows):
+    """float64 code * scale of a (batch, seqlen, heads, d) tensor with (batch, heads, blocks) scales."""
+    scale = descale.double().repeat_interleave(block_rows, dim=2)[:, :, :codes.shape[1]]
+    return codes.double() * scale.transpose(1, 2)[..., None]
+
+
+def test_cpu_quantize_fp8_gives_torch_float8_with_the_numpy_codes():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q, k, v = random_qkv((2, 19, 4, 64), (2, 23, 2, 64), torch.bfloat16, "cpu")
+    result = hopattn.quantize_fp8(q, k, v, block_rows_q=8, block_rows_kv=5, hadamard=True, seed=3)
+    assert [x.dtype for x in result] == [torch.float8_e4m3fn] * 3 + [torch.float32] * 3
+    assert [tuple(x.shape) for x in result[3:]] == [(2, 4, 3), (2, 2, 5), (2, 2, 5)]
+    as_numpy = [x.view(torch.int16).numpy().view(ml_dtypes.bfloat16) for x in (q, k, v)]
+    expected = hopattn.quantize_fp8(*as_numpy, block_rows_q=8, block_rows_kv=5, hadamard=True, seed=3)
+    for actual, wanted in zip(result[:3], expected[:3]):
+        np.testing.assert_array_equal(actual.view(torch.uint8).numpy(), wanted.view(np.uint8))
+    for actual, wanted in zip(result[3:], expected[3:]):
+        np.testing.assert_array_equal(actual.numpy(), wanted)
+
+
+def test_cpu_block_descales_through_the_custom_op():
+    q, k, v = random_qkv((2, 13, 4, 32), (2, 29, 2, 32), torch.float16, "cpu")
+    q8, k8, v8, q_block, k_block, v_block = hopattn.quantize_fp8(q, k, v, block_rows_q=4,
+                                                                 block_rows_kv=8)
+    out, lse = hopattn.flash_attn_func(q8, k8, v8, causal=True, return_attn_probs=True,
+                                       q_block_descale=q_block, k_block_descale=k_block,
+                                       v_block_descale=v_block, descale_block_rows_q=4,
+                                       descale_block_rows_kv=8)
+    assert out.dtype == torch.bfloat16 and lse.shape == (2, 4, 13)
+    ref, ref_lse = attention_math(dequantize_blocks(q8, q_block, 4), dequantize_blocks(k8, k_block, 8),
+                                  dequantize_blocks(v8, v_block, 8), causal=True)
+    torch.testing.assert_close(out.double(), ref, rtol=8e-3, atol=1e-6)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+
+
+def test_opcheck_with_float8_and_block_descales():
+    q, k, v = random_qkv((1, 5, 2, 16), (1, 6, 1, 16), torch.bfloat16, "cpu")
+    q8, k8, v8, *blocks = hopattn.quantize_fp8(q, k, v, block_rows_q=2, block_rows_kv=4)
+    args = (q8, k8, v8, None, False, -1, -1, 0.0, None, None, 0, 0, None, None, 0, None, None, None,
+            *blocks, 2, 4)
+    # opcheck's schema test does arithmetic that torch has no float8 kernels for; the others run.
+    torch.library.opcheck(torch.ops.hopattn.fwd.default, args,
+                          test_utils=("test_faketensor", "test_autograd_registration",
+                                      "test_aot_dispatch_dynamic"))
+
+
 def test_paged_backward_is_not_implemented():
     q = torch.randn(1, 2, 2, 8, requires_grad=True)
     cache = torch.randn(2, 4, 1, 8)
@@ -240,3 +286,65 @@ def test_gpu_cupy_arrays_stay_cupy():
     ref, _ = attention_math(q.double(), k.double(), v.double(), causal=True)
     naive, _ = attention_math(q, k, v, causal=True)
     assert_within_rule(torch.from_dlpack(out), ref, naive)
+
+
+def rows_in_blocks_of_magnitude(shape, block_rows, spread, device):
+    """Normal values times 2^u, u uniform in [-spread, spread] per block of rows: a scale applied to
+    the wrong block shows."""
+    batch, seqlen, heads, _ = shape
+    blocks = -(-seqlen // block_rows)
+    u = (torch.rand(batch, blocks, heads, 1, device=device) * 2 - 1) * spread
+    magnitude = torch.exp2(u).repeat_interleave(block_rows, dim=1)[:, :seqlen]
+    return (torch.randn(shape, device=device) * magnitude).to(torch.bfloat16)
+
+
+@needs_hopper
+@pytest.mark.parametrize("granularity", ["block", "head", "tensor"])
+def test_gpu_quantize_on_a_side_stream_gives_the_host_bits(granularity):
+    shape_q, shape_kv = (2, 300, 4, 128), (2, 257, 2, 128)
+    q, k, v = (rows_in_blocks_of_magnitude(shape, 64, 3.0, "cuda")
+               for shape in (shape_q, shape_kv, shape_kv))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        result = hopattn.quantize_fp8(q, k, v, granularity=granularity, block_rows_q=64,
+                                      block_rows_kv=128, hadamard=True, seed=11)
+    stream.synchronize()
+    expected = hopattn.quantize_fp8(q.cpu(), k.cpu(), v.cpu(), granularity=granularity,
+                                    block_rows_q=64, block_rows_kv=128, hadamard=True, seed=11)
+    names = ("q8", "k8", "v8", "q_descale", "k_descale", "v_descale")
+    for name, actual, wanted in zip(names, result, expected):
+        assert actual.device == q.device and actual.dtype == wanted.dtype, name
+        as_bits = (lambda x: x.view(torch.uint8)) if wanted.dtype == torch.float8_e4m3fn else (lambda x: x)
+        assert torch.equal(as_bits(actual).cpu(), as_bits(wanted)), f"{name}: GPU and host differ"
+
+
+@needs_hopper
+def test_gpu_block_descales_match_float64_on_dequantized():
+    rows_q, rows_kv = 64, 128
+    shape_q, shape_kv = (2, 300, 4, 128), (2, 400, 2, 128)
+    q = rows_in_blocks_of_magnitude(shape_q, rows_q, 1.0, "cuda")
+    k = rows_in_blocks_of_magnitude(shape_kv, rows_kv, 1.0, "cuda")
+    v = rows_in_blocks_of_magnitude(shape_kv, rows_kv, 3.0, "cuda")
+    q8, k8, v8, q_block, k_block, v_block = hopattn.quantize_fp8(q, k, v, block_rows_q=rows_q,
+                                                                 block_rows_kv=rows_kv)
+    try:
+        out = hopattn.flash_attn_func(q8, k8, v8, q_block_descale=q_block, k_block_descale=k_block,
+                                      v_block_descale=v_block, descale_block_rows_q=rows_q,
+                                      descale_block_rows_kv=rows_kv)
+    except NotImplementedError as error:
+        pytest.skip(f"FP8 block descales on CUDA not implemented: {error}")
+    q64, k64, v64 = (dequantize_blocks(x, d, r) for x, d, r in
+                     ((q8, q_block, rows_q), (k8, k_block, rows_kv), (v8, v_block, rows_kv)))
+    ref, _ = attention_math(q64, k64, v64)
+    # Per row: P (times 2^8) rounded to e4m3 moves each weight by 2^-4 of itself (2^-3 with the row
+    # sum), or by 2^-18 where it falls below e4m3's normal range; a score's FP8 GEMM error (2^-9 of
+    # sum |q_i k_i| x scale) moves the weights by e^(2 delta); out is rounded to bfloat16.
+    weighted_v, _ = attention_math(q64, k64, v64.abs())
+    products = torch.einsum("bihd,bjhd->bhij", q64.abs(), k64.abs().repeat_interleave(2, dim=2))
+    delta = (products.amax(dim=-1) * 128 ** -0.5 * 2.0 ** -9).transpose(1, 2)[..., None]
+    tiny_weights = 2.0 ** -18 * v64.abs().sum(dim=1, keepdim=True).repeat_interleave(2, dim=2)
+    bound = (2.0 ** -3 + 4 * delta) * weighted_v + tiny_weights + 2.0 ** -7 * ref.abs() + 1e-5
+    error = (out.double() - ref).abs()
+    assert not out.isnan().any()
+    assert (error <= bound).all(), f"{(error > bound).sum().item()} elements over the bound"
