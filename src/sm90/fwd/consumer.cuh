@@ -29,7 +29,8 @@ namespace hopattn::sm90 {
 template <class Traits>
 class Consumer {
   using QTile = typename Traits::QTile;
-  using Turns = WarpgroupTurns<Traits::kPingPongBarrierBase, Traits::kPingPongBarrierThreads>;
+  using Turns =
+      WarpgroupTurns<Traits::kPingPongBarrierBase, Traits::kPingPongBarrierThreads, Traits::kConsumerWarpgroups>;
   using KTile = typename Traits::KTile;
   using VTile = typename Traits::VTile;
   static constexpr int kS = Traits::kSRegisters;

@@ -16,7 +16,10 @@ namespace hopattn::sm90 {
 // O is 64 x kHeadDim f32) while kStages_ K and V stages still fit in shared memory.
 // kWarpSpecialized_: a producer warpgroup issues the TMA loads (FlashAttention-3); without it one
 // consumer thread issues them between its own GEMMs (the ablation baseline).
-template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true>
+// kConsumerWarpgroups_: 64 query rows each; 3 (192-row tiles, FlashAttention-3's choice at head dim
+// 64) gives each K/V block more GEMM work to hide the softmax behind, at 160 registers a thread.
+template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
+          int kConsumerWarpgroups_ = 2>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -25,7 +28,8 @@ struct FwdTraits {
 
   static constexpr int kHeadDim = kHeadDim_;
   // Query rows per CTA tile; each consumer warpgroup owns 64 of them (one m64 wgmma row block).
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
+  static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "2 or 3 consumer warpgroups");
   static constexpr int kRowsPerWarpgroup = 64;
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
   static constexpr int kBlockN = kBlockN_;
@@ -36,11 +40,11 @@ struct FwdTraits {
   static constexpr int kProducerWarpgroups = kWarpSpecialized ? 1 : 0;
   static constexpr int kThreads = kWarpgroupThreads * (kProducerWarpgroups + kConsumerWarpgroups);
   static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
-  // setmaxnreg budgets. The CTA owns what it was launched with (65536 / 384 threads, rounded down to
-  // a multiple of 8: 168 per thread); setmaxnreg.inc waits until the pool can pay, so the budgets must
-  // add up to no more than that or the consumers wait forever.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // setmaxnreg budgets. The CTA owns what it was launched with (65536 / threads, rounded down to a
+  // multiple of 8: 168 per thread for 384 threads, 128 for 512); setmaxnreg.inc waits until the pool
+  // can pay, so the budgets must add up to no more than that or the consumers wait forever.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert(!kWarpSpecialized ||
                     (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
@@ -60,7 +64,7 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0, "P V reduces over keys in steps of 16");
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
-  // warpgroup for ping-pong scheduling.
+  // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).
   static constexpr int kPingPongBarrierBase = 1;
   static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
 

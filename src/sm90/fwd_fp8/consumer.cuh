@@ -31,7 +31,8 @@ namespace hopattn::sm90 {
 template <class Traits>
 class Fp8Consumer {
   using QTile = typename Traits::QTile;
-  using Turns = WarpgroupTurns<Traits::kPingPongBarrierBase, Traits::kPingPongBarrierThreads>;
+  using Turns =
+      WarpgroupTurns<Traits::kPingPongBarrierBase, Traits::kPingPongBarrierThreads, Traits::kConsumerWarpgroups>;
   using KTile = typename Traits::KTile;
   static constexpr int kS = Traits::kSRegisters;
   static constexpr int kO = Traits::kORegisters;

@@ -1,9 +1,9 @@
 // Synchronization of a consumer warpgroup, shared by the 16-bit and FP8 forward kernels.
 //
-// Ping-pong: the two consumer warpgroups take turns to issue their GEMMs. Warpgroup w waits on named
-// barrier kBarrierBase + w before issuing and hands the turn to its partner right after issuing, so
-// one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores. Each barrier counts
-// both warpgroups: the waiting one (bar.sync) and the partner that opens it (bar.arrive).
+// Ping-pong: the consumer warpgroups take turns, round robin, to issue their GEMMs. Warpgroup w waits
+// on named barrier kBarrierBase + w before issuing and hands the turn to warpgroup (w + 1) % n right
+// after issuing, so one warpgroup's softmax runs while another's GEMMs occupy the tensor cores. Each
+// barrier counts two warpgroups: the waiting one (bar.sync) and the one that opens it (bar.arrive).
 #pragma once
 
 #include <cstdint>
@@ -13,17 +13,18 @@
 
 namespace hopattn::sm90 {
 
-template <int kBarrierBase, int kBarrierThreads>
+template <int kBarrierBase, int kBarrierThreads, int kWarpgroups>
 struct WarpgroupTurns {
-  // Warpgroup 0 goes first: warpgroup 1 opens its partner's first turn once, at the start.
+  // Warpgroup 0 goes first: the last warpgroup opens its first turn once, at the start.
   __device__ static void open_first_turn(bool pingpong, int warpgroup) {
-    if (pingpong && warpgroup == 1) named_barrier_arrive(kBarrierBase, kBarrierThreads);
+    if (pingpong && warpgroup == kWarpgroups - 1) named_barrier_arrive(kBarrierBase, kBarrierThreads);
   }
   __device__ static void begin(bool pingpong, int warpgroup) {
     if (pingpong) named_barrier_sync(kBarrierBase + warpgroup, kBarrierThreads);
   }
   __device__ static void end(bool pingpong, int warpgroup) {
-    if (pingpong) named_barrier_arrive(kBarrierBase + 1 - warpgroup, kBarrierThreads);
+    const int next = kWarpgroups == 2 ? 1 - warpgroup : (warpgroup + 1 == kWarpgroups ? 0 : warpgroup + 1);
+    if (pingpong) named_barrier_arrive(kBarrierBase + next, kBarrierThreads);
   }
 };
 
