@@ -1,6 +1,6 @@
 // hopattn-tune: times forward-kernel tile configurations that the library does not necessarily ship,
 // side by side on the same inputs, to choose src/sm90/fwd/shipped_configs.cuh. A development tool:
-//   hopattn-tune            every candidate on the FlashAttention-3 grid shapes at 512, 2k and 8k
+//   hopattn-tune [HDIM]     every candidate on the FlashAttention-3 grid shapes at 512, 2k and 8k
 // Prints one line per (shape, config, options): median ms over 30 calls after 5 warm-up calls.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -149,13 +150,15 @@ void sweep(int seqlen, bool causal) {
 }  // namespace
 }  // namespace hopattn::sm90
 
-int main() {
+// Optional argument: one head dim (64, 128 or 256) to sweep instead of all three.
+int main(int argc, char** argv) {
   using namespace hopattn::sm90;
+  const int only = argc > 1 ? std::atoi(argv[1]) : 0;
   for (int seqlen : {512, 2048, 8192}) {
     for (bool causal : {false, true}) {
-      sweep<64>(seqlen, causal);
-      sweep<128>(seqlen, causal);
-      sweep<256>(seqlen, causal);
+      if (only == 0 || only == 64) sweep<64>(seqlen, causal);
+      if (only == 0 || only == 128) sweep<128>(seqlen, causal);
+      if (only == 0 || only == 256) sweep<256>(seqlen, causal);
     }
   }
   return 0;
