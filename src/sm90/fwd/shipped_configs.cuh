@@ -11,8 +11,9 @@ namespace hopattn::sm90 {
 template <int kHeadDim, typename Element, bool kWarpSpecialized>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   if constexpr (kHeadDim == 64) {
-    // Short sequences have few key blocks per tile: the narrower block wastes less on the ragged end.
-    if (pr.seqlen_k <= 2048) return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized>>(args, pr);
+    // Short sequences have few key blocks per tile: the narrower block wastes less on the ragged end
+    // (tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on).
+    if (pr.seqlen_k <= 1024) return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized>>(args, pr);
     return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized>>(args, pr);
   } else if constexpr (kHeadDim == 128) {
     // 176 keys (FlashAttention-3's non-causal choice) measured 4-9% slower than 128 at 512-8k here.
