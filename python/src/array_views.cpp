@@ -1,5 +1,6 @@
 #include "array_views.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace nb = nanobind;
@@ -70,6 +71,15 @@ Tensor ArrayViews::describe(const Array& array, const char* name) const {
   for (int i = 0; i < tensor.rank; ++i) {
     tensor.shape[i] = static_cast<std::int64_t>(array.shape(i));
     tensor.stride[i] = array.stride(i);  // DLPack strides are in elements, as hopattn's
+  }
+  if (array.size() == 0) {
+    // An empty array addresses nothing, and NumPy >= 2.4 exports its strides as all 0, which the
+    // library would take for a non-contiguous last dimension: describe it as row-major instead.
+    std::int64_t stride = 1;
+    for (int i = tensor.rank - 1; i >= 0; --i) {
+      tensor.stride[i] = stride;
+      stride *= std::max<std::int64_t>(tensor.shape[i], 1);
+    }
   }
   tensor.data = const_cast<void*>(static_cast<const void*>(array.data()));
   switch (array.device_type()) {

@@ -46,6 +46,17 @@ def test_varlen_matches_reference(rng, dtype, case):
     assert_lse_close(lse, expected_lse)
 
 
+
+def test_varlen_without_any_key(rng):
+    # total_k = 0: k and v are empty arrays (NumPy >= 2.4 gives them all-zero strides).
+    q = rng.standard_normal((3, 2, 40)).astype(np.float16)
+    k = np.zeros((0, 1, 40), np.float16)
+    out = np.full(q.shape, np.nan, np.float16)
+    _, lse = hopattn.flash_attn_varlen_func(q, k, k.copy(), np.array([0, 1, 3], np.int32),
+                                            np.array([0, 0, 0], np.int32), 2, 0, out=out,
+                                            return_attn_probs=True)
+    assert (out == 0).all() and np.isneginf(lse).all()
+
 def random_paged_cache(rng, batch, heads_kv, head_dim, dtype):
     page_size = int(rng.choice([1, 3, 16]))
     pages_per_seq = int(rng.integers(1, 5))
