@@ -40,6 +40,23 @@ void run_released(Call&& call, std::uintptr_t stream, bool synchronize) {
   raise_if_error(status);
 }
 
+// The arguments forward and backward share (FwdArgs and BwdArgs name them alike).
+template <class Args>
+void set_masking_and_lengths(Args& args, ArrayViews& views, std::optional<float> softmax_scale, bool causal,
+                             int window_left, int window_right, float softcap, nb::handle cu_seqlens_q,
+                             nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k) {
+  args.softmax_scale = softmax_scale;
+  args.causal = causal;
+  args.window_left = window_left;
+  args.window_right = window_right;
+  args.softcap = softcap;
+  args.cu_seqlens_q = views.optional_input(cu_seqlens_q, "cu_seqlens_q");
+  args.cu_seqlens_k = views.optional_input(cu_seqlens_k, "cu_seqlens_k");
+  args.max_seqlen_q = max_seqlen_q;
+  args.max_seqlen_k = max_seqlen_k;
+  args.seqused_k = views.optional_input(seqused_k, "seqused_k");
+}
+
 void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
              std::optional<float> softmax_scale, bool causal, int window_left, int window_right, float softcap,
              nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
@@ -54,16 +71,8 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   args.v = views.input(v, "v");
   args.out = views.output(out, "out");
   args.lse = views.optional_output(lse, "lse");
-  args.softmax_scale = softmax_scale;
-  args.causal = causal;
-  args.window_left = window_left;
-  args.window_right = window_right;
-  args.softcap = softcap;
-  args.cu_seqlens_q = views.optional_input(cu_seqlens_q, "cu_seqlens_q");
-  args.cu_seqlens_k = views.optional_input(cu_seqlens_k, "cu_seqlens_k");
-  args.max_seqlen_q = max_seqlen_q;
-  args.max_seqlen_k = max_seqlen_k;
-  args.seqused_k = views.optional_input(seqused_k, "seqused_k");
+  set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
+                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
   args.page_table = views.optional_input(page_table, "page_table");
   args.num_splits = num_splits;
   args.q_descale = views.optional_input(q_descale, "q_descale");
@@ -94,16 +103,8 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
   args.dq = views.output(dq, "dq");
   args.dk = views.output(dk, "dk");
   args.dv = views.output(dv, "dv");
-  args.softmax_scale = softmax_scale;
-  args.causal = causal;
-  args.window_left = window_left;
-  args.window_right = window_right;
-  args.softcap = softcap;
-  args.cu_seqlens_q = views.optional_input(cu_seqlens_q, "cu_seqlens_q");
-  args.cu_seqlens_k = views.optional_input(cu_seqlens_k, "cu_seqlens_k");
-  args.max_seqlen_q = max_seqlen_q;
-  args.max_seqlen_k = max_seqlen_k;
-  args.seqused_k = views.optional_input(seqused_k, "seqused_k");
+  set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
+                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
   args.stream = reinterpret_cast<void*>(stream);
   run_released([&] { return hopattn::backward(args); }, stream, synchronize);
 }
