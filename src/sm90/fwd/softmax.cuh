@@ -32,8 +32,42 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Accumulator index i of an m64nN fragment belongs to the thread's row (i / 2) % 2.
+// Accumulator index i of an m64nN fragment belongs to the thread's row (i / 2) % 2, where it is entry
+// number fragment_row_entry(i) of that row's kSRegisters / 2.
 __device__ __forceinline__ constexpr int fragment_row_half(int i) { return (i >> 1) & 1; }
+__device__ __forceinline__ constexpr int fragment_row_entry(int i) { return (i >> 2) * 2 + (i & 1); }
+
+// Reduces each row half of a fragment with op into out[2] as kRowChains independent chains, then a
+// pairwise combine. Why: one chain is kSRegisters/2 dependent FMNMX/FADD (~4+ cycles each) between the
+// S GEMM and MUFU.EX2.
+constexpr int kRowChains = 4;
+
+template <int kSRegisters, typename Op>
+__device__ __forceinline__ void fragment_row_reduce(const float (&s)[kSRegisters], float (&out)[2], Op op) {
+  static_assert(kSRegisters / 2 >= kRowChains && (kRowChains & (kRowChains - 1)) == 0);
+  float chain[2][kRowChains];
+#pragma unroll
+  for (int i = 0; i < kSRegisters; ++i) {
+    const int r = fragment_row_half(i), e = fragment_row_entry(i), c = e % kRowChains;
+    chain[r][c] = e < kRowChains ? s[i] : op(chain[r][c], s[i]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int w = kRowChains / 2; w > 0; w /= 2) {
+#pragma unroll
+      for (int c = 0; c < w; ++c) chain[r][c] = op(chain[r][c], chain[r][c + w]);
+    }
+    out[r] = chain[r][0];
+  }
+}
+
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
 
 template <int kSRegisters>
 struct OnlineSoftmax {
@@ -50,9 +84,8 @@ struct OnlineSoftmax {
   // scores by their unnormalized probabilities, and returns per row the factor the O accumulator must
   // be multiplied by (exp2 of old max minus new max).
   __device__ __forceinline__ void update(float (&s)[kSRegisters], float (&o_rescale)[2]) {
-    float block_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < kSRegisters; ++i) block_max[fragment_row_half(i)] = fmaxf(block_max[fragment_row_half(i)], s[i]);
+    float block_max[2];
+    fragment_row_reduce(s, block_max, MaxOp{});
     float max_scaled[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -62,14 +95,13 @@ struct OnlineSoftmax {
       max_scaled[r] = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
       o_rescale[r] = fast_exp2(row_max[r] * scale_log2 - max_scaled[r]);
       row_max[r] = new_max;
-      row_sum[r] *= o_rescale[r];
     }
 #pragma unroll
-    for (int i = 0; i < kSRegisters; ++i) {
-      const int r = fragment_row_half(i);
-      s[i] = fast_exp2(fmaf(s[i], scale_log2, -max_scaled[r]));
-      row_sum[r] += s[i];
-    }
+    for (int i = 0; i < kSRegisters; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -max_scaled[fragment_row_half(i)]));
+    float block_sum[2];
+    fragment_row_reduce(s, block_sum, SumOp{});
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * o_rescale[r] + block_sum[r];
   }
 };
 

@@ -28,9 +28,8 @@ struct Fp8OnlineSoftmax {
   // Raw scores s (masked entries -inf) with this block's scale -> P; per row the factor O must be
   // multiplied by before this block's P V is added.
   __device__ __forceinline__ void update(float (&s)[kSRegisters], float scale, float (&o_rescale)[2]) {
-    float block_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < kSRegisters; ++i) block_max[fragment_row_half(i)] = fmaxf(block_max[fragment_row_half(i)], s[i]);
+    float block_max[2];
+    fragment_row_reduce(s, block_max, MaxOp{});
     float bias[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -39,15 +38,14 @@ struct Fp8OnlineSoftmax {
       const float reference = new_max == -INFINITY ? 0.0f : new_max;
       o_rescale[r] = fast_exp2(row_max[r] - reference);
       row_max[r] = new_max;
-      row_sum[r] *= o_rescale[r];
       bias[r] = kFp8POffsetLog2 - reference;
     }
 #pragma unroll
-    for (int i = 0; i < kSRegisters; ++i) {
-      const int r = fragment_row_half(i);
-      s[i] = fast_exp2(fmaf(s[i], scale, bias[r]));
-      row_sum[r] += s[i];
-    }
+    for (int i = 0; i < kSRegisters; ++i) s[i] = fast_exp2(fmaf(s[i], scale, bias[fragment_row_half(i)]));
+    float block_sum[2];
+    fragment_row_reduce(s, block_sum, SumOp{});
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * o_rescale[r] + block_sum[r];
   }
 };
 
