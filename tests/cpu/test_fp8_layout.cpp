@@ -115,20 +115,55 @@ TEST(Fp8Layout, TransposeWritesEveryVtElementOnceFromThePermutedKey) {
   check_transpose<128, 128>(1);
 }
 
-// The loads of one transposer instruction (fixed word i, all 32 lanes) touch 32 distinct banks.
-TEST(Fp8Layout, TransposeLoadsAreBankConflictFree) {
-  using VTile = SwizzledTile<128, 128, 1>;
-  for (int task = 0; task < fp8::transpose_tasks(128, 128); ++task) {
+// One transposer instruction (fixed task and word i, all 32 lanes) touches 32 distinct banks, for
+// the loads from V and for the stores to V^T, in every tile shape the kernel uses.
+template <int head_dim, int keys>
+void check_transpose_banks() {
+  using VTile = SwizzledTile<keys, (head_dim < 128 ? 128 : head_dim), 1>;
+  using VtTile = SwizzledTile<head_dim, 128, 1>;
+  for (int task = 0; task < fp8::transpose_tasks(head_dim, keys); ++task) {
     for (int i = 0; i < 4; ++i) {
-      std::set<std::uint32_t> banks;
+      std::set<std::uint32_t> load_banks, store_banks;
       for (int lane = 0; lane < 32; ++lane) {
-        const int dims = 4 * fp8::transpose_dim_group(task, 128, lane);
-        const int cols = 4 * fp8::transpose_column_group(task, 128, lane);
-        banks.insert(VTile::offset(fp8::key_of_column(cols + i), dims) / 4 % 32);
+        load_banks.insert(fp8::transpose_load_offset<VTile>(task, keys, lane, i) / 4 % 32);
+        store_banks.insert(fp8::transpose_store_offset<VtTile>(task, keys, lane, i) / 4 % 32);
       }
-      EXPECT_EQ(banks.size(), 32u) << "task " << task << " word " << i;
+      EXPECT_EQ(load_banks.size(), 32u) << "d " << head_dim << " task " << task << " word " << i;
+      EXPECT_EQ(store_banks.size(), 32u) << "d " << head_dim << " task " << task << " word " << i;
     }
   }
+}
+
+TEST(Fp8Layout, TransposeLoadsAndStoresAreBankConflictFree) {
+  check_transpose_banks<64, 128>();
+  check_transpose_banks<128, 128>();
+  check_transpose_banks<256, 64>();
+}
+
+// The transposer addresses every task as task 0's offset XOR a per-task constant: that must hold for
+// every lane and word, or the kernel reads and writes the wrong bytes.
+template <int head_dim, int keys>
+void check_transpose_xor() {
+  using VTile = SwizzledTile<keys, (head_dim < 128 ? 128 : head_dim), 1>;
+  using VtTile = SwizzledTile<head_dim, 128, 1>;
+  for (int task = 0; task < fp8::transpose_tasks(head_dim, keys); ++task) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(fp8::transpose_load_offset<VTile>(task, keys, lane, i),
+                  fp8::transpose_load_offset<VTile>(0, keys, lane, i) ^ fp8::transpose_load_xor<VTile>(task, keys))
+            << "d " << head_dim << " task " << task << " lane " << lane << " word " << i;
+        ASSERT_EQ(fp8::transpose_store_offset<VtTile>(task, keys, lane, i),
+                  fp8::transpose_store_offset<VtTile>(0, keys, lane, i) ^ fp8::transpose_store_xor<VtTile>(task, keys))
+            << "d " << head_dim << " task " << task << " lane " << lane << " word " << i;
+      }
+    }
+  }
+}
+
+TEST(Fp8Layout, TransposeOffsetsAreTaskZeroXorAConstant) {
+  check_transpose_xor<64, 128>();
+  check_transpose_xor<128, 128>();
+  check_transpose_xor<256, 64>();
 }
 
 }  // namespace

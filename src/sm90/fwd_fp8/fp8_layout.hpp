@@ -16,6 +16,8 @@
 // extra cost.
 #pragma once
 
+#include <cstdint>
+
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90::fp8 {
@@ -47,17 +49,46 @@ HOPATTN_HOST_DEVICE constexpr int p_accumulator_index(int step, int reg, int byt
 // The V transpose. The V^T tile (head-dim rows x keys, keys contiguous) is cut into units of 4 dims x
 // 4 reduction columns; a unit reads one 32-bit word (4 dims) from each of its 4 source key rows,
 // transposes the 4 x 4 bytes in registers and writes one word (4 columns) to each of its 4 V^T rows.
-// A warp-wide task covers 8 consecutive dim groups (lane % 8) x 4 column groups (lane / 8): the 32
-// loads of one instruction then hit 8 distinct 16-byte chunks x 4 words (no bank conflict under the
-// 128B swizzle); the 32 stores hit 2 chunks x 4 words, a 4-way conflict (the price of the
-// conflict-free loads; the transpose runs on otherwise idle warps, off the consumers' path).
-// Tasks per tile: (head_dim / 32 dim blocks) x (keys / 16 column blocks).
+// A warp-wide task is 32 units: 8 dim groups (32 dims, one per "dim block") x 4 column groups, with
+// the lane bits spread so that both the 32 loads and the 32 stores of one instruction hit 32
+// distinct banks under the 128B swizzle (bank = 4 x (chunk ^ row % 8) + word):
+//   dim group    D = b0 + 2 b1 + 4 b4 + 8 dim_block        (lane bits b0..b4)
+//   column group C = b2 + 2 b3 + 4 chunk,  chunk = ((b1 + 2 b4) ^ (variant % 4)) + 4 (variant / 4)
+// Loads: word b0 b1, chunk b4 (+ dim_block) ^ key % 8 = 2 b2 + 4 b3 + i % 2. Stores: word b2 b3,
+// chunk (b1, b4 ^ variant) ^ row % 8 = 4 b0 + i. Tasks per tile: (head_dim / 32) x (keys / 16).
 HOPATTN_HOST_DEVICE constexpr int transpose_tasks(int head_dim, int keys) { return (head_dim / 32) * (keys / 16); }
 HOPATTN_HOST_DEVICE constexpr int transpose_dim_group(int task, int keys, int lane) {
-  return 8 * (task / (keys / 16)) + lane % 8;
+  const int dim_block = task / (keys / 16);
+  return (lane & 1) + 2 * ((lane >> 1) & 1) + 4 * ((lane >> 4) & 1) + 8 * dim_block;
 }
 HOPATTN_HOST_DEVICE constexpr int transpose_column_group(int task, int keys, int lane) {
-  return 4 * (task % (keys / 16)) + lane / 8;
+  const int variant = task % (keys / 16);
+  const int chunk = ((((lane >> 1) & 1) + 2 * ((lane >> 4) & 1)) ^ (variant % 4)) + 4 * (variant / 4);
+  return ((lane >> 2) & 3) + 4 * chunk;
+}
+
+// Byte offsets in the V tile (keys x dims) and the V^T tile (dims x columns) of word i of a lane's unit.
+template <class VTile>
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_load_offset(int task, int keys, int lane, int i) {
+  return VTile::offset(key_of_column(4 * transpose_column_group(task, keys, lane) + i),
+                       4 * transpose_dim_group(task, keys, lane));
+}
+template <class VtTile>
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_store_offset(int task, int keys, int lane, int i) {
+  return VtTile::offset(4 * transpose_dim_group(task, keys, lane) + i, 4 * transpose_column_group(task, keys, lane));
+}
+
+// A task moves every lane by the same whole 16-row steps (keys, dims) and XORs the same bits into the
+// 16-byte chunk index, and the swizzle is an XOR of row bits 0-2 into the chunk: so each of its offsets is
+// task 0's offset XOR one constant per task (tests/cpu/test_fp8_layout.cpp checks it for every lane).
+// The transposer keeps task 0's 8 offsets in registers and needs one LOP3 per access.
+template <class VTile>
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_load_xor(int task, int keys) {
+  return transpose_load_offset<VTile>(task, keys, 0, 0) ^ transpose_load_offset<VTile>(0, keys, 0, 0);
+}
+template <class VtTile>
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_store_xor(int task, int keys) {
+  return transpose_store_offset<VtTile>(task, keys, 0, 0) ^ transpose_store_offset<VtTile>(0, keys, 0, 0);
 }
 
 }  // namespace hopattn::sm90::fp8

@@ -8,6 +8,7 @@
 #include <cuda.h>
 
 #include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/fwd/scheduler.cuh"
@@ -77,23 +78,61 @@ __device__ __forceinline__ void transpose_bytes_4x4(const std::uint32_t (&in)[4]
   out[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
-// V (keys x dims, TMA layout) -> V^T (dims x reduction columns), V^T[d][a] = V[key_of_column(a)][d].
-// Called by `warps` warps on the same stage, warp index `warp` in [0, warps).
-template <class VTile, class VtTile, int kHeadDim, int kKeys>
-__device__ __forceinline__ void transpose_v_tile(const std::uint8_t* v, std::uint8_t* vt, int warp, int warps,
-                                                 int lane) {
-  for (int task = warp; task < fp8::transpose_tasks(kHeadDim, kKeys); task += warps) {
-    const int dims = 4 * fp8::transpose_dim_group(task, kKeys, lane);
-    const int cols = 4 * fp8::transpose_column_group(task, kKeys, lane);
-    std::uint32_t in[4], out[4];
+// V (keys x dims, TMA layout) -> V^T (dims x reduction columns), V^T[d][a] = V[key_of_column(a)][d],
+// by kWarps warps on the same stage. Each lane keeps the offsets of its unit in task 0 and reaches
+// every other task by XOR with compile-time constants (fp8_layout.hpp), so a task is 4 LDS, 8 PRMT,
+// 4 STS and their 8 LOP3 instead of recomputing swizzled offsets from indices.
+template <class VTile, class VtTile, int kHeadDim, int kKeys, int kWarps>
+class VTransposer {
+  static constexpr int kTasks = fp8::transpose_tasks(kHeadDim, kKeys);
+
+ public:
+  __device__ explicit VTransposer(int lane) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      in[i] = *reinterpret_cast<const std::uint32_t*>(v + VTile::offset(fp8::key_of_column(cols + i), dims));
-    transpose_bytes_4x4(in, out);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(vt + VtTile::offset(dims + i, cols)) = out[i];
+    for (int i = 0; i < 4; ++i) {
+      load_[i] = fp8::transpose_load_offset<VTile>(0, kKeys, lane, i);
+      store_[i] = fp8::transpose_store_offset<VtTile>(0, kKeys, lane, i);
+    }
   }
-}
+
+  // Warp `warp` (0..kWarps-1) takes tasks warp, warp + kWarps, ...; one code path per warp keeps the
+  // tasks, and so the XOR constants, known at compile time.
+  __device__ void transpose(std::uint32_t v, std::uint32_t vt, int warp) {
+    // The offsets look loop-invariant to the compiler, which would hoist all 8 x tasks XORed offsets
+    // out of the stage loop and spill them at the transposers' 32 registers; this opaque "update"
+    // keeps the XORs inside.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(load_[i]), "+r"(store_[i]));
+    transpose_as<0>(v, vt, warp);
+  }
+
+ private:
+  template <int kWarp>
+  __device__ __forceinline__ void transpose_as(std::uint32_t v, std::uint32_t vt, int warp) const {
+    if constexpr (kWarp + 1 < kWarps) {
+      if (warp != kWarp) return transpose_as<kWarp + 1>(v, vt, warp);
+    }
+    transpose_tasks<kWarp>(v, vt);
+  }
+
+  template <int kWarp>
+  __device__ __forceinline__ void transpose_tasks(std::uint32_t v, std::uint32_t vt) const {
+#pragma unroll
+    for (int task = kWarp; task < kTasks; task += kWarps) {
+      const std::uint32_t load_xor = fp8::transpose_load_xor<VTile>(task, kKeys);
+      const std::uint32_t store_xor = fp8::transpose_store_xor<VtTile>(task, kKeys);
+      std::uint32_t in[4], out[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) in[i] = ld_shared_u32(v + (load_[i] ^ load_xor));
+      transpose_bytes_4x4(in, out);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st_shared_u32(vt + (store_[i] ^ store_xor), out[i]);
+    }
+  }
+
+  std::uint32_t load_[4];
+  std::uint32_t store_[4];
+};
 
 // Transposer warp `warp` (0..kTransposeWarps-1): one V^T stage per landed V stage, in the loads' order,
 // until the TMA thread marks a stage as the end (v_end). It needs no tile index: the stages arrive in
@@ -101,14 +140,16 @@ __device__ __forceinline__ void transpose_v_tile(const std::uint8_t* v, std::uin
 template <class Traits>
 __device__ void run_v_transposer(typename Traits::SharedStorage& s, int warp) {
   const int lane = threadIdx.x % 32;
+  VTransposer<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN,
+              Traits::kTransposeWarps>
+      transposer(lane);
   StageRing<Traits::kStages> ring;
   while (true) {
     const int stage = ring.index();
     mbarrier_wait(&s.v_full[stage], ring.phase());  // TMA -> us: V landed, or no V block follows
     if (*static_cast<volatile int*>(&s.v_end[stage])) return;
     mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
-    transpose_v_tile<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN>(
-        s.v[stage], s.vt[stage], warp, Traits::kTransposeWarps, lane);
+    transposer.transpose(smem_address(s.v[stage]), smem_address(s.vt[stage]), warp);
     fence_proxy_async_shared();  // our generic stores -> the consumers' wgmma (async proxy) reads
     __syncwarp();
     if (lane == 0) {
