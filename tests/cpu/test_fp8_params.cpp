@@ -2,7 +2,7 @@
 // (sm90/fwd_fp8/params_builder.hpp) from a validated problem: every field the kernel reads is set and
 // consistent with the problem (shapes, strides, the tile schedule of scheduler.cuh, descale views), and
 // the launch-time check refuses the unset fields that once made the kernel write nothing
-// (heads_per_group 0: decode_tile divides by it).
+// (heads_per_group 0: decode_tile divides by it) and scales the kernel cannot use.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -113,8 +113,8 @@ TEST(Fp8Params, EveryFieldTheKernelReadsIsSetFromTheProblem) {
     EXPECT_EQ(p.seqlen_q, c.seqlen_q);
     EXPECT_EQ(p.seqlen_k, c.seqlen_k);
     EXPECT_EQ(p.head_ratio * c.heads_kv, c.heads_q);
-    EXPECT_FLOAT_EQ(p.softmax_scale, 1.0f / std::sqrt(static_cast<float>(c.d)));
-    EXPECT_FLOAT_EQ(p.scale_log2, p.softmax_scale * 1.4426950408889634f);
+    EXPECT_FLOAT_EQ(p.logit_scale, 1.0f / std::sqrt(static_cast<float>(c.d)));  // no softcap on FP8
+    EXPECT_FLOAT_EQ(p.scale_log2, p.logit_scale * 1.4426950408889634f);
     EXPECT_EQ(p.causal, c.causal);
     EXPECT_EQ(p.pingpong, args.options.pingpong);
     EXPECT_EQ(p.intra_wg_overlap, args.options.intra_wg_overlap);
@@ -180,6 +180,30 @@ TEST(Fp8Params, LaunchCheckRefusesUnsetScheduleFields) {
   fp = make_fp8_params(blocked, pr, kBlockM, pairs);
   fp.k_block_descale.rows_per_block = 0;
   EXPECT_NE(fp8_params_error(fp, kBlockM).find("rows_per_block"), std::string::npos);
+}
+
+// ... and a scale the kernels read that is not finite, or a scale_log2 that is not positive (the
+// running max of raw scores orders logits only for a positive scale).
+TEST(Fp8Params, LaunchCheckRefusesBadScales) {
+  std::mt19937_64 rng(std::random_device{}());
+  const Fp8ParamsCase c(rng);
+  SCOPED_TRACE(c.describe());
+  detail::Problem pr;
+  ASSERT_TRUE(detail::validate_forward(c.args(), &pr).ok());
+  const Fp8FwdParams fp = make_fp8_params(c.args(), pr, kBlockM, 1);
+  ASSERT_EQ(fp8_params_error(fp, kBlockM), "");
+  for (float FwdParams::*field : {&FwdParams::logit_scale, &FwdParams::softcap_input_scale, &FwdParams::scale_log2}) {
+    for (float value : {INFINITY, -INFINITY, NAN}) {
+      Fp8FwdParams bad = fp;
+      bad.base.*field = value;
+      EXPECT_NE(fp8_params_error(bad, kBlockM).find("scale"), std::string::npos) << value;
+    }
+  }
+  for (float value : {0.0f, -0.5f}) {
+    Fp8FwdParams bad = fp;
+    bad.base.scale_log2 = value;
+    EXPECT_NE(fp8_params_error(bad, kBlockM).find("scale_log2"), std::string::npos) << value;
+  }
 }
 
 }  // namespace

@@ -15,7 +15,6 @@ struct FwdParams {
   int seqlen_q;
   int seqlen_k;
   int head_ratio;  // heads_q / heads_kv
-  float softmax_scale;
   // Scores reach the softmax as raw q.k, or as softcap * tanh(q.k * softmax_scale / softcap) when
   // softcap > 0; logit_scale turns them into logits (softmax_scale, or 1 after the softcap) and
   // scale_log2 = logit_scale * log2(e) is what the exp2 softmax multiplies by.

@@ -21,7 +21,6 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.seqlen_q = pr.seqlen_q;
   p.seqlen_k = pr.seqlen_k;
   p.head_ratio = pr.heads_q / pr.heads_kv;
-  p.softmax_scale = pr.softmax_scale;
   p.softcap = pr.softcap;
   p.softcap_input_scale = pr.softcap > 0.0f ? pr.softmax_scale / pr.softcap : 0.0f;
   p.logit_scale = pr.softcap > 0.0f ? 1.0f : pr.softmax_scale;
@@ -74,8 +73,10 @@ inline std::string fwd_params_error(const FwdParams& p, int block_m) {
       p.heads_q_divisor.divisor != static_cast<std::uint32_t>(p.heads_q) ||
       p.head_ratio_divisor.divisor != static_cast<std::uint32_t>(p.head_ratio))
     return "FwdParams: a tile-decode divisor does not match its field";
-  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2))
-    return "FwdParams::softmax_scale / scale_log2 must be finite";
+  // The scales the kernels read; the running max of raw scores orders logits only for scale_log2 > 0.
+  if (!std::isfinite(p.logit_scale) || !std::isfinite(p.softcap_input_scale) || !std::isfinite(p.scale_log2) ||
+      !(p.scale_log2 > 0.0f))
+    return "FwdParams::logit_scale / softcap_input_scale / scale_log2 must be finite, scale_log2 > 0";
   if (p.out == nullptr) return "FwdParams::out is null";
   return std::string();
 }

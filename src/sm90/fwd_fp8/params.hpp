@@ -21,7 +21,7 @@ struct DescaleView {
 };
 
 struct Fp8FwdParams {
-  FwdParams base;  // shapes, softmax_scale / scale_log2, causal, out (bf16), lse, schedule
+  FwdParams base;  // shapes, scale_log2 / logit_scale, causal, out (bf16), lse, schedule
   // Per (batch, kv head), flash-attention's convention (q's factor too is indexed by kv head).
   DescaleView q_descale, k_descale, v_descale;
   // Per (batch, head, block of rows): q by q head, k and v by kv head.
