@@ -3,10 +3,10 @@
 # (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then
 # bench/report.py to merge them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
 #
-#   bench/device_bench.sh [--grid paper|quick|long|ablation] [--flex] [--build DIR] [--peers PATH]
+#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8] [--flex] [--build DIR] [--peers PATH]
 #
 #   --grid   default paper. The peers only run the FlashAttention papers' shapes (16k tokens, hidden
-#            2048), so they are timed for paper and quick; long and ablation time hopattn alone.
+#            2048, bf16), so they are timed for paper and quick; long, ablation and fp8 time hopattn alone.
 #   --flex   also time FlexAttention (its Triton compile adds minutes).
 #   --build  build folder holding bench/hopattn-bench (default build); configured and built here
 #            (HOPATTN_SM90=ON, tests off) when the binary is missing.
@@ -33,8 +33,8 @@ done
 case "$grid" in
   paper) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384 ;;
   quick) peer_hdims=64,128,256; peer_seqlens=8192 ;;
-  long|ablation) peer_hdims="" ;;
-  *) echo "device_bench.sh: --grid wants paper, quick, long or ablation, got '$grid'" >&2; exit 2 ;;
+  long|ablation|fp8) peer_hdims="" ;;
+  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation or fp8, got '$grid'" >&2; exit 2 ;;
 esac
 
 out="${OUT:-/tmp/hopattn-bench-out}"

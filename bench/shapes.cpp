@@ -92,6 +92,41 @@ std::vector<Shape> ablation_grid() {
   return shapes;
 }
 
+// FP8 (e4m3, per-head descales of 1) on the paper grid's long half, then the d256 16k shape with each
+// speed technique switched off alone (the FP8 kernel is always warp-specialized).
+std::vector<Shape> fp8_grid() {
+  std::vector<Shape> shapes;
+  for (int hdim : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      for (int seqlen : {2048, 4096, 8192, 16384}) {
+        Shape s;
+        s.dtype = Dtype::kFloat8E4M3;
+        s.batch = 16384 / seqlen;
+        s.heads_q = s.heads_kv = 2048 / hdim;
+        s.seqlen_q = s.seqlen_k = seqlen;
+        s.hdim = hdim;
+        s.causal = causal;
+        shapes.push_back(s);
+      }
+    }
+  }
+  Shape base = shapes.back();
+  base.causal = false;
+  struct Switch {
+    const char* name;
+    bool KernelOptions::*flag;
+  };
+  for (Switch sw : {Switch{"no_pingpong", &KernelOptions::pingpong},
+                    Switch{"no_intra_wg_overlap", &KernelOptions::intra_wg_overlap},
+                    Switch{"no_persistent", &KernelOptions::persistent}}) {
+    Shape s = base;
+    s.options.*sw.flag = false;
+    s.variant = sw.name;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 }  // namespace
 
 const char* dtype_short_name(Dtype dtype) {
@@ -103,13 +138,14 @@ const char* dtype_short_name(Dtype dtype) {
   }
 }
 
-const char* grid_names() { return "quick, paper, long, ablation"; }
+const char* grid_names() { return "quick, paper, long, ablation, fp8"; }
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   if (name == "quick") *shapes = quick_grid();
   else if (name == "paper") *shapes = paper_grid();
   else if (name == "long") *shapes = long_grid();
   else if (name == "ablation") *shapes = ablation_grid();
+  else if (name == "fp8") *shapes = fp8_grid();
   else return false;
   return true;
 }
