@@ -7,9 +7,11 @@ Grid of the FlashAttention papers: 16k tokens per batch (batch = 16384 // seqlen
 (heads = 2048 // hdim), bf16, forward pass, causal and not. FLOPs: 4 * b * h * s^2 * d, halved when
 causal. Every implementation reads the same q, k, v: allocated (batch, seqlen, heads, hdim) as
 hopattn and flash-attention take them; the SDPA backends and FlexAttention get (batch, heads,
-seqlen, hdim) views of them. Timing: CUDA events around `reps` back-to-back calls (enough for ~1 ms,
-so Python overhead does not count for small shapes), after warm-up; the median of the samples.
-Writes bench/results/<date>-h200-compare.json and a PNG plot beside it. Needs torch with CUDA,
+seqlen, hdim) views of them. Timing (--timing): `events`, CUDA events around `reps` back-to-back calls
+(enough for ~1 ms), after warm-up, the median of the samples, which still counts host time where a
+call's Python overhead exceeds its kernel; `kernel`, the profiler's GPU time of each call's kernels,
+which counts no host time for anyone (the fair kernel-against-kernel ratio). Writes
+bench/results/<date>-h200-compare[-kernel].json and a PNG plot beside it. Needs torch with CUDA,
 matplotlib, and hopattn importable (pip install, or python/device_build.sh's PYTHONPATH).
 """
 
@@ -52,6 +54,27 @@ def time_ms(fn, samples, flush):
     return sorted(times)[len(times) // 2]
 
 
+def kernel_ms(fn, samples, flush):
+    """Median over `samples` of the GPU time of one call's kernels, from the CUDA profiler: the sum of
+    the durations of every kernel the call launched (cuDNN's memset included), with no host time or
+    launch gaps. peers.py and the events mode time each call from the host, which charges a peer's
+    Python dispatch to it (about 50 us per SDPA call on the H200, 13% of a 2k-token d128 call)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        if flush is not None:
+            flush.zero_()
+            torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and "Memcpy" not in e.name]
+        times.append(sum(e.device_time for e in kernels) / 1000.0)
+    return sorted(times)[len(times) // 2]
+
+
 def hopattn_impl():
     return lambda q, k, v, causal: hopattn.flash_attn_func(q, k, v, causal=causal)
 
@@ -86,7 +109,7 @@ IMPLEMENTATIONS = {"hopattn": hopattn_impl, "sdpa_flash2": lambda: sdpa_impl(SDP
                    "sdpa_cudnn": lambda: sdpa_impl(SDPBackend.CUDNN_ATTENTION), "flex": flex_impl}
 
 
-def measure(impls, hdim, seqlen, causal, samples, flush):
+def measure(impls, hdim, seqlen, causal, samples, flush, timer):
     batch, heads = max(1, 16384 // seqlen), 2048 // hdim
     q, k, v = (torch.randn(batch, seqlen, heads, hdim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     flops = 4 * batch * heads * seqlen * seqlen * hdim / (2 if causal else 1)
@@ -95,7 +118,7 @@ def measure(impls, hdim, seqlen, causal, samples, flush):
     for name, attend in impls.items():
         try:
             outputs[name] = attend(q, k, v, causal)
-            ms = time_ms(lambda: attend(q, k, v, causal), samples, flush)
+            ms = timer(lambda: attend(q, k, v, causal), samples, flush)
         except Exception as error:  # a peer or a configuration missing on this machine: note it, go on
             row["errors"][name] = f"{type(error).__name__}: {str(error)[:200]}"
             continue
@@ -149,7 +172,10 @@ def main():
     parser.add_argument("--causal", default="both", choices=["0", "1", "both"])
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--flush-l2", action="store_true", help="zero a 256 MB buffer before each sample")
-    parser.add_argument("--out", help="JSON path (default bench/results/<date>-h200-compare.json)")
+    parser.add_argument("--timing", default="events", choices=["events", "kernel"],
+                        help="events: CUDA events around back-to-back calls; kernel: profiler GPU time of "
+                             "each call's kernels (no host overhead on either side)")
+    parser.add_argument("--out", help="JSON path (default bench/results/<date>-h200-compare[-kernel].json)")
     args = parser.parse_args()
 
     names = args.impl.split(",")
@@ -159,7 +185,7 @@ def main():
     header = dict(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(),
                   torch=torch.__version__, cudnn=torch.backends.cudnn.version(),
                   hopattn_device=hopattn.device_description(), dtype="bfloat16", pass_="fwd",
-                  samples=args.samples, flush_l2=args.flush_l2)
+                  samples=args.samples, flush_l2=args.flush_l2, timing=args.timing)
     print(json.dumps(header), flush=True)
     print("TFLOP/s: " + " ".join(f"{n:>7s}" for n in names) + " | hopattn / " +
           " ".join(n for n in names if n != "hopattn"), flush=True)
@@ -167,12 +193,14 @@ def main():
     for hdim in map(int, args.hdim.split(",")):
         for causal in causals:
             for seqlen in map(int, args.seqlens.split(",")):
-                rows.append(measure(impls, hdim, seqlen, causal, args.samples, flush))
+                rows.append(measure(impls, hdim, seqlen, causal, args.samples, flush,
+                                    kernel_ms if args.timing == "kernel" else time_ms))
                 print_row(rows[-1], names)
                 for name, error in rows[-1]["errors"].items():
                     print(f"    {name}: {error}", flush=True)
 
-    out = pathlib.Path(args.out) if args.out else RESULTS / f"{header['date']}-h200-compare.json"
+    suffix = "-kernel" if args.timing == "kernel" else ""
+    out = pathlib.Path(args.out) if args.out else RESULTS / f"{header['date']}-h200-compare{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(header, rows=rows), indent=1))
     plot(rows, names, out.with_suffix(".png"))
