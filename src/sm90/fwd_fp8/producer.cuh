@@ -62,7 +62,7 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
   // earlier stages, whose flags must stay 0.
   const int stage = ring.index();
   mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);
-  s.v_end[stage] = 1;
+  atomicExch(&s.v_end[stage], 1);  // ordered by the v_empty wait; atomic for racecheck, as s.tile
   mbarrier_arrive(&s.v_full[stage]);
 }
 
@@ -147,7 +147,9 @@ __device__ void run_v_transposer(typename Traits::SharedStorage& s, int warp) {
   while (true) {
     const int stage = ring.index();
     mbarrier_wait(&s.v_full[stage], ring.phase());  // TMA -> us: V landed, or no V block follows
-    if (*static_cast<volatile int*>(&s.v_end[stage])) return;
+    // Atomic read: every lane reads the flag but only lane 0 arrives on v_empty after the __syncwarp,
+    // an order compute-sanitizer racecheck does not model (it flags the TMA thread's next write).
+    if (atomicOr(&s.v_end[stage], 0)) return;
     mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
     transposer.transpose(smem_address(s.v[stage]), smem_address(s.vt[stage]), warp);
     fence_proxy_async_shared();  // our generic stores -> the consumers' wgmma (async proxy) reads
