@@ -139,6 +139,7 @@ void sweep(int seqlen, bool causal) {
       time_tile<64, 96, 4, 3>(b, batch, heads, seqlen, causal, o);
     } else if constexpr (kD == 128) {
       time_tile<128, 128, 2>(b, batch, heads, seqlen, causal, o);
+      time_tile<128, 128, 3>(b, batch, heads, seqlen, causal, o);
       time_tile<128, 176, 2>(b, batch, heads, seqlen, causal, o);
     } else {
       time_tile<256, 64, 2>(b, batch, heads, seqlen, causal, o);
