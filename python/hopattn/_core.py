@@ -31,15 +31,15 @@ def check_q_rank(q_shape, varlen):
 
 
 def _call(function, lib, q, arrays, **scalars):
-    operands, raw_bits = {}, False
-    for name, x in arrays.items():
-        if x is None:
-            operands[name] = None
-        else:
-            operands[name], raw = lib.operand(x)
-            raw_bits |= raw
+    """Calls _C's `function` with `arrays` (name -> array or None; a dict of the caller's own, whose
+    arrays are replaced by what _C imports) and the scalars."""
+    raw_bits = False
     with lib.device_scope(q):
-        function(**operands, **scalars, stream=lib.stream(q), raw_bits=raw_bits,
+        for name, x in arrays.items():
+            if x is not None:
+                arrays[name], raw = lib.operand(x)
+                raw_bits |= raw
+        function(**arrays, **scalars, stream=lib.stream(q), raw_bits=raw_bits,
                  synchronize=lib.synchronize(q))
 
 
@@ -49,18 +49,19 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
             k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
             v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128):
     """Returns (out, lse); lse is None unless return_lse."""
-    inputs = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+    arrays = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                   seqused_k=seqused_k, page_table=page_table, q_descale=q_descale,
                   k_descale=k_descale, v_descale=v_descale, q_block_descale=q_block_descale,
-                  k_block_descale=k_block_descale, v_block_descale=v_block_descale)
-    lib = common_library({**inputs, "out": out})
+                  k_block_descale=k_block_descale, v_block_descale=v_block_descale, out=out)
+    lib = common_library(arrays)
     varlen = cu_seqlens_q is not None
     check_q_rank(q.shape, varlen)
     if out is None:
-        out = lib.empty(q, tuple(q.shape), _out_dtype(lib, q))
+        out = arrays["out"] = lib.empty(q, tuple(q.shape), _out_dtype(lib, q))
     lse = lib.empty(q, lse_shape(tuple(q.shape), varlen), "float32") if return_lse else None
-    _call(_C.forward, lib, q, {**inputs, "out": out, "lse": lse}, softmax_scale=softmax_scale,
-          causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
+    arrays["lse"] = lse
+    _call(_C.forward, lib, q, arrays, softmax_scale=softmax_scale, causal=causal,
+          window_left=window_left, window_right=window_right, softcap=softcap,
           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
           descale_block_rows_q=descale_block_rows_q, descale_block_rows_kv=descale_block_rows_kv)
     return out, lse

@@ -21,13 +21,42 @@ using namespace nb::literals;
 namespace hopattn::python {
 namespace {
 
-// Runs `call` without the GIL (the CPU reference may take long), then, when asked, waits for the
-// stream: callers whose library exposes no stream (JAX) need the results finished on return.
+// Makes the GPU that holds `placement` current for the call and restores the caller's device after
+// it, so that the Python side needs no device context of its own (entering torch.cuda.device or a
+// CuPy Device from Python costs microseconds per call). Host arrays never touch the CUDA runtime.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(const Tensor& placement) {
+    if (placement.device != DeviceType::kCuda) return;
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      cudaGetLastError();  // the library reports a missing GPU itself, with a clearer message
+      previous_ = -1;
+      return;
+    }
+    if (previous_ != placement.device_index && cudaSetDevice(placement.device_index) != cudaSuccess) {
+      cudaGetLastError();  // an out-of-range index: the library's validation names it
+    }
+  }
+  ~CurrentDevice() {
+    int current = 0;
+    if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Runs `call` without the GIL (the CPU reference may take long) on the device of `placement`, then,
+// when asked, waits for the stream: callers whose library exposes no stream (JAX) need the results
+// finished on return.
 template <typename Call>
-void run_released(Call&& call, std::uintptr_t stream, bool synchronize) {
+void run_released(Call&& call, const Tensor& placement, std::uintptr_t stream, bool synchronize) {
   Status status;
   {
     nb::gil_scoped_release release;
+    CurrentDevice device(placement);
     status = call();
     if (status.ok() && synchronize) {
       const cudaError_t error = cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
@@ -84,7 +113,7 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   args.descale_block_rows_q = descale_block_rows_q;
   args.descale_block_rows_kv = descale_block_rows_kv;
   args.stream = reinterpret_cast<void*>(stream);
-  run_released([&] { return hopattn::forward(args); }, stream, synchronize);
+  run_released([&] { return hopattn::forward(args); }, args.q, stream, synchronize);
 }
 
 void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle dout, nb::handle lse,
@@ -106,7 +135,7 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
   set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
   args.stream = reinterpret_cast<void*>(stream);
-  run_released([&] { return hopattn::backward(args); }, stream, synchronize);
+  run_released([&] { return hopattn::backward(args); }, args.q, stream, synchronize);
 }
 
 QuantGranularity parse_granularity(const std::string& name) {
@@ -137,7 +166,7 @@ void quantize_fp8(nb::handle q, nb::handle k, nb::handle v, nb::handle q8, nb::h
   args.hadamard = hadamard;
   args.seed = seed;
   args.stream = reinterpret_cast<void*>(stream);
-  run_released([&] { return hopattn::quantize_fp8(args); }, stream, synchronize);
+  run_released([&] { return hopattn::quantize_fp8(args); }, args.q, stream, synchronize);
 }
 
 }  // namespace
