@@ -29,10 +29,14 @@ def _reject(name, value, default=None):
                                   f"{_FEATURES}")
 
 
+def _is_int(w):
+    return type(w) is int or isinstance(w, numbers.Integral)  # the ABC check is slower
+
+
 def _window(window_size):
     # No try/except here: torch.compile traces this function.
     if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2
-            and all(isinstance(w, numbers.Integral) for w in window_size)):
+            and _is_int(window_size[0]) and _is_int(window_size[1])):
         raise TypeError(f"window_size: expected a pair (left, right) of ints, -1 meaning unbounded; "
                         f"got {window_size!r}")
     return int(window_size[0]), int(window_size[1])
@@ -47,7 +51,7 @@ def _forward(q, k, v, out, return_lse, **kwargs):
     if out is None and type(q).__module__.split(".")[0] == "torch":
         if torch_forward is None:
             from . import torch  # noqa: F401  (sets torch_forward)
-        result, lse = torch_forward(q, k, v, **kwargs)
+        result, lse = torch_forward(q, k, v, return_lse=return_lse, **kwargs)
     else:
         result, lse = _core.forward(q, k, v, out=out, return_lse=return_lse, **kwargs)
     return (result, lse) if return_lse else result

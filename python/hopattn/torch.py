@@ -3,11 +3,13 @@
 Each has a fake (meta) kernel, so torch.compile traces calls without graph breaks, and fwd's autograd
 formula calls bwd. The backward runs wherever the C++ library implements it: on host tensors (CPU
 reference); on CUDA tensors the library answers NotImplementedError until the GPU backward exists.
-Gradients do not flow through the returned lse (as in flash-attention). Importing this module
-imports torch; `import hopattn` alone does not.
+Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
+kernel directly where the dispatcher would do nothing else (plain eager calls with nothing for
+autograd to record), which saves its host overhead. Importing this module imports torch;
+`import hopattn` alone does not.
 """
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, get_args, get_type_hints
 
 import torch
 
@@ -20,16 +22,16 @@ def _last_dim_contiguous(x):
     return x if x is None or x.stride(-1) == 1 else x.contiguous()
 
 
-@torch.library.custom_op("hopattn::fwd", mutates_args=())
-def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-         causal: bool, window_left: int, window_right: int, softcap: float,
-         cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
-         max_seqlen_q: int, max_seqlen_k: int, seqused_k: Optional[torch.Tensor],
-         page_table: Optional[torch.Tensor], num_splits: int, q_descale: Optional[torch.Tensor],
-         k_descale: Optional[torch.Tensor], v_descale: Optional[torch.Tensor],
-         q_block_descale: Optional[torch.Tensor], k_block_descale: Optional[torch.Tensor],
-         v_block_descale: Optional[torch.Tensor], descale_block_rows_q: int,
-         descale_block_rows_kv: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
+                causal: bool, window_left: int, window_right: int, softcap: float,
+                cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                max_seqlen_q: int, max_seqlen_k: int, seqused_k: Optional[torch.Tensor],
+                page_table: Optional[torch.Tensor], num_splits: int,
+                q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+                v_descale: Optional[torch.Tensor], q_block_descale: Optional[torch.Tensor],
+                k_block_descale: Optional[torch.Tensor], v_block_descale: Optional[torch.Tensor],
+                descale_block_rows_q: int,
+                descale_block_rows_kv: int) -> Tuple[torch.Tensor, torch.Tensor]:
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
                          window_left=window_left, window_right=window_right, softcap=softcap,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
@@ -39,6 +41,9 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optio
                          k_block_descale=k_block_descale, v_block_descale=v_block_descale,
                          descale_block_rows_q=descale_block_rows_q,
                          descale_block_rows_kv=descale_block_rows_kv)
+
+
+_fwd = torch.library.custom_op("hopattn::fwd", mutates_args=())(_fwd_kernel)
 
 
 @_fwd.register_fake
@@ -99,18 +104,66 @@ def _backward(ctx, dout, dlse):
 _fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def forward(q, k, v, *, softmax_scale=None, causal=False, window_left=-1, window_right=-1,
-            softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
-            seqused_k=None, page_table=None, num_splits=0, q_descale=None, k_descale=None,
-            v_descale=None, q_block_descale=None, k_block_descale=None, v_block_descale=None,
-            descale_block_rows_q=128, descale_block_rows_kv=128):
-    """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs."""
-    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
-    return torch.ops.hopattn.fwd(q, k, v, softmax_scale, causal, window_left, window_right,
-                                 float(softcap), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                 max_seqlen_k, seqused_k, page_table, num_splits, q_descale,
-                                 k_descale, v_descale, q_block_descale, k_block_descale,
-                                 v_block_descale, descale_block_rows_q, descale_block_rows_kv)
+# hopattn::fwd's arguments (custom_op made its schema from these annotations) and, for each, the
+# Python types that the dispatcher hands to the kernel as they are (it would convert, say, True
+# given for an int, or reject a float given for one).
+_FWD_HINTS = {name: hint for name, hint in get_type_hints(_fwd_kernel).items() if name != "return"}
+_FWD_ARG_NAMES = tuple(_FWD_HINTS)
+_FWD_ARG_TYPES = tuple(get_args(hint) or (hint,) for hint in _FWD_HINTS.values())
+_FWD_TENSOR_ARGS = tuple(i for i, types in enumerate(_FWD_ARG_TYPES) if torch.Tensor in types)
+_fwd_signatures_of_exact_types = set()  # tuples of argument types found in _FWD_ARG_TYPES
+# Dispatch keys below autograd. When the highest of them over all tensor arguments is a dense
+# backend's (CPU, CUDA), the dispatcher runs the kernel registered for it; conjugate or negative
+# views, sparse, quantized, nested, meta and subclass tensors bring keys of their own.
+_BELOW_AUTOGRAD = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.ADInplaceOrView)
+_DENSE_BACKENDS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+
+
+def _only_the_kernel_would_run(args):
+    """Whether torch.ops.hopattn.fwd(*args) would do nothing but call _fwd_kernel(*args): plain eager
+    use (no torch.compile, tracing, TorchDispatchMode or TorchFunctionMode, functorch transform or
+    profiler), nothing for autograd to record, plain CPU/CUDA tensors and scalars of the schema's
+    own types. forward then calls the kernel itself: the dispatcher and the custom_op wrappers cost
+    some 20 us of host time per call (boxing 23 arguments twice, autograd and alias checks)."""
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
+            or torch._C._is_torch_function_mode_enabled()
+            or torch._C._are_functorch_transforms_active()
+            or torch._C._get_tracing_state() is not None or torch.autograd._profiler_enabled()):
+        return False
+    signature = tuple(map(type, args))
+    if signature not in _fwd_signatures_of_exact_types:  # checked once per signature
+        if not all(t in types for t, types in zip(signature, _FWD_ARG_TYPES)):
+            return False
+        _fwd_signatures_of_exact_types.add(signature)
+    grad = torch.is_grad_enabled()
+    keys = None
+    for i in _FWD_TENSOR_ARGS:
+        tensor = args[i]
+        if tensor is not None:
+            if grad and tensor.requires_grad:
+                return False
+            tensor_keys = torch._C._dispatch_keys(tensor)
+            keys = tensor_keys if keys is None else keys | tensor_keys
+    return (keys & _BELOW_AUTOGRAD).highestPriorityTypeId() in _DENSE_BACKENDS
+
+
+def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, window_left=-1,
+            window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+            max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, q_descale=None,
+            k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
+            v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128):
+    """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs. With
+    return_lse=False, lse may be None (plain eager calls then skip computing it)."""
+    args = (_last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
+            softmax_scale, causal, window_left, window_right, float(softcap), cu_seqlens_q,
+            cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, q_descale,
+            k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
+            descale_block_rows_q, descale_block_rows_kv)
+    if _only_the_kernel_would_run(args):
+        # What the op would run, without its dispatch overhead, and computing lse only if asked to.
+        options = dict(zip(_FWD_ARG_NAMES[3:], args[3:]))
+        return _core.forward(*args[:3], return_lse=return_lse, **options)
+    return torch.ops.hopattn.fwd(*args)
 
 
 interface.torch_forward = forward
