@@ -115,16 +115,28 @@ _fwd_signatures_of_exact_types = set()  # tuples of argument types found in _FWD
 # Dispatch keys below autograd. When the highest of them over all tensor arguments is a dense
 # backend's (CPU, CUDA), the dispatcher runs the kernel registered for it; conjugate or negative
 # views, sparse, quantized, nested, meta and subclass tensors bring keys of their own.
-_BELOW_AUTOGRAD = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.ADInplaceOrView)
-_DENSE_BACKENDS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+try:
+    _BELOW_AUTOGRAD = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.ADInplaceOrView)
+    _DENSE_BACKENDS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+except AttributeError:  # no such private API in this torch: _only_the_kernel_would_run answers False
+    _BELOW_AUTOGRAD = _DENSE_BACKENDS = None
 
 
 def _only_the_kernel_would_run(args):
+    try:
+        return _only_the_kernel_would_run_unguarded(args)
+    except AttributeError:  # a torch whose private dispatch queries differ: take the dispatcher path
+        return False
+
+
+def _only_the_kernel_would_run_unguarded(args):
     """Whether torch.ops.hopattn.fwd(*args) would do nothing but call _fwd_kernel(*args): plain eager
     use (no torch.compile, tracing, TorchDispatchMode or TorchFunctionMode, functorch transform or
     profiler), nothing for autograd to record, plain CPU/CUDA tensors and scalars of the schema's
     own types. forward then calls the kernel itself: the dispatcher and the custom_op wrappers cost
     some 20 us of host time per call (boxing 23 arguments twice, autograd and alias checks)."""
+    if _BELOW_AUTOGRAD is None:
+        return False
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
             or torch._C._is_torch_function_mode_enabled()
             or torch._C._are_functorch_transforms_active()
