@@ -101,6 +101,10 @@ def print_table(entries, impls, ceilings):
         if e["status"] not in ("ok", "not run"):
             line += f"  [{e['status']}: {e['message']}]"
         print(line)
+    if impls:
+        print("note: the peers are timed per call from Python (peers.py), which adds PyTorch's host time "
+              "(~50-70 us a call on the H200) to theirs; bench/compare.py --timing kernel gives the "
+              "kernel-against-kernel ratio")
 
 
 def gpu_slug(device):
