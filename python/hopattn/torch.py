@@ -112,30 +112,25 @@ _FWD_ARG_NAMES = tuple(_FWD_HINTS)
 _FWD_ARG_TYPES = tuple(get_args(hint) or (hint,) for hint in _FWD_HINTS.values())
 _FWD_TENSOR_ARGS = tuple(i for i, types in enumerate(_FWD_ARG_TYPES) if torch.Tensor in types)
 _fwd_signatures_of_exact_types = set()  # tuples of argument types found in _FWD_ARG_TYPES
+# The private torch queries the shortcut reads; a torch without any of them takes the dispatcher path.
+_SHORTCUT_AVAILABLE = all(hasattr(torch._C, name) for name in (
+    "_dispatch_keyset_full_after", "_dispatch_keys", "_len_torch_dispatch_stack",
+    "_is_torch_function_mode_enabled", "_are_functorch_transforms_active", "_get_tracing_state"))
 # Dispatch keys below autograd. When the highest of them over all tensor arguments is a dense
 # backend's (CPU, CUDA), the dispatcher runs the kernel registered for it; conjugate or negative
 # views, sparse, quantized, nested, meta and subclass tensors bring keys of their own.
-try:
+if _SHORTCUT_AVAILABLE:
     _BELOW_AUTOGRAD = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.ADInplaceOrView)
     _DENSE_BACKENDS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
-except AttributeError:  # no such private API in this torch: _only_the_kernel_would_run answers False
-    _BELOW_AUTOGRAD = _DENSE_BACKENDS = None
 
 
 def _only_the_kernel_would_run(args):
-    try:
-        return _only_the_kernel_would_run_unguarded(args)
-    except AttributeError:  # a torch whose private dispatch queries differ: take the dispatcher path
-        return False
-
-
-def _only_the_kernel_would_run_unguarded(args):
     """Whether torch.ops.hopattn.fwd(*args) would do nothing but call _fwd_kernel(*args): plain eager
     use (no torch.compile, tracing, TorchDispatchMode or TorchFunctionMode, functorch transform or
     profiler), nothing for autograd to record, plain CPU/CUDA tensors and scalars of the schema's
     own types. forward then calls the kernel itself: the dispatcher and the custom_op wrappers cost
     some 20 us of host time per call (boxing 23 arguments twice, autograd and alias checks)."""
-    if _BELOW_AUTOGRAD is None:
+    if not _SHORTCUT_AVAILABLE:
         return False
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
             or torch._C._is_torch_function_mode_enabled()
