@@ -2,17 +2,20 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 namespace hopattn::bench {
 namespace {
 
-// FlashAttention-3 grid: 16k tokens per batch, hidden 2048, bf16.
-std::vector<Shape> paper_grid() {
+// The FlashAttention papers' grid: 16k tokens per batch, hidden 2048, every head dim, causal and not,
+// at the given sequence lengths.
+std::vector<Shape> flash_papers_grid(Dtype dtype, std::initializer_list<int> seqlens) {
   std::vector<Shape> shapes;
   for (int hdim : {64, 128, 256}) {
     for (bool causal : {false, true}) {
-      for (int seqlen : {512, 1024, 2048, 4096, 8192, 16384}) {
+      for (int seqlen : seqlens) {
         Shape s;
+        s.dtype = dtype;
         s.batch = 16384 / seqlen;
         s.heads_q = s.heads_kv = 2048 / hdim;
         s.seqlen_q = s.seqlen_k = seqlen;
@@ -23,6 +26,28 @@ std::vector<Shape> paper_grid() {
     }
   }
   return shapes;
+}
+
+// FlashAttention-3 grid in bf16.
+std::vector<Shape> paper_grid() {
+  return flash_papers_grid(Dtype::kBFloat16, {512, 1024, 2048, 4096, 8192, 16384});
+}
+
+// One KernelOptions switch, for ablation rows.
+struct Switch {
+  const char* name;
+  bool KernelOptions::*flag;
+};
+
+// Appends base with each switch off alone, named after the switch.
+void append_each_switched_off(const Shape& base, std::initializer_list<Switch> switches,
+                              std::vector<Shape>* shapes) {
+  for (Switch sw : switches) {
+    Shape s = base;
+    s.options.*sw.flag = false;
+    s.variant = sw.name;
+    shapes->push_back(s);
+  }
 }
 
 // The headline shape (batch 2, 16 heads, seqlen 8192, hdim 128) both ways, the other head dims at the
@@ -76,54 +101,26 @@ std::vector<Shape> ablation_grid() {
   base.hdim = 128;
   base.variant = "all_on";
   std::vector<Shape> shapes{base};
-  struct Switch {
-    const char* name;
-    bool KernelOptions::*flag;
-  };
-  for (Switch sw : {Switch{"no_warp_specialized", &KernelOptions::warp_specialized},
-                    Switch{"no_pingpong", &KernelOptions::pingpong},
-                    Switch{"no_intra_wg_overlap", &KernelOptions::intra_wg_overlap},
-                    Switch{"no_persistent", &KernelOptions::persistent}}) {
-    Shape s = base;
-    s.options.*sw.flag = false;
-    s.variant = sw.name;
-    shapes.push_back(s);
-  }
+  append_each_switched_off(base,
+                           {Switch{"no_warp_specialized", &KernelOptions::warp_specialized},
+                            Switch{"no_pingpong", &KernelOptions::pingpong},
+                            Switch{"no_intra_wg_overlap", &KernelOptions::intra_wg_overlap},
+                            Switch{"no_persistent", &KernelOptions::persistent}},
+                           &shapes);
   return shapes;
 }
 
 // FP8 (e4m3, per-head descales of 1) on the paper grid's long half, then the d256 16k shape with each
 // speed technique switched off alone (the FP8 kernel is always warp-specialized).
 std::vector<Shape> fp8_grid() {
-  std::vector<Shape> shapes;
-  for (int hdim : {64, 128, 256}) {
-    for (bool causal : {false, true}) {
-      for (int seqlen : {2048, 4096, 8192, 16384}) {
-        Shape s;
-        s.dtype = Dtype::kFloat8E4M3;
-        s.batch = 16384 / seqlen;
-        s.heads_q = s.heads_kv = 2048 / hdim;
-        s.seqlen_q = s.seqlen_k = seqlen;
-        s.hdim = hdim;
-        s.causal = causal;
-        shapes.push_back(s);
-      }
-    }
-  }
+  std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {2048, 4096, 8192, 16384});
   Shape base = shapes.back();
   base.causal = false;
-  struct Switch {
-    const char* name;
-    bool KernelOptions::*flag;
-  };
-  for (Switch sw : {Switch{"no_pingpong", &KernelOptions::pingpong},
-                    Switch{"no_intra_wg_overlap", &KernelOptions::intra_wg_overlap},
-                    Switch{"no_persistent", &KernelOptions::persistent}}) {
-    Shape s = base;
-    s.options.*sw.flag = false;
-    s.variant = sw.name;
-    shapes.push_back(s);
-  }
+  append_each_switched_off(base,
+                           {Switch{"no_pingpong", &KernelOptions::pingpong},
+                            Switch{"no_intra_wg_overlap", &KernelOptions::intra_wg_overlap},
+                            Switch{"no_persistent", &KernelOptions::persistent}},
+                           &shapes);
   return shapes;
 }
 
