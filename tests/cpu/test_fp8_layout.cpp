@@ -71,13 +71,18 @@ TEST(Fp8Layout, AFragmentMapCoversTheTileOnce) {
   EXPECT_EQ(seen.size(), 64u * 32u);
 }
 
+// The tiles of Fp8FwdTraits: V as TMA lands it (keys x at least 128 dims), V^T (dims x 128).
+template <int head_dim, int keys>
+using VTileOf = SwizzledTile<keys, (head_dim < 128 ? 128 : head_dim), 1>;
+template <int head_dim>
+using VtTileOf = SwizzledTile<head_dim, 128, 1>;
+
 // Emulates the transposer (all warps, lanes and tasks) on random bytes through the swizzled tile
 // offsets, and checks V^T[d][a] = V[pi(a)][d] for every element, each written exactly once.
-// The tiles are those of Fp8FwdTraits: V as TMA lands it (keys x at least 128 dims), V^T (dims x 128).
 template <int head_dim, int keys>
 void check_transpose(int warps) {
-  using VTile = SwizzledTile<keys, (head_dim < 128 ? 128 : head_dim), 1>;
-  using VtTile = SwizzledTile<head_dim, 128, 1>;
+  using VTile = VTileOf<head_dim, keys>;
+  using VtTile = VtTileOf<head_dim>;
   std::mt19937 gen(std::random_device{}());
   std::vector<std::uint8_t> v(VTile::kBytes), vt(VtTile::kBytes, 0);
   for (auto& x : v) x = static_cast<std::uint8_t>(gen());
@@ -119,8 +124,8 @@ TEST(Fp8Layout, TransposeWritesEveryVtElementOnceFromThePermutedKey) {
 // the loads from V and for the stores to V^T, in every tile shape the kernel uses.
 template <int head_dim, int keys>
 void check_transpose_banks() {
-  using VTile = SwizzledTile<keys, (head_dim < 128 ? 128 : head_dim), 1>;
-  using VtTile = SwizzledTile<head_dim, 128, 1>;
+  using VTile = VTileOf<head_dim, keys>;
+  using VtTile = VtTileOf<head_dim>;
   for (int task = 0; task < fp8::transpose_tasks(head_dim, keys); ++task) {
     for (int i = 0; i < 4; ++i) {
       std::set<std::uint32_t> load_banks, store_banks;
@@ -144,8 +149,8 @@ TEST(Fp8Layout, TransposeLoadsAndStoresAreBankConflictFree) {
 // every lane and word, or the kernel reads and writes the wrong bytes.
 template <int head_dim, int keys>
 void check_transpose_xor() {
-  using VTile = SwizzledTile<keys, (head_dim < 128 ? 128 : head_dim), 1>;
-  using VtTile = SwizzledTile<head_dim, 128, 1>;
+  using VTile = VTileOf<head_dim, keys>;
+  using VtTile = VtTileOf<head_dim>;
   for (int task = 0; task < fp8::transpose_tasks(head_dim, keys); ++task) {
     for (int lane = 0; lane < 32; ++lane) {
       for (int i = 0; i < 4; ++i) {
