@@ -12,6 +12,7 @@
 #include "sm90/fwd/kernel.cuh"
 #include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd/traits.cuh"
+#include "sm90/host/device_guard.hpp"
 #include "sm90/host/tensor_map.hpp"
 #include "sm90/host/tile_counters.hpp"
 
@@ -46,23 +47,6 @@ inline int heads_per_group(const detail::Problem& pr, int device) {
   while (total % group != 0) --group;
   return static_cast<int>(group);
 }
-
-// Runs the launch on the problem's device and puts the caller's current device back afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) cudaSetDevice(device);
-  }
-  ~DeviceGuard() {
-    int current = 0;
-    if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 template <class Traits>
 Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {

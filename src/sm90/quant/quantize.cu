@@ -17,6 +17,8 @@
 
 #include <string>
 
+#include "sm90/host/device_guard.hpp"
+
 namespace hopattn::sm90 {
 namespace {
 
@@ -228,9 +230,8 @@ Status quantize_job(const detail::QuantizeJob& job, const detail::QuantizePlan& 
 }  // namespace
 
 Status quantize_fp8(const detail::QuantizePlan& plan, void* stream) {
-  int previous = 0;
-  cudaGetDevice(&previous);
-  if (cudaSetDevice(plan.device_index) != cudaSuccess) {
+  const DeviceGuard device(plan.device_index);
+  if (!device.selected()) {
     return Status(StatusCode::kCudaError, "quantize_fp8: cannot select CUDA device " + std::to_string(plan.device_index));
   }
   Status status;
@@ -238,7 +239,6 @@ Status quantize_fp8(const detail::QuantizePlan& plan, void* stream) {
     status = quantize_job(job, plan, static_cast<cudaStream_t>(stream));
     if (!status.ok()) break;
   }
-  cudaSetDevice(previous);
   return status;
 }
 
