@@ -1,6 +1,6 @@
-// Tensor Memory Accelerator loads (PTX cp.async.bulk.tensor). One thread issues a load of a whole
-// box; the bytes land in shared memory (swizzled as the tensor map says) and complete_tx on an
-// mbarrier. Tensor maps are built on the host (src/sm90/host/tensor_map.cu) and passed as
+// Tensor Memory Accelerator loads and stores (PTX cp.async.bulk.tensor). One thread issues a load of
+// a whole box; the bytes land in shared memory (swizzled as the tensor map says) and complete_tx on an
+// mbarrier. Stores go the other way and are tracked with bulk groups. Tensor maps are built on the host (src/sm90/host/tensor_map.cu) and passed as
 // __grid_constant__ kernel parameters, so they live in the param space TMA can read.
 #pragma once
 
@@ -26,5 +26,28 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* m
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
+
+// 4D tiled store of a whole box from shared memory (swizzled as the tensor map says); elements whose
+// coordinates fall outside the tensor are not written. Tracked by the issuing thread's bulk groups.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem_src, int c0, int c1, int c2,
+                                             int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<std::uint64_t>(map)),
+      "r"(smem_address(smem_src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// Closes the bulk group of the stores issued so far by this thread.
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until this thread's committed stores have finished reading shared memory (the source may be
+// overwritten); their global writes may still be in flight.
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Waits until this thread's committed stores are complete, writes included (before the CTA exits).
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 }  // namespace hopattn::sm90

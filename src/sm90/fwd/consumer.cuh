@@ -46,6 +46,7 @@ class Consumer {
         warpgroup_(warpgroup),
         thread_(threadIdx.x % Traits::kWarpgroupThreads),
         drives_loads_(drives_loads),
+        tm_o_(maps.o),
         producer_(s, maps) {}
 
   __device__ void run() {
@@ -57,7 +58,10 @@ class Consumer {
       mbarrier_wait(&s_.q_full, q_phase);  // producer -> us: tile index published, its Q tile landed
       q_phase ^= 1;
       const int tile = atomicOr(&s_.tile, 0);  // atomic read: see TileLoader::publish_tile
-      if (tile >= p_.num_tiles) return;
+      if (tile >= p_.num_tiles) {
+        if (thread_ == 0) tma_store_wait_all();  // O stores read shared memory until they finish
+        return;
+      }
       const TileCoord c = decode_tile(p_, tile);
       int n_begin, n_end;
       kv_block_range<Traits::kBlockM, Traits::kBlockN>(p_, c.m_block, &n_begin, &n_end);
@@ -76,6 +80,12 @@ class Consumer {
         mainloop_overlapped(m0, row0, n_begin, n_end, o, softmax);
       } else {
         mainloop_sequential(m0, row0, n_begin, n_end, o, softmax);
+      }
+      if constexpr (Traits::kOThroughSmem) {
+        if (p_.store_o_by_tma) {
+          store_output_through_smem<Traits>(p_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax);
+          continue;
+        }
       }
       store_output<Traits>(p_, c, row0, thread_, o, softmax);
     }
@@ -243,6 +253,7 @@ class Consumer {
   const int warpgroup_;
   const int thread_;
   const bool drives_loads_;
+  const CUtensorMap* tm_o_;
   InlineProducer<Traits> producer_;
   StageRing<Traits::kStages> ring_;
 };

@@ -1,18 +1,33 @@
-// Epilogue of one consumer warpgroup: normalize O by the row sums, store it as 16-bit pairs straight
-// from the accumulator registers, and store LSE (natural log). Rows past seqlen_q are dropped; a row
-// that saw no key stores 0 and LSE -inf.
+// Epilogue of one consumer warpgroup: normalize O by the row sums and store it, either as 16-bit
+// pairs straight from the accumulator registers or staged in shared memory for a TMA store, and store
+// LSE (natural log). Rows past seqlen_q are dropped; a row that saw no key stores 0 and LSE -inf.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/arch/tma.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/tile/fragment.hpp"
 
 namespace hopattn::sm90 {
+
+// LSE of the thread's two rows, from one thread per quad; rows past seqlen_q are dropped.
+__device__ __forceinline__ void store_lse_rows(const FwdParams& p, const TileCoord& c, int row0, int thread,
+                                               const float (&lse)[2]) {
+  if (p.lse != nullptr && thread % 4 == 0) {
+    float* lse_base = p.lse + c.batch * p.lse_batch_stride + c.head * p.lse_head_stride;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + accumulator_row(thread, 2 * r);
+      if (row < p.seqlen_q) lse_base[row * p.lse_row_stride] = lse[r];
+    }
+  }
+}
 
 // Stores a warpgroup's 64 rows: O scaled per row by out_scale as 16-bit pairs straight from the
 // accumulator registers, and LSE; rows past seqlen_q are dropped. Shared by the 16-bit and FP8 kernels.
@@ -30,13 +45,19 @@ __device__ __forceinline__ void store_rows(const FwdParams& p, const TileCoord& 
           pack_pair<kBf16>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
     }
   }
-  if (p.lse != nullptr && thread % 4 == 0) {
-    float* lse_base = p.lse + c.batch * p.lse_batch_stride + c.head * p.lse_head_stride;
+  store_lse_rows(p, c, row0, thread, lse);
+}
+
+// 1 / row sum (0 for a row that saw no key) and LSE (natural log; -inf for such a row) per row half.
+template <int kSRegisters>
+__device__ __forceinline__ void finish_rows(const FwdParams& p, const OnlineSoftmax<kSRegisters>& softmax,
+                                            float (&inv_sum)[2], float (&lse)[2]) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = row0 + accumulator_row(thread, 2 * r);
-      if (row < p.seqlen_q) lse_base[row * p.lse_row_stride] = lse[r];
-    }
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(softmax.row_sum[r]);
+    const bool empty = sum == 0.0f;
+    inv_sum[r] = empty ? 0.0f : 1.0f / sum;
+    lse[r] = empty ? -INFINITY : softmax.row_max[r] * p.logit_scale + logf(sum);
   }
 }
 
@@ -46,14 +67,48 @@ __device__ __forceinline__ void store_output(const FwdParams& p, const TileCoord
                                              OnlineSoftmax<Traits::kSRegisters>& softmax) {
   float inv_sum[2];
   float lse[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(softmax.row_sum[r]);
-    const bool empty = sum == 0.0f;
-    inv_sum[r] = empty ? 0.0f : 1.0f / sum;
-    lse[r] = empty ? -INFINITY : softmax.row_max[r] * p.logit_scale + logf(sum);
-  }
+  finish_rows(p, softmax, inv_sum, lse);
   store_rows<Traits::kIsBf16, typename Traits::Element>(p, c, row0, thread, o, inv_sum, lse);
+}
+
+// The same through shared memory: the warpgroup writes its 64 normalized rows into its half of the
+// O stage (the Q tile's swizzled layout, conflict-free: the 8 rows of one store land in 8 different
+// 16-byte chunks), and one thread TMA-stores them, 64 columns per box; rows past seqlen_q fall
+// outside the tensor map and are not written. The stage is reused only once the previous tile's
+// stores have read it (tma_store_wait_read), so the stores overlap the next tile's mainloop.
+// Call tma_store_wait_all from the issuing thread (thread 0) before the CTA exits.
+template <class Traits>
+__device__ __forceinline__ void store_output_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,
+                                                          const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
+                                                          int row0, int thread, float (&o)[Traits::kORegisters],
+                                                          OnlineSoftmax<Traits::kSRegisters>& softmax) {
+  using Tile = typename Traits::QTile;
+  constexpr int kRows = Traits::kRowsPerWarpgroup;
+  const int barrier = Traits::kEpilogueBarrierBase + warpgroup;
+  float inv_sum[2];
+  float lse[2];
+  finish_rows(p, softmax, inv_sum, lse);
+  if (thread == 0) tma_store_wait_read();  // the previous tile's O has left the stage
+  named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
+  std::uint8_t* stage = s.o.bytes;
+#pragma unroll
+  for (int i = 0; i < Traits::kORegisters; i += 2) {
+    const int r = fragment_row_half(i);
+    const std::uint32_t offset = Tile::offset(warpgroup * kRows + accumulator_row(thread, i), accumulator_col(thread, i));
+    *reinterpret_cast<std::uint32_t*>(stage + offset) =
+        pack_pair<Traits::kIsBf16>(o[i] * inv_sum[r], o[i + 1] * inv_sum[r]);
+  }
+  fence_proxy_async_shared();  // our generic stores -> the TMA unit's (async proxy) reads
+  named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
+  if (thread == 0 && row0 < p.seqlen_q) {
+#pragma unroll
+    for (int cb = 0; cb < Tile::kColumnBlocks; ++cb) {
+      tma_store_4d(tm_o, stage + cb * Tile::kColumnBlockBytes + warpgroup * kRows * kSwizzleBytes,
+                   cb * Traits::kColsPerBlock, row0, c.head, c.batch);
+    }
+    tma_store_commit();
+  }
+  store_lse_rows(p, c, row0, thread, lse);
 }
 
 }  // namespace hopattn::sm90

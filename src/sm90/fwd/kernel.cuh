@@ -45,7 +45,8 @@ __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s)
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                             const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ FwdParams params) {
+                             const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                             const __grid_constant__ FwdParams params) {
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
   if (threadIdx.x == 0) {
@@ -53,11 +54,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tma_prefetch_descriptor(&tm_q);
     tma_prefetch_descriptor(&tm_k);
     tma_prefetch_descriptor(&tm_v);
+    if (params.store_o_by_tma) tma_prefetch_descriptor(&tm_o);
     init_barriers<Traits>(s);
   }
   __syncthreads();
 
-  const TensorMaps maps{&tm_q, &tm_k, &tm_v};
+  const TensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_o};
   if constexpr (Traits::kWarpSpecialized) {
     if (warpgroup == 0) {
       warpgroup_release_registers<Traits::kProducerRegisters>();

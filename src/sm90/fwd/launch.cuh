@@ -24,6 +24,14 @@ inline BshdView bshd_view(const Tensor& t, CUtensorMapDataType dtype) {
                   t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// Whether TMA can address the view: base and every stride 16-byte aligned (cuTensorMapEncodeTiled's
+// rule). q, k and v must be; out may have any 4-byte-aligned strides, and gets register stores if not.
+inline bool tma_addressable(const BshdView& v) {
+  const auto aligned = [](std::int64_t bytes) { return bytes % 16 == 0; };
+  return reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0 && aligned(v.row_stride * v.element_bytes) &&
+         aligned(v.head_stride * v.element_bytes) && aligned(v.batch_stride * v.element_bytes);
+}
+
 inline Status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   return Status(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
@@ -59,10 +67,19 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
     return st;
   if (Status st = make_tensor_map(&tm_v, bshd_view(args.v, dtype), Traits::kColsPerBlock, Traits::kBlockN); !st.ok())
     return st;
+  // O: one box per consumer warpgroup's 64 rows and 64 columns.
+  CUtensorMap tm_o{};
+  const BshdView out_view = bshd_view(args.out, dtype);
+  const bool store_o_by_tma = Traits::kOThroughSmem && tma_addressable(out_view);
+  if (store_o_by_tma) {
+    if (Status st = make_tensor_map(&tm_o, out_view, Traits::kColsPerBlock, Traits::kRowsPerWarpgroup); !st.ok())
+      return st;
+  }
 
   if (pr.seqlen_q == 0) return Status::Ok();  // nothing to compute (validation refuses other empties)
   DeviceGuard device(pr.device_index);
   FwdParams p = make_fwd_params(args, pr, Traits::kBlockM, heads_per_group(pr, pr.device_index));
+  p.store_o_by_tma = store_o_by_tma;
   // A field left unset would make the kernel decode garbage tiles and write nowhere, silently.
   if (std::string why = fwd_params_error(p, Traits::kBlockM); !why.empty())
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: " + why);
@@ -78,7 +95,7 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (persistent) {
     if (Status st = acquire_tile_counter(pr.device_index, &p.tile_counter); !st.ok()) return st;
   }
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, p);
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, p);
   return cuda_status(cudaGetLastError(), "launching the forward kernel");
 }
 

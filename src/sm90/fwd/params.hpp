@@ -29,6 +29,7 @@ struct FwdParams {
   bool causal;  // window_right >= 0: later rows see more keys (the scheduler puts them first)
   bool pingpong;
   bool intra_wg_overlap;
+  bool store_o_by_tma;  // O staged in shared memory and written by TMA (out's layout allows it)
 
   void* out;
   std::int64_t out_batch_stride;  // elements

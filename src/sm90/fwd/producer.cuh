@@ -18,6 +18,7 @@ struct TensorMaps {
   const CUtensorMap* q;
   const CUtensorMap* k;
   const CUtensorMap* v;
+  const CUtensorMap* o;  // stores; read only when FwdParams::store_o_by_tma
 };
 
 // Loads the kColumnBlocks 64-column boxes of one tile (rows [row0, row0 + box rows)) into smem.
