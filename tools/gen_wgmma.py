@@ -40,15 +40,16 @@ __device__ __forceinline__ void wgmma_m64n{n}k16_ss_{name}(float (&d)[{regs}], s
 def rs(n, ptx_type, name):
     regs = n // 2
     return f"""
-// D(64x{n}, f32) (+)= A(64x16, registers) * B(16x{n}, smem desc, MN-major)
+// D(64x{n}, f32) (+)= A(64x16, registers) * B(16x{n}, smem desc; kTransposeB 1: MN-major, 0: K-major)
+template <int kTransposeB>
 __device__ __forceinline__ void wgmma_m64n{n}k16_rs_{name}(float (&d)[{regs}], const std::uint32_t (&a)[4],
                                                       std::uint64_t desc_b, int accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"
       "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
-      "{{{operand_list(0, regs)}}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"
+      "{{{operand_list(0, regs)}}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, %{regs + 6};\\n}}\\n"
       : {accum_constraints(regs)}
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
 }}
 """
 

@@ -63,14 +63,16 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], std::uint64_t desc_
                 "no wgmma wrapper generated for this N: add it to tools/gen_wgmma.py");
 }
 
-template <int kN, bool kBf16>
+// A from registers; B MN-major (kBKMajor false: V of O = P V) or K-major (true: K of S = Q K^T).
+template <int kN, bool kBf16, bool kBKMajor = false>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const std::uint32_t (&a)[4], std::uint64_t desc_b,
                                          int accumulate) {
-#define HOPATTN_WGMMA_RS_CASE(N)                                                \
-  if constexpr (kN == N) {                                                      \
-    if constexpr (kBf16) wgmma_m64n##N##k16_rs_bf16(d, a, desc_b, accumulate);  \
-    else wgmma_m64n##N##k16_rs_f16(d, a, desc_b, accumulate);                   \
-    return;                                                                     \
+  constexpr int kTransposeB = kBKMajor ? 0 : 1;
+#define HOPATTN_WGMMA_RS_CASE(N)                                                                \
+  if constexpr (kN == N) {                                                                      \
+    if constexpr (kBf16) wgmma_m64n##N##k16_rs_bf16<kTransposeB>(d, a, desc_b, accumulate);     \
+    else wgmma_m64n##N##k16_rs_f16<kTransposeB>(d, a, desc_b, accumulate);                      \
+    return;                                                                                     \
   }
   HOPATTN_WGMMA_RS_CASE(48)
   HOPATTN_WGMMA_RS_CASE(64)

@@ -1,6 +1,7 @@
-// A consumer warpgroup: 64 query rows of the CTA tile. Per K/V block it computes S = Q K^T
-// (SS-wgmma from swizzled smem), folds S into the online softmax, converts P to 16 bits in registers
-// and accumulates O += P V (RS-wgmma, P from registers, V read MN-major from smem: no transpose).
+// A consumer warpgroup: 64 query rows of the CTA tile. Per K/V block it computes S = Q K^T (Q from
+// registers at head dim <= 128, loaded once per tile, else from swizzled smem; K from smem), folds S
+// into the online softmax, converts P to 16 bits in registers and accumulates O += P V (RS-wgmma, P
+// from registers, V read MN-major from smem: no transpose).
 //
 // Two schedules, chosen at run time (KernelOptions::intra_wg_overlap):
 //  - overlapped (FlashAttention-3, Algorithm 2): S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued
@@ -22,6 +23,7 @@
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
+#include "sm90/tile/a_fragment.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -36,6 +38,8 @@ class Consumer {
   static constexpr int kS = Traits::kSRegisters;
   static constexpr int kO = Traits::kORegisters;
   static constexpr int kPSteps = Traits::kPSteps;
+  static constexpr int kQSteps = Traits::kQInRegisters ? Traits::kQKSteps : 0;
+  using QFragments = std::uint32_t[kQSteps > 0 ? kQSteps : 1][4];
 
  public:
   // drives_loads: without warp specialization, this thread also issues the TMA loads.
@@ -72,14 +76,19 @@ class Consumer {
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
       OnlineSoftmax<kS> softmax(p_.scale_log2);
+      QFragments q;
+      if constexpr (Traits::kQInRegisters) {
+        load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
+        release(&s_.q_empty);  // Q is in registers: the producer may load the next tile's Q now
+      }
 
       if (inline_loads()) producer_.begin_tile(p_, c, n_begin, n_end);
       if (n_end <= n_begin) {
-        release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
+        if (!Traits::kQInRegisters) release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
       } else if (p_.intra_wg_overlap) {
-        mainloop_overlapped(m0, row0, n_begin, n_end, o, softmax);
+        mainloop_overlapped(m0, row0, n_begin, n_end, q, o, softmax);
       } else {
-        mainloop_sequential(m0, row0, n_begin, n_end, o, softmax);
+        mainloop_sequential(m0, row0, n_begin, n_end, q, o, softmax);
       }
       if constexpr (Traits::kOThroughSmem) {
         if (p_.store_o_by_tma) {
@@ -109,7 +118,7 @@ class Consumer {
   }
 
   // S = Q K^T over the head dim: kHeadDim/16 wgmmas, committed as one group (not waited for).
-  __device__ void issue_qk(float (&s)[kS], int stage) {
+  __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
     const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
     const std::uint32_t k_base = smem_address(s_.k[stage]);
     wgmma_fence();
@@ -118,9 +127,13 @@ class Consumer {
       // 16 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_q = kmajor_descriptor(q_base + block * QTile::kColumnBlockBytes + in_row);
       const std::uint64_t desc_k = kmajor_descriptor(k_base + block * KTile::kColumnBlockBytes + in_row);
-      wgmma_ss<Traits::kBlockN, Traits::kIsBf16>(s, desc_q, desc_k, step > 0);
+      if constexpr (Traits::kQInRegisters) {
+        wgmma_rs<Traits::kBlockN, Traits::kIsBf16, /*kBKMajor=*/true>(s, q[step], desc_k, step > 0);
+      } else {
+        const std::uint64_t desc_q = kmajor_descriptor(q_base + block * QTile::kColumnBlockBytes + in_row);
+        wgmma_ss<Traits::kBlockN, Traits::kIsBf16>(s, desc_q, desc_k, step > 0);
+      }
     }
     wgmma_commit();
   }
@@ -166,20 +179,20 @@ class Consumer {
     }
   }
 
-  __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
-                                      OnlineSoftmax<kS>& softmax) {
+  __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, const QFragments& q,
+                                      float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_full[stage], ring_.phase());  // producer (TMA) -> us: K block landed
       begin_gemm_turn();
-      issue_qk(s, stage);
+      issue_qk(s, q, stage);
       end_gemm_turn();
       wgmma_wait<0>();
       pin_registers(s);
       release(&s_.k_empty[stage]);  // S GEMM done reading K
-      if (n == n_begin) release(&s_.q_empty);  // last S GEMM of the tile done reading Q
+      if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);  // last S GEMM of the tile done reading Q
       prepare_scores(s, m0, row0, n);
       float factor[2];
       softmax.update(s, factor);
@@ -194,8 +207,8 @@ class Consumer {
     }
   }
 
-  __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, float (&o)[kO],
-                                      OnlineSoftmax<kS>& softmax) {
+  __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, const QFragments& q,
+                                      float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     float factor[2];
@@ -204,12 +217,12 @@ class Consumer {
     int pv_stage = ring_.index();
     mbarrier_wait(&s_.k_full[pv_stage], ring_.phase());  // producer (TMA) -> us: K block landed
     begin_gemm_turn();
-    issue_qk(s, pv_stage);
+    issue_qk(s, q, pv_stage);
     end_gemm_turn();
     wgmma_wait<0>();
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
-    if (n == n_begin) release(&s_.q_empty);
+    if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
     prepare_scores(s, m0, row0, n);
     softmax.update(s, factor);
     convert_p(s, p);
@@ -220,7 +233,7 @@ class Consumer {
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_full[stage], ring_.phase());  // producer (TMA) -> us: K block n landed
       begin_gemm_turn();
-      issue_qk(s, stage);  // S_n, in flight during the softmax below
+      issue_qk(s, q, stage);  // S_n, in flight during the softmax below
       rescale(o, factor);  // O was last written by the P V waited for in the previous iteration
       mbarrier_wait(&s_.v_full[pv_stage], pv_phase);  // producer (TMA) -> us: V block n+1 landed
       issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
@@ -228,7 +241,7 @@ class Consumer {
       wgmma_wait<1>();  // S_n done, P V may still run
       pin_registers(s);
       release(&s_.k_empty[stage]);
-      if (n == n_begin) release(&s_.q_empty);
+      if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
       prepare_scores(s, m0, row0, n);
       softmax.update(s, factor);
       wgmma_wait<0>();  // P V done: p and V stage free

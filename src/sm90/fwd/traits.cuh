@@ -62,6 +62,11 @@ struct FwdTraits {
   static constexpr int kPSteps = kBlockN / 16;  // k16 steps of O += P V
   static constexpr int kQKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T
   static_assert(kBlockN % 16 == 0, "P V reduces over keys in steps of 16");
+  // Q as the A operand of S = Q K^T from registers (loaded once per tile, tile/a_fragment.hpp) rather
+  // than from shared memory per K block: the SS GEMMs are bound by shared-memory bandwidth, and the
+  // Q buffer is free for the next tile's Q right away. kHeadDim / 4 registers: 32 at d 128 fit beside
+  // O, S and P; 64 at d 256 do not.
+  static constexpr bool kQInRegisters = kHeadDim <= 128;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).

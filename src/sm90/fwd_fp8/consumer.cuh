@@ -1,5 +1,5 @@
-// An FP8 consumer warpgroup: 64 query rows of the CTA tile. Per K/V block: S = Q K^T (SS wgmma k32,
-// e4m3, both K-major), online softmax with P scaled into [0, 256], P rounded to e4m3 straight into the
+// An FP8 consumer warpgroup: 64 query rows of the CTA tile. Per K/V block: S = Q K^T (wgmma k32,
+// e4m3, both K-major; Q in registers, loaded once per tile, when Traits::kQInRegisters), online softmax with P scaled into [0, 256], P rounded to e4m3 straight into the
 // 8-bit A fragment (no shuffles: fp8_layout.hpp), O += P V^T (RS wgmma against the V^T stage the
 // producer warpgroup transposed). The two schedules and ping-pong are those of the 16-bit consumer
 // (sm90/fwd/consumer.cuh).
@@ -24,6 +24,7 @@
 #include "sm90/fwd_fp8/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
+#include "sm90/tile/a_fragment.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -38,6 +39,8 @@ class Fp8Consumer {
   static constexpr int kO = Traits::kORegisters;
   static constexpr int kPSteps = Traits::kPSteps;
   using Softmax = Fp8OnlineSoftmax<kS>;
+  static constexpr int kQSteps = Traits::kQInRegisters ? Traits::kQKSteps : 0;
+  using QFragments = std::uint32_t[kQSteps > 0 ? kQSteps : 1][4];
 
  public:
   __device__ Fp8Consumer(typename Traits::SharedStorage& s, const Fp8FwdParams& p, int warpgroup)
@@ -62,13 +65,18 @@ class Fp8Consumer {
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
       Softmax softmax;
+      QFragments q;
+      if constexpr (Traits::kQInRegisters) {
+        load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
+        release(&s_.q_empty);  // Q is in registers: the next tile's Q may load now
+      }
 
       if (n_end <= n_begin) {
-        release(&s_.q_empty);
+        if (!Traits::kQInRegisters) release(&s_.q_empty);
       } else if (b_.intra_wg_overlap) {
-        mainloop_overlapped(m0, row0, n_begin, n_end, o, softmax);
+        mainloop_overlapped(m0, row0, n_begin, n_end, q, o, softmax);
       } else {
-        mainloop_sequential(m0, row0, n_begin, n_end, o, softmax);
+        mainloop_sequential(m0, row0, n_begin, n_end, q, o, softmax);
       }
       store_fp8_output<Traits>(b_, c, row0, thread_, o, softmax, v_factor_ * v_block_);
     }
@@ -109,7 +117,7 @@ class Fp8Consumer {
     v_block_ = next;
   }
 
-  __device__ void issue_qk(float (&s)[kS], int stage) {
+  __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
     const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
     const std::uint32_t k_base = smem_address(s_.k[stage]);
     wgmma_fence();
@@ -118,9 +126,13 @@ class Fp8Consumer {
       // 32 e4m3 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_q = kmajor_descriptor(q_base + block * QTile::kColumnBlockBytes + in_row);
       const std::uint64_t desc_k = kmajor_descriptor(k_base + block * KTile::kColumnBlockBytes + in_row);
-      wgmma_ss_e4m3<Traits::kBlockN>(s, desc_q, desc_k, step > 0);
+      if constexpr (Traits::kQInRegisters) {
+        wgmma_rs_e4m3<Traits::kBlockN>(s, q[step], desc_k, step > 0);
+      } else {
+        const std::uint64_t desc_q = kmajor_descriptor(q_base + block * QTile::kColumnBlockBytes + in_row);
+        wgmma_ss_e4m3<Traits::kBlockN>(s, desc_q, desc_k, step > 0);
+      }
     }
     wgmma_commit();
   }
@@ -165,19 +177,20 @@ class Fp8Consumer {
     }
   }
 
-  __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, float (&o)[kO], Softmax& softmax) {
+  __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, const QFragments& q, float (&o)[kO],
+                                      Softmax& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_full[stage], ring_.phase());
       begin_gemm_turn();
-      issue_qk(s, stage);
+      issue_qk(s, q, stage);
       end_gemm_turn();
       wgmma_wait<0>();
       pin_registers(s);
       release(&s_.k_empty[stage]);
-      if (n == n_begin) release(&s_.q_empty);
+      if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
       mask_if_needed(s, m0, row0, n);
       float factor[2];
       softmax_update(s, n, softmax, factor);
@@ -193,7 +206,8 @@ class Fp8Consumer {
     }
   }
 
-  __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, float (&o)[kO], Softmax& softmax) {
+  __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, const QFragments& q, float (&o)[kO],
+                                      Softmax& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     float factor[2];
@@ -202,12 +216,12 @@ class Fp8Consumer {
     int pv_block = n;
     mbarrier_wait(&s_.k_full[pv_stage], ring_.phase());
     begin_gemm_turn();
-    issue_qk(s, pv_stage);
+    issue_qk(s, q, pv_stage);
     end_gemm_turn();
     wgmma_wait<0>();
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
-    if (n == n_begin) release(&s_.q_empty);
+    if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
     mask_if_needed(s, m0, row0, n);
     softmax_update(s, n, softmax, factor);
     convert_p(s, p);
@@ -218,7 +232,7 @@ class Fp8Consumer {
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_full[stage], ring_.phase());
       begin_gemm_turn();
-      issue_qk(s, stage);  // S_n, in flight during the softmax below
+      issue_qk(s, q, stage);  // S_n, in flight during the softmax below
       switch_v_block(pv_block, factor);
       rescale(o, factor);
       mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
@@ -227,7 +241,7 @@ class Fp8Consumer {
       wgmma_wait<1>();
       pin_registers(s);
       release(&s_.k_empty[stage]);
-      if (n == n_begin) release(&s_.q_empty);
+      if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
       mask_if_needed(s, m0, row0, n);
       softmax_update(s, n, softmax, factor);
       wgmma_wait<0>();

@@ -52,6 +52,9 @@ struct Fp8FwdTraits {
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
   static constexpr int kQKSteps = kHeadDim / 32;  // k32 steps of S = Q K^T
+  // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers;
+  // the 32 of head dim 256 spill beside its 128 O registers.
+  static constexpr bool kQInRegisters = kHeadDim <= 128;
 
   static constexpr int kPingPongBarrierBase = 1;
   static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
