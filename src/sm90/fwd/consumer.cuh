@@ -56,6 +56,8 @@ class Consumer {
   __device__ void run() {
     // Ping-pong starts with warpgroup 0: warpgroup 1 opens its partner's first turn.
     Turns::open_first_turn(p_.pingpong, warpgroup_);
+    const bool shared_o_stage = Traits::kOStageShared && p_.store_o_by_tma;
+    if (shared_o_stage) grant_first_o_turn<Traits>(warpgroup_, thread_);
     std::uint32_t q_phase = 0;
     while (true) {
       if (inline_loads()) producer_.publish_next_tile(p_);
@@ -64,6 +66,7 @@ class Consumer {
       const int tile = atomicOr(&s_.tile, 0);  // atomic read: see TileLoader::publish_tile
       if (tile >= p_.num_tiles) {
         if (thread_ == 0) tma_store_wait_all();  // O stores read shared memory until they finish
+        if (shared_o_stage) retire_o_turns<Traits>(warpgroup_);
         return;
       }
       const TileCoord c = decode_tile(p_, tile);

@@ -71,30 +71,68 @@ __device__ __forceinline__ void store_output(const FwdParams& p, const TileCoord
   store_rows<Traits::kIsBf16, typename Traits::Element>(p, c, row0, thread, o, inv_sum, lse);
 }
 
-// The same through shared memory: the warpgroup writes its 64 normalized rows into its half of the
-// O stage (the Q tile's swizzled layout, conflict-free: the 8 rows of one store land in 8 different
-// 16-byte chunks), and one thread TMA-stores them, 64 columns per box; rows past seqlen_q fall
-// outside the tensor map and are not written. The stage is reused only once the previous tile's
-// stores have read it (tma_store_wait_read), so the stores overlap the next tile's mainloop.
+// Shared O stage (Traits::kOStageShared): the consumer warpgroups take it in turns, 0, 1, ..., in the
+// order they finish a tile (every warpgroup runs the same tiles). The last warpgroup grants warpgroup
+// 0 its first turn; warp 0 of the owner hands it on once its TMA stores have read the stage; at exit
+// warpgroup 0 consumes the last hand-over (or the first grant, if the CTA had no tile), so no
+// barrier is left half-arrived.
+template <class Traits>
+__device__ __forceinline__ int o_turn_barrier(int warpgroup) {
+  return Traits::kOTurnBarrierBase + warpgroup;
+}
+template <class Traits>
+__device__ __forceinline__ void grant_first_o_turn(int warpgroup, int thread) {
+  if (warpgroup == Traits::kConsumerWarpgroups - 1 && thread < 32) {
+    named_barrier_arrive(o_turn_barrier<Traits>(0), Traits::kOTurnBarrierThreads);
+  }
+}
+template <class Traits>
+__device__ __forceinline__ void take_o_turn(int warpgroup) {
+  named_barrier_sync(o_turn_barrier<Traits>(warpgroup), Traits::kOTurnBarrierThreads);
+}
+template <class Traits>
+__device__ __forceinline__ void pass_o_turn(int warpgroup, int thread) {
+  if (thread >= 32) return;
+  if (thread == 0) tma_store_wait_read();  // our rows have left the stage
+  __syncwarp();
+  named_barrier_arrive(o_turn_barrier<Traits>((warpgroup + 1) % Traits::kConsumerWarpgroups),
+                       Traits::kOTurnBarrierThreads);
+}
+template <class Traits>
+__device__ __forceinline__ void retire_o_turns(int warpgroup) {
+  if (warpgroup == 0) take_o_turn<Traits>(0);
+}
+
+// The same through shared memory: the warpgroup writes its 64 normalized rows into its rows of the
+// O stage (swizzled like Q, conflict-free: the 8 rows of one store land in 8 different 16-byte
+// chunks), and one thread TMA-stores them, 64 columns per box; rows past seqlen_q fall outside the
+// tensor map and are not written. Its own rows (kOStagePerWarpgroup) are rewritten only once the
+// previous tile's stores have read them (tma_store_wait_read), so the stores overlap the next tile's
+// mainloop; a shared stage is taken and handed on as above.
 // Call tma_store_wait_all from the issuing thread (thread 0) before the CTA exits.
 template <class Traits>
 __device__ __forceinline__ void store_output_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,
                                                           const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
                                                           int row0, int thread, float (&o)[Traits::kORegisters],
                                                           OnlineSoftmax<Traits::kSRegisters>& softmax) {
-  using Tile = typename Traits::QTile;
+  using Tile = typename Traits::OTile;
   constexpr int kRows = Traits::kRowsPerWarpgroup;
   const int barrier = Traits::kEpilogueBarrierBase + warpgroup;
+  const int stage_row0 = Traits::kOStageShared ? 0 : warpgroup * kRows;
   float inv_sum[2];
   float lse[2];
   finish_rows(p, softmax, inv_sum, lse);
-  if (thread == 0) tma_store_wait_read();  // the previous tile's O has left the stage
-  named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
+  if constexpr (Traits::kOStageShared) {
+    take_o_turn<Traits>(warpgroup);
+  } else {
+    if (thread == 0) tma_store_wait_read();  // the previous tile's O has left our rows
+    named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
+  }
   std::uint8_t* stage = s.o.bytes;
 #pragma unroll
   for (int i = 0; i < Traits::kORegisters; i += 2) {
     const int r = fragment_row_half(i);
-    const std::uint32_t offset = Tile::offset(warpgroup * kRows + accumulator_row(thread, i), accumulator_col(thread, i));
+    const std::uint32_t offset = Tile::offset(stage_row0 + accumulator_row(thread, i), accumulator_col(thread, i));
     *reinterpret_cast<std::uint32_t*>(stage + offset) =
         pack_pair<Traits::kIsBf16>(o[i] * inv_sum[r], o[i + 1] * inv_sum[r]);
   }
@@ -103,11 +141,12 @@ __device__ __forceinline__ void store_output_through_smem(const FwdParams& p, ty
   if (thread == 0 && row0 < p.seqlen_q) {
 #pragma unroll
     for (int cb = 0; cb < Tile::kColumnBlocks; ++cb) {
-      tma_store_4d(tm_o, stage + cb * Tile::kColumnBlockBytes + warpgroup * kRows * kSwizzleBytes,
+      tma_store_4d(tm_o, stage + cb * Tile::kColumnBlockBytes + stage_row0 * kSwizzleBytes,
                    cb * Traits::kColsPerBlock, row0, c.head, c.batch);
     }
     tma_store_commit();
   }
+  if constexpr (Traits::kOStageShared) pass_o_turn<Traits>(warpgroup, thread);
   store_lse_rows(p, c, row0, thread, lse);
 }
 

@@ -63,10 +63,12 @@ struct FwdTraits {
   static constexpr int kQKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T
   static_assert(kBlockN % 16 == 0, "P V reduces over keys in steps of 16");
   // Q as the A operand of S = Q K^T from registers (loaded once per tile, tile/a_fragment.hpp) rather
-  // than from shared memory per K block: the SS GEMMs are bound by shared-memory bandwidth, and the
-  // Q buffer is free for the next tile's Q right away. kHeadDim / 4 registers: 32 at d 128 fit beside
-  // O, S and P; 64 at d 256 do not.
-  static constexpr bool kQInRegisters = kHeadDim <= 128;
+  // than from shared memory per K block: it takes load off shared-memory bandwidth, and the Q buffer
+  // is free for the next tile's Q right away. kHeadDim / 4 registers, where they fit beside O, S and
+  // P with 48 left for addresses and softmax state (shipped: d 64 and 128; d 256 spills).
+  static constexpr int kQRegisters = kHeadDim / 4;
+  static constexpr bool kQInRegisters =
+      kQRegisters + kSRegisters + kBlockN / 4 + kORegisters <= kConsumerRegisters - 48;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).
@@ -77,15 +79,26 @@ struct FwdTraits {
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWarpgroups;
   static constexpr int kEpilogueBarrierThreads = kWarpgroupThreads;
 
-  // The O tile is staged in shared memory for a TMA store where a Q-sized buffer still fits (head dim
-  // 64 and 128; not 256): the consumers then leave the epilogue at shared-memory speed instead of
-  // waiting on 32 scattered global stores a thread (a quarter of the stall samples at 512 tokens).
+  // The O tile is staged in shared memory for a TMA store: the consumers then leave the epilogue at
+  // shared-memory speed instead of waiting on 32-64 scattered global stores a thread (a quarter of the
+  // stall samples at 512 tokens). Each warpgroup gets its own 64 rows where a Q-sized stage fits (head
+  // dim 64, 128); else (256) the warpgroups take one 64-row stage in turns, each handing it on once
+  // the TMA unit has read its rows (the O-stage turn barriers below).
   static constexpr int kSmemLimit = 227 * 1024;
-  static constexpr bool kOThroughSmem =
-      2 * QTile::kBytes + kStages * (KTile::kBytes + VTile::kBytes) + kSwizzleAtomBytes <= kSmemLimit;
+  static constexpr int kRingBytes = kStages * (KTile::kBytes + VTile::kBytes);
+  static constexpr bool kOStagePerWarpgroup = 2 * QTile::kBytes + kRingBytes + kSwizzleAtomBytes <= kSmemLimit;
+  static constexpr bool kOStageShared =
+      !kOStagePerWarpgroup &&
+      QTile::kBytes + QTile::kBytes / kConsumerWarpgroups + kRingBytes + kSwizzleAtomBytes <= kSmemLimit;
+  static constexpr bool kOThroughSmem = kOStagePerWarpgroup || kOStageShared;
+  using OTile = SwizzledTile<kOStagePerWarpgroup ? kBlockM : kRowsPerWarpgroup, kHeadDim, kElementBytes>;
   struct OStage {
-    alignas(kSwizzleAtomBytes) std::uint8_t bytes[QTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t bytes[OTile::kBytes];
   };
+  // Shared O stage: warpgroup w waits on barrier kOTurnBarrierBase + w (its 128 threads) until warp 0
+  // of the previous warpgroup in round-robin order arrives (32 threads).
+  static constexpr int kOTurnBarrierBase = kEpilogueBarrierBase + kConsumerWarpgroups;
+  static constexpr int kOTurnBarrierThreads = kWarpgroupThreads + 32;
   struct NoOStage {};
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {

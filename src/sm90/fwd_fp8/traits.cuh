@@ -52,9 +52,10 @@ struct Fp8FwdTraits {
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
   static constexpr int kQKSteps = kHeadDim / 32;  // k32 steps of S = Q K^T
-  // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers;
-  // the 32 of head dim 256 spill beside its 128 O registers.
-  static constexpr bool kQInRegisters = kHeadDim <= 128;
+  // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers,
+  // where they fit beside O, S and P (kBlockN / 8) with 48 to spare: d 64 and 128; d 256 spills.
+  static constexpr bool kQInRegisters =
+      kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - 48;
 
   static constexpr int kPingPongBarrierBase = 1;
   static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
