@@ -1,28 +1,34 @@
-// Shared-memory loads and stores by shared-window address (what smem_address returns), for
-// code that computes swizzled offsets itself: a 32-bit address keeps the arithmetic in one register
-// and lets the compiler emit plain LDS/STS without generic-to-shared conversion.
+// Shared-memory matrix loads and stores by shared-window address (what smem_address returns), for code
+// that computes swizzled offsets itself: a 32-bit address keeps the arithmetic in one register and lets
+// the compiler emit plain LDSM/STSM without generic-to-shared conversion.
 #pragma once
 
 #include <cstdint>
 
 namespace hopattn::sm90 {
 
-__device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t address) {
-  std::uint32_t value;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(address));
-  return value;
-}
-
-__device__ __forceinline__ void st_shared_u32(std::uint32_t address, std::uint32_t value) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
-}
-
-// ldmatrix .x4 (no transpose): lanes 8i..8i+7 give the row addresses (16 bytes each) of 8x8 16-bit
-// matrix i; lane t receives in r[i] row t/4, elements 2(t%4) and 2(t%4)+1 of matrix i.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t address, std::uint32_t (&r)[4]) {
+// Four 8 x 8 matrices of 16-bit elements, one 16-byte row per address: lanes 8i .. 8i+7 address the
+// rows of matrix i. Lane t gets in out[i] row t / 4, elements 2 (t % 4) and 2 (t % 4) + 1 of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t address, std::uint32_t (&out)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
                : "r"(address));
+}
+
+// The same, transposed: lane t gets in out[i] the elements (row 2 (t % 4), column t / 4) in the low
+// half and (row 2 (t % 4) + 1, column t / 4) in the high half.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t address, std::uint32_t (&out)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
+               : "r"(address));
+}
+
+// The store counterpart, not transposed: lanes 8i .. 8i+7 address the rows of matrix i, and lane t
+// writes in[i] to row t / 4, bytes 4 (t % 4) .. 4 (t % 4) + 3 of matrix i.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t address, const std::uint32_t (&in)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(in[0]),
+               "r"(in[1]), "r"(in[2]), "r"(in[3])
+               : "memory");
 }
 
 }  // namespace hopattn::sm90

@@ -46,49 +46,65 @@ HOPATTN_HOST_DEVICE constexpr int p_accumulator_index(int step, int reg, int byt
   return 16 * step + 8 * (reg / 2) + 4 * (byte / 2) + 2 * (reg % 2) + (byte % 2);
 }
 
-// The V transpose. The V^T tile (head-dim rows x keys, keys contiguous) is cut into units of 4 dims x
-// 4 reduction columns; a unit reads one 32-bit word (4 dims) from each of its 4 source key rows,
-// transposes the 4 x 4 bytes in registers and writes one word (4 columns) to each of its 4 V^T rows.
-// A warp-wide task is 32 units: 8 dim groups (32 dims, one per "dim block") x 4 column groups, with
-// the lane bits spread so that both the 32 loads and the 32 stores of one instruction hit 32
-// distinct banks under the 128B swizzle (bank = 4 x (chunk ^ row % 8) + word):
-//   dim group    D = b0 + 2 b1 + 4 b4 + 8 dim_block        (lane bits b0..b4)
-//   column group C = b2 + 2 b3 + 4 chunk,  chunk = ((b1 + 2 b4) ^ (variant % 4)) + 4 (variant / 4)
-// Loads: word b0 b1, chunk b4 (+ dim_block) ^ key % 8 = 2 b2 + 4 b3 + i % 2. Stores: word b2 b3,
-// chunk (b1, b4 ^ variant) ^ row % 8 = 4 b0 + i. Tasks per tile: (head_dim / 32) x (keys / 16).
+// The V transpose, per warp task (512 bytes) one ldmatrix .trans, four PRMT and one stmatrix, both on
+// 8 x 8 matrices of 16-bit elements whose 16-byte rows the lanes address (sm90/arch/shared_access.cuh).
+// A task takes key group h, the 16 keys that pi puts on V^T columns 16h .. 16h+15, and dim pair p, the
+// 16-byte dim chunks e = 2p and e + 1. With lane = 4j + q:
+//   ldmatrix .trans, matrix i = keys 16h + 8 (i % 2) + 0..7 at dim chunk e + i / 2: register i gets
+//     16-bit element j (dims 2j, 2j+1) of key 2q, then of key 2q+1 (keys +8 for odd i).
+//   PRMT 0x6420 of registers (0, 1) = dim 2j of keys 2q, 2q+1, 2q+8, 2q+9, which pi wants in V^T
+//     columns 16h + 4q .. 16h + 4q+3; 0x7531 takes dim 2j+1. Registers (2, 3) give chunk e + 1.
+//   stmatrix writes register i of lane 4j + q to row j, bytes 4q .. 4q+3 of matrix i.
+// Matrix 2c + s holds V^T rows 16 (e + c) + 2j + (s ^ j / 4): lanes j >= 4 swap the even and odd dim
+// (a per-lane PRMT selector), so the 8 rows of a matrix cover row % 8 = 0..7 and, under the 128B
+// swizzle, 8 distinct 16-byte chunks; all-even rows would be 2-way bank conflicted. The ldmatrix rows,
+// 8 consecutive keys, are conflict free as they are. Tasks per tile: (head_dim / 32) x (keys / 16).
 HOPATTN_HOST_DEVICE constexpr int transpose_tasks(int head_dim, int keys) { return (head_dim / 32) * (keys / 16); }
-HOPATTN_HOST_DEVICE constexpr int transpose_dim_group(int task, int keys, int lane) {
-  const int dim_block = task / (keys / 16);
-  return (lane & 1) + 2 * ((lane >> 1) & 1) + 4 * ((lane >> 4) & 1) + 8 * dim_block;
+HOPATTN_HOST_DEVICE constexpr int transpose_key_group(int task, int keys) { return task % (keys / 16); }
+HOPATTN_HOST_DEVICE constexpr int transpose_dim_chunk(int task, int keys, int matrix) {
+  return 2 * (task / (keys / 16)) + matrix / 2;
 }
-HOPATTN_HOST_DEVICE constexpr int transpose_column_group(int task, int keys, int lane) {
-  const int variant = task % (keys / 16);
-  const int chunk = ((((lane >> 1) & 1) + 2 * ((lane >> 4) & 1)) ^ (variant % 4)) + 4 * (variant / 4);
-  return ((lane >> 2) & 3) + 4 * chunk;
-}
+// The V^T row, within its 16-row dim chunk, of row `row` of stmatrix matrix `matrix`.
+HOPATTN_HOST_DEVICE constexpr int transpose_vt_row(int matrix, int row) { return 2 * row + ((matrix % 2) ^ (row / 4)); }
 
-// Byte offsets in the V tile (keys x dims) and the V^T tile (dims x columns) of word i of a lane's unit.
+// The row addresses `lane` gives ldmatrix (V tile, keys x dims) and stmatrix (V^T tile, dims x columns).
 template <class VTile>
-HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_load_offset(int task, int keys, int lane, int i) {
-  return VTile::offset(key_of_column(4 * transpose_column_group(task, keys, lane) + i),
-                       4 * transpose_dim_group(task, keys, lane));
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_load_offset(int task, int keys, int lane) {
+  const int matrix = lane / 8, row = lane % 8;
+  return VTile::offset(16 * transpose_key_group(task, keys) + 8 * (matrix % 2) + row,
+                       16 * transpose_dim_chunk(task, keys, matrix));
 }
 template <class VtTile>
-HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_store_offset(int task, int keys, int lane, int i) {
-  return VtTile::offset(4 * transpose_dim_group(task, keys, lane) + i, 4 * transpose_column_group(task, keys, lane));
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_store_offset(int task, int keys, int lane) {
+  const int matrix = lane / 8, row = lane % 8;
+  return VtTile::offset(16 * transpose_dim_chunk(task, keys, matrix) + transpose_vt_row(matrix, row),
+                        16 * transpose_key_group(task, keys));
+}
+// The PRMT selector of stmatrix register `reg` of `lane`: bytes 0, 2 of both sources (even dim) or 1, 3.
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_selector(int lane, int reg) {
+  return ((reg % 2) ^ (lane / 16)) ? 0x7531 : 0x6420;
 }
 
-// A task moves every lane by the same whole 16-row steps (keys, dims) and XORs the same bits into the
-// 16-byte chunk index, and the swizzle is an XOR of row bits 0-2 into the chunk: so each of its offsets is
+// A task moves every lane by whole 16-row steps (keys, dims) and XORs the same bits into the 16-byte
+// chunk index, and the swizzle is an XOR of row bits 0-2 into the chunk: so each of its offsets is
 // task 0's offset XOR one constant per task (tests/cpu/test_fp8_layout.cpp checks it for every lane).
-// The transposer keeps task 0's 8 offsets in registers and needs one LOP3 per access.
 template <class VTile>
 HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_load_xor(int task, int keys) {
-  return transpose_load_offset<VTile>(task, keys, 0, 0) ^ transpose_load_offset<VTile>(0, keys, 0, 0);
+  return transpose_load_offset<VTile>(task, keys, 0) ^ transpose_load_offset<VTile>(0, keys, 0);
 }
 template <class VtTile>
 HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_store_xor(int task, int keys) {
-  return transpose_store_offset<VtTile>(task, keys, 0, 0) ^ transpose_store_offset<VtTile>(0, keys, 0, 0);
+  return transpose_store_offset<VtTile>(task, keys, 0) ^ transpose_store_offset<VtTile>(0, keys, 0);
+}
+// The address of a task from a lane's task-0 address, tile base included. Task 0's offsets lie below a
+// task's smallest row step (16 keys: 2048 bytes of V; 32 dims: 4096 bytes of V^T), so the constant's
+// bits from 1024 up are clear in them and XOR there is addition; a tile base is a multiple of 1024, so
+// the XOR below 1024 commutes with adding it. The base is added once per stage, and a task costs one
+// LOP3 per address (none when only rows move) while the added part becomes the LDSM/STSM immediate.
+HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_task_address(std::uint32_t task0_address,
+                                                                   std::uint32_t task_xor) {
+  constexpr std::uint32_t kBelowAtom = kSwizzleAtomBytes - 1;
+  return (task0_address ^ (task_xor & kBelowAtom)) + (task_xor & ~kBelowAtom);
 }
 
 }  // namespace hopattn::sm90::fp8

@@ -66,72 +66,55 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
   mbarrier_arrive(&s.v_full[stage]);
 }
 
-// 4 x 4 byte transpose: byte j of out[i] = byte i of in[j].
-__device__ __forceinline__ void transpose_bytes_4x4(const std::uint32_t (&in)[4], std::uint32_t (&out)[4]) {
-  const std::uint32_t lo01 = __byte_perm(in[0], in[1], 0x5140);  // in0.b0 in1.b0 in0.b1 in1.b1
-  const std::uint32_t hi01 = __byte_perm(in[0], in[1], 0x7362);  // in0.b2 in1.b2 in0.b3 in1.b3
-  const std::uint32_t lo23 = __byte_perm(in[2], in[3], 0x5140);
-  const std::uint32_t hi23 = __byte_perm(in[2], in[3], 0x7362);
-  out[0] = __byte_perm(lo01, lo23, 0x5410);
-  out[1] = __byte_perm(lo01, lo23, 0x7632);
-  out[2] = __byte_perm(hi01, hi23, 0x5410);
-  out[3] = __byte_perm(hi01, hi23, 0x7632);
-}
-
 // V (keys x dims, TMA layout) -> V^T (dims x reduction columns), V^T[d][a] = V[key_of_column(a)][d],
-// by kWarps warps on the same stage. Each lane keeps the offsets of its unit in task 0 and reaches
-// every other task by XOR with compile-time constants (fp8_layout.hpp), so a task is 4 LDS, 8 PRMT,
-// 4 STS and their 8 LOP3 instead of recomputing swizzled offsets from indices.
+// by kWarps warps on the same stage. A task is one LDSM.T, four PRMT and one STSM (fp8_layout.hpp
+// derives the maps); each lane keeps its two row addresses of task 0 and reaches every other task by
+// XOR with compile-time constants, one LOP3 per address at most, the rest folded into the immediate.
 template <class VTile, class VtTile, int kHeadDim, int kKeys, int kWarps>
 class VTransposer {
   static constexpr int kTasks = fp8::transpose_tasks(kHeadDim, kKeys);
 
  public:
-  __device__ explicit VTransposer(int lane) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      load_[i] = fp8::transpose_load_offset<VTile>(0, kKeys, lane, i);
-      store_[i] = fp8::transpose_store_offset<VtTile>(0, kKeys, lane, i);
-    }
-  }
+  __device__ explicit VTransposer(int lane)
+      : load_(fp8::transpose_load_offset<VTile>(0, kKeys, lane)),
+        store_(fp8::transpose_store_offset<VtTile>(0, kKeys, lane)),
+        select_{fp8::transpose_selector(lane, 0), fp8::transpose_selector(lane, 1)} {}
 
   // Warp `warp` (0..kWarps-1) takes tasks warp, warp + kWarps, ...; one code path per warp keeps the
-  // tasks, and so the XOR constants, known at compile time.
-  __device__ void transpose(std::uint32_t v, std::uint32_t vt, int warp) {
-    // The offsets look loop-invariant to the compiler, which would hoist all 8 x tasks XORed offsets
-    // out of the stage loop and spill them at the transposers' 32 registers; this opaque "update"
-    // keeps the XORs inside.
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(load_[i]), "+r"(store_[i]));
-    transpose_as<0>(v, vt, warp);
+  // tasks, and so the XOR constants, known at compile time. v and vt: 1024-byte aligned stages.
+  __device__ void transpose(std::uint32_t v, std::uint32_t vt, int warp) const {
+    std::uint32_t load = v + load_, store = vt + store_;
+    // Opaque to the compiler, so it cannot move the per-task XORs onto the stage-invariant offsets and
+    // hoist every task's address out of the stage loop, which spilled at the transposers' 32 registers
+    // in the earlier word-wise transpose (nvcc 13.0 leaves this scheme alone either way: a guard).
+    asm volatile("" : "+r"(load), "+r"(store));
+    transpose_as<0>(load, store, warp);
   }
 
  private:
   template <int kWarp>
-  __device__ __forceinline__ void transpose_as(std::uint32_t v, std::uint32_t vt, int warp) const {
+  __device__ __forceinline__ void transpose_as(std::uint32_t load, std::uint32_t store, int warp) const {
     if constexpr (kWarp + 1 < kWarps) {
-      if (warp != kWarp) return transpose_as<kWarp + 1>(v, vt, warp);
+      if (warp != kWarp) return transpose_as<kWarp + 1>(load, store, warp);
     }
-    transpose_tasks<kWarp>(v, vt);
+    transpose_tasks<kWarp>(load, store);
   }
 
   template <int kWarp>
-  __device__ __forceinline__ void transpose_tasks(std::uint32_t v, std::uint32_t vt) const {
+  __device__ __forceinline__ void transpose_tasks(std::uint32_t load, std::uint32_t store) const {
 #pragma unroll
     for (int task = kWarp; task < kTasks; task += kWarps) {
-      const std::uint32_t load_xor = fp8::transpose_load_xor<VTile>(task, kKeys);
-      const std::uint32_t store_xor = fp8::transpose_store_xor<VtTile>(task, kKeys);
-      std::uint32_t in[4], out[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) in[i] = ld_shared_u32(v + (load_[i] ^ load_xor));
-      transpose_bytes_4x4(in, out);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) st_shared_u32(vt + (store_[i] ^ store_xor), out[i]);
+      std::uint32_t in[4];
+      ldmatrix_x4_trans(fp8::transpose_task_address(load, fp8::transpose_load_xor<VTile>(task, kKeys)), in);
+      const std::uint32_t out[4] = {__byte_perm(in[0], in[1], select_[0]), __byte_perm(in[0], in[1], select_[1]),
+                                    __byte_perm(in[2], in[3], select_[0]), __byte_perm(in[2], in[3], select_[1])};
+      stmatrix_x4(fp8::transpose_task_address(store, fp8::transpose_store_xor<VtTile>(task, kKeys)), out);
     }
   }
 
-  std::uint32_t load_[4];
-  std::uint32_t store_[4];
+  std::uint32_t load_;
+  std::uint32_t store_;
+  std::uint32_t select_[2];
 };
 
 // Transposer warp `warp` (0..kTransposeWarps-1): one V^T stage per landed V stage, in the loads' order,
