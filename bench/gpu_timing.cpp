@@ -25,7 +25,19 @@ constexpr int kMinTimedIters = 5;
 
 struct InputSet {
   DeviceBuffer q, k, v, out, lse;
+  DeviceBuffer q_block_descale, k_block_descale, v_block_descale;  // Shape::fp8_block_rows > 0
 };
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// A float32 buffer of `count` ones: descales that leave the values as they are but take the kernel's
+// block-scale path.
+Status make_ones(std::int64_t count, DeviceBuffer* buffer) {
+  if (Status st = buffer->allocate(count * sizeof(float)); !st.ok()) return st;
+  const std::vector<float> ones(static_cast<std::size_t>(count), 1.0f);
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), ones.data(), buffer->bytes(), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
 
 struct Extents {
   std::int64_t q, kv, lse;  // elements; out has q's
@@ -62,6 +74,13 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     if (Status st = set->lse.allocate(e.lse * sizeof(float)); !st.ok()) return st;
     HOPATTN_BENCH_CHECK_CUDA(cudaMemset(set->lse.get(), 0xFF, set->lse.bytes()));
   }
+  if (s.fp8_block_rows > 0) {
+    const std::int64_t q_blocks = std::int64_t{s.batch} * s.heads_q * ceil_div(s.seqlen_q, s.fp8_block_rows);
+    const std::int64_t kv_blocks = std::int64_t{s.batch} * s.heads_kv * ceil_div(s.seqlen_k, s.fp8_block_rows);
+    if (Status st = make_ones(q_blocks, &set->q_block_descale); !st.ok()) return st;
+    if (Status st = make_ones(kv_blocks, &set->k_block_descale); !st.ok()) return st;
+    if (Status st = make_ones(kv_blocks, &set->v_block_descale); !st.ok()) return st;
+  }
   return Status::Ok();
 }
 
@@ -74,6 +93,17 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
   if (options.write_lse) {
     args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.batch, s.heads_q, s.seqlen_q}, cuda, options.device);
+  }
+  if (s.fp8_block_rows > 0) {
+    const int rows = s.fp8_block_rows;
+    args.q_block_descale = make_tensor(set.q_block_descale.get(), Dtype::kFloat32,
+                                       {s.batch, s.heads_q, ceil_div(s.seqlen_q, rows)}, cuda, options.device);
+    args.k_block_descale = make_tensor(set.k_block_descale.get(), Dtype::kFloat32,
+                                       {s.batch, s.heads_kv, ceil_div(s.seqlen_k, rows)}, cuda, options.device);
+    args.v_block_descale = make_tensor(set.v_block_descale.get(), Dtype::kFloat32,
+                                       {s.batch, s.heads_kv, ceil_div(s.seqlen_k, rows)}, cuda, options.device);
+    args.descale_block_rows_q = rows;
+    args.descale_block_rows_kv = rows;
   }
   args.causal = s.causal;
   args.options = s.options;

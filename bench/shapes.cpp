@@ -110,11 +110,21 @@ std::vector<Shape> ablation_grid() {
   return shapes;
 }
 
-// FP8 (e4m3, per-head descales of 1) on the paper grid's long half, then the d256 16k shape with each
-// speed technique switched off alone (the FP8 kernel is always warp-specialized).
+// FP8 (e4m3, no descales) on the paper grid's long half; the 16k non-causal shapes of every head dim
+// with per-block descales of 128 rows (the block quantization path: a q scale per tile, k and v
+// scales per K block); then the d256 16k shape with each speed technique switched off alone (the FP8
+// kernel is always warp-specialized).
 std::vector<Shape> fp8_grid() {
   std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {2048, 4096, 8192, 16384});
-  Shape base = shapes.back();
+  const std::size_t plain = shapes.size();
+  for (std::size_t i = 0; i < plain; ++i) {
+    if (shapes[i].seqlen_q != 16384 || shapes[i].causal) continue;
+    Shape blocked = shapes[i];
+    blocked.fp8_block_rows = 128;
+    blocked.variant = "block_scales";
+    shapes.push_back(blocked);
+  }
+  Shape base = shapes[plain - 1];
   base.causal = false;
   append_each_switched_off(base,
                            {Switch{"no_pingpong", &KernelOptions::pingpong},

@@ -19,7 +19,10 @@ struct Shape {
   int hdim = 128;
   bool causal = false;
   KernelOptions options;
-  std::string variant = "default";  // names the KernelOptions setting (ablation rows)
+  // FP8 only: > 0 passes per-block descales (q, k and v, all ones) of this many rows, the block
+  // quantization path; 0 passes none (per-head factors of 1).
+  int fp8_block_rows = 0;
+  std::string variant = "default";  // names the KernelOptions setting (ablation rows) or the descales
 };
 
 // Short dtype names used on the command line and in the table: bf16, fp16, fp8.
