@@ -21,6 +21,7 @@ namespace {
 using test::HostTensor;
 
 constexpr int kBlockM = 128;  // Fp8FwdTraits<d>::kBlockM for every head dim
+constexpr int kBlockN = 64;   // Fp8FwdTraits<256>::kBlockN (128 at d 64 and 128): 128-row kv blocks are 2 K blocks
 
 struct Fp8ParamsCase {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, d;
@@ -103,7 +104,7 @@ TEST(Fp8Params, EveryFieldTheKernelReadsIsSetFromTheProblem) {
     const int pairs = c.batch * c.heads_q;
     int group = std::uniform_int_distribution<int>(1, pairs)(rng);
     while (pairs % group != 0) --group;
-    const Fp8FwdParams fp = make_fp8_params(args, pr, kBlockM, group);
+    const Fp8FwdParams fp = make_fp8_params(args, pr, kBlockM, kBlockN, group);
     const FwdParams& p = fp.base;
 
     EXPECT_EQ(fp8_params_error(fp, kBlockM), "");
@@ -144,6 +145,7 @@ TEST(Fp8Params, EveryFieldTheKernelReadsIsSetFromTheProblem) {
     expect_view(fp.q_block_descale, c.block_scales ? &c.q_block : nullptr, 64, "q_block_descale");
     expect_view(fp.k_block_descale, c.block_scales ? &c.k_block : nullptr, 128, "k_block_descale");
     expect_view(fp.v_block_descale, c.block_scales ? &c.v_block : nullptr, 128, "v_block_descale");
+    EXPECT_EQ(fp.kv_blocks_per_descale.divisor, c.block_scales ? 128u / kBlockN : 1u);
   }
 }
 
@@ -156,7 +158,7 @@ TEST(Fp8Params, LaunchCheckRefusesUnsetScheduleFields) {
   detail::Problem pr;
   ASSERT_TRUE(detail::validate_forward(args, &pr).ok());
   const int pairs = c.batch * c.heads_q;
-  Fp8FwdParams fp = make_fp8_params(args, pr, kBlockM, pairs);
+  Fp8FwdParams fp = make_fp8_params(args, pr, kBlockM, kBlockN, pairs);
   ASSERT_EQ(fp8_params_error(fp, kBlockM), "");
   // heads_per_group 0 is what the FP8 launcher left before it shared the 16-bit hand-out.
   for (int group : {0, -1, pairs + 1, 2 * pairs}) {
@@ -170,14 +172,14 @@ TEST(Fp8Params, LaunchCheckRefusesUnsetScheduleFields) {
   EXPECT_NE(fp8_params_error(stale, kBlockM).find("divisor"), std::string::npos);
   fp.base.num_tiles += 1;
   EXPECT_NE(fp8_params_error(fp, kBlockM).find("num_tiles"), std::string::npos);
-  fp = make_fp8_params(args, pr, kBlockM, pairs);
+  fp = make_fp8_params(args, pr, kBlockM, kBlockN, pairs);
   fp.base.num_m_blocks = 0;
   EXPECT_NE(fp8_params_error(fp, kBlockM).find("num_m_blocks"), std::string::npos);
   // A per-block view the kernel divides by must have rows_per_block >= 1.
   FwdArgs blocked = args;
   blocked.q_block_descale = c.q_block.tensor(), blocked.k_block_descale = c.k_block.tensor();
   blocked.v_block_descale = c.v_block.tensor();
-  fp = make_fp8_params(blocked, pr, kBlockM, pairs);
+  fp = make_fp8_params(blocked, pr, kBlockM, kBlockN, pairs);
   fp.k_block_descale.rows_per_block = 0;
   EXPECT_NE(fp8_params_error(fp, kBlockM).find("rows_per_block"), std::string::npos);
 }
@@ -190,7 +192,7 @@ TEST(Fp8Params, LaunchCheckRefusesBadScales) {
   SCOPED_TRACE(c.describe());
   detail::Problem pr;
   ASSERT_TRUE(detail::validate_forward(c.args(), &pr).ok());
-  const Fp8FwdParams fp = make_fp8_params(c.args(), pr, kBlockM, 1);
+  const Fp8FwdParams fp = make_fp8_params(c.args(), pr, kBlockM, kBlockN, 1);
   ASSERT_EQ(fp8_params_error(fp, kBlockM), "");
   for (float FwdParams::*field : {&FwdParams::logit_scale, &FwdParams::softcap_input_scale, &FwdParams::scale_log2}) {
     for (float value : {INFINITY, -INFINITY, NAN}) {

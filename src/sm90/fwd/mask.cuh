@@ -1,23 +1,15 @@
 // Masking of one S block: keys past seqlen_k (the zero-filled tail of the last K tile) and keys
 // outside the bottom-right-aligned window (causal is the window (-1, 0)). Only blocks that straddle
-// a boundary are masked; the consumer skips this for interior blocks.
+// a boundary are masked (masked_blocks.hpp); the consumer skips this for interior blocks.
 #pragma once
 
 #include <cmath>
 
+#include "sm90/fwd/masked_blocks.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/tile/fragment.hpp"
 
 namespace hopattn::sm90 {
-
-// Does block [n0, n0 + kBlockN) have any key that some row of [m0, m0 + kBlockM) must not see?
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ bool block_needs_mask(const FwdParams& p, int m0, int n0) {
-  if (n0 + kBlockN > p.seqlen_k) return true;
-  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;
-  if (p.window_right >= 0 && n0 + kBlockN - 1 > diagonal0 + p.window_right) return true;
-  return p.window_left >= 0 && n0 < diagonal0 + kBlockM - 1 - p.window_left;
-}
 
 // row0: sequence row of this warpgroup's fragment row 0; n0: first key of the block.
 template <int kSRegisters>

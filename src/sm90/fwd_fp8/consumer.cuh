@@ -1,7 +1,8 @@
 // An FP8 consumer warpgroup: 64 query rows of the CTA tile. Per K/V block: S = Q K^T (wgmma k32,
-// e4m3, both K-major; Q in registers, loaded once per tile, when Traits::kQInRegisters), online softmax with P scaled into [0, 256], P rounded to e4m3 straight into the
-// 8-bit A fragment (no shuffles: fp8_layout.hpp), O += P V^T (RS wgmma against the V^T stage the
-// producer warpgroup transposed). The two schedules and ping-pong are those of the 16-bit consumer
+// e4m3, both K-major; Q in registers, loaded once per tile, when Traits::kQInRegisters), online
+// softmax with P scaled into [0, 256], P rounded to e4m3 straight into the 8-bit A fragment (no
+// shuffles: fp8_layout.hpp), O += P V^T (RS wgmma against the V^T stage the producer warpgroup
+// transposed). The two schedules and ping-pong are those of the 16-bit consumer
 // (sm90/fwd/consumer.cuh).
 //
 // Scales: a score is acc * q_scale * k_scale * softmax_scale. The per-tile part (per-head descales,
@@ -59,6 +60,7 @@ class Fp8Consumer {
       kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &n_begin, &n_end);
       const int m0 = c.m_block * Traits::kBlockM;
       const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
+      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(b_, m0);
       begin_tile(c, row0);
 
       float o[kO];
@@ -74,9 +76,9 @@ class Fp8Consumer {
       if (n_end <= n_begin) {
         if (!Traits::kQInRegisters) release(&s_.q_empty);
       } else if (b_.intra_wg_overlap) {
-        mainloop_overlapped(m0, row0, n_begin, n_end, q, o, softmax);
+        mainloop_overlapped(masked, row0, n_begin, n_end, q, o, softmax);
       } else {
-        mainloop_sequential(m0, row0, n_begin, n_end, q, o, softmax);
+        mainloop_sequential(masked, row0, n_begin, n_end, q, o, softmax);
       }
       store_fp8_output<Traits>(b_, c, row0, thread_, o, softmax, v_factor_ * v_block_);
     }
@@ -99,38 +101,44 @@ class Fp8Consumer {
     v_factor_ = p_.v_descale.at(c.batch, kv_head_);
     v_block_ = 1.0f;
   }
-  __device__ float k_block_scale(int n) const {
+  // Block n's k and v scales (1 without block descales). Loaded when block n's K lands, before the
+  // GEMM turn, so the global load is in flight during the turn and the S wait instead of on the
+  // softmax's path.
+  struct BlockScales {
+    float k, v;
+  };
+  __device__ BlockScales block_scales(int n) const {
+    const int entry = static_cast<int>(p_.kv_blocks_per_descale.divide(static_cast<std::uint32_t>(n)));
     const DescaleView& kb = p_.k_block_descale;
-    return kb.data == nullptr ? 1.0f : kb.at(batch_, kv_head_, n * Traits::kBlockN / kb.rows_per_block);
-  }
-  __device__ float v_block_scale(int n) const {
     const DescaleView& vb = p_.v_block_descale;
-    return vb.data == nullptr ? 1.0f : vb.at(batch_, kv_head_, n * Traits::kBlockN / vb.rows_per_block);
+    return {kb.data == nullptr ? 1.0f : kb.at(batch_, kv_head_, entry),
+            vb.data == nullptr ? 1.0f : vb.at(batch_, kv_head_, entry)};
   }
-  // O is about to receive block n's P V: fold the change of v block scale into the rescale factors.
-  __device__ void switch_v_block(int n, float (&factor)[2]) {
+  // O is about to receive the P V of a block with v scale `next`: fold the change of v block scale
+  // into the rescale factors (an approximate division: the ratio only rescales O).
+  __device__ void switch_v_block(float next, float (&factor)[2]) {
     if (p_.v_block_descale.data == nullptr) return;
-    const float next = v_block_scale(n);
-    const float ratio = v_block_ / next;
+    const float ratio = __fdividef(v_block_, next);
     factor[0] *= ratio;
     factor[1] *= ratio;
     v_block_ = next;
   }
 
   __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
-    const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
-    const std::uint32_t k_base = smem_address(s_.k[stage]);
+    const std::uint64_t q_desc =
+        kmajor_descriptor(smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes);
+    const std::uint64_t k_desc = kmajor_descriptor(smem_address(s_.k[stage]));
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kQKSteps; ++step) {
       // 32 e4m3 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_k = kmajor_descriptor(k_base + block * KTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_k = advance_descriptor(k_desc, block * KTile::kColumnBlockBytes + in_row);
       if constexpr (Traits::kQInRegisters) {
         wgmma_rs_e4m3<Traits::kBlockN>(s, q[step], desc_k, step > 0);
       } else {
-        const std::uint64_t desc_q = kmajor_descriptor(q_base + block * QTile::kColumnBlockBytes + in_row);
+        const std::uint64_t desc_q = advance_descriptor(q_desc, block * QTile::kColumnBlockBytes + in_row);
         wgmma_ss_e4m3<Traits::kBlockN>(s, desc_q, desc_k, step > 0);
       }
     }
@@ -139,24 +147,25 @@ class Fp8Consumer {
 
   // O += P V: B is the V^T stage (head-dim rows, 128 keys per row), stepped 32 keys = 32 bytes.
   __device__ void issue_pv(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
-    const std::uint32_t vt_base = smem_address(s_.vt[stage]);
+    const std::uint64_t vt_desc = kmajor_descriptor(smem_address(s_.vt[stage]));
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step) {
-      wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], kmajor_descriptor(vt_base + step * fp8::kKeysPerStep), 1);
+      wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], advance_descriptor(vt_desc, step * fp8::kKeysPerStep), 1);
     }
     wgmma_commit();
   }
 
-  __device__ void mask_if_needed(float (&s)[kS], int m0, int row0, int n_block) {
+  __device__ void mask_if_needed(float (&s)[kS], const MaskedBlocks& masked, int row0, int n_block) {
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN>(b_, m0, n0)) {
+    if (masked.needs(n_block)) {
       apply_mask(s, thread_, row0, n0, b_);
     }
   }
 
-  __device__ void softmax_update(float (&s)[kS], int n, Softmax& softmax, float (&factor)[2]) {
-    softmax.update(s, score_scale_ * k_block_scale(n), factor);
+  __device__ void softmax_update(float (&s)[kS], const BlockScales& scales, Softmax& softmax,
+                                 float (&factor)[2]) {
+    softmax.update(s, score_scale_ * scales.k, factor);
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
@@ -177,13 +186,14 @@ class Fp8Consumer {
     }
   }
 
-  __device__ void mainloop_sequential(int m0, int row0, int n_begin, int n_end, const QFragments& q, float (&o)[kO],
-                                      Softmax& softmax) {
+  __device__ void mainloop_sequential(const MaskedBlocks& masked, int row0, int n_begin, int n_end,
+                                      const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_full[stage], ring_.phase());
+      const BlockScales scales = block_scales(n);
       begin_gemm_turn();
       issue_qk(s, q, stage);
       end_gemm_turn();
@@ -191,10 +201,10 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      mask_if_needed(s, m0, row0, n);
+      mask_if_needed(s, masked, row0, n);
       float factor[2];
-      softmax_update(s, n, softmax, factor);
-      switch_v_block(n, factor);
+      softmax_update(s, scales, softmax, factor);
+      switch_v_block(scales.v, factor);
       rescale(o, factor);
       convert_p(s, p);
       mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
@@ -206,15 +216,16 @@ class Fp8Consumer {
     }
   }
 
-  __device__ void mainloop_overlapped(int m0, int row0, int n_begin, int n_end, const QFragments& q, float (&o)[kO],
-                                      Softmax& softmax) {
+  __device__ void mainloop_overlapped(const MaskedBlocks& masked, int row0, int n_begin, int n_end,
+                                      const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     float factor[2];
     int n = n_end - 1;
     int pv_stage = ring_.index();
-    int pv_block = n;
     mbarrier_wait(&s_.k_full[pv_stage], ring_.phase());
+    BlockScales scales = block_scales(n);
+    float pv_v_scale = scales.v;  // v scale of the block whose P V is issued next
     begin_gemm_turn();
     issue_qk(s, q, pv_stage);
     end_gemm_turn();
@@ -222,8 +233,8 @@ class Fp8Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-    mask_if_needed(s, m0, row0, n);
-    softmax_update(s, n, softmax, factor);
+    mask_if_needed(s, masked, row0, n);
+    softmax_update(s, scales, softmax, factor);
     convert_p(s, p);
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
@@ -231,9 +242,10 @@ class Fp8Consumer {
     for (n = n_end - 2; n >= n_begin; --n) {
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_full[stage], ring_.phase());
+      scales = block_scales(n);
       begin_gemm_turn();
       issue_qk(s, q, stage);  // S_n, in flight during the softmax below
-      switch_v_block(pv_block, factor);
+      switch_v_block(pv_v_scale, factor);
       rescale(o, factor);
       mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
       issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
@@ -242,19 +254,19 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      mask_if_needed(s, m0, row0, n);
-      softmax_update(s, n, softmax, factor);
+      mask_if_needed(s, masked, row0, n);
+      softmax_update(s, scales, softmax, factor);
       wgmma_wait<0>();
       pin_registers(o);
       pin_registers(p);
       release(&s_.vt_empty[pv_stage]);
       convert_p(s, p);
       pv_stage = stage;
-      pv_block = n;
+      pv_v_scale = scales.v;
       pv_phase = ring_.phase();
       ring_.advance();
     }
-    switch_v_block(pv_block, factor);
+    switch_v_block(pv_v_scale, factor);
     rescale(o, factor);
     mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
     issue_pv(o, p, pv_stage);

@@ -44,7 +44,8 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
 
   if (pr.seqlen_q == 0) return Status::Ok();  // nothing to compute (validation refuses other empties)
   DeviceGuard device(pr.device_index);
-  Fp8FwdParams fp = make_fp8_params(args, pr, Traits::kBlockM, heads_per_group(pr, pr.device_index));
+  Fp8FwdParams fp =
+      make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN, heads_per_group(pr, pr.device_index));
   FwdParams& p = fp.base;
   if (std::string why = fp8_params_error(fp, Traits::kBlockM); !why.empty())
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a fp8 forward launch: " + why);

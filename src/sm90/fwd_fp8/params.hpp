@@ -26,6 +26,9 @@ struct Fp8FwdParams {
   DescaleView q_descale, k_descale, v_descale;
   // Per (batch, head, block of rows): q by q head, k and v by kv head.
   DescaleView q_block_descale, k_block_descale, v_block_descale;
+  // K blocks of kBlockN keys per k / v descale entry (descale_block_rows_kv / kBlockN; the launch
+  // refuses other multiples): the consumer's index per K block is one multiply-high and shift.
+  FastDivisor kv_blocks_per_descale;
 };
 
 }  // namespace hopattn::sm90

@@ -18,8 +18,10 @@ inline DescaleView fp8_descale_view(const std::optional<Tensor>& t, int rows_per
                      rows_per_block};
 }
 
-// tile_counter stays null, as in make_fwd_params.
-inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int heads_per_group) {
+// tile_counter stays null, as in make_fwd_params. block_n: the kernel's keys per K block, which
+// descale_block_rows_kv must be a multiple of when k / v block descales are given.
+inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
+                                    int heads_per_group) {
   Fp8FwdParams fp{};
   fp.base = make_fwd_params(args, pr, block_m, heads_per_group);
   fp.q_descale = fp8_descale_view(args.q_descale, 0);
@@ -28,6 +30,9 @@ inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& 
   fp.q_block_descale = fp8_descale_view(args.q_block_descale, args.descale_block_rows_q);
   fp.k_block_descale = fp8_descale_view(args.k_block_descale, args.descale_block_rows_kv);
   fp.v_block_descale = fp8_descale_view(args.v_block_descale, args.descale_block_rows_kv);
+  const bool kv_blocks = args.k_block_descale || args.v_block_descale;
+  fp.kv_blocks_per_descale =
+      FastDivisor(kv_blocks ? static_cast<std::uint32_t>(args.descale_block_rows_kv / block_n) : 1u);
   return fp;
 }
 
@@ -41,6 +46,8 @@ inline std::string fp8_params_error(const Fp8FwdParams& fp, int block_m) {
       return "Fp8FwdParams: a per-block descale view has rows_per_block " + std::to_string(v->rows_per_block) +
              ", expected >= 1";
   }
+  if (fp.kv_blocks_per_descale.divisor < 1)
+    return "Fp8FwdParams: kv_blocks_per_descale is 0 (descale_block_rows_kv below one K block)";
   return std::string();
 }
 

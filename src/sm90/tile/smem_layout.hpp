@@ -76,4 +76,13 @@ HOPATTN_HOST_DEVICE constexpr std::uint64_t mnmajor_descriptor(std::uint32_t sme
   return make_smem_descriptor(smem_address, column_block_bytes, kSwizzleAtomBytes);
 }
 
+// The descriptor of the operand `bytes` further on (a multiple of 16): the start-address field holds
+// address >> 4 in the low 14 bits and shared-window addresses stay below 2^18, so the field never
+// carries and only the low word changes: one integer add per wgmma instead of rebuilding the
+// descriptor from the address.
+HOPATTN_HOST_DEVICE constexpr std::uint64_t advance_descriptor(std::uint64_t descriptor, std::uint32_t bytes) {
+  const std::uint32_t low = static_cast<std::uint32_t>(descriptor) + (bytes >> 4);
+  return (descriptor & 0xFFFFFFFF00000000ull) | low;
+}
+
 }  // namespace hopattn::sm90

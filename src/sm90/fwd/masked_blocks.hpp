@@ -1,0 +1,42 @@
+// Which K blocks of a CTA tile need the per-element mask, decided once per tile rather than per block.
+// A block needs it when it holds a key that some row of the tile [m0, m0 + kBlockM) must not see:
+// keys past seqlen_k (the zero-filled tail of the last K tile), right of the bottom-right-aligned
+// window's right edge (causal: window_right 0), or left of its left edge. The first two hold for every
+// block from some index up, the last for every block below some index, so two bounds say it all.
+// Host and device, so tests/cpu/test_masked_blocks.cpp can check it against the per-block definition.
+#pragma once
+
+#include "sm90/fwd/params.hpp"
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+struct MaskedBlocks {
+  int top_begin;   // blocks n >= top_begin need the mask
+  int bottom_end;  // blocks n < bottom_end need the mask
+  HOPATTN_HOST_DEVICE constexpr bool needs(int n) const { return n >= top_begin || n < bottom_end; }
+};
+
+// The smallest block index n >= 0 with n * kBlockN >= x.
+template <int kBlockN>
+HOPATTN_HOST_DEVICE constexpr int first_block_at_or_after(int x) {
+  return x <= 0 ? 0 : (x + kBlockN - 1) / kBlockN;
+}
+
+template <int kBlockM, int kBlockN>
+HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const FwdParams& p, int m0) {
+  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;  // key on the first row's diagonal
+  // n0 + kBlockN > seqlen_k
+  int top = first_block_at_or_after<kBlockN>(p.seqlen_k - kBlockN + 1);
+  if (p.window_right >= 0) {
+    // n0 + kBlockN - 1 > diagonal0 + window_right: the last key lies right of the first row's window
+    const int right = first_block_at_or_after<kBlockN>(diagonal0 + p.window_right - kBlockN + 2);
+    top = right < top ? right : top;
+  }
+  // n0 < diagonal0 + kBlockM - 1 - window_left: the first key lies left of the last row's window
+  const int bottom =
+      p.window_left >= 0 ? first_block_at_or_after<kBlockN>(diagonal0 + kBlockM - 1 - p.window_left) : 0;
+  return {top, bottom};
+}
+
+}  // namespace hopattn::sm90
