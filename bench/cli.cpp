@@ -52,6 +52,7 @@ std::string usage_text() {
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
+         "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
          "  --json PATH      also write every row, the device, date and git commit as JSON\n"
          "Without a Hopper GPU it says so and times the CPU reference on a small problem.\n";
 }
@@ -79,6 +80,16 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
     if (flag == "--no-lse") {
       options->write_lse = false;
+      continue;
+    }
+    // One speed technique off for the single shape (the ablation grid does all of them at one shape).
+    if (flag == "--no-pingpong" || flag == "--no-overlap" || flag == "--no-persistent") {
+      bool KernelOptions::*field = flag == "--no-pingpong"  ? &KernelOptions::pingpong
+                                   : flag == "--no-overlap" ? &KernelOptions::intra_wg_overlap
+                                                            : &KernelOptions::persistent;
+      single.options.*field = false;
+      single.variant = flag.substr(2);
+      single_given = true;
       continue;
     }
     if (!takes_value(flag)) {
