@@ -10,15 +10,6 @@
 namespace hopattn::sm90 {
 namespace {
 
-// The definition: does block [n0, n0 + kBlockN) hold a key some row of [m0, m0 + kBlockM) must not see?
-template <int kBlockM, int kBlockN>
-bool block_needs_mask(const FwdParams& p, int m0, int n0) {
-  if (n0 + kBlockN > p.seqlen_k) return true;
-  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;
-  if (p.window_right >= 0 && n0 + kBlockN - 1 > diagonal0 + p.window_right) return true;
-  return p.window_left >= 0 && n0 < diagonal0 + kBlockM - 1 - p.window_left;
-}
-
 template <int kBlockM, int kBlockN>
 void check_random_problems(std::mt19937& rng) {
   std::uniform_int_distribution<int> len(1, 700), window(-1, 300), coin(0, 3);
@@ -53,7 +44,8 @@ TEST(SmemDescriptor, AdvanceEqualsRebuildingForEveryStepOfTheSharedWindow) {
   for (std::uint32_t address = 0; address < (1u << 18) - 4096; address += 1024) {
     for (std::uint32_t bytes : {0u, 32u, 96u, 2048u, 3072u, 4064u}) {
       EXPECT_EQ(advance_descriptor(kmajor_descriptor(address), bytes), kmajor_descriptor(address + bytes));
-      EXPECT_EQ(advance_descriptor(mnmajor_descriptor(address, 16384), bytes), mnmajor_descriptor(address + bytes, 16384));
+      EXPECT_EQ(advance_descriptor(mnmajor_descriptor(address, 16384), bytes),
+                mnmajor_descriptor(address + bytes, 16384));
     }
   }
 }

@@ -90,9 +90,9 @@ class Consumer {
       if (n_end <= n_begin) {
         if (!Traits::kQInRegisters) release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
       } else if (p_.intra_wg_overlap) {
-        mainloop_overlapped(masked, row0, n_begin, n_end, q, o, softmax);
+        mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
-        mainloop_sequential(masked, row0, n_begin, n_end, q, o, softmax);
+        mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
       if constexpr (Traits::kOThroughSmem) {
         if (p_.store_o_by_tma) {
@@ -123,20 +123,24 @@ class Consumer {
 
   // S = Q K^T over the head dim: kHeadDim/16 wgmmas, committed as one group (not waited for).
   __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
-    const std::uint64_t q_desc =
-        kmajor_descriptor(smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes);
-    const std::uint64_t k_desc = kmajor_descriptor(smem_address(s_.k[stage]));
+    // Traits::kLeanAddressing: each descriptor is the tile's advanced by one add, else rebuilt.
+    const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
+    const std::uint32_t k_base = smem_address(s_.k[stage]);
+    const std::uint64_t q_desc = kmajor_descriptor(q_base), k_desc = kmajor_descriptor(k_base);
+    const auto kmajor = [](std::uint64_t tile_desc, std::uint32_t tile, std::uint32_t offset) {
+      return Traits::kLeanAddressing ? advance_descriptor(tile_desc, offset) : kmajor_descriptor(tile + offset);
+    };
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kQKSteps; ++step) {
       // 16 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_k = advance_descriptor(k_desc, block * KTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_k = kmajor(k_desc, k_base, block * KTile::kColumnBlockBytes + in_row);
       if constexpr (Traits::kQInRegisters) {
         wgmma_rs<Traits::kBlockN, Traits::kIsBf16, /*kBKMajor=*/true>(s, q[step], desc_k, step > 0);
       } else {
-        const std::uint64_t desc_q = advance_descriptor(q_desc, block * QTile::kColumnBlockBytes + in_row);
+        const std::uint64_t desc_q = kmajor(q_desc, q_base, block * QTile::kColumnBlockBytes + in_row);
         wgmma_ss<Traits::kBlockN, Traits::kIsBf16>(s, desc_q, desc_k, step > 0);
       }
     }
@@ -145,24 +149,35 @@ class Consumer {
 
   // O += P V over the keys of the block: kBlockN/16 wgmmas, committed as one group.
   __device__ void issue_pv(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
-    const std::uint64_t v_desc = mnmajor_descriptor(smem_address(s_.v[stage]), VTile::kColumnBlockBytes);
+    const std::uint32_t v_base = smem_address(s_.v[stage]);
+    const std::uint64_t v_desc = mnmajor_descriptor(v_base, VTile::kColumnBlockBytes);
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step) {
       // 16 keys = 16 rows of 128 bytes down every column block.
-      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(o, p[step], advance_descriptor(v_desc, step * 16 * kSwizzleBytes), 1);
+      const std::uint32_t offset = step * 16 * kSwizzleBytes;
+      const std::uint64_t desc_v = Traits::kLeanAddressing
+                                       ? advance_descriptor(v_desc, offset)
+                                       : mnmajor_descriptor(v_base + offset, VTile::kColumnBlockBytes);
+      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(o, p[step], desc_v, 1);
     }
     wgmma_commit();
   }
 
   // Raw scores -> what the softmax sees: softcap (when on), then the mask.
-  __device__ void prepare_scores(float (&s)[kS], const MaskedBlocks& masked, int row0, int n_block) {
+  __device__ void prepare_scores(float (&s)[kS], const MaskedBlocks& masked, int m0, int row0, int n_block) {
     if (p_.softcap > 0.0f) {
 #pragma unroll
       for (int i = 0; i < kS; ++i) s[i] = p_.softcap * fast_tanh(s[i] * p_.softcap_input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (masked.needs(n_block)) apply_mask(s, thread_, row0, n0, p_);
+    if (block_needs_mask(masked, m0, n_block)) apply_mask(s, thread_, row0, n0, p_);
+  }
+
+  // Does block n need the per-element mask (Traits::kLeanAddressing: the tile's bounds, else the test)?
+  __device__ bool block_needs_mask(const MaskedBlocks& masked, int m0, int n) const {
+    if constexpr (Traits::kLeanAddressing) return masked.needs(n);
+    else return sm90::block_needs_mask<Traits::kBlockM, Traits::kBlockN>(p_, m0, n * Traits::kBlockN);
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
@@ -183,7 +198,7 @@ class Consumer {
     }
   }
 
-  __device__ void mainloop_sequential(const MaskedBlocks& masked, int row0, int n_begin, int n_end,
+  __device__ void mainloop_sequential(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
@@ -197,7 +212,7 @@ class Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);  // S GEMM done reading K
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);  // last S GEMM of the tile done reading Q
-      prepare_scores(s, masked, row0, n);
+      prepare_scores(s, masked, m0, row0, n);
       float factor[2];
       softmax.update(s, factor);
       rescale(o, factor);
@@ -211,7 +226,7 @@ class Consumer {
     }
   }
 
-  __device__ void mainloop_overlapped(const MaskedBlocks& masked, int row0, int n_begin, int n_end,
+  __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
@@ -227,7 +242,7 @@ class Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-    prepare_scores(s, masked, row0, n);
+    prepare_scores(s, masked, m0, row0, n);
     softmax.update(s, factor);
     convert_p(s, p);
     std::uint32_t pv_phase = ring_.phase();
@@ -246,7 +261,7 @@ class Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      prepare_scores(s, masked, row0, n);
+      prepare_scores(s, masked, m0, row0, n);
       softmax.update(s, factor);
       wgmma_wait<0>();  // P V done: p and V stage free
       pin_registers(o);

@@ -1,15 +1,25 @@
-// Which K blocks of a CTA tile need the per-element mask, decided once per tile rather than per block.
+// Which K blocks of a CTA tile need the per-element mask, per block or once per tile.
 // A block needs it when it holds a key that some row of the tile [m0, m0 + kBlockM) must not see:
 // keys past seqlen_k (the zero-filled tail of the last K tile), right of the bottom-right-aligned
 // window's right edge (causal: window_right 0), or left of its left edge. The first two hold for every
 // block from some index up, the last for every block below some index, so two bounds say it all.
-// Host and device, so tests/cpu/test_masked_blocks.cpp can check it against the per-block definition.
+// Host and device, so tests/cpu/test_masked_blocks.cpp can check the bounds against the definition.
 #pragma once
 
 #include "sm90/fwd/params.hpp"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
+
+// The definition, per block: does [n0, n0 + kBlockN) hold a key some row of [m0, m0 + kBlockM) must
+// not see? (What kernels without Traits::kLeanAddressing test per block.)
+template <int kBlockM, int kBlockN>
+HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const FwdParams& p, int m0, int n0) {
+  if (n0 + kBlockN > p.seqlen_k) return true;
+  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;
+  if (p.window_right >= 0 && n0 + kBlockN - 1 > diagonal0 + p.window_right) return true;
+  return p.window_left >= 0 && n0 < diagonal0 + kBlockM - 1 - p.window_left;
+}
 
 struct MaskedBlocks {
   int top_begin;   // blocks n >= top_begin need the mask

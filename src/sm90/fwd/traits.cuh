@@ -66,6 +66,12 @@ struct FwdTraits {
   // than from shared memory per K block: it takes load off shared-memory bandwidth, and the Q buffer
   // is free for the next tile's Q right away. kHeadDim / 4 registers, where they fit beside O, S and
   // P with 48 left for addresses and softmax state (shipped: d 64 and 128; d 256 spills).
+  // Lean addressing: the mask test per K block reduced to two bounds per tile (masked_blocks.hpp) and
+  // each wgmma descriptor advanced by one add (advance_descriptor) instead of rebuilt from the address.
+  // Fewer instructions, but what ptxas makes of them differs by head dim (H200, 2026-11-29): d 256
+  // +10% (bf16), d 128 unchanged, d 64 -9% (bf16) / -6% (FP8), where the new schedule bunched the
+  // MUFU.EX2s behind a full MIO queue (ncu: mio stalls 0.6% -> 9.4% of samples). So head dim 256 only.
+  static constexpr bool kLeanAddressing = kHeadDim == 256;
   static constexpr int kQRegisters = kHeadDim / 4;
   static constexpr bool kQInRegisters =
       kQRegisters + kSRegisters + kBlockN / 4 + kORegisters <= kConsumerRegisters - 48;

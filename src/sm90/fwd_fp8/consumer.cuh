@@ -76,9 +76,9 @@ class Fp8Consumer {
       if (n_end <= n_begin) {
         if (!Traits::kQInRegisters) release(&s_.q_empty);
       } else if (b_.intra_wg_overlap) {
-        mainloop_overlapped(masked, row0, n_begin, n_end, q, o, softmax);
+        mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
-        mainloop_sequential(masked, row0, n_begin, n_end, q, o, softmax);
+        mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
       store_fp8_output<Traits>(b_, c, row0, thread_, o, softmax, v_factor_ * v_block_);
     }
@@ -125,20 +125,24 @@ class Fp8Consumer {
   }
 
   __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
-    const std::uint64_t q_desc =
-        kmajor_descriptor(smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes);
-    const std::uint64_t k_desc = kmajor_descriptor(smem_address(s_.k[stage]));
+    // Traits::kLeanAddressing: each descriptor is the tile's advanced by one add, else rebuilt.
+    const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
+    const std::uint32_t k_base = smem_address(s_.k[stage]);
+    const std::uint64_t q_desc = kmajor_descriptor(q_base), k_desc = kmajor_descriptor(k_base);
+    const auto kmajor = [](std::uint64_t tile_desc, std::uint32_t tile, std::uint32_t offset) {
+      return Traits::kLeanAddressing ? advance_descriptor(tile_desc, offset) : kmajor_descriptor(tile + offset);
+    };
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kQKSteps; ++step) {
       // 32 e4m3 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_k = advance_descriptor(k_desc, block * KTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_k = kmajor(k_desc, k_base, block * KTile::kColumnBlockBytes + in_row);
       if constexpr (Traits::kQInRegisters) {
         wgmma_rs_e4m3<Traits::kBlockN>(s, q[step], desc_k, step > 0);
       } else {
-        const std::uint64_t desc_q = advance_descriptor(q_desc, block * QTile::kColumnBlockBytes + in_row);
+        const std::uint64_t desc_q = kmajor(q_desc, q_base, block * QTile::kColumnBlockBytes + in_row);
         wgmma_ss_e4m3<Traits::kBlockN>(s, desc_q, desc_k, step > 0);
       }
     }
@@ -147,18 +151,22 @@ class Fp8Consumer {
 
   // O += P V: B is the V^T stage (head-dim rows, 128 keys per row), stepped 32 keys = 32 bytes.
   __device__ void issue_pv(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
-    const std::uint64_t vt_desc = kmajor_descriptor(smem_address(s_.vt[stage]));
+    const std::uint32_t vt_base = smem_address(s_.vt[stage]);
+    const std::uint64_t vt_desc = kmajor_descriptor(vt_base);
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step) {
-      wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], advance_descriptor(vt_desc, step * fp8::kKeysPerStep), 1);
+      const std::uint32_t offset = step * fp8::kKeysPerStep;
+      const std::uint64_t desc_vt =
+          Traits::kLeanAddressing ? advance_descriptor(vt_desc, offset) : kmajor_descriptor(vt_base + offset);
+      wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], desc_vt, 1);
     }
     wgmma_commit();
   }
 
-  __device__ void mask_if_needed(float (&s)[kS], const MaskedBlocks& masked, int row0, int n_block) {
+  __device__ void mask_if_needed(float (&s)[kS], const MaskedBlocks& masked, int m0, int row0, int n_block) {
     const int n0 = n_block * Traits::kBlockN;
-    if (masked.needs(n_block)) {
+    if (block_needs_mask(masked, m0, n_block)) {
       apply_mask(s, thread_, row0, n0, b_);
     }
   }
@@ -166,6 +174,12 @@ class Fp8Consumer {
   __device__ void softmax_update(float (&s)[kS], const BlockScales& scales, Softmax& softmax,
                                  float (&factor)[2]) {
     softmax.update(s, score_scale_ * scales.k, factor);
+  }
+
+  // Does block n need the per-element mask (Traits::kLeanAddressing: the tile's bounds, else the test)?
+  __device__ bool block_needs_mask(const MaskedBlocks& masked, int m0, int n) const {
+    if constexpr (Traits::kLeanAddressing) return masked.needs(n);
+    else return sm90::block_needs_mask<Traits::kBlockM, Traits::kBlockN>(b_, m0, n * Traits::kBlockN);
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
@@ -186,7 +200,7 @@ class Fp8Consumer {
     }
   }
 
-  __device__ void mainloop_sequential(const MaskedBlocks& masked, int row0, int n_begin, int n_end,
+  __device__ void mainloop_sequential(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
@@ -201,7 +215,7 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      mask_if_needed(s, masked, row0, n);
+      mask_if_needed(s, masked, m0, row0, n);
       float factor[2];
       softmax_update(s, scales, softmax, factor);
       switch_v_block(scales.v, factor);
@@ -216,7 +230,7 @@ class Fp8Consumer {
     }
   }
 
-  __device__ void mainloop_overlapped(const MaskedBlocks& masked, int row0, int n_begin, int n_end,
+  __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
@@ -233,7 +247,7 @@ class Fp8Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-    mask_if_needed(s, masked, row0, n);
+    mask_if_needed(s, masked, m0, row0, n);
     softmax_update(s, scales, softmax, factor);
     convert_p(s, p);
     std::uint32_t pv_phase = ring_.phase();
@@ -254,7 +268,7 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      mask_if_needed(s, masked, row0, n);
+      mask_if_needed(s, masked, m0, row0, n);
       softmax_update(s, scales, softmax, factor);
       wgmma_wait<0>();
       pin_registers(o);
