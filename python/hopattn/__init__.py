@@ -14,9 +14,13 @@ the argument and what is allowed.
 
 from ._C import device_description, hopper_available
 from ._core import quantize_fp8
-from .interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                        flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                        flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache)
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "quantize_fp8",
+__all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+           "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+           "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "quantize_fp8",
            "hopper_available", "device_description"]
 __version__ = "0.1.0"
 

@@ -166,3 +166,66 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
                     cu_seqlens_q=cu_seqlens_q, max_seqlen_q=int(max_seqlen_q or 0),
                     seqused_k=cache_seqlens, page_table=page_table, num_splits=num_splits,
                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+
+def _unpack(packed, name, count, rank, layout):
+    """The `count` strided views of a packed q/k/v array along its packing axis (rank - 3), no copy."""
+    shape = tuple(getattr(packed, "shape", ()))
+    if len(shape) != rank or shape[rank - 3] != count:
+        raise ValueError(f"{name}: expected {layout} with {count} at axis {rank - 3}, got shape {shape}")
+    index = (slice(None),) * (rank - 3)
+    return tuple(packed[index + (i,)] for i in range(count))
+
+
+def flash_attn_qkvpacked_func(qkv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, return_attn_probs=False, out=None, dropout_p=0.0,
+                              alibi_slopes=None, deterministic=False):
+    """flash_attn_func on flash-attention's packed layout: qkv (batch, seqlen, 3, heads, head_dim).
+
+    q, k and v are strided views of qkv (no copy); with torch, gradients flow back into qkv.
+    """
+    q, k, v = _unpack(qkv, "qkv", 3, 5, "(batch, seqlen, 3, heads, head_dim)")
+    return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                           window_size=window_size, softcap=softcap,
+                           return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
+                           alibi_slopes=alibi_slopes, deterministic=deterministic)
+
+
+def flash_attn_kvpacked_func(q, kv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, return_attn_probs=False, out=None, dropout_p=0.0,
+                             alibi_slopes=None, deterministic=False):
+    """flash_attn_func with k and v packed: kv (batch, seqlen_k, 2, heads_kv, head_dim)."""
+    k, v = _unpack(kv, "kv", 2, 5, "(batch, seqlen_k, 2, heads_kv, head_dim)")
+    return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                           window_size=window_size, softcap=softcap,
+                           return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
+                           alibi_slopes=alibi_slopes, deterministic=deterministic)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *, softmax_scale=None,
+                                     causal=False, window_size=(-1, -1), softcap=0.0,
+                                     return_attn_probs=False, out=None, dropout_p=0.0,
+                                     alibi_slopes=None, deterministic=False):
+    """flash_attn_varlen_func on packed sequences with q, k, v packed: qkv (total, 3, heads,
+    head_dim); cu_seqlens and max_seqlen serve queries and keys alike."""
+    q, k, v = _unpack(qkv, "qkv", 3, 4, "(total, 3, heads, head_dim)")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                  softmax_scale=softmax_scale, causal=causal,
+                                  window_size=window_size, softcap=softcap,
+                                  return_attn_probs=return_attn_probs, out=out,
+                                  dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                                  deterministic=deterministic)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, *, softmax_scale=None, causal=False,
+                                    window_size=(-1, -1), softcap=0.0, return_attn_probs=False,
+                                    out=None, dropout_p=0.0, alibi_slopes=None,
+                                    deterministic=False):
+    """flash_attn_varlen_func with k and v packed: kv (total_k, 2, heads_kv, head_dim)."""
+    k, v = _unpack(kv, "kv", 2, 4, "(total_k, 2, heads_kv, head_dim)")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  softmax_scale=softmax_scale, causal=causal,
+                                  window_size=window_size, softcap=softcap,
+                                  return_attn_probs=return_attn_probs, out=out,
+                                  dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                                  deterministic=deterministic)

@@ -92,6 +92,15 @@ def test_cpu_varlen_gradients_flow():
     torch.testing.assert_close(q.grad[:3].double(), q0.grad.double(), rtol=1e-5, atol=1e-5)
 
 
+def test_cpu_packed_gradients_reach_the_packed_tensor():
+    qkv = torch.randn(2, 9, 3, 2, 16, requires_grad=True)
+    hopattn.flash_attn_qkvpacked_func(qkv, causal=True).square().sum().backward()
+    q, k, v = (qkv.detach()[:, :, i].clone().requires_grad_() for i in range(3))
+    hopattn.flash_attn_func(q, k, v, causal=True).square().sum().backward()
+    expected = torch.stack([q.grad, k.grad, v.grad], dim=2)
+    torch.testing.assert_close(qkv.grad, expected, rtol=0, atol=0)  # the same kernels, bit for bit
+
+
 def test_opcheck_fake_kernel_and_autograd_registration():
     q, k, v = random_qkv((1, 5, 2, 8), (1, 6, 1, 8), torch.float32, "cpu", requires_grad=True)
     args = (q, k, v, None, True, -1, -1, 0.0, None, None, 0, 0, None, None, 0, None, None, None,
