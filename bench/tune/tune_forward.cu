@@ -140,7 +140,7 @@ void sweep(int seqlen, bool causal) {
     } else if constexpr (kD == 128) {
       time_tile<128, 128, 2>(b, batch, heads, seqlen, causal, o);
       time_tile<128, 128, 3>(b, batch, heads, seqlen, causal, o);
-      time_tile<128, 176, 2>(b, batch, heads, seqlen, causal, o);  // spills 4 bytes since the O stage
+      time_tile<128, 176, 2>(b, batch, heads, seqlen, causal, o);  // spills 4 bytes (not shipped)
     } else {
       time_tile<256, 64, 2>(b, batch, heads, seqlen, causal, o);
     }
