@@ -123,24 +123,23 @@ class Consumer {
 
   // S = Q K^T over the head dim: kHeadDim/16 wgmmas, committed as one group (not waited for).
   __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
-    // Traits::kLeanAddressing: each descriptor is the tile's advanced by one add, else rebuilt.
     const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
     const std::uint32_t k_base = smem_address(s_.k[stage]);
     const std::uint64_t q_desc = kmajor_descriptor(q_base), k_desc = kmajor_descriptor(k_base);
-    const auto kmajor = [](std::uint64_t tile_desc, std::uint32_t tile, std::uint32_t offset) {
-      return Traits::kLeanAddressing ? advance_descriptor(tile_desc, offset) : kmajor_descriptor(tile + offset);
-    };
+    constexpr bool kAdvance = Traits::kLeanAddressing;
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kQKSteps; ++step) {
       // 16 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_k = kmajor(k_desc, k_base, block * KTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_k =
+          kmajor_descriptor_at<kAdvance>(k_desc, k_base, block * KTile::kColumnBlockBytes + in_row);
       if constexpr (Traits::kQInRegisters) {
         wgmma_rs<Traits::kBlockN, Traits::kIsBf16, /*kBKMajor=*/true>(s, q[step], desc_k, step > 0);
       } else {
-        const std::uint64_t desc_q = kmajor(q_desc, q_base, block * QTile::kColumnBlockBytes + in_row);
+        const std::uint64_t desc_q =
+            kmajor_descriptor_at<kAdvance>(q_desc, q_base, block * QTile::kColumnBlockBytes + in_row);
         wgmma_ss<Traits::kBlockN, Traits::kIsBf16>(s, desc_q, desc_k, step > 0);
       }
     }
@@ -155,10 +154,8 @@ class Consumer {
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step) {
       // 16 keys = 16 rows of 128 bytes down every column block.
-      const std::uint32_t offset = step * 16 * kSwizzleBytes;
-      const std::uint64_t desc_v = Traits::kLeanAddressing
-                                       ? advance_descriptor(v_desc, offset)
-                                       : mnmajor_descriptor(v_base + offset, VTile::kColumnBlockBytes);
+      const std::uint64_t desc_v = mnmajor_descriptor_at<Traits::kLeanAddressing>(
+          v_desc, v_base, step * 16 * kSwizzleBytes, VTile::kColumnBlockBytes);
       wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(o, p[step], desc_v, 1);
     }
     wgmma_commit();
@@ -171,13 +168,9 @@ class Consumer {
       for (int i = 0; i < kS; ++i) s[i] = p_.softcap * fast_tanh(s[i] * p_.softcap_input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask(masked, m0, n_block)) apply_mask(s, thread_, row0, n0, p_);
-  }
-
-  // Does block n need the per-element mask (Traits::kLeanAddressing: the tile's bounds, else the test)?
-  __device__ bool block_needs_mask(const MaskedBlocks& masked, int m0, int n) const {
-    if constexpr (Traits::kLeanAddressing) return masked.needs(n);
-    else return sm90::block_needs_mask<Traits::kBlockM, Traits::kBlockN>(p_, m0, n * Traits::kBlockN);
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, p_, m0, n_block)) {
+      apply_mask(s, thread_, row0, n0, p_);
+    }
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {

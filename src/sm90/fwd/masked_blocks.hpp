@@ -49,4 +49,12 @@ HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const FwdParams& p, int
   return {top, bottom};
 }
 
+// What a kernel tests per K block n: the tile's bounds (kPerTileBounds, Traits::kLeanAddressing) or
+// the definition.
+template <int kBlockM, int kBlockN, bool kPerTileBounds>
+HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const MaskedBlocks& masked, const FwdParams& p, int m0, int n) {
+  if constexpr (kPerTileBounds) return masked.needs(n);
+  else return block_needs_mask<kBlockM, kBlockN>(p, m0, n * kBlockN);
+}
+
 }  // namespace hopattn::sm90

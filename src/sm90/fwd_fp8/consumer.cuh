@@ -125,24 +125,23 @@ class Fp8Consumer {
   }
 
   __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
-    // Traits::kLeanAddressing: each descriptor is the tile's advanced by one add, else rebuilt.
     const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
     const std::uint32_t k_base = smem_address(s_.k[stage]);
     const std::uint64_t q_desc = kmajor_descriptor(q_base), k_desc = kmajor_descriptor(k_base);
-    const auto kmajor = [](std::uint64_t tile_desc, std::uint32_t tile, std::uint32_t offset) {
-      return Traits::kLeanAddressing ? advance_descriptor(tile_desc, offset) : kmajor_descriptor(tile + offset);
-    };
+    constexpr bool kAdvance = Traits::kLeanAddressing;
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kQKSteps; ++step) {
       // 32 e4m3 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_k = kmajor(k_desc, k_base, block * KTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_k =
+          kmajor_descriptor_at<kAdvance>(k_desc, k_base, block * KTile::kColumnBlockBytes + in_row);
       if constexpr (Traits::kQInRegisters) {
         wgmma_rs_e4m3<Traits::kBlockN>(s, q[step], desc_k, step > 0);
       } else {
-        const std::uint64_t desc_q = kmajor(q_desc, q_base, block * QTile::kColumnBlockBytes + in_row);
+        const std::uint64_t desc_q =
+            kmajor_descriptor_at<kAdvance>(q_desc, q_base, block * QTile::kColumnBlockBytes + in_row);
         wgmma_ss_e4m3<Traits::kBlockN>(s, desc_q, desc_k, step > 0);
       }
     }
@@ -156,9 +155,8 @@ class Fp8Consumer {
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step) {
-      const std::uint32_t offset = step * fp8::kKeysPerStep;
       const std::uint64_t desc_vt =
-          Traits::kLeanAddressing ? advance_descriptor(vt_desc, offset) : kmajor_descriptor(vt_base + offset);
+          kmajor_descriptor_at<Traits::kLeanAddressing>(vt_desc, vt_base, step * fp8::kKeysPerStep);
       wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], desc_vt, 1);
     }
     wgmma_commit();
@@ -166,7 +164,7 @@ class Fp8Consumer {
 
   __device__ void mask_if_needed(float (&s)[kS], const MaskedBlocks& masked, int m0, int row0, int n_block) {
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask(masked, m0, n_block)) {
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, b_, m0, n_block)) {
       apply_mask(s, thread_, row0, n0, b_);
     }
   }
@@ -174,12 +172,6 @@ class Fp8Consumer {
   __device__ void softmax_update(float (&s)[kS], const BlockScales& scales, Softmax& softmax,
                                  float (&factor)[2]) {
     softmax.update(s, score_scale_ * scales.k, factor);
-  }
-
-  // Does block n need the per-element mask (Traits::kLeanAddressing: the tile's bounds, else the test)?
-  __device__ bool block_needs_mask(const MaskedBlocks& masked, int m0, int n) const {
-    if constexpr (Traits::kLeanAddressing) return masked.needs(n);
-    else return sm90::block_needs_mask<Traits::kBlockM, Traits::kBlockN>(b_, m0, n * Traits::kBlockN);
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {

@@ -85,4 +85,18 @@ HOPATTN_HOST_DEVICE constexpr std::uint64_t advance_descriptor(std::uint64_t des
   return (descriptor & 0xFFFFFFFF00000000ull) | low;
 }
 
+// The descriptor `offset` bytes into a tile at shared address `tile` whose own descriptor is
+// `tile_descriptor`: advanced by one add (kAdvance, the kernels' Traits::kLeanAddressing) or rebuilt.
+template <bool kAdvance>
+HOPATTN_HOST_DEVICE constexpr std::uint64_t kmajor_descriptor_at(std::uint64_t tile_descriptor, std::uint32_t tile,
+                                                                 std::uint32_t offset) {
+  return kAdvance ? advance_descriptor(tile_descriptor, offset) : kmajor_descriptor(tile + offset);
+}
+template <bool kAdvance>
+HOPATTN_HOST_DEVICE constexpr std::uint64_t mnmajor_descriptor_at(std::uint64_t tile_descriptor, std::uint32_t tile,
+                                                                  std::uint32_t offset,
+                                                                  std::uint32_t column_block_bytes) {
+  return kAdvance ? advance_descriptor(tile_descriptor, offset) : mnmajor_descriptor(tile + offset, column_block_bytes);
+}
+
 }  // namespace hopattn::sm90
