@@ -83,12 +83,7 @@ class VTransposer {
   // Warp `warp` (0..kWarps-1) takes tasks warp, warp + kWarps, ...; one code path per warp keeps the
   // tasks, and so the XOR constants, known at compile time. v and vt: 1024-byte aligned stages.
   __device__ void transpose(std::uint32_t v, std::uint32_t vt, int warp) const {
-    std::uint32_t load = v + load_, store = vt + store_;
-    // Opaque to the compiler, so it cannot move the per-task XORs onto the stage-invariant offsets and
-    // hoist every task's address out of the stage loop, which spilled at the transposers' 32 registers
-    // in the earlier word-wise transpose (nvcc 13.0 leaves this scheme alone either way: a guard).
-    asm volatile("" : "+r"(load), "+r"(store));
-    transpose_as<0>(load, store, warp);
+    transpose_as<0>(v + load_, vt + store_, warp);
   }
 
  private:
