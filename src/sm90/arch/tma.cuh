@@ -1,7 +1,8 @@
 // Tensor Memory Accelerator loads and stores (PTX cp.async.bulk.tensor). One thread issues a load of
 // a whole box; the bytes land in shared memory (swizzled as the tensor map says) and complete_tx on an
-// mbarrier. Stores go the other way and are tracked with bulk groups. Tensor maps are built on the host (src/sm90/host/tensor_map.cu) and passed as
-// __grid_constant__ kernel parameters, so they live in the param space TMA can read.
+// mbarrier. Stores go the other way and are tracked with bulk groups. Tensor maps are built on the
+// host (src/sm90/host/tensor_map.cu) and passed as __grid_constant__ kernel parameters, so they live
+// in the param space TMA can read.
 #pragma once
 
 #include <cuda.h>
