@@ -66,15 +66,15 @@ struct FwdTraits {
   // than from shared memory per K block: it takes load off shared-memory bandwidth, and the Q buffer
   // is free for the next tile's Q right away. kHeadDim / 4 registers, where they fit beside O, S and
   // P with 48 left for addresses and softmax state (shipped: d 64 and 128; d 256 spills).
+  static constexpr int kQRegisters = kHeadDim / 4;
+  static constexpr bool kQInRegisters =
+      kQRegisters + kSRegisters + kBlockN / 4 + kORegisters <= kConsumerRegisters - 48;
   // Lean addressing: the mask test per K block reduced to two bounds per tile (masked_blocks.hpp) and
   // each wgmma descriptor advanced by one add (advance_descriptor) instead of rebuilt from the address.
   // Fewer instructions, but what ptxas makes of them differs by head dim (H200, 2026-11-29): d 256
   // +10% (bf16), d 128 unchanged, d 64 -9% (bf16) / -6% (FP8), where the new schedule bunched the
   // MUFU.EX2s behind a full MIO queue (ncu: mio stalls 0.6% -> 9.4% of samples). So head dim 256 only.
   static constexpr bool kLeanAddressing = kHeadDim == 256;
-  static constexpr int kQRegisters = kHeadDim / 4;
-  static constexpr bool kQInRegisters =
-      kQRegisters + kSRegisters + kBlockN / 4 + kORegisters <= kConsumerRegisters - 48;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).
@@ -101,11 +101,11 @@ struct FwdTraits {
   struct OStage {
     alignas(kSwizzleAtomBytes) std::uint8_t bytes[OTile::kBytes];
   };
+  struct NoOStage {};
   // Shared O stage: warpgroup w waits on barrier kOTurnBarrierBase + w (its 128 threads) until warp 0
   // of the previous warpgroup in round-robin order arrives (32 threads).
   static constexpr int kOTurnBarrierBase = kEpilogueBarrierBase + kConsumerWarpgroups;
   static constexpr int kOTurnBarrierThreads = kWarpgroupThreads + 32;
-  struct NoOStage {};
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];

@@ -52,11 +52,8 @@ struct Fp8FwdTraits {
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
   static constexpr int kQKSteps = kHeadDim / 32;  // k32 steps of S = Q K^T
-  // Lean addressing: the mask test per K block reduced to two bounds per tile (masked_blocks.hpp) and
-  // each wgmma descriptor advanced by one add (advance_descriptor) instead of rebuilt from the address.
-  // Fewer instructions, but what ptxas makes of them differs by head dim (H200, 2026-11-29): d 256
-  // +10% (bf16), d 128 unchanged, d 64 -9% (bf16) / -6% (FP8), where the new schedule bunched the
-  // MUFU.EX2s behind a full MIO queue (ncu: mio stalls 0.6% -> 9.4% of samples). So head dim 256 only.
+  // Lean addressing at head dim 256 only, as in the 16-bit kernel (fwd/traits.cuh says why; FP8 d 64
+  // lost 6% with it, d 256 neither gained nor lost).
   static constexpr bool kLeanAddressing = kHeadDim == 256;
   // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers,
   // where they fit beside O, S and P (kBlockN / 8) with 48 to spare: d 64 and 128; d 256 spills.
