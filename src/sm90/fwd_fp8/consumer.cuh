@@ -108,6 +108,7 @@ class Fp8Consumer {
     float k, v;
   };
   __device__ BlockScales block_scales(int n) const {
+    if constexpr (!Traits::kBlockDescales) return {1.0f, 1.0f};
     const int entry = static_cast<int>(p_.kv_blocks_per_descale.divide(static_cast<std::uint32_t>(n)));
     const DescaleView& kb = p_.k_block_descale;
     const DescaleView& vb = p_.v_block_descale;
@@ -117,7 +118,7 @@ class Fp8Consumer {
   // O is about to receive the P V of a block with v scale `next`: fold the change of v block scale
   // into the rescale factors (an approximate division: the ratio only rescales O).
   __device__ void switch_v_block(float next, float (&factor)[2]) {
-    if (p_.v_block_descale.data == nullptr) return;
+    if (!Traits::kBlockDescales || p_.v_block_descale.data == nullptr) return;
     const float ratio = __fdividef(v_block_, next);
     factor[0] *= ratio;
     factor[1] *= ratio;

@@ -23,9 +23,8 @@ inline BshdView fp8_byte_view(const Tensor& t) {
                   t.stride[0], t.stride[1], t.stride[2]};
 }
 
-template <int kHeadDim>
-Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
-  using Traits = Fp8FwdTraits<kHeadDim>;
+template <class Traits>
+Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   const bool block_scales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
   if (block_scales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
                        args.descale_block_rows_kv % Traits::kBlockN != 0)) {
@@ -66,6 +65,14 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, static_cast<cudaStream_t>(args.stream)>>>(tm_q, tm_k, tm_v,
                                                                                                      fp);
   return cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
+}
+
+// The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales).
+template <int kHeadDim>
+Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
+  if (args.q_block_descale || args.k_block_descale || args.v_block_descale)
+    return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true>>(args, pr);
+  return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false>>(args, pr);
 }
 
 }  // namespace hopattn::sm90

@@ -8,9 +8,13 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim_>
+// kBlockDescales_: the kernel reads per-block descales (q/k/v_block_descale, any of them); without
+// them the per-K-block scale loads and the v-scale switch compile away (they cost the no-descale
+// path 2-3% at head dims 64 and 128 as run-time branches, H200 2026-11-29).
+template <int kHeadDim_, bool kBlockDescales_ = false>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kBlockDescales = kBlockDescales_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "fp8 head dims are 64, 128 and 256");
   static constexpr int kElementBytes = 1;
 
