@@ -46,6 +46,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   Fp8FwdParams fp =
       make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN, heads_per_group(pr, pr.device_index));
   FwdParams& p = fp.base;
+  p.pingpong = p.pingpong && Traits::kPingPongPays;
   if (std::string why = fp8_params_error(fp, Traits::kBlockM); !why.empty())
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a fp8 forward launch: " + why);
 

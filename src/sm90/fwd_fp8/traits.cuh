@@ -26,6 +26,10 @@ struct Fp8FwdTraits {
   // row either way; at 64 keys the P V GEMM reads its first half.
   static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
   static constexpr int kStages = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
+  // Ping-pong pays where the softmax is long against the GEMMs (d 64, 128: d128 2k 707 vs 676
+  // TFLOP/s without). At d 256 with 64-key blocks each turn is short and the barrier hand-over costs
+  // more than the overlap brings: without it 1-2% faster from 4k on, equal at 2k (H200, 2026-11-29).
+  static constexpr bool kPingPongPays = kHeadDim != 256;
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
