@@ -7,11 +7,13 @@
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
+#include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
+#include "sm90/tile/a_fragment.hpp"
 #include "sm90/tile/fragment.hpp"
 
 namespace hopattn::sm90 {
@@ -49,6 +51,9 @@ __device__ __forceinline__ void store_rows(const FwdParams& p, const TileCoord& 
 }
 
 // 1 / row sum (0 for a row that saw no key) and LSE (natural log; -inf for such a row) per row half.
+// A non-empty row's sum is at least 1 (its max term is exp2(0)), so the fast reciprocal and log
+// (MUFU.RCP, MUFU.LG2: a few ulp) are exact enough for 16-bit outputs and an LSE checked to 1e-3; the
+// IEEE division and logf were a call with a slow path on every tile's critical path.
 template <int kSRegisters>
 __device__ __forceinline__ void finish_rows(const FwdParams& p, const OnlineSoftmax<kSRegisters>& softmax,
                                             float (&inv_sum)[2], float (&lse)[2]) {
@@ -56,8 +61,8 @@ __device__ __forceinline__ void finish_rows(const FwdParams& p, const OnlineSoft
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(softmax.row_sum[r]);
     const bool empty = sum == 0.0f;
-    inv_sum[r] = empty ? 0.0f : 1.0f / sum;
-    lse[r] = empty ? -INFINITY : softmax.row_max[r] * p.logit_scale + logf(sum);
+    inv_sum[r] = empty ? 0.0f : __fdividef(1.0f, sum);
+    lse[r] = empty ? -INFINITY : softmax.row_max[r] * p.logit_scale + __logf(sum);
   }
 }
 
@@ -104,8 +109,9 @@ __device__ __forceinline__ void retire_o_turns(int warpgroup) {
 }
 
 // The same through shared memory: the warpgroup writes its 64 normalized rows into its rows of the
-// O stage (swizzled like Q, conflict-free: the 8 rows of one store land in 8 different 16-byte
-// chunks), and one thread TMA-stores them, 64 columns per box; rows past seqlen_q fall outside the
+// O stage (swizzled like Q) with one stmatrix.x4 per 16 columns: the accumulators of columns
+// [16k, 16k + 16), packed in pairs, are the A-fragment layout that ldmatrix reads for Q (a_fragment.hpp,
+// conflict-free), so the same lane addresses store them. One thread TMA-stores them, 64 columns per box; rows past seqlen_q fall outside the
 // tensor map and are not written. Its own rows (kOStagePerWarpgroup) are rewritten only once the
 // previous tile's stores have read them (tma_store_wait_read), so the stores overlap the next tile's
 // mainloop; a shared stage is taken and handed on as above.
@@ -129,12 +135,17 @@ __device__ __forceinline__ void store_output_through_smem(const FwdParams& p, ty
     named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
   }
   std::uint8_t* stage = s.o.bytes;
+  const std::uint32_t stage_address = smem_address(stage);
+  const int row = stage_row0 + a_fragment_load_row(thread);
 #pragma unroll
-  for (int i = 0; i < Traits::kORegisters; i += 2) {
-    const int r = fragment_row_half(i);
-    const std::uint32_t offset = Tile::offset(stage_row0 + accumulator_row(thread, i), accumulator_col(thread, i));
-    *reinterpret_cast<std::uint32_t*>(stage + offset) =
-        pack_pair<Traits::kIsBf16>(o[i] * inv_sum[r], o[i + 1] * inv_sum[r]);
+  for (int k = 0; k < Traits::kHeadDim / 16; ++k) {
+    std::uint32_t packed[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = 8 * k + 2 * j;  // row half j % 2
+      packed[j] = pack_pair<Traits::kIsBf16>(o[i] * inv_sum[j % 2], o[i + 1] * inv_sum[j % 2]);
+    }
+    stmatrix_x4(stage_address + Tile::offset(row, a_fragment_load_byte(thread, k) / 2), packed);
   }
   fence_proxy_async_shared();  // our generic stores -> the TMA unit's (async proxy) reads
   named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
