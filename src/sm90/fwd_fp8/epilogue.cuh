@@ -25,9 +25,11 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, const TileC
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(softmax.row_sum[r]);
     const bool empty = sum == 0.0f;
-    out_scale[r] = empty ? 0.0f : v_scale / sum;
+    // A non-empty row's sum is at least 2^8 (its max term), so the fast division and log2 (MUFU, a
+    // few ulp) suffice, as in finish_rows (fwd/epilogue.cuh).
+    out_scale[r] = empty ? 0.0f : __fdividef(v_scale, sum);
     // P = 2^(t - max + 8): log2 of the true sum is max - 8 + log2(sum).
-    lse[r] = empty ? -INFINITY : (softmax.row_max[r] - kFp8POffsetLog2 + log2f(sum)) * static_cast<float>(M_LN2);
+    lse[r] = empty ? -INFINITY : (softmax.row_max[r] - kFp8POffsetLog2 + __log2f(sum)) * static_cast<float>(M_LN2);
   }
   store_rows<true, __nv_bfloat16>(p, c, row0, thread, o, out_scale, lse);
 }
