@@ -72,9 +72,10 @@ struct FwdTraits {
   // Lean addressing: the mask test per K block reduced to two bounds per tile (masked_blocks.hpp) and
   // each wgmma descriptor advanced by one add (advance_descriptor) instead of rebuilt from the address.
   // Fewer instructions, but what ptxas makes of them differs by head dim (H200, 2026-11-29): d 256
-  // +10% (bf16), d 128 unchanged, d 64 -9% (bf16) / -6% (FP8), where the new schedule bunched the
-  // MUFU.EX2s behind a full MIO queue (ncu: mio stalls 0.6% -> 9.4% of samples). So head dim 256 only.
-  static constexpr bool kLeanAddressing = kHeadDim == 256;
+  // +10% (bf16); d 128 +0-1.3% (bf16) and +2.5-6.5% (FP8) once the epilogue and the FP8 descale split
+  // had landed (unchanged before); d 64 -9% (bf16) / -6% (FP8), where the new schedule bunched the
+  // MUFU.EX2s behind a full MIO queue (ncu: mio stalls 0.6% -> 9.4% of samples). So not at d 64.
+  static constexpr bool kLeanAddressing = kHeadDim >= 128;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).

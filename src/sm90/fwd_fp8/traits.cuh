@@ -60,9 +60,9 @@ struct Fp8FwdTraits {
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
   static constexpr int kQKSteps = kHeadDim / 32;  // k32 steps of S = Q K^T
-  // Lean addressing at head dim 256 only, as in the 16-bit kernel (fwd/traits.cuh says why; FP8 d 64
-  // lost 6% with it, d 256 neither gained nor lost).
-  static constexpr bool kLeanAddressing = kHeadDim == 256;
+  // Lean addressing at head dims 128 and 256, as in the 16-bit kernel (fwd/traits.cuh says why; FP8
+  // d 64 lost 6% with it, d 128 gained 2.5-6.5%, d 256 neither gained nor lost).
+  static constexpr bool kLeanAddressing = kHeadDim >= 128;
   // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers,
   // where they fit beside O, S and P (kBlockN / 8) with 48 to spare: d 64 and 128; d 256 spills.
   static constexpr bool kQInRegisters =
