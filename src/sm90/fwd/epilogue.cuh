@@ -110,11 +110,12 @@ __device__ __forceinline__ void retire_o_turns(int warpgroup) {
 
 // The same through shared memory: the warpgroup writes its 64 normalized rows into its rows of the
 // O stage (swizzled like Q) with one stmatrix.x4 per 16 columns: the accumulators of columns
-// [16k, 16k + 16), packed in pairs, are the A-fragment layout that ldmatrix reads for Q (a_fragment.hpp,
-// conflict-free), so the same lane addresses store them. One thread TMA-stores them, 64 columns per box; rows past seqlen_q fall outside the
-// tensor map and are not written. Its own rows (kOStagePerWarpgroup) are rewritten only once the
-// previous tile's stores have read them (tma_store_wait_read), so the stores overlap the next tile's
-// mainloop; a shared stage is taken and handed on as above.
+// [16k, 16k + 16), packed in pairs, are the A-fragment layout that ldmatrix reads for Q
+// (a_fragment.hpp, conflict-free), so the same lane addresses store them. One thread TMA-stores the
+// rows, 64 columns per box; rows past seqlen_q fall outside the tensor map and are not written. Its
+// own rows (kOStagePerWarpgroup) are rewritten only once the previous tile's stores have read them
+// (tma_store_wait_read), so the stores overlap the next tile's mainloop; a shared stage is taken and
+// handed on as above.
 // Call tma_store_wait_all from the issuing thread (thread 0) before the CTA exits.
 template <class Traits>
 __device__ __forceinline__ void store_output_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,

@@ -9,8 +9,8 @@
 namespace hopattn::sm90 {
 
 // kBlockDescales_: the kernel reads per-block descales (q/k/v_block_descale, any of them); without
-// them the per-K-block scale loads and the v-scale switch compile away (they cost the no-descale
-// path 2-3% at head dims 64 and 128 as run-time branches, H200 2026-11-29).
+// them the per-K-block scale loads and the v-scale switch compile away (as run-time branches they
+// cost the no-descale path 2-5%, H200 2026-11-29).
 template <int kHeadDim_, bool kBlockDescales_ = false>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
