@@ -7,7 +7,9 @@
 #
 # A_BENCH, B_BENCH: hopattn-bench binaries (e.g. .carry/base/hopattn-bench, .carry/new/hopattn-bench).
 # --grid: one or more grids (default paper); --rounds: A/B pairs per grid (default 2).
-# Results go to $OUT (default /tmp/hopattn-ab): <grid>_<a|b>_<round>.json, and report.txt.
+# Raw results go to $AB_DIR (default /tmp/hopattn-ab): <grid>_<a|b>_<round>.json and .txt, and
+# report.txt. When $OUT is set (the device tool's fetch folder, which returns at most 8 files), the
+# report and one archive of the raw results (ab_raw.tgz) are copied there.
 set -uo pipefail
 
 if [[ $# -lt 2 ]]; then sed -n '2,10p' "$0"; exit 2; fi
@@ -22,15 +24,20 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#grids[@]} -eq 0 ]] && grids=(paper)
-OUT="${OUT:-/tmp/hopattn-ab}"
-mkdir -p "$OUT"
+DIR="${AB_DIR:-/tmp/hopattn-ab}"
+mkdir -p "$DIR"
 for grid in "${grids[@]}"; do
   for ((r = 1; r <= rounds; ++r)); do
     for side in a b; do
       bin="$A"; [[ $side == b ]] && bin="$B"
-      "$bin" --grid "$grid" --json "$OUT/${grid}_${side}_${r}.json" "${extra[@]}" > "$OUT/${grid}_${side}_${r}.txt" 2>&1 ||
-        echo "ab.sh: $bin --grid $grid failed (see $OUT/${grid}_${side}_${r}.txt)" >&2
+      "$bin" --grid "$grid" --json "$DIR/${grid}_${side}_${r}.json" "${extra[@]}" > "$DIR/${grid}_${side}_${r}.txt" 2>&1 ||
+        echo "ab.sh: $bin --grid $grid failed (see $DIR/${grid}_${side}_${r}.txt)" >&2
     done
   done
 done
-python3 "$(dirname "$0")/ab_report.py" "$OUT" | tee "$OUT/report.txt"
+python3 "$(dirname "$0")/ab_report.py" "$DIR" | tee "$DIR/report.txt"
+if [[ -n "${OUT:-}" && "$OUT" != "$DIR" ]]; then
+  mkdir -p "$OUT"
+  cp "$DIR/report.txt" "$OUT/ab_report.txt"
+  tar czf "$OUT/ab_raw.tgz" -C "$DIR" .
+fi
