@@ -25,8 +25,7 @@ inline BshdView fp8_byte_view(const Tensor& t) {
 
 template <class Traits>
 Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
-  const bool block_scales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
-  if (block_scales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
+  if (Traits::kBlockDescales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
                        args.descale_block_rows_kv % Traits::kBlockN != 0)) {
     return Status(StatusCode::kUnsupported,
                   "descale_block_rows_q " + std::to_string(args.descale_block_rows_q) + " / descale_block_rows_kv " +
