@@ -15,6 +15,15 @@ def qkv(rng):
             rng.standard_normal(shape_kv).astype(np.float32))
 
 
+def apply_change(qkv, change):
+    """The (q, k, v) and keyword options of a rejection case: change(q, k, v) returns options, among
+    which q, k or v replace the inputs."""
+    arrays = dict(zip("qkv", qkv))
+    options = change(*qkv)
+    arrays.update({name: options.pop(name) for name in list(options) if name in arrays})
+    return (arrays["q"], arrays["k"], arrays["v"]), options
+
+
 def varlen_inputs(rng):
     q = rng.standard_normal((6, 2, 8)).astype(np.float32)
     k = rng.standard_normal((9, 2, 8)).astype(np.float32)
@@ -77,12 +86,9 @@ def test_positional_options_are_refused(qkv):
     (lambda q, k, v: dict(q_descale=np.ones((2, 2), np.float32)), "^q_descale: given with float32 inputs"),
 ])
 def test_library_rejections_are_value_errors(qkv, change, message):
-    q, k, v = qkv
-    arrays = dict(q=q, k=k, v=v)
-    options = change(q, k, v)
-    arrays.update({name: options.pop(name) for name in list(options) if name in arrays})
+    inputs, options = apply_change(qkv, change)
     with pytest.raises(ValueError, match=message):
-        hopattn.flash_attn_func(arrays["q"], arrays["k"], arrays["v"], **options)
+        hopattn.flash_attn_func(*inputs, **options)
 
 
 def test_read_only_out_is_a_value_error(qkv):
@@ -209,12 +215,9 @@ def bf16_qkv(rng):
      r"^quantize_fp8: hadamard .* needs head dim d in \{64, 128, 256\}"),
 ])
 def test_quantize_fp8_rejections(bf16_qkv, change, error, message):
-    q, k, v = bf16_qkv
-    arrays = dict(q=q, k=k, v=v)
-    options = change(q, k, v)
-    arrays.update({name: options.pop(name) for name in list(options) if name in arrays})
+    inputs, options = apply_change(bf16_qkv, change)
     with pytest.raises(error, match=message):
-        hopattn.quantize_fp8(arrays["q"], arrays["k"], arrays["v"], **options)
+        hopattn.quantize_fp8(*inputs, **options)
 
 
 def test_binding_rejects_an_unknown_granularity(bf16_qkv):
