@@ -132,11 +132,12 @@ LaneAddresses store_addresses(int task, int keys) {
   return a;
 }
 
-// The tiles of Fp8FwdTraits: V as TMA lands it (keys x at least 128 dims), V^T (dims x 128).
+// The tiles of Fp8FwdTraits: V as TMA lands it (keys x at least 128 dims), V^T (dims x keys rounded up
+// to whole 128-key column blocks).
 template <int head_dim, int keys>
 using VTileOf = SwizzledTile<keys, (head_dim < 128 ? 128 : head_dim), 1>;
-template <int head_dim>
-using VtTileOf = SwizzledTile<head_dim, 128, 1>;
+template <int head_dim, int keys>
+using VtTileOf = SwizzledTile<head_dim, (keys + 127) / 128 * 128, 1>;
 
 // Runs every task of every transposer warp as the kernel does (ldmatrix, PRMT with the lane's selectors,
 // stmatrix) and checks V^T[d][a] = V[pi(a)][d] for every d < head_dim and a < keys, each written once,
@@ -144,7 +145,7 @@ using VtTileOf = SwizzledTile<head_dim, 128, 1>;
 template <int head_dim, int keys>
 void check_transpose(int warps) {
   using VTile = VTileOf<head_dim, keys>;
-  using VtTile = VtTileOf<head_dim>;
+  using VtTile = VtTileOf<head_dim, keys>;
   Cells v(VTile::kBytes), vt(VtTile::kBytes, ~0u);
   std::iota(v.begin(), v.end(), 0u);
   std::vector<int> writes(VtTile::kBytes, 0);
@@ -175,6 +176,9 @@ TEST(Fp8Layout, TransposeWritesEveryVtElementOnceFromThePermutedKey) {
   check_transpose<64, 128>(3);
   check_transpose<128, 128>(3);
   check_transpose<256, 64>(3);
+  check_transpose<128, 160>(3);  // V^T of two column blocks, the second partly used
+  check_transpose<128, 192>(3);
+  check_transpose<256, 96>(3);
   check_transpose<128, 128>(1);
   check_transpose<128, 128>(4);  // tests/gpu/test_arch_fp8_wgmma.cu's split
 }
@@ -197,7 +201,7 @@ template <int head_dim, int keys>
 void check_transpose_banks() {
   for (int task = 0; task < fp8::transpose_tasks(head_dim, keys); ++task) {
     expect_conflict_free(load_addresses<VTileOf<head_dim, keys>>(task, keys), "ldmatrix", head_dim, task);
-    expect_conflict_free(store_addresses<VtTileOf<head_dim>>(task, keys), "stmatrix", head_dim, task);
+    expect_conflict_free(store_addresses<VtTileOf<head_dim, keys>>(task, keys), "stmatrix", head_dim, task);
   }
 }
 
@@ -205,6 +209,9 @@ TEST(Fp8Layout, TransposeLoadsAndStoresAreBankConflictFree) {
   check_transpose_banks<64, 128>();
   check_transpose_banks<128, 128>();
   check_transpose_banks<256, 64>();
+  check_transpose_banks<128, 160>();
+  check_transpose_banks<128, 192>();
+  check_transpose_banks<256, 96>();
 }
 
 // The transposer addresses every task as task 0's offset XOR a per-task constant, and computes that
@@ -213,7 +220,7 @@ TEST(Fp8Layout, TransposeLoadsAndStoresAreBankConflictFree) {
 template <int head_dim, int keys>
 void check_transpose_xor() {
   using VTile = VTileOf<head_dim, keys>;
-  using VtTile = VtTileOf<head_dim>;
+  using VtTile = VtTileOf<head_dim, keys>;
   for (int task = 0; task < fp8::transpose_tasks(head_dim, keys); ++task) {
     const std::uint32_t load_xor = fp8::transpose_load_xor<VTile>(task, keys);
     const std::uint32_t store_xor = fp8::transpose_store_xor<VtTile>(task, keys);
@@ -238,6 +245,9 @@ TEST(Fp8Layout, TransposeOffsetsAreTaskZeroXorAConstant) {
   check_transpose_xor<64, 128>();
   check_transpose_xor<128, 128>();
   check_transpose_xor<256, 64>();
+  check_transpose_xor<128, 160>();
+  check_transpose_xor<128, 192>();
+  check_transpose_xor<256, 96>();
 }
 
 }  // namespace

@@ -355,6 +355,30 @@ TEST_F(Fp8Forward, CornerCases) {
   }
 }
 
+// Head dim 128 switches to 192-key blocks from 8192 keys on (fwd_fp8/traits.cuh): both sides of the
+// switch, a partial last block of either width, causal, MQA, and the kernel options.
+TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8Case> cases;
+  for (int seqlen_k : {8191, 8192, 8333}) {
+    Fp8Case c;
+    c.head_dim = 128, c.heads_q = 3, c.heads_kv = 1, c.seqlen_q = 201, c.seqlen_k = seqlen_k;
+    c.q_amplitude = 4.0f, c.head_scales = true;
+    cases.push_back(c);
+    c.causal = true, c.with_lse = false, c.seqlen_q = 77;
+    cases.push_back(c);
+  }
+  Fp8Case c = cases.back();
+  c.options.pingpong = false;
+  cases.push_back(c);
+  c.options.intra_wg_overlap = false;
+  cases.push_back(c);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
+    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
+  }
+}
+
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {
   Fp8Case c;
   c.block_scales = true, c.rows_q = 32;  // the kernel needs multiples of 64

@@ -8,10 +8,24 @@
 
 namespace hopattn::sm90 {
 
+// Keys per K/V block. 128 at head dims 64 and 128. At 256, O takes 128 registers: 96 keys (S 48, P 12
+// registers) fit beside it without spills and run 7-19% faster than 64 (H200, 2026-11-29); 128 spills
+// (76 bytes) and is 8% slower than 64. The block-descale kernel keeps 64 at d 256, so k/v descales of
+// 64 or 128 rows (multiples of kBlockN) stay accepted.
+constexpr int fp8_default_block_n(int head_dim, bool block_descales) {
+  return head_dim != 256 ? 128 : (block_descales ? 64 : 96);
+}
+// Head dim 128 from 8192 keys on (no block descales): 192-key blocks (Q from shared memory, 2 stages)
+// run 3-4% faster than 128 at 8k-16k. Below that the padding of the last block (up to 191 keys of
+// wasted work per tile row) costs more than the per-block overheads the width saves: 1-4% slower
+// at 2k-4k (H200, 2026-11-29).
+constexpr int kFp8WideBlockN = 192;
+constexpr int kFp8WideBlockMinKeys = 8192;
+
 // kBlockDescales_: the kernel reads per-block descales (q/k/v_block_descale, any of them); without
 // them the per-K-block scale loads and the v-scale switch compile away (as run-time branches they
 // cost the no-descale path 2-5%, H200 2026-11-29).
-template <int kHeadDim_, bool kBlockDescales_ = false>
+template <int kHeadDim_, bool kBlockDescales_ = false, int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_)>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBlockDescales = kBlockDescales_;
@@ -21,14 +35,19 @@ struct Fp8FwdTraits {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kRowsPerWarpgroup = 64;
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
-  // Keys per K/V tile: 128, or 64 at head dim 256 where O (128 registers) leaves no room for a
-  // 128-wide S and P. A V^T row (keys contiguous: 8-bit B must be K-major) is one 128-byte swizzled
-  // row either way; at 64 keys the P V GEMM reads its first half.
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
-  static constexpr int kStages = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
+  static constexpr int kBlockN = kBlockN_;
+  static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "keys per block: k32 steps of P V, at most a 256-wide S");
+  // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit.
+  static constexpr int kTileCols = kHeadDim < 128 ? 128 : kHeadDim;
+  static constexpr int kVtCols = (kBlockN + 127) / 128 * 128;  // keys per V^T row: whole 128-byte blocks
+  static constexpr int kStageBytes = 2 * kBlockN * kTileCols + kHeadDim * kVtCols;
+  static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
+  static constexpr int kStagesFitting = (225 * 1024 - kBlockM * kTileCols) / kStageBytes;
+  static constexpr int kStages = kStagesWanted < kStagesFitting ? kStagesWanted : kStagesFitting;
+  static_assert(kStages >= 2, "a K/V block this wide leaves no room for two stages");
   // Ping-pong pays where the softmax is long against the GEMMs (d 64, 128: d128 2k 707 vs 676
-  // TFLOP/s without). At d 256 with 64-key blocks each turn is short and the barrier hand-over costs
-  // more than the overlap brings: without it 1-2% faster from 4k on, equal at 2k (H200, 2026-11-29).
+  // TFLOP/s without). At d 256 the barrier hand-over costs more than the overlap brings: without it
+  // 1-2% faster from 4k on with 64-key blocks, 1-2% at 16k with 96 (H200, 2026-11-29).
   static constexpr bool kPingPongPays = kHeadDim != 256;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -48,13 +67,13 @@ struct Fp8FwdTraits {
   // Q, K and V are loaded in 128-byte (128-element) column blocks. Head dim 64 fills half of one: the
   // TMA box stays 128 wide and zero-fills columns 64..127 (outside the tensor), so every tile keeps the
   // 128B swizzle; the Q K^T GEMM reads only the first kHeadDim columns.
-  static constexpr int kTileCols = kHeadDim < 128 ? 128 : kHeadDim;
   using QTile = SwizzledTile<kBlockM, kTileCols, kElementBytes>;
   using KTile = SwizzledTile<kBlockN, kTileCols, kElementBytes>;
   using VTile = KTile;
-  using VtTile = SwizzledTile<kHeadDim, 128, kElementBytes>;  // V^T: dims x keys, one column block
+  // V^T: dims x keys (keys contiguous: 8-bit B must be K-major); where kBlockN is not a multiple of
+  // 128 the P V GEMM reads only the first kBlockN keys of the last column block.
+  using VtTile = SwizzledTile<kHeadDim, kVtCols, kElementBytes>;
   static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width: 128 elements
-  static_assert(kBlockN == 64 || kBlockN == 128, "V^T rows hold at most one 128-byte swizzled row of keys");
 
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
