@@ -67,8 +67,7 @@ __global__ void pv_e4m3_kernel(const std::uint8_t* p, const std::uint8_t* v, flo
   __shared__ alignas(1024) std::uint8_t smem_vt[Tile128::kBytes];
   for (int i = threadIdx.x; i < kK * kN; i += blockDim.x) smem_v[Tile128::offset(i / kN, i % kN)] = v[i];
   __syncthreads();
-  VTransposer<Tile128, Tile128, kN, kK, 4>(threadIdx.x % 32)
-      .transpose(smem_address(smem_v), smem_address(smem_vt), threadIdx.x / 32);
+  VTransposer<Tile128, Tile128, kN, kK, 4>::transpose(smem_address(smem_v), smem_address(smem_vt), threadIdx.x / 32);
   fence_proxy_async_shared();
   __syncthreads();
   float s[kK / 2];

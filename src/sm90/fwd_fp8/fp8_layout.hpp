@@ -60,6 +60,21 @@ HOPATTN_HOST_DEVICE constexpr int p_accumulator_index(int step, int reg, int byt
 // swizzle, 8 distinct 16-byte chunks; all-even rows would be 2-way bank conflicted. The ldmatrix rows,
 // 8 consecutive keys, are conflict free as they are. Tasks per tile: (head_dim / 32) x (keys / 16).
 HOPATTN_HOST_DEVICE constexpr int transpose_tasks(int head_dim, int keys) { return (head_dim / 32) * (keys / 16); }
+// Task (key group h, dim pair p): task = h + (keys / 16) p.
+HOPATTN_HOST_DEVICE constexpr int transpose_task(int key_group, int dim_pair, int keys) {
+  return key_group + (keys / 16) * dim_pair;
+}
+// How `warps` transposer warps share a stage's tasks: warp w takes positions [first, first of w + 1)
+// of the key-group-major order (position i: key group i / pairs, dim pair i % pairs). Contiguous
+// runs of that order touch few key groups, so each warp meets few distinct XOR constants (one per key
+// group on the V^T side, up to four dim-pair ones on the V side): fewer address registers for the
+// compiler to hold, which the producer warpgroup's 24 registers need at d 256.
+HOPATTN_HOST_DEVICE constexpr int transpose_first_position(int warp, int warps, int head_dim, int keys) {
+  return warp * transpose_tasks(head_dim, keys) / warps;
+}
+HOPATTN_HOST_DEVICE constexpr int transpose_task_at(int position, int head_dim, int keys) {
+  return transpose_task(position / (head_dim / 32), position % (head_dim / 32), keys);
+}
 HOPATTN_HOST_DEVICE constexpr int transpose_key_group(int task, int keys) { return task % (keys / 16); }
 HOPATTN_HOST_DEVICE constexpr int transpose_dim_chunk(int task, int keys, int matrix) {
   return 2 * (task / (keys / 16)) + matrix / 2;
@@ -106,5 +121,6 @@ HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_task_address(std::uint32_t
   constexpr std::uint32_t kBelowAtom = kSwizzleAtomBytes - 1;
   return (task0_address ^ (task_xor & kBelowAtom)) + (task_xor & ~kBelowAtom);
 }
+
 
 }  // namespace hopattn::sm90::fp8

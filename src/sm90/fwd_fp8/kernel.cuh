@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warp == 0) {
       if (elect_one_lane()) run_fp8_loads<Traits>(s, &tm_q, &tm_k, &tm_v, params.base);
     } else {
-      run_v_transposer<Traits>(s, warp - 1);
+      run_v_transposer<Traits>(s, static_cast<unsigned>(warp - 1));
     }
   } else {
     warpgroup_claim_registers<Traits::kConsumerRegisters>();

@@ -68,75 +68,70 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
 
 // V (keys x dims, TMA layout) -> V^T (dims x reduction columns), V^T[d][a] = V[key_of_column(a)][d],
 // by kWarps warps on the same stage. A task is one LDSM.T, four PRMT and one STSM (fp8_layout.hpp
-// derives the maps); each lane keeps its two row addresses of task 0 and reaches every other task by
+// derives the maps); each lane derives its two row addresses of task 0 and reaches every other task by
 // XOR with compile-time constants, one LOP3 per address at most, the rest folded into the immediate.
 template <class VTile, class VtTile, int kHeadDim, int kKeys, int kWarps>
-class VTransposer {
-  static constexpr int kTasks = fp8::transpose_tasks(kHeadDim, kKeys);
-
- public:
-  __device__ explicit VTransposer(int lane)
-      : load_(fp8::transpose_load_offset<VTile>(0, kKeys, lane)),
-        store_(fp8::transpose_store_offset<VtTile>(0, kKeys, lane)),
-        select_{fp8::transpose_selector(lane, 0), fp8::transpose_selector(lane, 1)} {}
-
-  // Warp `warp` (0..kWarps-1) takes tasks warp, warp + kWarps, ...; one code path per warp keeps the
-  // tasks, and so the XOR constants, known at compile time. v and vt: 1024-byte aligned stages.
-  __device__ void transpose(std::uint32_t v, std::uint32_t vt, int warp) const {
-    transpose_as<0>(v + load_, vt + store_, warp);
+struct VTransposer {
+  // Warp `warp` (0..kWarps-1) takes a contiguous run of the key-group-major task order
+  // (fp8::transpose_first_position); one code path per warp keeps the tasks, and so the XOR
+  // constants, known at compile time. v and vt: 1024-byte aligned stages.
+  // The lane id is read per stage (a volatile read the compiler cannot hoist), so the lane's task-0
+  // offsets and selectors are not held across the stage loop: the producer warpgroup has 24 registers.
+  __device__ static void transpose(std::uint32_t v, std::uint32_t vt, unsigned warp) {
+    std::uint32_t lane_id;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane_id));
+    const int lane = static_cast<int>(lane_id & 31u);  // known non-negative: shifts, not signed divisions
+    const std::uint32_t select[2] = {fp8::transpose_selector(lane, 0), fp8::transpose_selector(lane, 1)};
+    transpose_as<0>(v + fp8::transpose_load_offset<VTile>(0, kKeys, lane),
+                    vt + fp8::transpose_store_offset<VtTile>(0, kKeys, lane), select, warp);
   }
 
  private:
-  template <int kWarp>
-  __device__ __forceinline__ void transpose_as(std::uint32_t load, std::uint32_t store, int warp) const {
+  template <unsigned kWarp>
+  __device__ __forceinline__ static void transpose_as(std::uint32_t load, std::uint32_t store,
+                                                      const std::uint32_t (&select)[2], unsigned warp) {
     if constexpr (kWarp + 1 < kWarps) {
-      if (warp != kWarp) return transpose_as<kWarp + 1>(load, store, warp);
+      if (warp != kWarp) return transpose_as<kWarp + 1>(load, store, select, warp);
     }
-    transpose_tasks<kWarp>(load, store);
-  }
-
-  template <int kWarp>
-  __device__ __forceinline__ void transpose_tasks(std::uint32_t load, std::uint32_t store) const {
+    constexpr int kFirst = fp8::transpose_first_position(kWarp, kWarps, kHeadDim, kKeys);
+    constexpr int kEnd = fp8::transpose_first_position(kWarp + 1, kWarps, kHeadDim, kKeys);
 #pragma unroll
-    for (int task = kWarp; task < kTasks; task += kWarps) {
+    for (int position = kFirst; position < kEnd; ++position) {
+      const int task = fp8::transpose_task_at(position, kHeadDim, kKeys);
       std::uint32_t in[4];
       ldmatrix_x4_trans(fp8::transpose_task_address(load, fp8::transpose_load_xor<VTile>(task, kKeys)), in);
-      const std::uint32_t out[4] = {__byte_perm(in[0], in[1], select_[0]), __byte_perm(in[0], in[1], select_[1]),
-                                    __byte_perm(in[2], in[3], select_[0]), __byte_perm(in[2], in[3], select_[1])};
+      const std::uint32_t out[4] = {__byte_perm(in[0], in[1], select[0]), __byte_perm(in[0], in[1], select[1]),
+                                    __byte_perm(in[2], in[3], select[0]), __byte_perm(in[2], in[3], select[1])};
       stmatrix_x4(fp8::transpose_task_address(store, fp8::transpose_store_xor<VtTile>(task, kKeys)), out);
     }
   }
-
-  std::uint32_t load_;
-  std::uint32_t store_;
-  std::uint32_t select_[2];
 };
 
 // Transposer warp `warp` (0..kTransposeWarps-1): one V^T stage per landed V stage, in the loads' order,
 // until the TMA thread marks a stage as the end (v_end). It needs no tile index: the stages arrive in
 // the order the consumers read them.
 template <class Traits>
-__device__ void run_v_transposer(typename Traits::SharedStorage& s, int warp) {
+__device__ void run_v_transposer(typename Traits::SharedStorage& s, unsigned warp) {
   const int lane = threadIdx.x % 32;
-  VTransposer<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN,
-              Traits::kTransposeWarps>
-      transposer(lane);
-  StageRing<Traits::kStages> ring;
-  while (true) {
-    const int stage = ring.index();
-    mbarrier_wait(&s.v_full[stage], ring.phase());  // TMA -> us: V landed, or no V block follows
+  using Transposer = VTransposer<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN,
+                                 Traits::kTransposeWarps>;
+  // The ring position as one count of stages seen, not StageRing's index and phase: with 24 registers
+  // the transposers have none to spare.
+  for (std::uint32_t position = 0;; ++position) {
+    const int stage = static_cast<int>(position % Traits::kStages);
+    const std::uint32_t phase = (position / Traits::kStages) & 1;
+    mbarrier_wait(&s.v_full[stage], phase);  // TMA -> us: V landed, or no V block follows
     // Atomic read: every lane reads the flag but only lane 0 arrives on v_empty after the __syncwarp,
     // an order compute-sanitizer racecheck does not model (it flags the TMA thread's next write).
     if (atomicOr(&s.v_end[stage], 0)) return;
-    mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
-    transposer.transpose(smem_address(s.v[stage]), smem_address(s.vt[stage]), warp);
+    mbarrier_wait(&s.vt_empty[stage], phase ^ 1);  // consumers done with this V^T stage
+    Transposer::transpose(smem_address(s.v[stage]), smem_address(s.vt[stage]), warp);
     fence_proxy_async_shared();  // our generic stores -> the consumers' wgmma (async proxy) reads
     __syncwarp();
     if (lane == 0) {
       mbarrier_arrive(&s.vt_full[stage]);
       mbarrier_arrive(&s.v_empty[stage]);
     }
-    ring.advance();
   }
 }
 

@@ -8,12 +8,12 @@
 
 namespace hopattn::sm90 {
 
-// Keys per K/V block. 128 at head dims 64 and 128. At 256, O takes 128 registers: 96 keys (S 48, P 12
-// registers) fit beside it without spills and run 7-19% faster than 64 (H200, 2026-11-29); 128 spills
-// (76 bytes) and is 8% slower than 64. The block-descale kernel keeps 64 at d 256, so k/v descales of
-// 64 or 128 rows (multiples of kBlockN) stay accepted.
+// Keys per K/V block: 128 (at d 256, S 64 and P 16 registers beside O's 128 fit the consumers' 240;
+// 96 keys ran 4-8% slower and 64 keys 11-24% slower, H200 2026-11-29). The block-descale kernel at
+// d 256 keeps 64: its scales push 128 keys into spills (40 bytes). Descale rows must be multiples of
+// kBlockN, so 128-row descales work at every head dim.
 constexpr int fp8_default_block_n(int head_dim, bool block_descales) {
-  return head_dim != 256 ? 128 : (block_descales ? 64 : 96);
+  return head_dim == 256 && block_descales ? 64 : 128;
 }
 // Head dim 128 from 8192 keys on (no block descales): 192-key blocks (Q from shared memory, 2 stages)
 // run 3-4% faster than 128 at 8k-16k. Below that the padding of the last block (up to 191 keys of
@@ -47,7 +47,7 @@ struct Fp8FwdTraits {
   static_assert(kStages >= 2, "a K/V block this wide leaves no room for two stages");
   // Ping-pong pays where the softmax is long against the GEMMs (d 64, 128: d128 2k 707 vs 676
   // TFLOP/s without). At d 256 the barrier hand-over costs more than the overlap brings: without it
-  // 1-2% faster from 4k on with 64-key blocks, 1-2% at 16k with 96 (H200, 2026-11-29).
+  // 1-2% faster from 4k on with 64-key blocks, 0-1% with 128 (H200, 2026-11-29).
   static constexpr bool kPingPongPays = kHeadDim != 256;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -55,10 +55,11 @@ struct Fp8FwdTraits {
   static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
   // Producer warpgroup: warp 0 issues the TMA loads, warps 1..3 transpose V.
   static constexpr int kTransposeWarps = 3;
-  // setmaxnreg budgets: the transposers need more than the 16-bit path's 24 (4 loaded + 4 transposed
-  // words, swizzled addresses and the tile walk spill at 24); 232 still holds O, S and P of every head dim.
-  static constexpr int kProducerRegisters = 32;
-  static constexpr int kConsumerRegisters = 232;
+  // setmaxnreg budgets: (24 + 2 x 240) x 128 = 168 x 384, the whole launch allocation. The transposers
+  // fit in 24 because they walk key groups in a run-time loop and keep the ring position in one
+  // register (producer.cuh); 240 holds O, S and P of 128-key blocks at d 256 (232 spilled 76 bytes).
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
                     kLaunchRegisters * kThreads,
