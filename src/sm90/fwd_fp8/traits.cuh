@@ -15,7 +15,7 @@ namespace hopattn::sm90 {
 constexpr int fp8_default_block_n(int head_dim, bool block_descales) {
   return head_dim == 256 && block_descales ? 64 : 128;
 }
-// Head dim 128 from 8192 keys on (no block descales): 192-key blocks (Q from shared memory, 2 stages)
+// Head dim 128 from 8192 keys on (no block descales): 192-key blocks (2 stages)
 // run 3-4% faster than 128 at 8k-16k. Below that the padding of the last block (up to 191 keys of
 // wasted work per tile row) costs more than the per-block overheads the width saves: 1-4% slower
 // at 2k-4k (H200, 2026-11-29).
@@ -84,9 +84,11 @@ struct Fp8FwdTraits {
   // d 64 lost 6% with it, d 128 gained 2.5-6.5%, d 256 neither gained nor lost).
   static constexpr bool kLeanAddressing = kHeadDim >= 128;
   // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers,
-  // where they fit beside O, S and P (kBlockN / 8) with 48 to spare: d 64 and 128; d 256 spills.
+  // where they fit beside O, S and P (kBlockN / 8) with 40 to spare, 48 with block descales (their
+  // scales): d 64, d 128 (192-key blocks too: +1-2% at 8k-16k, H200 2026-11-29); d 256 spills.
+  static constexpr int kQRegisterSlack = kBlockDescales ? 48 : 40;
   static constexpr bool kQInRegisters =
-      kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - 48;
+      kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - kQRegisterSlack;
 
   static constexpr int kPingPongBarrierBase = 1;
   static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
