@@ -7,13 +7,10 @@
 namespace hopattn::sm90 {
 
 Status forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
-  // The FP8 consumer has no softcap step (the 16-bit consumer's has no FP8 counterpart yet), and no
-  // FP8 test covers sliding windows, so both are refused rather than silently miscomputed.
+  // The FP8 consumer has no softcap step (the 16-bit consumer's has no FP8 counterpart yet): refused
+  // rather than silently miscomputed. Sliding windows use the 16-bit kernel's masks and K-block range.
   if (pr.softcap != 0.0f)
     return Status(StatusCode::kUnsupported, "softcap is not supported by the sm_90a fp8 forward kernel");
-  if (pr.window_left != -1 || (pr.window_right != -1 && !(pr.causal && pr.window_right == 0)))
-    return Status(StatusCode::kUnsupported,
-                  "a sliding window is not supported by the sm_90a fp8 forward kernel (causal is)");
   if (!args.options.warp_specialized)
     return Status(StatusCode::kUnsupported,
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "

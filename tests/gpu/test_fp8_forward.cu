@@ -1,6 +1,6 @@
 // The sm_90a FP8 forward against an on-device oracle on the same e4m3 codes and scales: random
-// configurations (head dims 64/128/256, causal or not, GQA, odd lengths and length 1, LSE, per-head and
-// per-block descales, every kernel option), fresh data per run, poisoned outputs.
+// configurations (head dims 64/128/256, causal or not, sliding windows, GQA, odd lengths and length 1,
+// LSE, per-head and per-block descales, every kernel option), fresh data per run, poisoned outputs.
 //
 // Tolerance. The kernel rounds P (scaled into [0, 256]) to e4m3 before the P V GEMM: up to 2^-4
 // relative error per probability, which no float oracle reproduces bit for bit (the kernel rounds
@@ -36,6 +36,7 @@ namespace {
 struct Fp8Case {
   int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 128;
   bool causal = false, with_lse = true;
+  int window_left = -1, window_right = -1;  // -1: unbounded; causal is window_right 0
   float q_amplitude = 1.0f;  // larger: peakier softmax
   bool head_scales = false, block_scales = false;
   int rows_q = 128, rows_kv = 128;
@@ -45,6 +46,7 @@ struct Fp8Case {
     std::ostringstream s;
     s << "b " << batch << " hq " << heads_q << " hkv " << heads_kv << " sq " << seqlen_q << " sk " << seqlen_k
       << " d " << head_dim << (causal ? " causal" : "") << (with_lse ? " lse" : "") << " qamp " << q_amplitude
+      << " window (" << window_left << ", " << window_right << ")"
       << (head_scales ? " head-scales" : "");
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
@@ -58,7 +60,7 @@ struct OracleArgs {
   const float *q_head, *k_head, *v_head;                    // (batch, heads_kv) or null
   const float *q_block, *k_block, *v_block;                 // (batch, heads, blocks) or null
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, d, rows_q, rows_kv, blocks_q, blocks_kv;
-  bool causal;
+  int window_left, window_right;  // bottom-right aligned, -1 unbounded (causal: window_right 0)
   float softmax_scale;
   float *ref, *emul, *lse;  // dense (b, sq, hq, d) and (b, hq, sq)
   float* lse_tolerance;     // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
@@ -96,11 +98,13 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
                         (a.q_block ? a.q_block[(b * a.heads_q + h) * a.blocks_q + i / a.rows_q] : 1.0f);
   const float k_head = a.k_head ? a.k_head[b * a.heads_kv + kvh] : 1.0f;
   const float v_head = a.v_head ? a.v_head[b * a.heads_kv + kvh] : 1.0f;
-  const int key_end = a.causal ? min(a.seqlen_k, i + a.seqlen_k - a.seqlen_q + 1) : a.seqlen_k;
+  const int diagonal = i + a.seqlen_k - a.seqlen_q;
+  const int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
+  const int key_begin = a.window_left >= 0 ? max(0, diagonal - a.window_left) : 0;
   float local_max = -INFINITY, local_magnitude = 0.0f;
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
     float s = -INFINITY;
-    if (j < key_end) {
+    if (j >= key_begin && j < key_end) {
       const std::uint8_t* k = a.k + ((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d;
       float dot = 0.0f, abs_dot = 0.0f;
       for (int c = 0; c < a.d; ++c) {
@@ -128,7 +132,7 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   __syncthreads();
   for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
     float acc = 0.0f, acc8 = 0.0f;
-    for (int j = 0; j < key_end; ++j) {
+    for (int j = key_begin; j < key_end; ++j) {
       const float v = e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
       acc += p[j] * v;
       acc8 += p8[j] * v;
@@ -218,6 +222,8 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
     args.descale_block_rows_kv = c.rows_kv;
   }
   args.causal = c.causal;
+  args.window_left = c.window_left;
+  args.window_right = c.window_right;
   args.options = c.options;
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
@@ -231,7 +237,8 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
                c.head_scales ? vh.as<float>() : nullptr, c.block_scales ? qb.as<float>() : nullptr,
                c.block_scales ? kb.as<float>() : nullptr, c.block_scales ? vb.as<float>() : nullptr,
                c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
-               blocks_q, blocks_kv, c.causal, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+               blocks_q, blocks_kv, c.window_left, c.causal ? 0 : c.window_right,
+               1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                ref.as<float>(), emul.as<float>(), lse_ref.as<float>(), lse_tolerance.as<float>()};
   const std::size_t smem = (2 * std::size_t(c.seqlen_k) + 32) * sizeof(float);
   HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(fp8_oracle_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -288,6 +295,10 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   c.seqlen_q = forced_q > 0 ? forced_q : log_uniform(rng, 1, 3000);
   c.seqlen_k = forced_k > 0 ? forced_k : log_uniform(rng, 1, 3000);
   c.causal = rng() % 2;
+  if (rng() % 4 == 0) {  // a sliding window: left, right or both (with causal, a local causal window)
+    c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
+    if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
+  }
   c.with_lse = rng() % 4 != 0;
   c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
   c.head_scales = rng() % 2;
@@ -335,7 +346,8 @@ TEST_F(Fp8Forward, RandomConfigurationsMatchTheOracle) {
 }
 
 // Fixed corners: every head dim with the tail of a K block, causal with more queries than keys (rows
-// that see nothing), MQA, block scales at the smallest supported granularity.
+// that see nothing), MQA, block scales at the smallest supported granularity, sliding windows
+// (narrower than a K block, rows whose window holds no key).
 TEST_F(Fp8Forward, CornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
@@ -347,6 +359,12 @@ TEST_F(Fp8Forward, CornerCases) {
     c.causal = true, c.seqlen_q = 300, c.seqlen_k = 100, c.block_scales = false;
     cases.push_back(c);
     c.seqlen_q = 1, c.seqlen_k = 1, c.causal = false;
+    cases.push_back(c);
+    c.seqlen_q = 333, c.seqlen_k = 517, c.window_left = 37, c.window_right = 5;
+    cases.push_back(c);
+    c.window_left = 100, c.window_right = -1, c.causal = true;  // local causal window
+    cases.push_back(c);
+    c.seqlen_q = 600, c.seqlen_k = 200, c.window_left = 3, c.causal = false, c.window_right = -1;  // empty rows
     cases.push_back(c);
   }
   for (std::size_t i = 0; i < cases.size(); ++i) {
