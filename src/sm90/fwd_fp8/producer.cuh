@@ -71,7 +71,8 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
 // derives the maps); each lane derives its two row addresses of task 0 and reaches every other task by
 // XOR with compile-time constants, one LOP3 per address at most, the rest folded into the immediate.
 template <class VTile, class VtTile, int kHeadDim, int kKeys, int kWarps>
-struct VTransposer {
+class VTransposer {
+ public:
   // Warp `warp` (0..kWarps-1) takes a contiguous run of the key-group-major task order
   // (fp8::transpose_first_position); one code path per warp keeps the tasks, and so the XOR
   // constants, known at compile time. v and vt: 1024-byte aligned stages.
