@@ -39,7 +39,7 @@ class Fp8Consumer {
   static constexpr int kS = Traits::kSRegisters;
   static constexpr int kO = Traits::kORegisters;
   static constexpr int kPSteps = Traits::kPSteps;
-  using Softmax = Fp8OnlineSoftmax<kS>;
+  using Softmax = Fp8OnlineSoftmax<kS, Traits::kFmaExp2Every>;
   static constexpr int kQSteps = Traits::kQInRegisters ? Traits::kQKSteps : 0;
   using QFragments = std::uint32_t[kQSteps > 0 ? kQSteps : 1][4];
 

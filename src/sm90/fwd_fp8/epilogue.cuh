@@ -18,7 +18,7 @@ namespace hopattn::sm90 {
 template <class Traits>
 __device__ __forceinline__ void store_fp8_output(const FwdParams& p, const TileCoord& c, int row0, int thread,
                                                  float (&o)[Traits::kORegisters],
-                                                 Fp8OnlineSoftmax<Traits::kSRegisters>& softmax, float v_scale) {
+                                                 Fp8OnlineSoftmax<Traits::kSRegisters, Traits::kFmaExp2Every>& softmax, float v_scale) {
   float out_scale[2];
   float lse[2];
 #pragma unroll

@@ -15,7 +15,22 @@ namespace hopattn::sm90 {
 
 constexpr float kFp8POffsetLog2 = 8.0f;
 
-template <int kSRegisters>
+// 2^x on the FMA pipe, for x <= 8 (P's argument): x = j + f with j = round(x) (the 1.5 * 2^23 add
+// leaves j in the low mantissa bits), 2^f for |f| <= 1/2 by its degree-3 Taylor polynomial (relative
+// error below 6e-4, far under e4m3's 2^-4 step that P is rounded to), then j added to the exponent
+// field. x is clamped at -127, where f = 0 and the exponent add gives exactly +0 (so -inf, a masked
+// score, still gives 0, and an empty row's sum stays 0).
+__device__ __forceinline__ float exp2_on_fma_pipe(float x) {
+  const float clamped = fmaxf(x, -127.0f);
+  const float shifted = clamped + 12582912.0f;
+  const float f = clamped - (shifted - 12582912.0f);
+  const float p = fmaf(fmaf(fmaf(0.0555041f, f, 0.2402265f), f, 0.6931472f), f, 1.0f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}
+
+// kFmaExp2Every > 0: every kFmaExp2Every-th exponential goes to exp2_on_fma_pipe, the rest to MUFU.EX2
+// (Fp8FwdTraits::kFmaExp2Every says where that pays).
+template <int kSRegisters, int kFmaExp2Every>
 struct Fp8OnlineSoftmax {
   float row_max[2];  // running max of t (log2 units), -inf until a key is seen
   float row_sum[2];  // this thread's partial sum of P (with the 2^8)
@@ -41,7 +56,10 @@ struct Fp8OnlineSoftmax {
       bias[r] = kFp8POffsetLog2 - reference;
     }
 #pragma unroll
-    for (int i = 0; i < kSRegisters; ++i) s[i] = fast_exp2(fmaf(s[i], scale, bias[fragment_row_half(i)]));
+    for (int i = 0; i < kSRegisters; ++i) {
+      const float x = fmaf(s[i], scale, bias[fragment_row_half(i)]);
+      s[i] = kFmaExp2Every > 0 && i % (kFmaExp2Every > 0 ? kFmaExp2Every : 1) == 0 ? exp2_on_fma_pipe(x) : fast_exp2(x);
+    }
     float block_sum[2];
     fragment_row_reduce(s, block_sum, SumOp{});
 #pragma unroll

@@ -76,6 +76,12 @@ struct Fp8FwdTraits {
   using VtTile = SwizzledTile<kHeadDim, kVtCols, kElementBytes>;
   static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width: 128 elements
 
+  // Every kFmaExp2Every-th softmax exponential on the FMA pipe (fwd_fp8/softmax.cuh) instead of
+  // MUFU.EX2, whose 16 results per clock per SM bound the FP8 softmax where the GEMMs are short.
+  // The polynomial costs ~8 issue slots against MUFU's one, so only a fraction pays, and only at
+  // d 64: every 8th +3.1-3.8% on the whole fp8 grid; d 128 every 4th -1% at 2k to +1.2% at 8k;
+  // d 256 every 8th -2%, every 4th -5% (H200, 2026-11-29).
+  static constexpr int kFmaExp2Every = kHeadDim == 64 ? 8 : 0;
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
