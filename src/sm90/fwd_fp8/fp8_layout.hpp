@@ -122,5 +122,4 @@ HOPATTN_HOST_DEVICE constexpr std::uint32_t transpose_task_address(std::uint32_t
   return (task0_address ^ (task_xor & kBelowAtom)) + (task_xor & ~kBelowAtom);
 }
 
-
 }  // namespace hopattn::sm90::fp8

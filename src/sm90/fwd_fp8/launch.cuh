@@ -74,7 +74,8 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   if (args.q_block_descale || args.k_block_descale || args.v_block_descale)
     return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true>>(args, pr);
   if constexpr (kHeadDim == 128) {
-    if (pr.seqlen_k >= kFp8WideBlockMinKeys) return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, kFp8WideBlockN>>(args, pr);
+    if (pr.seqlen_k >= kFp8WideBlockMinKeys)
+      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, kFp8WideBlockN>>(args, pr);
   }
   return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false>>(args, pr);
 }

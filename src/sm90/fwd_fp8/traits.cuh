@@ -37,12 +37,22 @@ struct Fp8FwdTraits {
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "keys per block: k32 steps of P V, at most a 256-wide S");
-  // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit.
+  // Q, K and V are loaded in 128-byte (128-element) column blocks. Head dim 64 fills half of one: the
+  // TMA box stays 128 wide and zero-fills columns 64..127 (outside the tensor), so every tile keeps the
+  // 128B swizzle; the Q K^T GEMM reads only the first kHeadDim columns.
   static constexpr int kTileCols = kHeadDim < 128 ? 128 : kHeadDim;
-  static constexpr int kVtCols = (kBlockN + 127) / 128 * 128;  // keys per V^T row: whole 128-byte blocks
-  static constexpr int kStageBytes = 2 * kBlockN * kTileCols + kHeadDim * kVtCols;
+  using QTile = SwizzledTile<kBlockM, kTileCols, kElementBytes>;
+  using KTile = SwizzledTile<kBlockN, kTileCols, kElementBytes>;
+  using VTile = KTile;
+  // V^T: dims x keys (keys contiguous: 8-bit B must be K-major) in whole 128-key column blocks; where
+  // kBlockN is not a multiple of 128 the P V GEMM reads only the first kBlockN keys of the last one.
+  using VtTile = SwizzledTile<kHeadDim, (kBlockN + 127) / 128 * 128, kElementBytes>;
+  static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width: 128 elements
+  // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit
+  // (225 KB for the tiles leaves the rest of the 227 KB for barriers and the alignment pad).
+  static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes + VtTile::kBytes;
   static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
-  static constexpr int kStagesFitting = (225 * 1024 - kBlockM * kTileCols) / kStageBytes;
+  static constexpr int kStagesFitting = (225 * 1024 - QTile::kBytes) / kStageBytes;
   static constexpr int kStages = kStagesWanted < kStagesFitting ? kStagesWanted : kStagesFitting;
   static_assert(kStages >= 2, "a K/V block this wide leaves no room for two stages");
   // Ping-pong pays where the softmax is long against the GEMMs (d 64, 128: d128 2k 707 vs 676
@@ -56,8 +66,9 @@ struct Fp8FwdTraits {
   // Producer warpgroup: warp 0 issues the TMA loads, warps 1..3 transpose V.
   static constexpr int kTransposeWarps = 3;
   // setmaxnreg budgets: (24 + 2 x 240) x 128 = 168 x 384, the whole launch allocation. The transposers
-  // fit in 24 because they walk key groups in a run-time loop and keep the ring position in one
-  // register (producer.cuh); 240 holds O, S and P of 128-key blocks at d 256 (232 spilled 76 bytes).
+  // fit in 24 because each warp takes a contiguous run of the key-group-major task order, reads its
+  // lane id per stage and keeps the ring position in one counter (producer.cuh); 240 holds O, S and P
+  // of 128-key blocks at d 256 (232 spilled 76 bytes).
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
@@ -65,16 +76,6 @@ struct Fp8FwdTraits {
                     kLaunchRegisters * kThreads,
                 "register budgets exceed what the CTA is launched with");
 
-  // Q, K and V are loaded in 128-byte (128-element) column blocks. Head dim 64 fills half of one: the
-  // TMA box stays 128 wide and zero-fills columns 64..127 (outside the tensor), so every tile keeps the
-  // 128B swizzle; the Q K^T GEMM reads only the first kHeadDim columns.
-  using QTile = SwizzledTile<kBlockM, kTileCols, kElementBytes>;
-  using KTile = SwizzledTile<kBlockN, kTileCols, kElementBytes>;
-  using VTile = KTile;
-  // V^T: dims x keys (keys contiguous: 8-bit B must be K-major); where kBlockN is not a multiple of
-  // 128 the P V GEMM reads only the first kBlockN keys of the last column block.
-  using VtTile = SwizzledTile<kHeadDim, kVtCols, kElementBytes>;
-  static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width: 128 elements
 
   // Every kFmaExp2Every-th softmax exponential on the FMA pipe (fwd_fp8/softmax.cuh) instead of
   // MUFU.EX2, whose 16 results per clock per SM bound the FP8 softmax where the GEMMs are short.
