@@ -224,6 +224,11 @@ class Fp8Consumer {
     }
   }
 
+  // Block n's iteration: one turn issues S_n and O += P_{n+1} V_{n+1}; the softmax of S_n then
+  // waits for that P V after its max reduction (the P V ran right behind S_n, so it is done or
+  // nearly), which frees O and p: P_n's conversion (and, where Traits::kRescaleBesideExponentials,
+  // O's rescale for block n) interleave with the exponentials instead of following them on the
+  // warpgroup's critical path.
   __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
@@ -233,7 +238,6 @@ class Fp8Consumer {
     int pv_stage = ring_.index();
     mbarrier_wait(&s_.k_full[pv_stage], ring_.phase());
     BlockScales scales = block_scales(n);
-    float pv_v_scale = scales.v;  // v scale of the block whose P V is issued next
     begin_gemm_turn();
     issue_qk(s, q, pv_stage);
     end_gemm_turn();
@@ -243,6 +247,7 @@ class Fp8Consumer {
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
     mask_if_needed(s, masked, m0, row0, n);
     softmax_update(s, scales, softmax, factor);
+    switch_v_block(scales.v, factor);  // O is still zero: only its v scale is set
     convert_p(s, p);
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
@@ -253,8 +258,7 @@ class Fp8Consumer {
       scales = block_scales(n);
       begin_gemm_turn();
       issue_qk(s, q, stage);  // S_n, in flight during the softmax below
-      switch_v_block(pv_v_scale, factor);
-      rescale(o, factor);
+      if constexpr (!Traits::kRescaleBesideExponentials) rescale(o, factor);
       mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
       issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
       end_gemm_turn();
@@ -263,19 +267,25 @@ class Fp8Consumer {
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
       mask_if_needed(s, masked, m0, row0, n);
-      softmax_update(s, scales, softmax, factor);
+      const float scale = score_scale_ * scales.k;
+      softmax.update_max(s, scale, factor);
       wgmma_wait<0>();
       pin_registers(o);
       pin_registers(p);
       release(&s_.vt_empty[pv_stage]);
+      switch_v_block(scales.v, factor);
+      if constexpr (Traits::kRescaleBesideExponentials) {
+        // Unconditional: a branch would split the code that interleaves it with the exponentials.
+#pragma unroll
+        for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
+      }
+      softmax.exponentiate(s, scale);
       convert_p(s, p);
       pv_stage = stage;
-      pv_v_scale = scales.v;
       pv_phase = ring_.phase();
       ring_.advance();
     }
-    switch_v_block(pv_v_scale, factor);
-    rescale(o, factor);
+    if constexpr (!Traits::kRescaleBesideExponentials) rescale(o, factor);
     mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
     issue_pv(o, p, pv_stage);
     wgmma_wait<0>();

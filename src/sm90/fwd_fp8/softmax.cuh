@@ -43,18 +43,33 @@ struct Fp8OnlineSoftmax {
   // Raw scores s (masked entries -inf) with this block's scale -> P; per row the factor O must be
   // multiplied by before this block's P V is added.
   __device__ __forceinline__ void update(float (&s)[kSRegisters], float scale, float (&o_rescale)[2]) {
+    update_max(s, scale, o_rescale);
+    exponentiate(s, scale);
+  }
+
+  // The two halves of update, for a caller that has work to put between them (the overlapped
+  // mainloop waits there for its previous P V, so that converting P can interleave with the
+  // exponentials). update_max folds the block's max into the running max, rescales the row sums
+  // and returns the O factor.
+  __device__ __forceinline__ void update_max(const float (&s)[kSRegisters], float scale, float (&o_rescale)[2]) {
     float block_max[2];
     fragment_row_reduce(s, block_max, MaxOp{});
-    float bias[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float new_max = fmaxf(row_max[r], quad_max(block_max[r]) * scale);
       // A row with no key yet keeps max -inf: exponentiate against 0, so no -inf - -inf NaN.
       const float reference = new_max == -INFINITY ? 0.0f : new_max;
       o_rescale[r] = fast_exp2(row_max[r] - reference);
+      row_sum[r] *= o_rescale[r];
       row_max[r] = new_max;
-      bias[r] = kFp8POffsetLog2 - reference;
     }
+  }
+
+  // Scores -> P against the max of the last update_max (same scale); adds P to the row sums.
+  __device__ __forceinline__ void exponentiate(float (&s)[kSRegisters], float scale) {
+    float bias[2];  // the 2^8 offset minus the max (0 for a row with no key yet: see update_max)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) bias[r] = kFp8POffsetLog2 - (row_max[r] == -INFINITY ? 0.0f : row_max[r]);
 #pragma unroll
     for (int i = 0; i < kSRegisters; ++i) {
       const float x = fmaf(s[i], scale, bias[fragment_row_half(i)]);
@@ -63,7 +78,7 @@ struct Fp8OnlineSoftmax {
     float block_sum[2];
     fragment_row_reduce(s, block_sum, SumOp{});
 #pragma unroll
-    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * o_rescale[r] + block_sum[r];
+    for (int r = 0; r < 2; ++r) row_sum[r] += block_sum[r];
   }
 };
 

@@ -83,6 +83,11 @@ struct Fp8FwdTraits {
   // d 64: every 8th +3.1-3.8% on the whole fp8 grid; d 128 every 4th -1% at 2k to +1.2% at 8k;
   // d 256 every 8th -2%, every 4th -5% (H200, 2026-11-29).
   static constexpr int kFmaExp2Every = kHeadDim == 64 ? 8 : 0;
+  // Overlapped mainloop: O's rescale for the next P V unconditionally beside the exponentials
+  // (after the wait for the previous P V) instead of, skipped where no row max moved, in the GEMM
+  // turn: d 64 +3-6%, d 128 +1-4% from 8k (H200, 2026-11-29). The conditional rescale at that place
+  // was mixed (8k -2%). At d 256 (O 128 registers) it spills.
+  static constexpr bool kRescaleBesideExponentials = kHeadDim != 256;
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
