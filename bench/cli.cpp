@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -32,7 +33,7 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
-                            "--causal", "--dtype", "--iters", "--warmup", "--json"}) {
+                            "--causal", "--dtype", "--softcap", "--iters", "--warmup", "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -49,6 +50,7 @@ std::string usage_text() {
          " (default quick)\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
+         "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -125,6 +127,16 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
         return false;
       }
       single.causal = value == "1";
+      single_given = true;
+    } else if (flag == "--softcap") {
+      char* end = nullptr;
+      const float cap = std::strtof(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(cap >= 0.0f) || !std::isfinite(cap)) {
+        *error = "--softcap wants a finite number >= 0 (0 = off), got '" + value + "'";
+        return false;
+      }
+      single.softcap = cap;
+      if (cap > 0.0f) single.variant = "softcap";
       single_given = true;
     } else if (flag == "--grid") {
       std::vector<Shape> probe;

@@ -106,6 +106,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     args.descale_block_rows_kv = rows;
   }
   args.causal = s.causal;
+  args.softcap = s.softcap;
   args.options = s.options;
   args.stream = options.stream;
   return args;

@@ -112,8 +112,8 @@ std::vector<Shape> ablation_grid() {
 
 // FP8 (e4m3, no descales) on the paper grid's long half; the 16k non-causal shapes of every head dim
 // with per-block descales of 128 rows (the block quantization path: a q scale per tile, k and v
-// scales per K block); then the d256 16k shape with each speed technique switched off alone (the FP8
-// kernel is always warp-specialized).
+// scales per K block), and with a softcap of 30 (the softcap kernels); then the d256 16k shape with
+// each speed technique switched off alone (the FP8 kernel is always warp-specialized).
 std::vector<Shape> fp8_grid() {
   std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {2048, 4096, 8192, 16384});
   const std::size_t plain = shapes.size();
@@ -123,6 +123,13 @@ std::vector<Shape> fp8_grid() {
     blocked.fp8_block_rows = 128;
     blocked.variant = "block_scales";
     shapes.push_back(blocked);
+  }
+  for (std::size_t i = 0; i < plain; ++i) {
+    if (shapes[i].seqlen_q != 16384 || shapes[i].causal) continue;
+    Shape capped = shapes[i];
+    capped.softcap = 30.0f;
+    capped.variant = "softcap";
+    shapes.push_back(capped);
   }
   Shape base = shapes[plain - 1];
   base.causal = false;

@@ -22,6 +22,7 @@ struct Shape {
   // FP8 only: > 0 passes per-block descales (q, k and v, all ones) of this many rows, the block
   // quantization path; 0 passes none (per-head factors of 1).
   int fp8_block_rows = 0;
+  float softcap = 0.0f;  // > 0: scores pass through softcap * tanh(score / softcap)
   std::string variant = "default";  // names the KernelOptions setting (ablation rows) or the descales
 };
 

@@ -7,10 +7,8 @@
 namespace hopattn::sm90 {
 
 Status forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
-  // The FP8 consumer has no softcap step (the 16-bit consumer's has no FP8 counterpart yet): refused
-  // rather than silently miscomputed. Sliding windows use the 16-bit kernel's masks and K-block range.
-  if (pr.softcap != 0.0f)
-    return Status(StatusCode::kUnsupported, "softcap is not supported by the sm_90a fp8 forward kernel");
+  // Sliding windows use the 16-bit kernel's masks and K-block range; softcap has its own
+  // instantiations (launch_forward_fp8).
   if (!args.options.warp_specialized)
     return Status(StatusCode::kUnsupported,
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "

@@ -1,6 +1,7 @@
 // The sm_90a FP8 forward against an on-device oracle on the same e4m3 codes and scales: random
-// configurations (head dims 64/128/256, causal or not, sliding windows, GQA, odd lengths and length 1,
-// LSE, per-head and per-block descales, every kernel option), fresh data per run, poisoned outputs.
+// configurations (head dims 64/128/256, causal or not, sliding windows, softcap, GQA, odd lengths and
+// length 1, LSE, per-head and per-block descales, every kernel option), fresh data per run, poisoned
+// outputs.
 //
 // Tolerance. The kernel rounds P (scaled into [0, 256]) to e4m3 before the P V GEMM: up to 2^-4
 // relative error per probability, which no float oracle reproduces bit for bit (the kernel rounds
@@ -15,7 +16,8 @@
 // products, which exceeds the score's own size when products cancel (an H200 run of 2026-11-29 saw
 // LSE 0.046 off by 0.003 with one key, d 256). So |lse - lse_ref| <= 2e-3 + 2^-9 max_j sum_c
 // |q_c k_jc| (scaled like the scores; 4x the error ArchFp8Wgmma measured), and -inf exactly where a
-// row sees no key.
+// row sees no key. Under a softcap the kernel's tanh is MUFU.TANH (tanh.approx, ~2^-11 relative):
+// `emul` uses the same instruction, and the LSE tolerance adds softcap * 2^-10 for it.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -37,6 +39,7 @@ struct Fp8Case {
   int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 128;
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;  // -1: unbounded; causal is window_right 0
+  float softcap = 0.0f;                      // 0: off
   float q_amplitude = 1.0f;  // larger: peakier softmax
   bool head_scales = false, block_scales = false;
   int rows_q = 128, rows_kv = 128;
@@ -48,6 +51,7 @@ struct Fp8Case {
       << " d " << head_dim << (causal ? " causal" : "") << (with_lse ? " lse" : "") << " qamp " << q_amplitude
       << " window (" << window_left << ", " << window_right << ")"
       << (head_scales ? " head-scales" : "");
+    if (softcap > 0.0f) s << " softcap " << softcap;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
       << options.persistent;
@@ -61,7 +65,7 @@ struct OracleArgs {
   const float *q_block, *k_block, *v_block;                 // (batch, heads, blocks) or null
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, d, rows_q, rows_kv, blocks_q, blocks_kv;
   int window_left, window_right;  // bottom-right aligned, -1 unbounded (causal: window_right 0)
-  float softmax_scale;
+  float softmax_scale, softcap;   // softcap 0: off
   float *ref, *emul, *lse;  // dense (b, sq, hq, d) and (b, hq, sq)
   float* lse_tolerance;     // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
 };
@@ -70,6 +74,12 @@ __device__ float e4m3_value(std::uint8_t code) {
   __nv_fp8_e4m3 x;
   x.__x = code;
   return static_cast<float>(x);
+}
+
+__device__ float approx_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ float block_reduce(float x, float* scratch, bool is_max) {
@@ -90,7 +100,8 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   extern __shared__ float shared[];
   float* p = shared;                 // P * v scale per key
   float* p8 = shared + a.seqlen_k;   // e4m3(P) * v scale per key
-  float* scratch = shared + 2 * a.seqlen_k;
+  float* s8 = shared + 2 * a.seqlen_k;  // the score with the kernel's tanh (softcap), else the score
+  float* scratch = shared + 3 * a.seqlen_k;
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int kvh = h / (a.heads_q / a.heads_kv);
   const std::uint8_t* q = a.q + ((std::size_t(b) * a.seqlen_q + i) * a.heads_q + h) * a.d;
@@ -101,9 +112,9 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   const int diagonal = i + a.seqlen_k - a.seqlen_q;
   const int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
   const int key_begin = a.window_left >= 0 ? max(0, diagonal - a.window_left) : 0;
-  float local_max = -INFINITY, local_magnitude = 0.0f;
+  float local_max = -INFINITY, local_max8 = -INFINITY, local_magnitude = 0.0f;
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
-    float s = -INFINITY;
+    float s = -INFINITY, s_approx = -INFINITY;
     if (j >= key_begin && j < key_end) {
       const std::uint8_t* k = a.k + ((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d;
       float dot = 0.0f, abs_dot = 0.0f;
@@ -112,23 +123,33 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
         abs_dot += fabsf(e4m3_value(q[c]) * e4m3_value(k[c]));
       }
       const float k_scale = k_head * (a.k_block ? a.k_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
-      s = dot * q_scale * k_scale * a.softmax_scale;
+      s = s_approx = dot * q_scale * k_scale * a.softmax_scale;
+      if (a.softcap > 0.0f) {
+        s_approx = a.softcap * approx_tanh(s / a.softcap);
+        s = a.softcap * tanhf(s / a.softcap);
+      }
       local_magnitude = fmaxf(local_magnitude, abs_dot * q_scale * k_scale * a.softmax_scale);
     }
     p[j] = s;
+    s8[j] = s_approx;
     local_max = fmaxf(local_max, s);
+    local_max8 = fmaxf(local_max8, s_approx);
   }
   const float m = block_reduce(local_max, scratch, true);
+  const float m8 = block_reduce(local_max8, scratch, true);
   const float magnitude = block_reduce(local_magnitude, scratch, true);
-  float local_sum = 0.0f;
+  float local_sum = 0.0f, local_sum8 = 0.0f;
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
     const float e = p[j] == -INFINITY ? 0.0f : expf(p[j] - m) * 256.0f;
+    const float e8 = s8[j] == -INFINITY ? 0.0f : expf(s8[j] - m8) * 256.0f;
     const float v_scale = v_head * (a.v_block ? a.v_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
     local_sum += e;
+    local_sum8 += e8;
     p[j] = e * v_scale;
-    p8[j] = static_cast<float>(__nv_fp8_e4m3(e)) * v_scale;
+    p8[j] = static_cast<float>(__nv_fp8_e4m3(e8)) * v_scale;
   }
   const float l = block_reduce(local_sum, scratch, false);
+  const float l8 = block_reduce(local_sum8, scratch, false);
   __syncthreads();
   for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
     float acc = 0.0f, acc8 = 0.0f;
@@ -139,14 +160,14 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
     }
     const std::size_t o = ((std::size_t(b) * a.seqlen_q + i) * a.heads_q + h) * a.d + c;
     a.ref[o] = l > 0.0f ? acc / l : 0.0f;
-    a.emul[o] = l > 0.0f ? __bfloat162float(__float2bfloat16_rn(acc8 / l)) : 0.0f;
+    a.emul[o] = l8 > 0.0f ? __bfloat162float(__float2bfloat16_rn(acc8 / l8)) : 0.0f;
   }
   if (threadIdx.x == 0) {
     const std::size_t row = (std::size_t(b) * a.heads_q + h) * a.seqlen_q + i;
     a.lse[row] = l > 0.0f ? m + logf(l / 256.0f) : -INFINITY;
     // LSE moves by at most the largest score error; a score's QGMMA error is bounded by 2^-9 of its
     // sum of |products| (4x the 5e-4 measured by ArchFp8Wgmma), plus float32 slack.
-    a.lse_tolerance[row] = 2e-3f + magnitude / 512.0f;
+    a.lse_tolerance[row] = 2e-3f + magnitude / 512.0f + a.softcap / 1024.0f;
   }
 }
 
@@ -224,6 +245,7 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   args.causal = c.causal;
   args.window_left = c.window_left;
   args.window_right = c.window_right;
+  args.softcap = c.softcap;
   args.options = c.options;
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
@@ -238,9 +260,9 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
                c.block_scales ? kb.as<float>() : nullptr, c.block_scales ? vb.as<float>() : nullptr,
                c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
                blocks_q, blocks_kv, c.window_left, c.causal ? 0 : c.window_right,
-               1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+               1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.softcap,
                ref.as<float>(), emul.as<float>(), lse_ref.as<float>(), lse_tolerance.as<float>()};
-  const std::size_t smem = (2 * std::size_t(c.seqlen_k) + 32) * sizeof(float);
+  const std::size_t smem = (3 * std::size_t(c.seqlen_k) + 32) * sizeof(float);
   HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(fp8_oracle_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   fp8_oracle_kernel<<<dim3(c.seqlen_q, c.heads_q, c.batch), 256, smem>>>(o);
   HOPATTN_CUDA_CHECK(cudaGetLastError());
@@ -299,6 +321,8 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
     c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
     if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
   }
+  // A softcap from 1 (nearly every score capped) to 30 (only the peaks of q amplitude 4).
+  if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
   c.with_lse = rng() % 4 != 0;
   c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
   c.head_scales = rng() % 2;
@@ -347,7 +371,7 @@ TEST_F(Fp8Forward, RandomConfigurationsMatchTheOracle) {
 
 // Fixed corners: every head dim with the tail of a K block, causal with more queries than keys (rows
 // that see nothing), MQA, block scales at the smallest supported granularity, sliding windows
-// (narrower than a K block, rows whose window holds no key).
+// (narrower than a K block, rows whose window holds no key), softcap with and without block scales.
 TEST_F(Fp8Forward, CornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
@@ -365,6 +389,10 @@ TEST_F(Fp8Forward, CornerCases) {
     c.window_left = 100, c.window_right = -1, c.causal = true;  // local causal window
     cases.push_back(c);
     c.seqlen_q = 600, c.seqlen_k = 200, c.window_left = 3, c.causal = false, c.window_right = -1;  // empty rows
+    cases.push_back(c);
+    c.seqlen_q = 259, c.seqlen_k = 391, c.window_left = -1, c.softcap = 2.5f;  // most scores capped
+    cases.push_back(c);
+    c.block_scales = true, c.causal = true, c.softcap = 12.0f;
     cases.push_back(c);
   }
   for (std::size_t i = 0; i < cases.size(); ++i) {

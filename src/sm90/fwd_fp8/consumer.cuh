@@ -7,7 +7,8 @@
 //
 // Scales: a score is acc * q_scale * k_scale * softmax_scale. The per-tile part (per-head descales,
 // the q block scale of this warpgroup's rows) and log2(e) are one factor; a per-block k scale
-// multiplies it per K block. V's scale: O is kept in units of the v scale of the last block added (a
+// multiplies it per K block. With a softcap (Traits::kSoftcap) the descales and softmax_scale / softcap
+// scale the tanh's input instead, and the capped logits enter the softmax times log2(e) alone. V's scale: O is kept in units of the v scale of the last block added (a
 // change of block scale is folded into the O rescale before the next P V), and the per-head v descale
 // and the last block scale are applied in the epilogue.
 #pragma once
@@ -97,7 +98,13 @@ class Fp8Consumer {
     const int q_row = row0 < b_.seqlen_q ? row0 : b_.seqlen_q - 1;
     const DescaleView& qb = p_.q_block_descale;
     const float q_block = qb.data == nullptr ? 1.0f : qb.at(c.batch, c.head, q_row / qb.rows_per_block);
-    score_scale_ = b_.scale_log2 * p_.q_descale.at(c.batch, kv_head_) * p_.k_descale.at(c.batch, kv_head_) * q_block;
+    const float descales = p_.q_descale.at(c.batch, kv_head_) * p_.k_descale.at(c.batch, kv_head_) * q_block;
+    if constexpr (Traits::kSoftcap) {
+      cap_input_scale_ = b_.softcap_input_scale * descales;
+      score_scale_ = b_.scale_log2;  // log2(e): make_fwd_params sets logit_scale 1 under a softcap
+    } else {
+      score_scale_ = b_.scale_log2 * descales;
+    }
     v_factor_ = p_.v_descale.at(c.batch, kv_head_);
     v_block_ = 1.0f;
   }
@@ -164,7 +171,19 @@ class Fp8Consumer {
     wgmma_commit();
   }
 
-  __device__ void mask_if_needed(float (&s)[kS], const MaskedBlocks& masked, int m0, int row0, int n_block) {
+  // The factor from raw scores (after the softcap, when on) to log2-unit logits for block scales `scales`.
+  __device__ float logit_scale(const BlockScales& scales) const {
+    return Traits::kSoftcap ? score_scale_ : score_scale_ * scales.k;
+  }
+
+  // Raw scores -> what the softmax sees: softcap (when on), then the mask.
+  __device__ void prepare_scores(float (&s)[kS], const BlockScales& scales, const MaskedBlocks& masked, int m0,
+                                 int row0, int n_block) {
+    if constexpr (Traits::kSoftcap) {
+      const float input_scale = cap_input_scale_ * scales.k;
+#pragma unroll
+      for (int i = 0; i < kS; ++i) s[i] = b_.softcap * fast_tanh(s[i] * input_scale);
+    }
     const int n0 = n_block * Traits::kBlockN;
     if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, b_, m0, n_block)) {
       apply_mask(s, thread_, row0, n0, b_);
@@ -173,7 +192,7 @@ class Fp8Consumer {
 
   __device__ void softmax_update(float (&s)[kS], const BlockScales& scales, Softmax& softmax,
                                  float (&factor)[2]) {
-    softmax.update(s, score_scale_ * scales.k, factor);
+    softmax.update(s, logit_scale(scales), factor);
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
@@ -209,7 +228,7 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      mask_if_needed(s, masked, m0, row0, n);
+      prepare_scores(s, scales, masked, m0, row0, n);
       float factor[2];
       softmax_update(s, scales, softmax, factor);
       switch_v_block(scales.v, factor);
@@ -224,11 +243,19 @@ class Fp8Consumer {
     }
   }
 
-  // Block n's iteration: one turn issues S_n and O += P_{n+1} V_{n+1}; the softmax of S_n then
-  // waits for that P V after its max reduction (the P V ran right behind S_n, so it is done or
-  // nearly), which frees O and p: P_n's conversion (and, where Traits::kRescaleBesideExponentials,
-  // O's rescale for block n) interleave with the exponentials instead of following them on the
-  // warpgroup's critical path.
+  // The P V GEMM of the last turn is done: O, p and its V^T stage are free.
+  __device__ void wait_for_pv(float (&o)[kO], std::uint32_t (&p)[kPSteps][4], int pv_stage) {
+    wgmma_wait<0>();
+    pin_registers(o);
+    pin_registers(p);
+    release(&s_.vt_empty[pv_stage]);
+  }
+
+  // Block n's iteration: one turn issues S_n and O += P_{n+1} V_{n+1}, then the softmax of S_n runs
+  // while that P V does. Where Traits::kPvWaitInSoftmax, the softmax waits for the P V after its max
+  // reduction (it ran right behind S_n, so it is done or nearly), which frees O and p: O's rescale
+  // for block n and P_n's conversion then interleave with the exponentials instead of following them
+  // on the warpgroup's critical path.
   __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
@@ -245,7 +272,7 @@ class Fp8Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-    mask_if_needed(s, masked, m0, row0, n);
+    prepare_scores(s, scales, masked, m0, row0, n);
     softmax_update(s, scales, softmax, factor);
     switch_v_block(scales.v, factor);  // O is still zero: only its v scale is set
     convert_p(s, p);
@@ -258,7 +285,7 @@ class Fp8Consumer {
       scales = block_scales(n);
       begin_gemm_turn();
       issue_qk(s, q, stage);  // S_n, in flight during the softmax below
-      if constexpr (!Traits::kRescaleBesideExponentials) rescale(o, factor);
+      if constexpr (!Traits::kPvWaitInSoftmax) rescale(o, factor);
       mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
       issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
       end_gemm_turn();
@@ -266,26 +293,27 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      mask_if_needed(s, masked, m0, row0, n);
-      const float scale = score_scale_ * scales.k;
+      prepare_scores(s, scales, masked, m0, row0, n);
+      const float scale = logit_scale(scales);
       softmax.update_max(s, scale, factor);
-      wgmma_wait<0>();
-      pin_registers(o);
-      pin_registers(p);
-      release(&s_.vt_empty[pv_stage]);
-      switch_v_block(scales.v, factor);
-      if constexpr (Traits::kRescaleBesideExponentials) {
+      if constexpr (Traits::kPvWaitInSoftmax) {
+        wait_for_pv(o, p, pv_stage);
+        switch_v_block(scales.v, factor);
         // Unconditional: a branch would split the code that interleaves it with the exponentials.
 #pragma unroll
         for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
       }
       softmax.exponentiate(s, scale);
+      if constexpr (!Traits::kPvWaitInSoftmax) {
+        wait_for_pv(o, p, pv_stage);
+        switch_v_block(scales.v, factor);
+      }
       convert_p(s, p);
       pv_stage = stage;
       pv_phase = ring_.phase();
       ring_.advance();
     }
-    if constexpr (!Traits::kRescaleBesideExponentials) rescale(o, factor);
+    if constexpr (!Traits::kPvWaitInSoftmax) rescale(o, factor);
     mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
     issue_pv(o, p, pv_stage);
     wgmma_wait<0>();
@@ -300,7 +328,8 @@ class Fp8Consumer {
   const int thread_;
   StageRing<Traits::kStages> ring_;
   int batch_ = 0, kv_head_ = 0;
-  float score_scale_ = 0.0f;  // scale_log2 * per-head q, k descales * q block scale
+  float score_scale_ = 0.0f;  // scale_log2 * per-head q, k descales * q block scale (softcap: scale_log2)
+  float cap_input_scale_ = 0.0f;  // softcap only: softmax_scale / softcap * per-head descales * q block scale
   float v_factor_ = 1.0f;     // per-head v descale
   float v_block_ = 1.0f;      // v block scale O is currently expressed in
 };

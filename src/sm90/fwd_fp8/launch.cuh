@@ -67,15 +67,20 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   return cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
 }
 
-// The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales);
-// without them, head dim 128 takes wider K blocks at long key sequences (kFp8WideBlockMinKeys).
+// The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
+// with the softcap step only when a softcap is given; without either, head dim 128 takes wider K
+// blocks at long key sequences (kFp8WideBlockMinKeys).
 template <int kHeadDim>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
-  if (args.q_block_descale || args.k_block_descale || args.v_block_descale)
-    return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true>>(args, pr);
+  const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
+  if (pr.softcap > 0.0f) {
+    if (block_descales) return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, true>>(args, pr);
+    return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, true>>(args, pr);
+  }
+  if (block_descales) return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true>>(args, pr);
   if constexpr (kHeadDim == 128) {
     if (pr.seqlen_k >= kFp8WideBlockMinKeys)
-      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, kFp8WideBlockN>>(args, pr);
+      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN>>(args, pr);
   }
   return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false>>(args, pr);
 }

@@ -9,11 +9,11 @@
 namespace hopattn::sm90 {
 
 // Keys per K/V block: 128 (at d 256, S 64 and P 16 registers beside O's 128 fit the consumers' 240;
-// 96 keys ran 4-8% slower and 64 keys 11-24% slower, H200 2026-11-29). The block-descale kernel at
-// d 256 keeps 64: its scales push 128 keys into spills (40 bytes). Descale rows must be multiples of
-// kBlockN, so 128-row descales work at every head dim.
-constexpr int fp8_default_block_n(int head_dim, bool block_descales) {
-  return head_dim == 256 && block_descales ? 64 : 128;
+// 96 keys ran 4-8% slower and 64 keys 11-24% slower, H200 2026-11-29). The block-descale and softcap
+// kernels at d 256 keep 64: their scales push 128 keys into spills (40 and 16 bytes). Descale rows
+// must be multiples of kBlockN, so 128-row descales work at every head dim.
+constexpr int fp8_default_block_n(int head_dim, bool block_descales, bool softcap = false) {
+  return head_dim == 256 && (block_descales || softcap) ? 64 : 128;
 }
 // Head dim 128 from 8192 keys on (no block descales): 192-key blocks (2 stages)
 // run 3-4% faster than 128 at 8k-16k. Below that the padding of the last block (up to 191 keys of
@@ -25,10 +25,14 @@ constexpr int kFp8WideBlockMinKeys = 8192;
 // kBlockDescales_: the kernel reads per-block descales (q/k/v_block_descale, any of them); without
 // them the per-K-block scale loads and the v-scale switch compile away (as run-time branches they
 // cost the no-descale path 2-5%, H200 2026-11-29).
-template <int kHeadDim_, bool kBlockDescales_ = false, int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_)>
+// kSoftcap_: scores pass through softcap * tanh(score / softcap) (MUFU.TANH per score) before the
+// softmax; a separate instantiation so that the kernels without it carry no per-score branch.
+template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
+          int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_)>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBlockDescales = kBlockDescales_;
+  static constexpr bool kSoftcap = kSoftcap_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "fp8 head dims are 64, 128 and 256");
   static constexpr int kElementBytes = 1;
 
@@ -83,11 +87,13 @@ struct Fp8FwdTraits {
   // d 64: every 8th +3.1-3.8% on the whole fp8 grid; d 128 every 4th -1% at 2k to +1.2% at 8k;
   // d 256 every 8th -2%, every 4th -5% (H200, 2026-11-29).
   static constexpr int kFmaExp2Every = kHeadDim == 64 ? 8 : 0;
-  // Overlapped mainloop: O's rescale for the next P V unconditionally beside the exponentials
-  // (after the wait for the previous P V) instead of, skipped where no row max moved, in the GEMM
-  // turn: d 64 +3-6%, d 128 +1-4% from 8k (H200, 2026-11-29). The conditional rescale at that place
-  // was mixed (8k -2%). At d 256 (O 128 registers) it spills.
-  static constexpr bool kRescaleBesideExponentials = kHeadDim != 256;
+  // Overlapped mainloop, true: the softmax waits for the previous P V between its max reduction and
+  // its exponentials, and O's rescale (unconditional) and P's conversion interleave with the
+  // exponentials: d 64 +1-4%, d 128 +0-3.5% (H200, 2026-11-29; a conditional rescale there was
+  // mixed, 8k -2%). false: the wait follows the exponentials and O is rescaled in the GEMM turn,
+  // skipped where no row max moved: at d 256 the other order spills, and the block-descale d 128
+  // kernel ran 2-3% slower with it.
+  static constexpr bool kPvWaitInSoftmax = kHeadDim == 64 || (kHeadDim == 128 && !kBlockDescales);
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
@@ -96,9 +102,9 @@ struct Fp8FwdTraits {
   // d 64 lost 6% with it, d 128 gained 2.5-6.5%, d 256 neither gained nor lost).
   static constexpr bool kLeanAddressing = kHeadDim >= 128;
   // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers,
-  // where they fit beside O, S and P (kBlockN / 8) with 40 to spare, 48 with block descales (their
-  // scales): d 64, d 128 (192-key blocks too: +1-2% at 8k-16k, H200 2026-11-29); d 256 spills.
-  static constexpr int kQRegisterSlack = kBlockDescales ? 48 : 40;
+  // where they fit beside O, S and P (kBlockN / 8) with 40 to spare, 48 with block descales or a
+  // softcap (their scales; the d 256 softcap kernel spilled 8 bytes at 40): d 64, d 128 (192-key blocks too: +1-2% at 8k-16k, H200 2026-11-29); d 256 spills.
+  static constexpr int kQRegisterSlack = kBlockDescales || kSoftcap ? 48 : 40;
   static constexpr bool kQInRegisters =
       kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - kQRegisterSlack;
 
