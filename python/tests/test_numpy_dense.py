@@ -122,3 +122,14 @@ def test_float8_with_descales(rng):
     k64 = k.astype(np.float64) * k_descale[:, None, :, None]
     v64 = v.astype(np.float64) * v_descale[:, None, :, None]
     assert_close(out, reference.dense(q64, k64, v64)[0], "bfloat16")
+
+
+def test_float8_with_softcap_caps_the_descaled_scores(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q, k, v = (x.astype(ml_dtypes.float8_e4m3fn) for x in random_inputs(rng, 1, 7, 11, 2, 1, 64, "float32"))
+    q = (q.astype(np.float32) * 4).astype(ml_dtypes.float8_e4m3fn)  # scores large enough to be capped
+    k_descale = np.full((1, 1), 1.5, np.float32)
+    out = hopattn.flash_attn_func(q, k, v, k_descale=k_descale, softcap=2.0, causal=True)
+    expected = reference.dense(q.astype(np.float64), k.astype(np.float64) * 1.5, v.astype(np.float64),
+                               softcap=2.0, causal=True)[0]
+    assert_close(out, expected, "bfloat16")
