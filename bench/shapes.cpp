@@ -117,19 +117,19 @@ std::vector<Shape> ablation_grid() {
 std::vector<Shape> fp8_grid() {
   std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {2048, 4096, 8192, 16384});
   const std::size_t plain = shapes.size();
+  std::vector<Shape> long_non_causal;
   for (std::size_t i = 0; i < plain; ++i) {
-    if (shapes[i].seqlen_q != 16384 || shapes[i].causal) continue;
-    Shape blocked = shapes[i];
-    blocked.fp8_block_rows = 128;
-    blocked.variant = "block_scales";
-    shapes.push_back(blocked);
+    if (shapes[i].seqlen_q == 16384 && !shapes[i].causal) long_non_causal.push_back(shapes[i]);
   }
-  for (std::size_t i = 0; i < plain; ++i) {
-    if (shapes[i].seqlen_q != 16384 || shapes[i].causal) continue;
-    Shape capped = shapes[i];
-    capped.softcap = 30.0f;
-    capped.variant = "softcap";
-    shapes.push_back(capped);
+  for (Shape s : long_non_causal) {
+    s.fp8_block_rows = 128;
+    s.variant = "block_scales";
+    shapes.push_back(s);
+  }
+  for (Shape s : long_non_causal) {
+    s.softcap = 30.0f;
+    s.variant = "softcap";
+    shapes.push_back(s);
   }
   Shape base = shapes[plain - 1];
   base.causal = false;
