@@ -7,10 +7,11 @@
 //
 // Scales: a score is acc * q_scale * k_scale * softmax_scale. The per-tile part (per-head descales,
 // the q block scale of this warpgroup's rows) and log2(e) are one factor; a per-block k scale
-// multiplies it per K block. With a softcap (Traits::kSoftcap) the descales and softmax_scale / softcap
-// scale the tanh's input instead, and the capped logits enter the softmax times log2(e) alone. V's scale: O is kept in units of the v scale of the last block added (a
-// change of block scale is folded into the O rescale before the next P V), and the per-head v descale
-// and the last block scale are applied in the epilogue.
+// multiplies it per K block. With a softcap (Traits::kSoftcap) the descales and softmax_scale /
+// softcap scale the tanh's input instead, and the capped logits enter the softmax times log2(e)
+// alone. V's scale: O is kept in units of the v scale of the last block added (a change of block
+// scale is folded into the O rescale before the next P V), and the per-head v descale and the last
+// block scale are applied in the epilogue.
 #pragma once
 
 #include "sm90/arch/convert_fp8.cuh"
@@ -328,10 +329,10 @@ class Fp8Consumer {
   const int thread_;
   StageRing<Traits::kStages> ring_;
   int batch_ = 0, kv_head_ = 0;
-  float score_scale_ = 0.0f;  // scale_log2 * per-head q, k descales * q block scale (softcap: scale_log2)
+  float score_scale_ = 0.0f;      // scale_log2 * per-head q, k descales * q block scale (softcap: scale_log2)
   float cap_input_scale_ = 0.0f;  // softcap only: softmax_scale / softcap * per-head descales * q block scale
-  float v_factor_ = 1.0f;     // per-head v descale
-  float v_block_ = 1.0f;      // v block scale O is currently expressed in
+  float v_factor_ = 1.0f;         // per-head v descale
+  float v_block_ = 1.0f;          // v block scale O is currently expressed in
 };
 
 }  // namespace hopattn::sm90

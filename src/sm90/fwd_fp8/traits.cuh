@@ -89,7 +89,7 @@ struct Fp8FwdTraits {
   static constexpr int kFmaExp2Every = kHeadDim == 64 ? 8 : 0;
   // Overlapped mainloop, true: the softmax waits for the previous P V between its max reduction and
   // its exponentials, and O's rescale (unconditional) and P's conversion interleave with the
-  // exponentials: d 64 +1-4%, d 128 +0-3.5% (H200, 2026-11-29; a conditional rescale there was
+  // exponentials: d 64 +2-5%, d 128 +0-4% (H200, 2026-11-29; a conditional rescale there was
   // mixed, 8k -2%). false: the wait follows the exponentials and O is rescaled in the GEMM turn,
   // skipped where no row max moved: at d 256 the other order spills, and the block-descale d 128
   // kernel ran 2-3% slower with it.
@@ -103,7 +103,8 @@ struct Fp8FwdTraits {
   static constexpr bool kLeanAddressing = kHeadDim >= 128;
   // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers,
   // where they fit beside O, S and P (kBlockN / 8) with 40 to spare, 48 with block descales or a
-  // softcap (their scales; the d 256 softcap kernel spilled 8 bytes at 40): d 64, d 128 (192-key blocks too: +1-2% at 8k-16k, H200 2026-11-29); d 256 spills.
+  // softcap (their scales; the d 256 softcap kernel spilled 8 bytes at 40): d 64, d 128 (192-key
+  // blocks too: +1-2% at 8k-16k, H200 2026-11-29); d 256 spills.
   static constexpr int kQRegisterSlack = kBlockDescales || kSoftcap ? 48 : 40;
   static constexpr bool kQInRegisters =
       kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - kQRegisterSlack;
