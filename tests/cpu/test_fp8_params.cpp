@@ -21,7 +21,7 @@ namespace {
 using test::HostTensor;
 
 constexpr int kBlockM = 128;  // Fp8FwdTraits<d>::kBlockM for every head dim
-constexpr int kBlockN = 64;   // Fp8FwdTraits<256, true>::kBlockN (block descales at d 256): 128-row kv blocks are 2 K blocks
+constexpr int kBlockN = 64;   // Fp8FwdTraits<256, true>::kBlockN: 128-row kv blocks are 2 K blocks
 
 struct Fp8ParamsCase {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, d;
