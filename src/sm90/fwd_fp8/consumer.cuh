@@ -202,6 +202,23 @@ class Fp8Consumer {
     for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
   }
 
+  // rescale without a branch (a branch would split the code that interleaves it with the
+  // exponentials): the multiplies are predicated off where no row of the warp moved its max, so they
+  // issue but leave alone the FMA pipe, whose every instruction costs the other warpgroup's GEMMs a
+  // tensor cycle (hopattn-pipe-overlap). +1-1.5% at d 128 against multiplying always (H200,
+  // 2026-11-29).
+  __device__ static void rescale_predicated(float (&o)[kO], const float (&factor)[2]) {
+    const int moved = __any_sync(0xffffffffu, factor[0] != 1.0f || factor[1] != 1.0f);
+#pragma unroll
+    for (int i = 0; i < kO; i += 4) {
+      const float f0 = factor[fragment_row_half(i)], f1 = factor[fragment_row_half(i + 2)];
+      asm("{\n .reg .pred p;\n setp.ne.s32 p, %6, 0;\n"
+          " @p mul.f32 %0, %0, %4;\n @p mul.f32 %1, %1, %4;\n @p mul.f32 %2, %2, %5;\n @p mul.f32 %3, %3, %5;\n}\n"
+          : "+f"(o[i]), "+f"(o[i + 1]), "+f"(o[i + 2]), "+f"(o[i + 3])
+          : "f"(f0), "f"(f1), "r"(moved));
+    }
+  }
+
   // P (in the S accumulator) -> e4m3 A fragments, each thread packing only its own values.
   __device__ static void convert_p(const float (&s)[kS], std::uint32_t (&p)[kPSteps][4]) {
 #pragma unroll
@@ -300,9 +317,7 @@ class Fp8Consumer {
       if constexpr (Traits::kPvWaitInSoftmax) {
         wait_for_pv(o, p, pv_stage);
         switch_v_block(scales.v, factor);
-        // Unconditional: a branch would split the code that interleaves it with the exponentials.
-#pragma unroll
-        for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
+        rescale_predicated(o, factor);
       }
       softmax.exponentiate(s, scale);
       if constexpr (!Traits::kPvWaitInSoftmax) {

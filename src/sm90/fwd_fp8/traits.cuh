@@ -88,9 +88,9 @@ struct Fp8FwdTraits {
   // d 256 every 8th -2%, every 4th -5% (H200, 2026-11-29).
   static constexpr int kFmaExp2Every = kHeadDim == 64 ? 8 : 0;
   // Overlapped mainloop, true: the softmax waits for the previous P V between its max reduction and
-  // its exponentials, and O's rescale (unconditional) and P's conversion interleave with the
-  // exponentials: d 64 +2-5%, d 128 +0-4% (H200, 2026-11-29; a conditional rescale there was
-  // mixed, 8k -2%). false: the wait follows the exponentials and O is rescaled in the GEMM turn,
+  // its exponentials, and O's rescale (predicated, not branched around) and P's conversion interleave
+  // with the exponentials: d 64 +2-5%, d 128 +1-5% (H200, 2026-11-29; a rescale behind a branch
+  // there was mixed, 8k -2%). false: the wait follows the exponentials and O is rescaled in the GEMM turn,
   // skipped where no row max moved: at d 256 the other order spills, and the block-descale d 128
   // kernel ran 2-3% slower with it.
   static constexpr bool kPvWaitInSoftmax = kHeadDim == 64 || (kHeadDim == 128 && !kBlockDescales);
