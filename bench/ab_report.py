@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compare the A/B/A/B hopattn-bench runs that bench/ab.sh wrote: per shape, A's and B's TFLOP/s in
 each round, B/A from the means, and whether the rounds agree (spread = the larger side's max/min - 1);
-then per grid the geomean of B/A. Standard library only.
+then per grid the geomean of B/A, and the shapes only one side timed (a grid row one build lacks, or
+a shape it refused). Standard library only.
 
   python3 bench/ab_report.py DIR        # DIR holds <grid>_<a|b>_<round>.json
 """
@@ -25,6 +26,11 @@ def rows_of(path):
                r["heads_kv"], bool(r["causal"]), r.get("variant", "default"))
         out[key] = float(r["tflops"])
     return out
+
+
+def shape_name(key):
+    dtype, hdim, sq, sk, batch, hq, hkv, causal, variant = key
+    return f"{dtype} d{hdim} {sq}x{sk} b{batch} h{hq}/{hkv}{' causal' if causal else ''} {variant}"
 
 
 def collect(directory):
@@ -51,14 +57,20 @@ def report(runs):
             ratio = (sum(b) / len(b)) / (sum(a) / len(a))
             spread = max(max(x) / min(x) - 1 for x in (a, b))
             ratios.append(ratio)
-            dtype, hdim, sq, sk, batch, hq, hkv, causal, variant = k
-            name = f"{dtype} d{hdim} {sq}x{sk} b{batch} h{hq}/{hkv}{' causal' if causal else ''} {variant}"
+            name = shape_name(k)
             flag = "  (rounds disagree)" if spread > abs(ratio - 1) and spread > 0.02 else ""
             lines.append(f"{name:48s} A {' '.join(f'{x:6.1f}' for x in a)} | B {' '.join(f'{x:6.1f}' for x in b)}"
                          f"  B/A {ratio:.3f}{flag}")
         if ratios:
             geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
             lines.append(f"{grid}: geomean B/A {geomean:.3f} over {len(ratios)} shapes")
+        for side, other in (("a", "b"), ("b", "a")):
+            for k in sides[side][0]:
+                if k in keys or not all(k in r for r in sides[side]):
+                    continue
+                name = shape_name(k)
+                values = " ".join(f"{r[k]:6.1f}" for r in sides[side])
+                lines.append(f"{name:48s} {side.upper()} only {values} (not in every {other.upper()} round)")
     return "\n".join(lines)
 
 
