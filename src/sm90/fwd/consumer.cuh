@@ -175,7 +175,7 @@ class Consumer {
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
     // Skip the multiplies when no row of the warp changed its max (factor 1 everywhere).
-    if (!__any_sync(0xffffffffu, factor[0] != 1.0f || factor[1] != 1.0f)) return;
+    if (!warp_rescales(factor)) return;
 #pragma unroll
     for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
   }

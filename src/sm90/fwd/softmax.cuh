@@ -32,6 +32,12 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Whether some row of the warp moved its max this block (a factor other than 1): where none did, the
+// O rescale can be skipped (the consumers' rescale).
+__device__ __forceinline__ bool warp_rescales(const float (&factor)[2]) {
+  return __any_sync(0xffffffffu, factor[0] != 1.0f || factor[1] != 1.0f);
+}
+
 // Accumulator index i of an m64nN fragment belongs to the thread's row (i / 2) % 2, where it is entry
 // number fragment_row_entry(i) of that row's kSRegisters / 2.
 __device__ __forceinline__ constexpr int fragment_row_half(int i) { return (i >> 1) & 1; }

@@ -57,9 +57,7 @@ struct Fp8OnlineSoftmax {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float new_max = fmaxf(row_max[r], quad_max(block_max[r]) * scale);
-      // A row with no key yet keeps max -inf: exponentiate against 0, so no -inf - -inf NaN.
-      const float reference = new_max == -INFINITY ? 0.0f : new_max;
-      o_rescale[r] = fast_exp2(row_max[r] - reference);
+      o_rescale[r] = fast_exp2(row_max[r] - exponent_reference(new_max));
       row_sum[r] *= o_rescale[r];
       row_max[r] = new_max;
     }
@@ -67,9 +65,9 @@ struct Fp8OnlineSoftmax {
 
   // Scores -> P against the max of the last update_max (same scale); adds P to the row sums.
   __device__ __forceinline__ void exponentiate(float (&s)[kSRegisters], float scale) {
-    float bias[2];  // the 2^8 offset minus the max (0 for a row with no key yet: see update_max)
+    float bias[2];  // the 2^8 offset minus the max
 #pragma unroll
-    for (int r = 0; r < 2; ++r) bias[r] = kFp8POffsetLog2 - (row_max[r] == -INFINITY ? 0.0f : row_max[r]);
+    for (int r = 0; r < 2; ++r) bias[r] = kFp8POffsetLog2 - exponent_reference(row_max[r]);
 #pragma unroll
     for (int i = 0; i < kSRegisters; ++i) {
       const float x = fmaf(s[i], scale, bias[fragment_row_half(i)]);
@@ -80,6 +78,11 @@ struct Fp8OnlineSoftmax {
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] += block_sum[r];
   }
+
+ private:
+  // What the exponents are taken against: the running max, or 0 for a row with no key yet (max
+  // -inf), so that no -inf - -inf makes a NaN.
+  __device__ __forceinline__ static float exponent_reference(float max) { return max == -INFINITY ? 0.0f : max; }
 };
 
 }  // namespace hopattn::sm90
