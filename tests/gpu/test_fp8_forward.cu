@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.cuh"
+#include "sm90/fwd/softmax.cuh"
 
 namespace hopattn::test {
 namespace {
@@ -76,12 +77,6 @@ __device__ float e4m3_value(std::uint8_t code) {
   return static_cast<float>(x);
 }
 
-__device__ float approx_tanh(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ float block_reduce(float x, float* scratch, bool is_max) {
   for (int o = 16; o > 0; o /= 2) {
     const float y = __shfl_xor_sync(0xffffffffu, x, o);
@@ -125,7 +120,7 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
       const float k_scale = k_head * (a.k_block ? a.k_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
       s = s_approx = dot * q_scale * k_scale * a.softmax_scale;
       if (a.softcap > 0.0f) {
-        s_approx = a.softcap * approx_tanh(s / a.softcap);
+        s_approx = a.softcap * sm90::fast_tanh(s / a.softcap);  // the kernel's tanh.approx
         s = a.softcap * tanhf(s / a.softcap);
       }
       local_magnitude = fmaxf(local_magnitude, abs_dot * q_scale * k_scale * a.softmax_scale);
