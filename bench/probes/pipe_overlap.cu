@@ -20,6 +20,7 @@
 namespace hopattn::probe {
 namespace {
 
+using sm90::advance_descriptor;
 using sm90::kmajor_descriptor;
 using sm90::smem_address;
 
@@ -40,10 +41,11 @@ __device__ void gemm_loop(const std::uint8_t* smem, int iters) {
   for (int it = 0; it < iters; ++it) {
     sm90::wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {  // +2 in the descriptor = 32 bytes further along K
-      if constexpr (kGemm == Gemm::kFp8Ss) sm90::wgmma_ss_e4m3<kN>(d, desc_a + 2 * k, desc_b + 2 * k, 1);
-      if constexpr (kGemm == Gemm::kFp8Rs) sm90::wgmma_rs_e4m3<kN>(d, a, desc_b + 2 * k, 1);
-      if constexpr (kGemm == Gemm::kBf16Ss) sm90::wgmma_m64n192k16_ss_bf16(d, desc_a + 2 * k, desc_b + 2 * k, 1);
+    for (int k = 0; k < 4; ++k) {  // 32 bytes further along K per step
+      const std::uint64_t a_k = advance_descriptor(desc_a, 32 * k), b_k = advance_descriptor(desc_b, 32 * k);
+      if constexpr (kGemm == Gemm::kFp8Ss) sm90::wgmma_ss_e4m3<kN>(d, a_k, b_k, 1);
+      if constexpr (kGemm == Gemm::kFp8Rs) sm90::wgmma_rs_e4m3<kN>(d, a, b_k, 1);
+      if constexpr (kGemm == Gemm::kBf16Ss) sm90::wgmma_m64n192k16_ss_bf16(d, a_k, b_k, 1);
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
