@@ -1,7 +1,7 @@
 // The sm_90a FP8 forward against an on-device oracle on the same e4m3 codes and scales: random
 // configurations (head dims 64/128/256, causal or not, sliding windows, softcap, GQA, odd lengths and
-// length 1, LSE, per-head and per-block descales, every kernel option), fresh data per run, poisoned
-// outputs.
+// length 1, LSE, per-head and per-block descales, every kernel option, out with padded rows), fresh
+// data per run, poisoned outputs.
 //
 // Tolerance. The kernel rounds P (scaled into [0, 256]) to e4m3 before the P V GEMM: up to 2^-4
 // relative error per probability, which no float oracle reproduces bit for bit (the kernel rounds
@@ -41,6 +41,7 @@ struct Fp8Case {
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;  // -1: unbounded; causal is window_right 0
   float softcap = 0.0f;                      // 0: off
+  int out_pad = 0;  // > 0: out rows padded by this many elements (a multiple of 8: 16-byte strides)
   float q_amplitude = 1.0f;  // larger: peakier softmax
   bool head_scales = false, block_scales = false;
   int rows_q = 128, rows_kv = 128;
@@ -53,6 +54,7 @@ struct Fp8Case {
       << " window (" << window_left << ", " << window_right << ")"
       << (head_scales ? " head-scales" : "");
     if (softcap > 0.0f) s << " softcap " << softcap;
+    if (out_pad > 0) s << " out-pad " << out_pad;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
       << options.persistent;
@@ -215,15 +217,20 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
     kb = random_scales(std::int64_t(c.batch) * c.heads_kv * blocks_kv, rng, 0.25f, 2.0f);
     vb = random_scales(std::int64_t(c.batch) * c.heads_kv * blocks_kv, rng, 0.25f, 4.0f);
   }
-  DeviceBuffer out(nq * 2), lse(nlse * 4);
-  poison_nan(out.data(), Dtype::kBFloat16, nq);
+  // out: (b, sq, hq, d) in rows of d + out_pad elements; the padding must stay poisoned.
+  const int out_row = c.head_dim + c.out_pad;
+  const std::int64_t nout = nq / c.head_dim * out_row;
+  DeviceBuffer out(nout * 2), lse(nlse * 4);
+  poison_nan(out.data(), Dtype::kBFloat16, nout);
   poison_nan(lse.data(), Dtype::kFloat32, nlse);
 
   FwdArgs args;
   args.q = make_tensor(q.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
   args.k = make_tensor(k.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
   args.v = make_tensor(v.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
-  args.out = make_tensor(out.data(), Dtype::kBFloat16, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
+  const std::int64_t out_strides[4] = {std::int64_t(c.seqlen_q) * c.heads_q * out_row,
+                                       std::int64_t(c.heads_q) * out_row, out_row, 1};
+  args.out = strided_tensor(out.data(), Dtype::kBFloat16, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, out_strides);
   if (c.with_lse) args.lse = make_tensor(lse.data(), Dtype::kFloat32, {c.batch, c.heads_q, c.seqlen_q}, DeviceType::kCuda);
   if (c.head_scales) {
     args.q_descale = make_tensor(qh.data(), Dtype::kFloat32, {c.batch, c.heads_kv}, DeviceType::kCuda);
@@ -245,7 +252,8 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != nq) return "out not fully written (NaN left)";
+  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nout) != nq)
+    return "out not written exactly (NaN left in the view, or the padding overwritten)";
   if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
 
   DeviceBuffer ref(nq * 4), emul(nq * 4), lse_ref(nlse * 4), lse_tolerance(nlse * 4);
@@ -268,7 +276,7 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   double err = 0, emul_err = 0, max_ref = 0;
   std::int64_t worst = 0;
   for (std::int64_t i = 0; i < nq; ++i) {
-    const double x = bf16_bits_to_float(out_h[i]);
+    const double x = bf16_bits_to_float(out_h[i / c.head_dim * out_row + i % c.head_dim]);
     if (std::isnan(x)) return "NaN in out at element " + std::to_string(i);
     if (std::fabs(x - ref_h[i]) > err) err = std::fabs(x - ref_h[i]), worst = i;
     emul_err = std::max(emul_err, std::fabs(double(emul_h[i]) - ref_h[i]));
@@ -278,7 +286,8 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   if (!(err <= bound)) {
     std::ostringstream s;
     s << "max|out - ref| " << err << " > bound " << bound << " (emulation error " << emul_err << ", max|ref| "
-      << max_ref << "); worst element " << worst << ": out " << bf16_bits_to_float(out_h[worst]) << " ref "
+      << max_ref << "); worst element " << worst << ": out "
+      << bf16_bits_to_float(out_h[worst / c.head_dim * out_row + worst % c.head_dim]) << " ref "
       << ref_h[worst];
     return s.str();
   }
@@ -319,6 +328,7 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   // A softcap from 1 (nearly every score capped) to 30 (only the peaks of q amplitude 4).
   if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
   c.with_lse = rng() % 4 != 0;
+  if (rng() % 8 == 0) c.out_pad = 8;  // the O store must leave the padding alone
   c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
   c.head_scales = rng() % 2;
   c.block_scales = rng() % 2;
@@ -388,6 +398,8 @@ TEST_F(Fp8Forward, CornerCases) {
     c.seqlen_q = 259, c.seqlen_k = 391, c.window_left = -1, c.softcap = 2.5f;  // most scores capped
     cases.push_back(c);
     c.block_scales = true, c.causal = true, c.softcap = 12.0f;
+    cases.push_back(c);
+    c.softcap = 0.0f, c.block_scales = false, c.out_pad = 8;  // the O store must leave the padding alone
     cases.push_back(c);
   }
   for (std::size_t i = 0; i < cases.size(); ++i) {

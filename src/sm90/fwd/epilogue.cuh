@@ -115,20 +115,18 @@ __device__ __forceinline__ void retire_o_turns(int warpgroup) {
 // rows, 64 columns per box; rows past seqlen_q fall outside the tensor map and are not written. Its
 // own rows (kOStagePerWarpgroup) are rewritten only once the previous tile's stores have read them
 // (tma_store_wait_read), so the stores overlap the next tile's mainloop; a shared stage is taken and
-// handed on as above.
-// Call tma_store_wait_all from the issuing thread (thread 0) before the CTA exits.
-template <class Traits>
-__device__ __forceinline__ void store_output_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,
-                                                          const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
-                                                          int row0, int thread, float (&o)[Traits::kORegisters],
-                                                          OnlineSoftmax<Traits::kSRegisters>& softmax) {
+// handed on as above. O is scaled per row by out_scale; kBf16 picks the 16-bit output type.
+// Shared by the 16-bit and FP8 kernels; call tma_store_wait_all from the issuing thread (thread 0)
+// before the CTA exits.
+template <class Traits, bool kBf16>
+__device__ __forceinline__ void store_rows_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,
+                                                        const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
+                                                        int row0, int thread, const float (&o)[Traits::kORegisters],
+                                                        const float (&out_scale)[2], const float (&lse)[2]) {
   using Tile = typename Traits::OTile;
   constexpr int kRows = Traits::kRowsPerWarpgroup;
   const int barrier = Traits::kEpilogueBarrierBase + warpgroup;
   const int stage_row0 = Traits::kOStageShared ? 0 : warpgroup * kRows;
-  float inv_sum[2];
-  float lse[2];
-  finish_rows(p, softmax, inv_sum, lse);
   if constexpr (Traits::kOStageShared) {
     take_o_turn<Traits>(warpgroup);
   } else {
@@ -144,7 +142,7 @@ __device__ __forceinline__ void store_output_through_smem(const FwdParams& p, ty
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int i = 8 * k + 2 * j;  // row half j % 2
-      packed[j] = pack_pair<Traits::kIsBf16>(o[i] * inv_sum[j % 2], o[i + 1] * inv_sum[j % 2]);
+      packed[j] = pack_pair<kBf16>(o[i] * out_scale[j % 2], o[i + 1] * out_scale[j % 2]);
     }
     stmatrix_x4(stage_address + Tile::offset(row, a_fragment_load_byte(thread, k) / 2), packed);
   }
@@ -154,12 +152,23 @@ __device__ __forceinline__ void store_output_through_smem(const FwdParams& p, ty
 #pragma unroll
     for (int cb = 0; cb < Tile::kColumnBlocks; ++cb) {
       tma_store_4d(tm_o, stage + cb * Tile::kColumnBlockBytes + stage_row0 * kSwizzleBytes,
-                   cb * Traits::kColsPerBlock, row0, c.head, c.batch);
+                   cb * Tile::kColsPerBlock, row0, c.head, c.batch);
     }
     tma_store_commit();
   }
   if constexpr (Traits::kOStageShared) pass_o_turn<Traits>(warpgroup, thread);
   store_lse_rows(p, c, row0, thread, lse);
+}
+
+template <class Traits>
+__device__ __forceinline__ void store_output_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,
+                                                          const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
+                                                          int row0, int thread, const float (&o)[Traits::kORegisters],
+                                                          const OnlineSoftmax<Traits::kSRegisters>& softmax) {
+  float inv_sum[2];
+  float lse[2];
+  finish_rows(p, softmax, inv_sum, lse);
+  store_rows_through_smem<Traits, Traits::kIsBf16>(p, s, tm_o, c, warpgroup, row0, thread, o, inv_sum, lse);
 }
 
 }  // namespace hopattn::sm90

@@ -17,6 +17,7 @@
 #include "sm90/arch/convert_fp8.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/sync.cuh"
+#include "sm90/arch/tma.cuh"
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/arch/wgmma_fp8.cuh"
 #include "sm90/fwd/mask.cuh"
@@ -46,8 +47,14 @@ class Fp8Consumer {
   using QFragments = std::uint32_t[kQSteps > 0 ? kQSteps : 1][4];
 
  public:
-  __device__ Fp8Consumer(typename Traits::SharedStorage& s, const Fp8FwdParams& p, int warpgroup)
-      : s_(s), p_(p), b_(p.base), warpgroup_(warpgroup), thread_(threadIdx.x % Traits::kWarpgroupThreads) {}
+  __device__ Fp8Consumer(typename Traits::SharedStorage& s, const Fp8FwdParams& p, const CUtensorMap* tm_o,
+                         int warpgroup)
+      : s_(s),
+        p_(p),
+        b_(p.base),
+        tm_o_(tm_o),
+        warpgroup_(warpgroup),
+        thread_(threadIdx.x % Traits::kWarpgroupThreads) {}
 
   __device__ void run() {
     Turns::open_first_turn(b_.pingpong, warpgroup_);
@@ -56,7 +63,10 @@ class Fp8Consumer {
       mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: tile index published, its Q tile landed
       q_phase ^= 1;
       const int tile = atomicOr(&s_.tile, 0);  // atomic read: see fwd/producer.cuh publish_tile
-      if (tile >= b_.num_tiles) return;
+      if (tile >= b_.num_tiles) {
+        if (Traits::kOThroughSmem && thread_ == 0) tma_store_wait_all();  // O stores read shared memory
+        return;
+      }
       const TileCoord c = decode_tile(b_, tile);
       int n_begin, n_end;
       kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &n_begin, &n_end);
@@ -82,7 +92,7 @@ class Fp8Consumer {
       } else {
         mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
-      store_fp8_output<Traits>(b_, c, row0, thread_, o, softmax, v_factor_ * v_block_);
+      store_fp8_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_);
     }
   }
 
@@ -340,6 +350,7 @@ class Fp8Consumer {
   typename Traits::SharedStorage& s_;
   const Fp8FwdParams& p_;
   const FwdParams& b_;
+  const CUtensorMap* tm_o_;  // O's tensor map, used where Traits::kOThroughSmem and b_.store_o_by_tma
   const int warpgroup_;
   const int thread_;
   StageRing<Traits::kStages> ring_;

@@ -1,6 +1,8 @@
-// Epilogue of an FP8 consumer warpgroup: O / l times the v scale, stored as bf16 pairs from the
-// accumulator registers; LSE (natural log) from the log2-unit running max and the 2^8-offset row sum.
-// Rows past seqlen_q are dropped; a row that saw no key stores 0 and LSE -inf.
+// Epilogue of an FP8 consumer warpgroup: O / l times the v scale, stored as bf16, through the shared
+// O stage and a TMA store where the traits have a stage and out is TMA-addressable (the 16-bit
+// kernel's store_rows_through_smem), else as bf16 pairs from the accumulator registers; LSE (natural
+// log) from the log2-unit running max and the 2^8-offset row sum. Rows past seqlen_q are dropped; a
+// row that saw no key stores 0 and LSE -inf.
 #pragma once
 
 #include <cmath>
@@ -15,12 +17,10 @@
 
 namespace hopattn::sm90 {
 
-template <class Traits>
-__device__ __forceinline__ void store_fp8_output(const FwdParams& p, const TileCoord& c, int row0, int thread,
-                                                 float (&o)[Traits::kORegisters],
-                                                 Fp8OnlineSoftmax<Traits::kSRegisters, Traits::kFmaExp2Every>& softmax, float v_scale) {
-  float out_scale[2];
-  float lse[2];
+// Per row half: the factor O is stored times (v scale / row sum; 0 for a row that saw no key) and LSE.
+template <class Softmax>
+__device__ __forceinline__ void fp8_finish_rows(const Softmax& softmax, float v_scale, float (&out_scale)[2],
+                                                float (&lse)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(softmax.row_sum[r]);
@@ -30,6 +30,22 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, const TileC
     out_scale[r] = empty ? 0.0f : __fdividef(v_scale, sum);
     // P = 2^(t - max + 8): log2 of the true sum is max - 8 + log2(sum).
     lse[r] = empty ? -INFINITY : (softmax.row_max[r] - kFp8POffsetLog2 + __log2f(sum)) * static_cast<float>(M_LN2);
+  }
+}
+
+template <class Traits, class Softmax>
+__device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Traits::SharedStorage& s,
+                                                 const CUtensorMap* tm_o, const TileCoord& c, int warpgroup, int row0,
+                                                 int thread, const float (&o)[Traits::kORegisters],
+                                                 const Softmax& softmax, float v_scale) {
+  float out_scale[2];
+  float lse[2];
+  fp8_finish_rows(softmax, v_scale, out_scale, lse);
+  if constexpr (Traits::kOThroughSmem) {
+    if (p.store_o_by_tma) {
+      store_rows_through_smem<Traits, true>(p, s, tm_o, c, warpgroup, row0, thread, o, out_scale, lse);
+      return;
+    }
   }
   store_rows<true, __nv_bfloat16>(p, c, row0, thread, o, out_scale, lse);
 }

@@ -41,7 +41,8 @@ __device__ __forceinline__ void fp8_init_barriers(typename Traits::SharedStorage
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_forward_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                                 const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ Fp8FwdParams params) {
+                                 const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                                 const __grid_constant__ Fp8FwdParams params) {
   typename Traits::SharedStorage& s = fp8_shared_storage<Traits>();
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
   if (threadIdx.x == 0) {
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   } else {
     warpgroup_claim_registers<Traits::kConsumerRegisters>();
-    Fp8Consumer<Traits>(s, params, warpgroup - 1).run();
+    Fp8Consumer<Traits>(s, params, &tm_o, warpgroup - 1).run();
   }
 }
 

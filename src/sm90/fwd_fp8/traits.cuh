@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "sm90/tile/smem_layout.hpp"
 
@@ -52,11 +53,23 @@ struct Fp8FwdTraits {
   // kBlockN is not a multiple of 128 the P V GEMM reads only the first kBlockN keys of the last one.
   using VtTile = SwizzledTile<kHeadDim, (kBlockN + 127) / 128 * 128, kElementBytes>;
   static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width: 128 elements
+  // O (bf16) staged in shared memory for a TMA store, 64 rows per consumer warpgroup, as in the
+  // 16-bit kernel (fwd/traits.cuh says why) where it fits beside Q and the wanted stages: d 64
+  // (16 KB) and d 128 (32 KB): +2-8% below 8k keys, level above (H200, 2026-12-01). d 256 stores
+  // from registers, and so do the block-descale kernels, which ran 5-7% slower with the stage.
+  static constexpr bool kOThroughSmem = kHeadDim <= 128 && !kBlockDescales_;
+  static constexpr bool kOStageShared = false;
+  using OTile = SwizzledTile<kBlockM, kHeadDim, 2>;
+  struct OStage {
+    alignas(kSwizzleAtomBytes) std::uint8_t bytes[OTile::kBytes];
+  };
+  struct NoOStage {};
+  static constexpr int kOStageBytes = kOThroughSmem ? OTile::kBytes : 0;
   // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit
   // (225 KB for the tiles leaves the rest of the 227 KB for barriers and the alignment pad).
   static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes + VtTile::kBytes;
   static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
-  static constexpr int kStagesFitting = (225 * 1024 - QTile::kBytes) / kStageBytes;
+  static constexpr int kStagesFitting = (225 * 1024 - QTile::kBytes - kOStageBytes) / kStageBytes;
   static constexpr int kStages = kStagesWanted < kStagesFitting ? kStagesWanted : kStagesFitting;
   static_assert(kStages >= 2, "a K/V block this wide leaves no room for two stages");
   // Ping-pong pays where the softmax is long against the GEMMs (d 64, 128: d128 2k 707 vs 676
@@ -111,9 +124,13 @@ struct Fp8FwdTraits {
 
   static constexpr int kPingPongBarrierBase = 1;
   static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
+  // Named barriers of the TMA-store epilogue: one per consumer warpgroup, after the ping-pong ones.
+  static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWarpgroups;
+  static constexpr int kEpilogueBarrierThreads = kWarpgroupThreads;
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
+    std::conditional_t<kOThroughSmem, OStage, NoOStage> o;  // O tile (bf16) before its TMA store
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t vt[kStages][VtTile::kBytes];
