@@ -29,7 +29,7 @@ constexpr int kSmemBytes = 64 * 1024;
 __device__ float g_sink;  // keeps results live; never equal in practice
 
 enum class Gemm { kFp8Ss, kFp8Rs, kBf16Ss };
-enum class Other { kEx2, kFfma, kFmul, kFadd, kFmnmx, kHfma2, kImad, kEx2ThreeFfmaOne };
+enum class Other { kEx2, kFfma, kFmul, kFadd, kFmnmx, kHfma2, kImad, kEx2ThreeFfmaOne, kEx2OneFfmaOne, kSoftmaxMix, kF2fp, kFmnmx8Chains };
 
 template <Gemm kGemm>
 __device__ void gemm_loop(const std::uint8_t* smem, int iters) {
@@ -71,6 +71,23 @@ __device__ void other_loop(int iters) {
       if constexpr (kOther == Other::kFmnmx) asm volatile("max.f32 %0, %0, %1;" : "+f"(x[i]) : "f"(y));
       if constexpr (kOther == Other::kHfma2) asm volatile("fma.rn.f16x2 %0, %0, %1, %1;" : "+r"(bits) : "r"(0x3c003c00u));
       if constexpr (kOther == Other::kImad) asm volatile("mad.lo.u32 %0, %0, %1, %1;" : "+r"(bits) : "r"(12345u));
+      if constexpr (kOther == Other::kEx2OneFfmaOne) {
+        if (i % 2 == 0) asm volatile("fma.rn.f32 %0, %0, %1, %1;" : "+f"(x[i]) : "f"(y));
+        else asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[i]));
+      }
+      // The softmax's per-score chain: FFMA (scale, bias), MUFU.EX2, FADD into a row sum.
+      if constexpr (kOther == Other::kSoftmaxMix) {
+        asm volatile("fma.rn.f32 %0, %0, %1, %1;" : "+f"(x[i]) : "f"(y));
+        asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[i]));
+        asm volatile("add.f32 %0, %0, %1;" : "+f"(x[(i + 16) % 32]) : "f"(x[i]));
+      }
+      // The max reduction's shape: 8 dependent chains (4 per row, 2 rows), not 32.
+      if constexpr (kOther == Other::kFmnmx8Chains) asm volatile("max.f32 %0, %0, %1;" : "+f"(x[i % 8]) : "f"(x[i]));
+      if constexpr (kOther == Other::kF2fp) {
+        std::uint16_t packed;
+        asm volatile("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(x[i]), "f"(x[(i + 1) % 32]));
+        bits ^= packed;
+      }
       if constexpr (kOther == Other::kEx2ThreeFfmaOne) {
         if (i % 4 == 0) asm volatile("fma.rn.f32 %0, %0, %1, %1;" : "+f"(x[i]) : "f"(y));
         else asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[i]));
@@ -82,6 +99,10 @@ __device__ void other_loop(int iters) {
   if (sum == 12345.0f) g_sink = sum;
 }
 
+// Per warp of CTA 0: SM clock cycles from the start to the end of its loop (0: no loop), which
+// side an overlap slows down: the wgmma warpgroup (the other pipe took its cycles) or the others.
+__device__ long long g_cycles[12];
+
 // mode 1: the wgmma warpgroup only; 2: the other two only; 3: all three.
 template <Gemm kGemm, Other kOther>
 __global__ void __launch_bounds__(384, 1) pipe_overlap_kernel(int mode, int gemm_iters, int other_iters) {
@@ -89,11 +110,14 @@ __global__ void __launch_bounds__(384, 1) pipe_overlap_kernel(int mode, int gemm
   // e4m3 0.5 / bf16 ~2.8e-10 everywhere: finite operands, so the MMAs do real (not NaN) work.
   for (int i = threadIdx.x; i < kSmemBytes / 4; i += blockDim.x) reinterpret_cast<std::uint32_t*>(smem)[i] = 0x30303030u;
   __syncthreads();
+  const long long start = clock64();
+  bool ran = false;
   if (threadIdx.x < 128) {
-    if (mode & 1) gemm_loop<kGemm>(smem, gemm_iters);
+    if (mode & 1) gemm_loop<kGemm>(smem, gemm_iters), ran = true;
   } else if (mode & 2) {
-    other_loop<kOther>(other_iters);
+    other_loop<kOther>(other_iters), ran = true;
   }
+  if (blockIdx.x == 0 && threadIdx.x % 32 == 0) g_cycles[threadIdx.x / 32] = ran ? clock64() - start : 0;
 }
 
 template <Gemm kGemm, Other kOther>
@@ -101,6 +125,7 @@ bool run(const char* name, int gemm_iters, int other_iters, int sms) {
   auto kernel = pipe_overlap_kernel<kGemm, kOther>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) return false;
   float ms[4] = {};
+  double gemm_kcycles[4] = {}, other_kcycles[4] = {};  // per mode, averaged over the warps of CTA 0
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -113,6 +138,9 @@ bool run(const char* name, int gemm_iters, int other_iters, int sms) {
     cudaEventSynchronize(stop);
     cudaEventElapsedTime(&ms[mode], start, stop);
     ms[mode] /= kRepeats;
+    long long cycles[12];
+    cudaMemcpyFromSymbol(cycles, g_cycles, sizeof(cycles));
+    for (int w = 0; w < 12; ++w) (w < 4 ? gemm_kcycles[mode] : other_kcycles[mode]) += cycles[w] / (w < 4 ? 4e3 : 8e3);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -121,6 +149,8 @@ bool run(const char* name, int gemm_iters, int other_iters, int sms) {
     return false;
   }
   const float longer = ms[1] > ms[2] ? ms[1] : ms[2];
+  std::printf("%-24s kcycles: wgmma alone %6.0f, together %6.0f; other alone %6.0f, together %6.0f\n", name,
+              gemm_kcycles[1], gemm_kcycles[3], other_kcycles[2], other_kcycles[3]);
   std::printf("%-24s wgmma alone %7.3f ms  other alone %7.3f ms  both %7.3f ms  both/max %.2f  both/sum %.2f\n", name,
               ms[1], ms[2], ms[3], ms[3] / longer, ms[3] / (ms[1] + ms[2]));
   return true;
@@ -152,5 +182,10 @@ int main() {
   ok &= run<Gemm::kFp8Rs, Other::kHfma2>("fp8 RS + hfma2", 20000, 120000, sms);
   ok &= run<Gemm::kFp8Rs, Other::kImad>("fp8 RS + imad", 20000, 60000, sms);
   ok &= run<Gemm::kFp8Rs, Other::kEx2ThreeFfmaOne>("fp8 RS + 3 ex2 : 1 ffma", 20000, 15000, sms);
+  ok &= run<Gemm::kFp8Rs, Other::kEx2OneFfmaOne>("fp8 RS + 1 ex2 : 1 ffma", 20000, 15000, sms);
+  ok &= run<Gemm::kFp8Rs, Other::kSoftmaxMix>("fp8 RS + ffma,ex2,fadd", 20000, 15000, sms);
+  ok &= run<Gemm::kFp8Ss, Other::kSoftmaxMix>("fp8 SS + ffma,ex2,fadd", 20000, 15000, sms);
+  ok &= run<Gemm::kFp8Rs, Other::kF2fp>("fp8 RS + f2fp e4m3x2", 20000, 60000, sms);
+  ok &= run<Gemm::kFp8Rs, Other::kFmnmx8Chains>("fp8 RS + fmnmx 8 chains", 20000, 60000, sms);
   return ok ? 0 : 1;
 }

@@ -279,6 +279,19 @@ class Fp8Consumer {
     release(&s_.vt_empty[pv_stage]);
   }
 
+  // wait_for_pv, kept after the max reduction that produced `factor`. ptxas otherwise hoists the
+  // wgmma wait above the FMNMX chains (it is independent of them), and the reduction then waits for
+  // the P V GEMM instead of running beside it. A shared store of a value computed from the factors
+  // pins it: ptxas keeps the wait after a shared store that precedes it. The stored value is never
+  // read.
+  __device__ void wait_for_pv_after(const float (&factor)[2], float (&o)[kO], std::uint32_t (&p)[kPSteps][4],
+                                    int pv_stage) {
+    static_assert(Traits::kPvWaitAfterMax, "the traits give max_fence storage only to these kernels");
+    const std::uint32_t slot = smem_address(&s_.max_fence[warpgroup_ * Traits::kWarpgroupThreads + thread_]);
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(factor[0] + factor[1]) : "memory");
+    wait_for_pv(o, p, pv_stage);
+  }
+
   // Block n's iteration: one turn issues S_n and O += P_{n+1} V_{n+1}, then the softmax of S_n runs
   // while that P V does. Where Traits::kPvWaitInSoftmax, the softmax waits for the P V after its max
   // reduction (it ran right behind S_n, so it is done or nearly), which frees O and p: O's rescale
@@ -325,7 +338,11 @@ class Fp8Consumer {
       const float scale = logit_scale(scales);
       softmax.update_max(s, scale, factor);
       if constexpr (Traits::kPvWaitInSoftmax) {
-        wait_for_pv(o, p, pv_stage);
+        if constexpr (Traits::kPvWaitAfterMax) {
+          wait_for_pv_after(factor, o, p, pv_stage);
+        } else {
+          wait_for_pv(o, p, pv_stage);
+        }
         switch_v_block(scales.v, factor);
         rescale_predicated(o, factor);
       }

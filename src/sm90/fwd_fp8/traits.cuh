@@ -63,7 +63,7 @@ struct Fp8FwdTraits {
   struct OStage {
     alignas(kSwizzleAtomBytes) std::uint8_t bytes[OTile::kBytes];
   };
-  struct NoOStage {};
+  struct NoStorage {};
   static constexpr int kOStageBytes = kOThroughSmem ? OTile::kBytes : 0;
   // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit
   // (225 KB for the tiles leaves the rest of the 227 KB for barriers and the alignment pad).
@@ -107,6 +107,11 @@ struct Fp8FwdTraits {
   // skipped where no row max moved: at d 256 the other order spills, and the block-descale d 128
   // kernel ran 2-3% slower with it.
   static constexpr bool kPvWaitInSoftmax = kHeadDim == 64 || (kHeadDim == 128 && !kBlockDescales);
+  // Where the softmax waits for the P V, whether that wait is pinned after the max reduction
+  // (Fp8Consumer::wait_for_pv_after; ptxas otherwise hoists it above the reduction): the 192-key d 128
+  // kernel +3% at 8k-16k; the 128-key kernels lost 2-5% with it (d 64, d 128 below 8k keys, softcap;
+  // H200, 2026-12-01).
+  static constexpr bool kPvWaitAfterMax = kPvWaitInSoftmax && kBlockN == 192;
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
@@ -130,10 +135,12 @@ struct Fp8FwdTraits {
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
-    std::conditional_t<kOThroughSmem, OStage, NoOStage> o;  // O tile (bf16) before its TMA store
+    std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile (bf16) before its TMA store
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t vt[kStages][VtTile::kBytes];
+    // Fp8Consumer::wait_for_pv_after's stores (never read).
+    std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> max_fence;
     int tile;                         // TMA thread -> consumers, published with q_full: tile index
     int v_end[kStages];               // TMA thread -> transposers, with v_full: no V block follows
     std::uint64_t q_full;             // TMA -> consumers: Q tile landed (or no tile left)
