@@ -135,10 +135,11 @@ struct Fp8FwdTraits {
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
-    std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile (bf16) before its TMA store
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t vt[kStages][VtTile::kBytes];
+    // After the tiles, where an absent stage costs no alignment padding.
+    std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile (bf16) before its TMA store
     // Fp8Consumer::wait_for_pv_after's stores (never read).
     std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> max_fence;
     int tile;                         // TMA thread -> consumers, published with q_full: tile index
