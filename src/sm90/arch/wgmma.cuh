@@ -20,6 +20,16 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Stores `value` to the shared-memory word at `slot` (never read back). ptxas moves a wgmma wait up
+// past arithmetic it does not depend on, e.g. above a softmax's max reduction, which then waits for
+// the GEMM instead of running beside it; it does not move the wait above a shared store, and this
+// store needs `value`: so a wgmma_wait after it stays after the instructions that computed `value`.
+__device__ __forceinline__ void keep_next_wait_after(float value, float* slot) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(slot))),
+               "f"(value)
+               : "memory");
+}
+
 // The compiler does not know that wgmma reads/writes registers asynchronously. Pinning the registers
 // with an empty asm after wgmma_wait (and before issue) keeps it from moving their reads/writes
 // across the asynchronous window.

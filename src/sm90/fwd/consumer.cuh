@@ -219,6 +219,14 @@ class Consumer {
     }
   }
 
+  // The P V GEMM of the last turn is done: O, p and its V stage are free.
+  __device__ void wait_for_pv(float (&o)[kO], std::uint32_t (&p)[kPSteps][4], int pv_stage) {
+    wgmma_wait<0>();
+    pin_registers(o);
+    pin_registers(p);
+    release_v(pv_stage);
+  }
+
   __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
@@ -255,11 +263,17 @@ class Consumer {
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
       prepare_scores(s, masked, m0, row0, n);
-      softmax.update(s, factor);
-      wgmma_wait<0>();  // P V done: p and V stage free
-      pin_registers(o);
-      pin_registers(p);
-      release_v(pv_stage);
+      if constexpr (Traits::kPvWaitAfterMax) {
+        // The P V wait between the max and the exponentials, kept there (keep_next_wait_after);
+        // ptxas otherwise puts it before the max reduction.
+        softmax.update_max(s, factor);
+        keep_next_wait_after(factor[0] + factor[1], &s_.pv_fence[warpgroup_ * Traits::kWarpgroupThreads + thread_]);
+        wait_for_pv(o, p, pv_stage);
+        softmax.exponentiate(s, factor);
+      } else {
+        softmax.update(s, factor);
+        wait_for_pv(o, p, pv_stage);
+      }
       convert_p(s, p);
       pv_stage = stage;
       pv_phase = ring_.phase();

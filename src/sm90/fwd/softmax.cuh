@@ -90,9 +90,14 @@ struct OnlineSoftmax {
   // scores by their unnormalized probabilities, and returns per row the factor the O accumulator must
   // be multiplied by (exp2 of old max minus new max).
   __device__ __forceinline__ void update(float (&s)[kSRegisters], float (&o_rescale)[2]) {
+    update_max(s, o_rescale);
+    exponentiate(s, o_rescale);
+  }
+
+  // The two halves of update, for a caller with work to put between them.
+  __device__ __forceinline__ void update_max(const float (&s)[kSRegisters], float (&o_rescale)[2]) {
     float block_max[2];
     fragment_row_reduce(s, block_max, MaxOp{});
-    float max_scaled[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float new_max = fmaxf(row_max[r], quad_max(block_max[r]));
@@ -102,6 +107,8 @@ struct OnlineSoftmax {
       o_rescale[r] = fast_exp2(row_max[r] * scale_log2 - max_scaled[r]);
       row_max[r] = new_max;
     }
+  }
+  __device__ __forceinline__ void exponentiate(float (&s)[kSRegisters], const float (&o_rescale)[2]) {
 #pragma unroll
     for (int i = 0; i < kSRegisters; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -max_scaled[fragment_row_half(i)]));
     float block_sum[2];
@@ -109,6 +116,9 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * o_rescale[r] + block_sum[r];
   }
+
+ private:
+  float max_scaled[2];  // update_max -> exponentiate: the exponent's reference, max * scale_log2
 };
 
 }  // namespace hopattn::sm90

@@ -76,6 +76,10 @@ struct FwdTraits {
   // had landed (unchanged before); d 64 -9% (bf16) / -6% (FP8), where the new schedule bunched the
   // MUFU.EX2s behind a full MIO queue (ncu: mio stalls 0.6% -> 9.4% of samples). So not at d 64.
   static constexpr bool kLeanAddressing = kHeadDim >= 128;
+  // Overlapped mainloop: the P V wait kept between the softmax's max reduction and its exponentials
+  // (keep_next_wait_after; ptxas otherwise hoists it above the max): head dim 128 +1-1.5% on the
+  // paper grid; d 64 lost 6-13%, d 256 level (H200, 2026-12-01).
+  static constexpr bool kPvWaitAfterMax = kHeadDim == 128;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).
@@ -102,7 +106,7 @@ struct FwdTraits {
   struct OStage {
     alignas(kSwizzleAtomBytes) std::uint8_t bytes[OTile::kBytes];
   };
-  struct NoOStage {};
+  struct NoStorage {};
   // Shared O stage: warpgroup w waits on barrier kOTurnBarrierBase + w (its 128 threads) until warp 0
   // of the previous warpgroup in round-robin order arrives (32 threads).
   static constexpr int kOTurnBarrierBase = kEpilogueBarrierBase + kConsumerWarpgroups;
@@ -110,7 +114,7 @@ struct FwdTraits {
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
-    std::conditional_t<kOThroughSmem, OStage, NoOStage> o;  // O tile before its TMA store
+    std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile before its TMA store
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
     int tile;                        // producer -> consumers, published with q_full: tile index
@@ -120,6 +124,8 @@ struct FwdTraits {
     std::uint64_t k_empty[kStages];  // consumers -> producer: S GEMM done reading the K stage
     std::uint64_t v_full[kStages];   // producer (TMA) -> consumers: V stage landed
     std::uint64_t v_empty[kStages];  // consumers -> producer: PV GEMM done reading the V stage
+    // The consumers' keep_next_wait_after stores (never read), where kPvWaitAfterMax.
+    std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> pv_fence;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");

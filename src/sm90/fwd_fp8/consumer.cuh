@@ -279,16 +279,12 @@ class Fp8Consumer {
     release(&s_.vt_empty[pv_stage]);
   }
 
-  // wait_for_pv, kept after the max reduction that produced `factor`. ptxas otherwise hoists the
-  // wgmma wait above the FMNMX chains (it is independent of them), and the reduction then waits for
-  // the P V GEMM instead of running beside it. A shared store of a value computed from the factors
-  // pins it: ptxas keeps the wait after a shared store that precedes it. The stored value is never
-  // read.
+  // wait_for_pv, kept after the max reduction that produced `factor` (keep_next_wait_after says why
+  // ptxas would otherwise hoist it above the reduction).
   __device__ void wait_for_pv_after(const float (&factor)[2], float (&o)[kO], std::uint32_t (&p)[kPSteps][4],
                                     int pv_stage) {
-    static_assert(Traits::kPvWaitAfterMax, "the traits give max_fence storage only to these kernels");
-    const std::uint32_t slot = smem_address(&s_.max_fence[warpgroup_ * Traits::kWarpgroupThreads + thread_]);
-    asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(factor[0] + factor[1]) : "memory");
+    static_assert(Traits::kPvWaitAfterMax, "the traits give pv_fence storage only to these kernels");
+    keep_next_wait_after(factor[0] + factor[1], &s_.pv_fence[warpgroup_ * Traits::kWarpgroupThreads + thread_]);
     wait_for_pv(o, p, pv_stage);
   }
 

@@ -140,8 +140,8 @@ struct Fp8FwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t vt[kStages][VtTile::kBytes];
     // After the tiles, where an absent stage costs no alignment padding.
     std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile (bf16) before its TMA store
-    // Fp8Consumer::wait_for_pv_after's stores (never read).
-    std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> max_fence;
+    // Fp8Consumer::wait_for_pv_after's stores (keep_next_wait_after; never read).
+    std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> pv_fence;
     int tile;                         // TMA thread -> consumers, published with q_full: tile index
     int v_end[kStages];               // TMA thread -> transposers, with v_full: no V block follows
     std::uint64_t q_full;             // TMA -> consumers: Q tile landed (or no tile left)
