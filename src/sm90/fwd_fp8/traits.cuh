@@ -108,9 +108,10 @@ struct Fp8FwdTraits {
   // kernel ran 2-3% slower with it.
   static constexpr bool kPvWaitInSoftmax = kHeadDim == 64 || (kHeadDim == 128 && !kBlockDescales);
   // Where the softmax waits for the P V, whether that wait is pinned after the max reduction
-  // (Fp8Consumer::wait_for_pv_after; ptxas otherwise hoists it above the reduction): the 192-key d 128
-  // kernel +3% at 8k-16k; the 128-key kernels lost 2-5% with it (d 64, d 128 below 8k keys, softcap;
-  // H200, 2026-12-01).
+  // (keep_next_wait_after; ptxas otherwise hoists it above the reduction) and the GEMM turn ends
+  // there too instead of right after the issue (Fp8Consumer::mainloop_overlapped): the 192-key d 128
+  // kernel +3% at 8k-16k for the pin and +1-3% more for the turn; the 128-key kernels lost 2-5% with
+  // the pin (d 64, d 128 below 8k keys, softcap; H200, 2026-12-01).
   static constexpr bool kPvWaitAfterMax = kPvWaitInSoftmax && kBlockN == 192;
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
@@ -140,7 +141,7 @@ struct Fp8FwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t vt[kStages][VtTile::kBytes];
     // After the tiles, where an absent stage costs no alignment padding.
     std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile (bf16) before its TMA store
-    // Fp8Consumer::wait_for_pv_after's stores (keep_next_wait_after; never read).
+    // Where kPvWaitAfterMax, the consumers' keep_next_wait_after stores (never read).
     std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> pv_fence;
     int tile;                         // TMA thread -> consumers, published with q_full: tile index
     int v_end[kStages];               // TMA thread -> transposers, with v_full: no V block follows
