@@ -4,9 +4,11 @@
 // RS, or BF16 SS) into one accumulator; warpgroups 1 and 2 run a loop of one other instruction on 32
 // independent registers per thread (no dependency chain longer than the loop). Each pair is timed
 // three ways (wgmma alone, the other instruction alone, both) with CUDA events; "both / sum" near 1
-// means the two never overlap, "both / max" near 1 means they overlap fully. Why it matters: the
-// attention softmax runs beside the other warpgroup's GEMMs, so its instruction mix decides how much
-// of it hides (docs/perf-notes.md, session 6).
+// means the two never overlap, "both / max" near 1 means they overlap fully. The SM cycles each side
+// took (CTA 0's warps, alone and together) say which side yields: FMA-pipe streams stall the wgmma,
+// ALU instructions (FMNMX, F2FP) slow down beside it. Why it matters: the attention softmax runs
+// beside the other warpgroup's GEMMs, so its instruction mix decides how much of it hides
+// (docs/perf-notes.md, sessions 6 and 7).
 #include <cuda_runtime.h>
 
 #include <cstdint>
