@@ -283,7 +283,8 @@ class Fp8Consumer {
   // while that P V does. Where Traits::kPvWaitInSoftmax, the softmax waits for the P V after its max
   // reduction (it ran right behind S_n, so it is done or nearly), which frees O and p: O's rescale
   // for block n and P_n's conversion then interleave with the exponentials instead of following them
-  // on the warpgroup's critical path.
+  // on the warpgroup's critical path. Where Traits::kPvWaitAfterMax (192-key blocks) that wait is
+  // pinned there and the turn lasts until it (see below).
   __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
