@@ -113,12 +113,10 @@ __global__ void __launch_bounds__(384, 1) pipe_overlap_kernel(int mode, int gemm
   for (int i = threadIdx.x; i < kSmemBytes / 4; i += blockDim.x) reinterpret_cast<std::uint32_t*>(smem)[i] = 0x30303030u;
   __syncthreads();
   const long long start = clock64();
-  bool ran = false;
-  if (threadIdx.x < 128) {
-    if (mode & 1) gemm_loop<kGemm>(smem, gemm_iters), ran = true;
-  } else if (mode & 2) {
-    other_loop<kOther>(other_iters), ran = true;
-  }
+  const bool is_gemm_warp = threadIdx.x < 128;
+  const bool ran = is_gemm_warp ? (mode & 1) != 0 : (mode & 2) != 0;
+  if (ran && is_gemm_warp) gemm_loop<kGemm>(smem, gemm_iters);
+  if (ran && !is_gemm_warp) other_loop<kOther>(other_iters);
   if (blockIdx.x == 0 && threadIdx.x % 32 == 0) g_cycles[threadIdx.x / 32] = ran ? clock64() - start : 0;
 }
 
