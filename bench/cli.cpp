@@ -33,7 +33,7 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
-                            "--causal", "--dtype", "--softcap", "--iters", "--warmup", "--json"}) {
+                            "--causal", "--dtype", "--softcap", "--num-splits", "--iters", "--warmup", "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -55,6 +55,8 @@ std::string usage_text() {
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
+         "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
+         "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
          "  --json PATH      also write every row, the device, date and git commit as JSON\n"
          "Without a Hopper GPU it says so and times the CPU reference on a small problem.\n";
 }
@@ -137,6 +139,10 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       }
       single.softcap = cap;
       if (cap > 0.0f) single.variant = "softcap";
+      single_given = true;
+    } else if (flag == "--num-splits") {
+      if (!parse_positive_int(flag, value, &single.num_splits, error)) return false;
+      single.variant = single.num_splits == 1 ? "no_tail_split" : "num_splits_" + value;
       single_given = true;
     } else if (flag == "--grid") {
       std::vector<Shape> probe;

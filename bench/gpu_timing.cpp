@@ -108,6 +108,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   args.causal = s.causal;
   args.softcap = s.softcap;
   args.options = s.options;
+  args.num_splits = s.num_splits;
   args.stream = options.stream;
   return args;
 }

@@ -23,6 +23,7 @@ struct Shape {
   // quantization path; 0 passes none (per-head factors of 1).
   int fp8_block_rows = 0;
   float softcap = 0.0f;  // > 0: scores pass through softcap * tanh(score / softcap)
+  int num_splits = 0;    // FwdArgs::num_splits: 0 the tail-split heuristic, 1 no split, n pieces per tile
   std::string variant = "default";  // names the KernelOptions setting (ablation rows) or the descales
 };
 

@@ -93,7 +93,11 @@ struct FwdArgs {
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v.
   std::optional<Tensor> page_table;
 
-  int num_splits = 0;  // split-KV decoding: 0 = chosen by heuristic, 1 = no split
+  // Split-KV: the sm_90a bf16/fp16 kernel cuts tiles along the keys over idle SMs and merges the
+  // pieces (non-causal launches without a window). 0 = where that shortens the launch (the last
+  // rounds' tiles, or every tile when there are fewer tiles than SMs), 1 = never, n >= 2 = every tile
+  // in n pieces (as long as tiles x n <= 1024). Results match either way, to rounding.
+  int num_splits = 0;
 
   // FP8 e4m3 inputs: float32 descale factors of shape (batch, heads_kv); out is bf16.
   std::optional<Tensor> q_descale, k_descale, v_descale;

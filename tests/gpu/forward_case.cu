@@ -91,6 +91,7 @@ std::string ForwardCase::describe() const {
   if (softmax_scale) s << " scale " << *softmax_scale;
   s << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << " " << layout_name(layout)
     << (packed_qkv ? " packed-qkv" : "");
+  if (num_splits != 0) s << " num_splits " << num_splits;
   return s.str();
 }
 
@@ -216,6 +217,7 @@ CaseResult run_forward_case(const ForwardCase& c, const KernelOptions& options, 
     args.window_right = c.window_right;
     args.softcap = c.softcap;
     args.options = options;
+    args.num_splits = c.num_splits;
     const Status status = forward(args);
     HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
     if (status.code() == StatusCode::kUnsupported) {

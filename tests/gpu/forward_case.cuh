@@ -29,6 +29,7 @@ struct ForwardCase {
   float amplitude = 1.0f;  // q is drawn from amplitude * N(0, 1): larger = peakier softmax
   Layout layout = Layout::kContiguous;  // q, k, v, out (lse rows are padded with kPaddedRows)
   bool packed_qkv = false;  // q, k, v: head slices of one (b, s, hq + 2 hkv, d) buffer; needs sq == sk
+  int num_splits = 0;       // FwdArgs::num_splits (0: the launch's tail-split heuristic)
 
   std::string describe() const;
   // Part of what the sm_90a forward supports from the start: bf16/fp16, d 64/128/256, causal or not,

@@ -97,6 +97,14 @@ inline std::int64_t storage_elements(const Tensor& t) {
   return last + 1;
 }
 
+// SMs of the current device: how many tiles make a round of the persistent launch.
+inline int multiprocessor_count() {
+  int device = 0, sms = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return sms;
+}
+
 // The run's random seed: HOPATTN_TEST_SEED when set (to replay a failure), else fresh from the OS.
 inline std::uint64_t run_seed() {
   if (const char* env = std::getenv("HOPATTN_TEST_SEED")) return std::strtoull(env, nullptr, 0);

@@ -105,6 +105,39 @@ INSTANTIATE_TEST_SUITE_P(
                       strided(1, 4, 1, 1000, 65, 128, Dtype::kFloat16, true, Layout::kPaddedRows, false),
                       strided(2, 2, 1, 63, 4097, 256, Dtype::kBFloat16, false, Layout::kHeadMajor, false)));
 
+// The tail split (sm90/fwd/split_plan.hpp): one round of tiles and a few more, so the last rounds'
+// tiles are cut along the keys and merged, at every head dim (256 takes the shared O stage in turns,
+// which a warpgroup that merges nothing must still pass on), with and without warp specialization
+// (the inline producer walks the same visits); few tiles in explicit pieces; one tile over every SM.
+class ForwardTailSplit : public HopperTest {};
+
+TEST_F(ForwardTailSplit, PiecesMergeToTheReference) {
+  const std::uint64_t seed = run_seed();
+  const int sms = multiprocessor_count();
+  std::vector<ForwardCase> cases;
+  for (int d : {64, 128, 256}) {
+    ForwardCase c;
+    c.head_dim = d, c.heads_q = 3, c.heads_kv = 1, c.seqlen_k = 700, c.amplitude = 3.0f;
+    c.dtype = d == 128 ? Dtype::kFloat16 : Dtype::kBFloat16;
+    c.seqlen_q = 128 * ((sms + 18) / 3) - 37;  // 3 * ceil(sq / 128) tiles: one round and a few more
+    cases.push_back(c);
+    c.seqlen_q = 300, c.num_splits = 3, c.with_lse = false;  // 9 tiles in 3 pieces each
+    cases.push_back(c);
+    c.num_splits = 0, c.seqlen_q = 1, c.seqlen_k = 4097, c.heads_q = 1, c.with_lse = true;
+    cases.push_back(c);
+  }
+  int index = 0;
+  for (const ForwardCase& c : cases) {
+    for (bool warp_specialized : {true, false}) {
+      KernelOptions options;
+      options.warp_specialized = warp_specialized;
+      const CaseResult r = run_forward_case(c, options, splitmix64(seed + index++));
+      EXPECT_EQ(r.kind, CaseResult::kPassed) << c.describe() << (warp_specialized ? "" : " no-warp-specialized")
+                                             << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << r.detail;
+    }
+  }
+}
+
 class ForwardDeterminism : public HopperTest, public ::testing::WithParamInterface<ForwardCase> {};
 
 // The same inputs twice give bit-identical out and lse.

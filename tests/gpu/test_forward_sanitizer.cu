@@ -1,7 +1,8 @@
 // Small shapes for compute-sanitizer (memcheck, racecheck, synccheck; scripts/device_tests.sh runs
 // them with --gtest_filter='SanitizerSmall.*'). They also pass the accuracy rule on their own, so a
 // plain run checks them too. Each one touches a different edge: partial tiles, empty causal rows,
-// a single query row, GQA, head dims 64/128/256, and the kernel with every speed switch off.
+// a single query row, GQA, head dims 64/128/256, tiles split along the keys, and the kernel with
+// every speed switch off.
 #include <string>
 
 #include "gpu/forward_case.cuh"
@@ -38,6 +39,9 @@ INSTANTIATE_TEST_SUITE_P(
         SanitizerCase{"d64_gqa_causal_partial_tiles", small(1, 2, 1, 65, 129, 64, Dtype::kBFloat16, true), {}},
         SanitizerCase{"d128_single_query_row", small(2, 4, 4, 1, 200, 128, Dtype::kFloat16, false), {}},
         SanitizerCase{"d256_causal_empty_rows", small(1, 1, 1, 130, 70, 256, Dtype::kBFloat16, true), {}},
+        // Few tiles, not causal: split along the keys over many CTAs, merged through global memory
+        // (fwd/split_merge.cuh); at d 256 the warpgroups that merge nothing still pass the O stage on.
+        SanitizerCase{"d256_tail_split_pieces", small(1, 2, 1, 200, 300, 256, Dtype::kBFloat16, false), {}},
         SanitizerCase{"d128_all_switches_off", small(1, 4, 2, 100, 150, 128, Dtype::kFloat16, true),
                       KernelOptions{false, false, false, false}}),
     [](const ::testing::TestParamInfo<SanitizerCase>& info) { return std::string(info.param.name); });

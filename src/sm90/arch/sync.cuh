@@ -14,6 +14,20 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// named_barrier_sync that also ORs a predicate over the `count` threads and returns it to each.
+__device__ __forceinline__ bool named_barrier_or(int id, int count, bool predicate) {
+  unsigned result;
+  asm volatile(
+      "{\n.reg .pred in, out;\n"
+      "setp.ne.u32 in, %1, 0;\n"
+      "bar.red.or.pred out, %2, %3, in;\n"
+      "selp.u32 %0, 1, 0, out;\n}\n"
+      : "=r"(result)
+      : "r"(static_cast<unsigned>(predicate)), "r"(id), "r"(count)
+      : "memory");
+  return result != 0;
+}
+
 // setmaxnreg: a warpgroup gives registers back to (dec) or takes them from (inc) the SM's pool. The
 // producer needs few registers; the consumers need many for the S and O accumulators.
 template <int kRegisters>

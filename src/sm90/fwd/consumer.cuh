@@ -21,6 +21,7 @@
 #include "sm90/fwd/producer.cuh"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
+#include "sm90/fwd/split_merge.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
 #include "sm90/tile/a_fragment.cuh"
@@ -51,7 +52,7 @@ class Consumer {
         thread_(threadIdx.x % Traits::kWarpgroupThreads),
         drives_loads_(drives_loads),
         tm_o_(maps.o),
-        producer_(s, maps) {}
+        producer_(s, maps, p) {}
 
   __device__ void run() {
     // Ping-pong starts with warpgroup 0: warpgroup 1 opens its partner's first turn.
@@ -60,18 +61,19 @@ class Consumer {
     if (shared_o_stage) grant_first_o_turn<Traits>(warpgroup_, thread_);
     std::uint32_t q_phase = 0;
     while (true) {
-      if (inline_loads()) producer_.publish_next_tile(p_);
-      mbarrier_wait(&s_.q_full, q_phase);  // producer -> us: tile index published, its Q tile landed
+      if (inline_loads()) producer_.publish_next_visit(p_);
+      mbarrier_wait(&s_.q_full, q_phase);  // producer -> us: visit published, its Q tile landed
       q_phase ^= 1;
-      const int tile = atomicOr(&s_.tile, 0);  // atomic read: see TileLoader::publish_tile
-      if (tile >= p_.num_tiles) {
+      const int visit_id = read_visit(&s_.visit);
+      if (visit_id == kNoVisitLeft) {
         if (thread_ == 0) tma_store_wait_all();  // O stores read shared memory until they finish
         if (shared_o_stage) retire_o_turns<Traits>(warpgroup_);
         return;
       }
-      const TileCoord c = decode_tile(p_, tile);
-      int n_begin, n_end;
-      kv_block_range<Traits::kBlockM, Traits::kBlockN>(p_, c.m_block, &n_begin, &n_end);
+      const TileVisit visit = decode_visit<Traits::kBlockM, Traits::kBlockN>(p_, visit_id);
+      const TileCoord c = decode_tile(p_, visit.tile);
+      const int n_begin = visit.n_begin, n_end = visit.n_end;
+      const SplitPiece piece = SplitPiece::of(p_.split, visit);
       const int m0 = c.m_block * Traits::kBlockM;
       const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
       const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(p_, m0);
@@ -86,13 +88,17 @@ class Consumer {
         release(&s_.q_empty);  // Q is in registers: the producer may load the next tile's Q now
       }
 
-      if (inline_loads()) producer_.begin_tile(p_, c, n_begin, n_end);
+      if (inline_loads()) producer_.begin_visit(p_, c, n_begin, n_end);
       if (n_end <= n_begin) {
         if (!Traits::kQInRegisters) release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
       } else if (p_.intra_wg_overlap) {
         mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
         mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
+      }
+      if (__builtin_expect(piece.split(), 0) && !finish_split(piece, o, softmax)) {  // another piece stores the tile
+        if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
+        continue;
       }
       if constexpr (Traits::kOThroughSmem) {
         if (p_.store_o_by_tma) {
@@ -107,6 +113,13 @@ class Consumer {
  private:
   __device__ bool inline_loads() const { return !Traits::kWarpSpecialized && drives_loads_; }
 
+
+  // A split piece's end (split_merge.cuh); true when this warpgroup stores the tile.
+  __device__ bool finish_split(SplitPiece piece, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
+    return finish_split_piece<kO, Traits::kConsumerWarpgroups>(p_, piece, warpgroup_, thread_,
+                                                              Traits::kEpilogueBarrierBase + warpgroup_, o,
+                                                              softmax.row_max, softmax.row_sum, p_.scale_log2);
+  }
 
   // Our turn to issue GEMMs: wait until the other warpgroup has issued its own.
   __device__ void begin_gemm_turn() { Turns::begin(p_.pingpong, warpgroup_); }

@@ -103,6 +103,13 @@ __device__ __forceinline__ void pass_o_turn(int warpgroup, int thread) {
   named_barrier_arrive(o_turn_barrier<Traits>((warpgroup + 1) % Traits::kConsumerWarpgroups),
                        Traits::kOTurnBarrierThreads);
 }
+// A warpgroup that stores nothing for this visit (a split piece another one merges) still takes and
+// passes its turn, so the round-robin order holds.
+template <class Traits>
+__device__ __forceinline__ void skip_o_turn(int warpgroup, int thread) {
+  take_o_turn<Traits>(warpgroup);
+  pass_o_turn<Traits>(warpgroup, thread);
+}
 template <class Traits>
 __device__ __forceinline__ void retire_o_turns(int warpgroup) {
   if (warpgroup == 0) take_o_turn<Traits>(0);

@@ -5,15 +5,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "api/problem.hpp"
 #include "sm90/fwd/kernel.cuh"
 #include "sm90/fwd/params_builder.hpp"
+#include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd/traits.cuh"
 #include "sm90/host/device_guard.hpp"
 #include "sm90/host/tensor_map.hpp"
+#include "sm90/host/split_workspace.hpp"
 #include "sm90/host/tile_counters.hpp"
 
 namespace hopattn::sm90 {
@@ -56,6 +59,51 @@ inline int heads_per_group(const detail::Problem& pr, int device) {
   return static_cast<int>(group);
 }
 
+// The hand-out of a launch (scheduler.cuh), shared by the 16-bit and FP8 launches: the tail split
+// (split_plan.hpp; where Traits::kTailSplit, and only with the persistent hand-out, whose claims it
+// extends), the grid, and a counter slot for a persistent or split launch. A split launch also takes
+// its partials' workspace, which end_schedule gives back once the kernel is queued.
+struct Schedule {
+  int grid = 0;
+  void* split_workspace = nullptr;
+};
+
+template <class Traits>
+Status begin_schedule(const FwdArgs& args, const detail::Problem& pr, FwdParams* p, Schedule* schedule) {
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
+  const int tile_blocks = (pr.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const bool uniform = p->window_left < 0 && p->window_right < 0;
+  p->split = args.options.persistent && Traits::kTailSplit
+                 ? plan_split(p->num_tiles, tile_blocks, sms, args.num_splits, uniform, Traits::kConsumerWarpgroups)
+                 : no_split_plan(p->num_tiles);
+  const int items = p->split.first_tile + p->split.units;
+  const bool persistent = args.options.persistent && items > sms;
+  schedule->grid = persistent ? sms : items;
+  if (persistent || p->split.units > 0) {
+    int* slot = nullptr;
+    if (Status st = acquire_tile_counter(pr.device_index, &slot); !st.ok()) return st;
+    if (persistent) p->tile_counter = slot;
+    p->split_counters = slot + 2;
+  }
+  if (p->split.units > 0) {
+    using Partials = SplitPartials<Traits::kORegisters, Traits::kConsumerWarpgroups>;
+    const std::size_t bytes = 2 * std::size_t(p->split.units) * Partials::kBytesPerSlot;
+    if (Status st = acquire_split_workspace(pr.device_index, bytes, static_cast<cudaStream_t>(args.stream),
+                                            &schedule->split_workspace);
+        !st.ok())
+      return st;
+    p->split_partials = static_cast<float*>(schedule->split_workspace);
+  }
+  return Status::Ok();
+}
+
+// After the launch (queued or failed): gives the split workspace back, stream-ordered.
+inline Status end_schedule(const FwdArgs& args, const Schedule& schedule, Status launched) {
+  if (schedule.split_workspace == nullptr) return launched;
+  Status released = release_split_workspace(schedule.split_workspace, static_cast<cudaStream_t>(args.stream));
+  return launched.ok() ? released : launched;
+}
+
 template <class Traits>
 Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   const CUtensorMapDataType dtype =
@@ -88,15 +136,11 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
   if (Status st = cuda_status(attr_status, "raising the forward kernel's shared-memory limit"); !st.ok()) return st;
 
-  const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
-  const bool persistent = args.options.persistent && p.num_tiles > sms;
-  const int grid = persistent ? sms : p.num_tiles;
-  if (persistent) {
-    if (Status st = acquire_tile_counter(pr.device_index, &p.tile_counter); !st.ok()) return st;
-  }
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, p);
-  return cuda_status(cudaGetLastError(), "launching the forward kernel");
+  Schedule schedule;
+  if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
+  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, static_cast<cudaStream_t>(args.stream)>>>(
+      tm_q, tm_k, tm_v, tm_o, p);
+  return end_schedule(args, schedule, cuda_status(cudaGetLastError(), "launching the forward kernel"));
 }
 
 }  // namespace hopattn::sm90

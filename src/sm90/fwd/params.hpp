@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "sm90/fwd/split_plan.hpp"
 #include "sm90/tile/fast_divisor.hpp"
 
 namespace hopattn::sm90 {
@@ -47,7 +48,14 @@ struct FwdParams {
   FastDivisor heads_per_group_divisor;  // heads_per_group
   FastDivisor heads_q_divisor;          // heads_q
   FastDivisor head_ratio_divisor;       // head_ratio: q head -> K/V head
-  int* tile_counter;    // {next tile, CTAs finished}, zero at launch; nullptr: one CTA per tile
+  int* tile_counter;    // {next item, CTAs finished}, zero at launch; nullptr: one CTA per tile
+  // The tail split (split_plan.hpp): the hand-out runs over split.first_tile whole tiles, then
+  // split.units units. Partials: per slot, consumer warpgroup and thread, O and the row state
+  // (split_merge.cuh); counters: per split tile and consumer warpgroup, its pieces finished so far,
+  // zero at launch and left zero.
+  SplitPlan split;
+  float* split_partials;
+  int* split_counters;
 };
 
 }  // namespace hopattn::sm90

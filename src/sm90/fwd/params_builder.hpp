@@ -11,8 +11,8 @@
 
 namespace hopattn::sm90 {
 
-// Every field but tile_counter, which the launcher sets only for a persistent launch (after
-// allocating the counter). heads_per_group: launch.cuh's heads_per_group() for the device.
+// Every field but the hand-out's (tile_counter, split and its memory), which the launch sets (fwd/launch.cuh
+// begin_schedule). heads_per_group: launch.cuh's heads_per_group() for the device.
 inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int heads_per_group) {
   FwdParams p{};
   p.batch = pr.batch;
@@ -42,6 +42,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   }
   p.num_m_blocks = (pr.seqlen_q + block_m - 1) / block_m;
   p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
+  p.split = no_split_plan(p.num_tiles);  // the launch plans the split (fwd/launch.cuh begin_schedule)
   p.heads_per_group = heads_per_group;
   p.group_tiles_divisor = FastDivisor(static_cast<std::uint32_t>(p.num_m_blocks * heads_per_group));
   p.heads_per_group_divisor = FastDivisor(static_cast<std::uint32_t>(heads_per_group));

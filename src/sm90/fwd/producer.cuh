@@ -41,22 +41,19 @@ class TileLoader {
  public:
   __device__ TileLoader(typename Traits::SharedStorage& s, TensorMaps maps) : s_(s), maps_(maps) {}
 
-  // Publishes tile `tile` to the consumers and loads its Q, or (tile >= num_tiles) tells them that
-  // no tile is left. The previous tile's consumers must be done with their last S GEMM (q_empty)
-  // before Q and the tile index are overwritten; the first wait passes at once (parity of the phase
-  // before the first).
-  // c: decode_tile(p, tile) when there is a tile.
-  __device__ void publish_tile(const FwdParams& p, int tile, const TileCoord& c) {
+  // Publishes visit `id` to the consumers and loads its Q tile (v: decode_visit(id)), or
+  // (kNoVisitLeft) tells them that no work is left. The previous visit's consumers must be done with
+  // their last S GEMM (q_empty) before Q and the visit are overwritten; the first wait passes at once
+  // (parity of the phase before the first).
+  __device__ void publish_visit(const FwdParams& p, int id, const TileVisit& v) {
     mbarrier_wait(&s_.q_empty, q_phase_ ^ 1);
     q_phase_ ^= 1;
-    // Ordered before the consumers' read by the release of the arrive below and the acquire of their
-    // wait; written atomically so that compute-sanitizer's racecheck, which does not follow mbarrier
-    // ordering for plain shared-memory accesses, sees no race either.
-    atomicExch(&s_.tile, tile);
-    if (tile >= p.num_tiles) {
+    sm90::publish_visit(&s_.visit, id);  // ordered before the consumers' read by q_full's arrive and wait
+    if (id == kNoVisitLeft) {
       mbarrier_arrive(&s_.q_full);
       return;
     }
+    const TileCoord c = decode_tile(p, v.tile);
     mbarrier_arrive_expect_tx(&s_.q_full, QTile::kBytes);
     load_tile<QTile, kCols>(s_.q, maps_.q, &s_.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
   }
@@ -85,18 +82,16 @@ class TileLoader {
 template <class Traits>
 __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p) {
   TileLoader<Traits> loader(s, maps);
-  for (int tile = blockIdx.x;; tile = claim_next_tile(p)) {
-    if (tile >= p.num_tiles) {
-      loader.publish_tile(p, tile, TileCoord{});
-      finish_schedule(p);
-      return;
-    }
-    const TileCoord c = decode_tile(p, tile);
-    loader.publish_tile(p, tile, c);
-    int n_begin, n_end;
-    kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, c.m_block, &n_begin, &n_end);
-    for (int n = n_end - 1; n >= n_begin; --n) loader.load_kv(c, int(p.head_ratio_divisor.divide(unsigned(c.head))), n);
+  VisitSequence visits(p);
+  for (int id = visits.next(); id != kNoVisitLeft; id = visits.next()) {
+    const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
+    loader.publish_visit(p, id, v);
+    const TileCoord c = decode_tile(p, v.tile);
+    const int kv_head = int(p.head_ratio_divisor.divide(unsigned(c.head)));
+    for (int n = v.n_end - 1; n >= v.n_begin; --n) loader.load_kv(c, kv_head, n);
   }
+  loader.publish_visit(p, kNoVisitLeft, TileVisit{});
+  finish_schedule(p);
 }
 
 // Inline producer for the non-warp-specialized kernel: a consumer thread keeps kStages blocks in
@@ -104,19 +99,22 @@ __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps,
 template <class Traits>
 class InlineProducer {
  public:
-  __device__ InlineProducer(typename Traits::SharedStorage& s, TensorMaps maps) : loader_(s, maps) {}
+  __device__ InlineProducer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p)
+      : loader_(s, maps), visits_(p) {}
 
-  // Claims and publishes the next tile (the first is blockIdx.x).
-  __device__ void publish_next_tile(const FwdParams& p) {
-    const int tile = first_ ? static_cast<int>(blockIdx.x) : claim_next_tile(p);
-    first_ = false;
-    const bool last = tile >= p.num_tiles;
-    loader_.publish_tile(p, tile, last ? TileCoord{} : decode_tile(p, tile));
-    if (last) finish_schedule(p);
+  // Publishes the next visit (kNoVisitLeft once there is none).
+  __device__ void publish_next_visit(const FwdParams& p) {
+    const int id = visits_.next();
+    if (id == kNoVisitLeft) {
+      loader_.publish_visit(p, id, TileVisit{});
+      finish_schedule(p);
+      return;
+    }
+    loader_.publish_visit(p, id, decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id));
   }
 
-  // Fills the ring with the tile's first kStages K/V blocks.
-  __device__ void begin_tile(const FwdParams& p, const TileCoord& c, int n_begin, int n_end) {
+  // Fills the ring with the visit's first kStages K/V blocks.
+  __device__ void begin_visit(const FwdParams& p, const TileCoord& c, int n_begin, int n_end) {
     coord_ = c;
     kv_head_ = int(p.head_ratio_divisor.divide(unsigned(c.head)));
     n_begin_ = n_begin;
@@ -130,7 +128,7 @@ class InlineProducer {
 
  private:
   TileLoader<Traits> loader_;
-  bool first_ = true;
+  VisitSequence visits_;
   TileCoord coord_{};
   int kv_head_ = 0;
   int n_begin_ = 0;

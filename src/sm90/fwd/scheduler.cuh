@@ -5,9 +5,11 @@
 // causal rows first. So the CTAs in flight share K/V in L2, and the light causal tiles come last,
 // where they fill the tail of the schedule.
 //
-// Hand-out: each CTA starts with tile blockIdx.x; a persistent CTA then takes the next unclaimed
-// tile from a global counter (atomicAdd), so CTAs that drew light tiles take more of them. The
-// producer fetches the index and publishes it to the consumers beside the Q tile (q_full).
+// Hand-out: items are the whole tiles [0, split.first_tile), then the split units (split_plan.hpp).
+// Each CTA starts with item blockIdx.x; a persistent CTA then takes the next unclaimed item from a
+// global counter (atomicAdd), so CTAs that drew light tiles take more of them. The producer walks
+// each item as visits (a whole tile, or a unit's pieces) and publishes each to the consumers beside
+// its Q tile (q_full).
 #pragma once
 
 #include "sm90/fwd/params.hpp"
@@ -33,14 +35,16 @@ __device__ __forceinline__ TileCoord decode_tile(const FwdParams& p, int tile) {
   return c;
 }
 
-// The index of this CTA's next tile; num_tiles or more means none is left. Called by the one thread
-// that publishes tiles (the producer), once per tile after the first.
-__device__ __forceinline__ int claim_next_tile(const FwdParams& p) {
-  if (p.tile_counter == nullptr) return p.num_tiles;  // one CTA per tile
+__device__ __forceinline__ int num_items(const FwdParams& p) { return p.split.first_tile + p.split.units; }
+
+// The index of this CTA's next item; num_items or more means none is left. Called by the one thread
+// that publishes visits (the producer), once per item after the first.
+__device__ __forceinline__ int claim_next_item(const FwdParams& p) {
+  if (p.tile_counter == nullptr) return num_items(p);  // one CTA per tile
   return static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
 }
 
-// Called once per CTA by the thread that claimed tiles, after its last claim: the last CTA to get
+// Called once per CTA by the thread that claimed items, after its last claim: the last CTA to get
 // here zeroes the counter pair for the next launch that draws it (host/tile_counters.hpp).
 __device__ __forceinline__ void finish_schedule(const FwdParams& p) {
   if (p.tile_counter == nullptr) return;
@@ -49,6 +53,12 @@ __device__ __forceinline__ void finish_schedule(const FwdParams& p) {
     p.tile_counter[1] = 0;
   }
 }
+
+// The visit id (split_plan.hpp) the producer publishes beside a Q tile (s.visit), which each consumer
+// decodes itself (decode_visit). Written and read atomically: the q_full arrive and wait order them,
+// but compute-sanitizer's racecheck does not follow mbarrier ordering for plain shared-memory accesses.
+__device__ __forceinline__ void publish_visit(int* slot, int id) { atomicExch(slot, id); }
+__device__ __forceinline__ int read_visit(int* slot) { return atomicOr(slot, 0); }
 
 // K/V blocks [begin, end) that rows [m_block * kBlockM, +kBlockM) can see (window and causal limits
 // are bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q).
@@ -67,5 +77,48 @@ __device__ __forceinline__ void kv_block_range(const FwdParams& p, int m_block, 
     *begin = first_visible <= 0 ? 0 : min(*end, first_visible / kBlockN);
   }
 }
+
+// Visit id -> what to work on (id >= 0, and a piece that exists: VisitSequence hands out no other).
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ TileVisit decode_visit(const FwdParams& p, int id) {
+  TileVisit v{id, 0, 0, -1};
+  if (id < p.split.first_tile) {
+    kv_block_range<kBlockM, kBlockN>(p, decode_tile(p, id).m_block, &v.n_begin, &v.n_end);
+  } else {
+    piece_of_visit(p.split, id, &v);
+  }
+  return v;
+}
+
+// This CTA's visit ids in order, for the thread that publishes them: item blockIdx.x first, then
+// claimed ones; a whole-tile item is one visit, a unit one per piece.
+class VisitSequence {
+ public:
+  __device__ explicit VisitSequence(const FwdParams& p) : p_(p) {}
+
+  // The next visit id, or kNoVisitLeft once the hand-out has none left for this CTA. Items are claimed only when the previous one is used up, so a CTA never holds
+  // one it has not started.
+  __device__ int next() {
+    while (piece_ > 0 && piece_ < kPiecesPerUnit) {  // the rest of the current unit
+      const int id = unit_id_ + piece_++;
+      TileVisit unused;
+      if (piece_of_visit(p_.split, id, &unused)) return id;
+      piece_ = kPiecesPerUnit;  // pieces come in order: none after a missing one
+    }
+    const int item = started_ ? claim_next_item(p_) : static_cast<int>(blockIdx.x);
+    started_ = true;
+    if (item >= num_items(p_)) return kNoVisitLeft;
+    if (item < p_.split.first_tile) return item;
+    unit_id_ = p_.split.first_tile + kPiecesPerUnit * (item - p_.split.first_tile);
+    piece_ = 1;
+    return unit_id_;  // every unit has a first piece
+  }
+
+ private:
+  const FwdParams& p_;
+  bool started_ = false;
+  int unit_id_ = 0;
+  int piece_ = 0;  // the next piece of the current unit; 0: no unit under way
+};
 
 }  // namespace hopattn::sm90

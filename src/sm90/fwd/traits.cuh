@@ -81,6 +81,9 @@ struct FwdTraits {
   // paper grid; d 64 lost 6-13%, d 256 level (H200, 2026-12-01).
   static constexpr bool kPvWaitAfterMax = kHeadDim == 128;
 
+  // The launch may split the last rounds' tiles along the keys (fwd/split_plan.hpp).
+  static constexpr bool kTailSplit = true;
+
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).
   static constexpr int kPingPongBarrierBase = 1;
@@ -117,7 +120,7 @@ struct FwdTraits {
     std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile before its TMA store
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
-    int tile;                        // producer -> consumers, published with q_full: tile index
+    int visit;                       // producer -> consumers, published with q_full: visit id
     std::uint64_t q_full;            // producer (TMA) -> consumers: Q tile landed (or no tile left)
     std::uint64_t q_empty;           // consumers -> producer: last S GEMM of the tile done
     std::uint64_t k_full[kStages];   // producer (TMA) -> consumers: K stage landed

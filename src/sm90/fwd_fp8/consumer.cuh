@@ -60,10 +60,12 @@ class Fp8Consumer {
     Turns::open_first_turn(b_.pingpong, warpgroup_);
     std::uint32_t q_phase = 0;
     while (true) {
-      mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: tile index published, its Q tile landed
+      mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: visit id published, its Q tile landed
       q_phase ^= 1;
-      const int tile = atomicOr(&s_.tile, 0);  // atomic read: see fwd/producer.cuh publish_tile
-      if (tile >= b_.num_tiles) {
+      // The visit id (fwd/scheduler.cuh): a whole tile's index, as this kernel never splits tiles
+      // (Fp8FwdTraits::kTailSplit), or kNoVisitLeft. Atomic read: see publish_visit.
+      const int tile = atomicOr(&s_.visit, 0);
+      if (tile < 0) {
         if (Traits::kOThroughSmem && thread_ == 0) tma_store_wait_all();  // O stores read shared memory
         return;
       }

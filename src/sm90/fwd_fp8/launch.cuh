@@ -64,17 +64,12 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
   if (Status st = cuda_status(attr, "raising the fp8 forward kernel's shared-memory limit"); !st.ok()) return st;
 
-  // The hand-out of scheduler.cuh, set up as launch_forward does: a persistent launch draws a zeroed
-  // counter pair from the device's pool; otherwise one CTA per tile.
-  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
-  const bool persistent = args.options.persistent && p.num_tiles > sms;
-  const int grid = persistent ? sms : p.num_tiles;
-  if (persistent) {
-    if (Status st = acquire_tile_counter(pr.device_index, &p.tile_counter); !st.ok()) return st;
-  }
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, static_cast<cudaStream_t>(args.stream)>>>(tm_q, tm_k, tm_v,
-                                                                                                     tm_o, fp);
-  return cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
+  // The hand-out of launch_forward (launch.cuh); the FP8 kernels never split (Fp8FwdTraits::kTailSplit).
+  Schedule schedule;
+  if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
+  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, static_cast<cudaStream_t>(args.stream)>>>(
+      tm_q, tm_k, tm_v, tm_o, fp);
+  return end_schedule(args, schedule, cuda_status(cudaGetLastError(), "launching the fp8 forward kernel"));
 }
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),

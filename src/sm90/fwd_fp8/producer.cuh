@@ -19,32 +19,32 @@
 
 namespace hopattn::sm90 {
 
-// The tile hand-out of scheduler.cuh: the first tile is blockIdx.x, the next ones are claimed; each is
-// published to the consumers (s.tile, then q_full) once they are done with the previous Q tile, and a
-// tile index >= num_tiles tells them to stop. Then the transposers are told to stop (finish_v).
+// The hand-out of scheduler.cuh: the first item is blockIdx.x, the next ones are claimed; each visit
+// of an item (a whole tile, or a split unit's pieces) is published to the consumers (s.visit, then
+// q_full) once they are done with the previous Q tile, and kNoVisitLeft tells them to stop. Then the
+// transposers are told to stop (finish_v).
 template <class Traits>
 __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                               const CUtensorMap* tm_v, const FwdParams& p) {
   constexpr int kCols = Traits::kColsPerBlock;
   StageRing<Traits::kStages> ring;
   std::uint32_t q_phase = 0;
-  for (int tile = blockIdx.x;; tile = claim_next_tile(p)) {
-    mbarrier_wait(&s.q_empty, q_phase ^ 1);  // consumers done with the previous Q tile and tile index
+  VisitSequence visits(p);
+  while (true) {
+    const int id = visits.next();
+    mbarrier_wait(&s.q_empty, q_phase ^ 1);  // consumers done with the previous Q tile and visit
     q_phase ^= 1;
-    atomicExch(&s.tile, tile);  // ordered by the q_full arrive; atomic for racecheck (fwd/producer.cuh)
-    if (tile >= p.num_tiles) {
+    publish_visit(&s.visit, id);
+    if (id == kNoVisitLeft) {
       mbarrier_arrive(&s.q_full);
-      finish_schedule(p);
       break;
     }
-    const TileCoord c = decode_tile(p, tile);
+    const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
+    const TileCoord c = decode_tile(p, v.tile);
     const int kv_head = c.head / p.head_ratio;
-    int n_begin, n_end;
-    kv_block_range<Traits::kBlockM, Traits::kBlockN>(p, c.m_block, &n_begin, &n_end);
     mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
     load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
-
-    for (int n = n_end - 1; n >= n_begin; --n) {  // the consumers' order
+    for (int n = v.n_end - 1; n >= v.n_begin; --n) {  // the consumers' order
       const int stage = ring.index();
       mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
       mbarrier_arrive_expect_tx(&s.k_full[stage], Traits::KTile::kBytes);
@@ -57,12 +57,13 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       ring.advance();
     }
   }
+  finish_schedule(p);
   // finish_v: the next V stage completes without data, with its v_end set (released by the arrive),
   // once the transposers are done with what it held. Per stage: the transposers may still be on
   // earlier stages, whose flags must stay 0.
   const int stage = ring.index();
   mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);
-  atomicExch(&s.v_end[stage], 1);  // ordered by the v_empty wait; atomic for racecheck, as s.tile
+  atomicExch(&s.v_end[stage], 1);  // ordered by the v_empty wait; atomic for racecheck, as s.visit
   mbarrier_arrive(&s.v_full[stage]);
 }
 

@@ -128,6 +128,12 @@ struct Fp8FwdTraits {
   static constexpr bool kQInRegisters =
       kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - kQRegisterSlack;
 
+  // No tail split (fwd/split_plan.hpp) in the FP8 kernels: with the split's code in this consumer the
+  // 192-key d 128 kernel ran 6-7% more cycles at 8k-16k even with no tile split (and with the split
+  // code compiled out but the visit decoded in the consumer, the same), against the 2% the split saves
+  // at 16k (H200, 2026-12-01; perf-notes, session 8). The consumer reads whole-tile visit ids.
+  static constexpr bool kTailSplit = false;
+
   static constexpr int kPingPongBarrierBase = 1;
   static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
   // Named barriers of the TMA-store epilogue: one per consumer warpgroup, after the ping-pong ones.
@@ -143,7 +149,7 @@ struct Fp8FwdTraits {
     std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile (bf16) before its TMA store
     // Where kPvWaitAfterMax, the consumers' keep_next_wait_after stores (never read).
     std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> pv_fence;
-    int tile;                         // TMA thread -> consumers, published with q_full: tile index
+    int visit;                        // TMA thread -> consumers, published with q_full: visit id
     int v_end[kStages];               // TMA thread -> transposers, with v_full: no V block follows
     std::uint64_t q_full;             // TMA -> consumers: Q tile landed (or no tile left)
     std::uint64_t q_empty;            // consumers -> TMA thread: last S GEMM of the tile done

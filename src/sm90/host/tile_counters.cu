@@ -11,7 +11,7 @@ namespace hopattn::sm90 {
 namespace {
 
 struct CounterPool {
-  int* pairs = nullptr;
+  int* slots = nullptr;
   std::atomic<unsigned> next_slot{0};
 };
 
@@ -29,9 +29,9 @@ Status acquire_tile_counter(int device, int** counter) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     pool = &pools()[device];
-    if (pool->pairs == nullptr) {
+    if (pool->slots == nullptr) {
       void* memory = nullptr;
-      const size_t bytes = sizeof(int) * 2 * kTileCounterSlots;
+      const size_t bytes = sizeof(int) * kTileCounterInts * kTileCounterSlots;
       cudaError_t e = cudaMalloc(&memory, bytes);
       if (e == cudaSuccess) e = cudaMemset(memory, 0, bytes);
       if (e != cudaSuccess) {
@@ -39,11 +39,11 @@ Status acquire_tile_counter(int device, int** counter) {
         return Status(StatusCode::kCudaError,
                       std::string("allocating the persistent tile counters: ") + cudaGetErrorString(e));
       }
-      pool->pairs = static_cast<int*>(memory);
+      pool->slots = static_cast<int*>(memory);
     }
   }
   const unsigned slot = pool->next_slot.fetch_add(1) % kTileCounterSlots;
-  *counter = pool->pairs + 2 * slot;
+  *counter = pool->slots + kTileCounterInts * slot;
   return Status::Ok();
 }
 

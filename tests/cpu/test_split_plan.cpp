@@ -1,0 +1,146 @@
+// The tail split's plan (src/sm90/fwd/split_plan.hpp): which launches it splits, and that the units'
+// pieces cover every key block of the split tiles exactly once, with the slots the merge reads back.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "sm90/fwd/split_plan.hpp"
+
+namespace hopattn::sm90 {
+namespace {
+
+struct Piece {
+  int n_begin, n_end, slot;
+};
+
+// Walks every unit of the plan and checks the pieces against the plan's own definitions.
+void check_pieces(const SplitPlan& s, int num_tiles) {
+  ASSERT_GT(s.units, 0);
+  ASSERT_LE(s.units, kMaxSplitUnits);
+  ASSERT_EQ(s.total_blocks, (num_tiles - s.first_tile) * s.tile_blocks);
+  std::map<int, std::vector<Piece>> by_tile;
+  std::set<int> slots;
+  int shortest = s.total_blocks, longest = 0;
+  for (int u = 0; u < s.units; ++u) {
+    int blocks = 0;
+    TileVisit v;
+    for (int k = 0; k < kPiecesPerUnit && unit_piece(s, u, k, &v); ++k) {
+      ASSERT_GE(v.tile, s.first_tile);
+      ASSERT_LT(v.tile, num_tiles);
+      ASSERT_LE(0, v.n_begin);
+      ASSERT_LT(v.n_begin, v.n_end);
+      ASSERT_LE(v.n_end, s.tile_blocks);
+      const bool whole = v.n_begin == 0 && v.n_end == s.tile_blocks;
+      ASSERT_EQ(whole, v.split_slot < 0);
+      if (!whole) {
+        ASSERT_TRUE(v.split_slot == 2 * u || v.split_slot == 2 * u + 1) << "unit " << u << " slot " << v.split_slot;
+        ASSERT_TRUE(slots.insert(v.split_slot).second) << "slot " << v.split_slot << " used twice";
+      }
+      by_tile[v.tile].push_back({v.n_begin, v.n_end, v.split_slot});
+      blocks += v.n_end - v.n_begin;
+      TileVisit by_id{};  // the visit id the producer publishes names the same piece
+      ASSERT_TRUE(piece_of_visit(s, s.first_tile + kPiecesPerUnit * u + k, &by_id));
+      ASSERT_EQ(by_id.tile, v.tile);
+      ASSERT_EQ(by_id.n_begin, v.n_begin);
+    }
+    ASSERT_EQ(blocks, unit_begin(s, u + 1) - unit_begin(s, u)) << "unit " << u << " has more than kPiecesPerUnit pieces";
+    shortest = std::min(shortest, blocks);
+    longest = std::max(longest, blocks);
+  }
+  // Equal shares of the run, to a block (units with no block exist only when there are fewer blocks).
+  EXPECT_LE(longest - shortest, 1);
+  ASSERT_EQ(static_cast<int>(by_tile.size()), num_tiles - s.first_tile);
+  for (auto& [tile, pieces] : by_tile) {
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.n_begin < b.n_begin; });
+    int next = 0;
+    std::vector<int> piece_slots;
+    for (const Piece& piece : pieces) {
+      ASSERT_EQ(piece.n_begin, next) << "tile " << tile << ": blocks skipped or visited twice";
+      next = piece.n_end;
+      piece_slots.push_back(piece.slot);
+    }
+    ASSERT_EQ(next, s.tile_blocks) << "tile " << tile;
+    if (pieces.size() == 1) continue;  // a whole tile: nothing to merge
+    std::vector<int> merged;
+    const TilePieces tile_pieces = TilePieces::of(s, tile - s.first_tile);
+    for (int u = tile_pieces.first_unit; u <= tile_pieces.last_unit; ++u) {
+      if (const int slot = tile_pieces.slot(s, u); slot >= 0) merged.push_back(slot);
+    }
+    EXPECT_EQ(tile_pieces.count(s), static_cast<int>(pieces.size()));
+    EXPECT_EQ(merged, piece_slots) << "tile " << tile << ": the merge must read every piece, in block order";
+  }
+}
+
+TEST(SplitPlan, PiecesCoverEveryBlockOnceOnRandomLaunches) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> tiles(1, 3000), blocks(1, 300), ctas(2, 264), splits(0, 9);
+  int planned = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int num_tiles = tiles(rng), tile_blocks = blocks(rng), sms = ctas(rng);
+    const int num_splits = splits(rng) < 6 ? 0 : splits(rng);  // mostly the heuristic
+    const SplitPlan s = plan_split(num_tiles, tile_blocks, sms, num_splits, true, 2);
+    SCOPED_TRACE(testing::Message() << "tiles " << num_tiles << " blocks " << tile_blocks << " ctas " << sms
+                                    << " num_splits " << num_splits);
+    if (s.units == 0) {
+      ASSERT_EQ(s.first_tile, num_tiles);
+      continue;
+    }
+    ++planned;
+    ASSERT_LE(0, s.first_tile);
+    ASSERT_LT(s.first_tile, num_tiles);
+    ASSERT_LE((num_tiles - s.first_tile) * 2, kMaxSplitCounters);
+    check_pieces(s, num_tiles);
+  }
+  EXPECT_GT(planned, 300);  // the draws must exercise splits, not only refusals
+}
+
+TEST(SplitPlan, HeuristicSplitsTheLastRoundsOnly) {
+  // 16 heads of 16k queries in 128-row tiles on 132 SMs: 2048 tiles, 15.5 rounds.
+  const SplitPlan s = plan_split(2048, 86, 132, 0, true, 2);
+  EXPECT_EQ(s.first_tile, 14 * 132);  // 14 whole rounds, then 200 tiles over 132 units
+  EXPECT_EQ(s.units, 132);
+  EXPECT_EQ(s.tile_blocks, 86);
+  check_pieces(s, 2048);
+  // Fewer tiles than SMs: every tile is split, over at most one unit per block.
+  const SplitPlan few = plan_split(16, 43, 132, 0, true, 2);
+  EXPECT_EQ(few.first_tile, 0);
+  EXPECT_EQ(few.units, 132);
+  check_pieces(few, 16);
+  EXPECT_EQ(plan_split(100, 86, 132, 0, true, 2).units, 132);  // 100 tiles take 0.76 of a tile time each
+  // Fewer blocks than SMs: a unit per block.
+  const SplitPlan short_keys = plan_split(2, 40, 132, 0, true, 2);
+  EXPECT_EQ(short_keys.units, 80);
+  check_pieces(short_keys, 2);
+}
+
+TEST(SplitPlan, NoSplitWhereItCannotPayOrIsNotAllowed) {
+  EXPECT_EQ(plan_split(2 * 132, 86, 132, 0, true, 2).units, 0);   // whole rounds
+  EXPECT_EQ(plan_split(130, 86, 132, 0, true, 2).units, 0);       // 2% or less to win
+  EXPECT_EQ(plan_split(2048, 86, 132, 0, false, 2).units, 0);     // causal or windowed tiles
+  EXPECT_EQ(plan_split(2048, 86, 132, 1, true, 2).units, 0);      // num_splits 1: never
+  EXPECT_EQ(plan_split(2048, 1, 132, 0, true, 2).units, 0);       // one key block: nothing to cut
+  EXPECT_EQ(plan_split(1024, 16, 132, 0, true, 2).units, 0);      // 7.8 rounds of short tiles: pieces cost more
+  EXPECT_EQ(plan_split(3, 2, 132, 0, true, 2).units, 0);          // 2-block tiles: likewise
+  EXPECT_EQ(plan_split(2048, 86, 132, 4, true, 2).units, 0);      // 8192 pieces: over kMaxSplitUnits
+}
+
+TEST(SplitPlan, ExplicitSplitsCutEveryTileEvenly) {
+  const SplitPlan s = plan_split(10, 43, 132, 3, true, 2);
+  EXPECT_EQ(s.first_tile, 0);
+  EXPECT_EQ(s.units, 30);
+  check_pieces(s, 10);
+  for (int u = 0; u < s.units; ++u) {  // no unit crosses a tile
+    TileVisit v;
+    ASSERT_TRUE(unit_piece(s, u, 0, &v));
+    EXPECT_FALSE(unit_piece(s, u, 1, &v));
+  }
+  // More splits than blocks: one piece per block.
+  EXPECT_EQ(plan_split(10, 2, 132, 5, true, 2).units, 20);
+}
+
+}  // namespace
+}  // namespace hopattn::sm90
