@@ -129,9 +129,9 @@ struct Fp8FwdTraits {
       kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - kQRegisterSlack;
 
   // No tail split (fwd/split_plan.hpp) in the FP8 kernels: with the split's code in this consumer the
-  // 192-key d 128 kernel ran 6-7% more cycles at 8k-16k even with no tile split (and with the split
-  // code compiled out but the visit decoded in the consumer, the same), against the 2% the split saves
-  // at 16k (H200, 2026-12-01; perf-notes, session 8). The consumer reads whole-tile visit ids.
+  // 192-key d 128 kernel ran 6-7% more cycles at 8k-16k even where no tile was split, against the 2%
+  // the split saves at 16k (H200, 2026-12-01; perf-notes, session 8). The consumer reads whole-tile
+  // visit ids.
   static constexpr bool kTailSplit = false;
 
   static constexpr int kPingPongBarrierBase = 1;
