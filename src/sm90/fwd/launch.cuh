@@ -83,7 +83,7 @@ Status begin_schedule(const FwdArgs& args, const detail::Problem& pr, FwdParams*
     int* slot = nullptr;
     if (Status st = acquire_tile_counter(pr.device_index, &slot); !st.ok()) return st;
     if (persistent) p->tile_counter = slot;
-    p->split_counters = slot + 2;
+    p->split_counters = slot + kTilePairInts;
   }
   if (p->split.units > 0) {
     using Partials = SplitPartials<Traits::kORegisters, Traits::kConsumerWarpgroups>;

@@ -63,8 +63,9 @@ class Fp8Consumer {
       mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: visit id published, its Q tile landed
       q_phase ^= 1;
       // The visit id (fwd/scheduler.cuh): a whole tile's index, as this kernel never splits tiles
-      // (Fp8FwdTraits::kTailSplit), or kNoVisitLeft. Atomic read: see publish_visit.
-      const int tile = atomicOr(&s_.visit, 0);
+      // (Fp8FwdTraits::kTailSplit), or kNoVisitLeft (negative).
+      static_assert(!Traits::kTailSplit, "the FP8 consumer reads whole-tile visits only");
+      const int tile = read_visit(&s_.visit);
       if (tile < 0) {
         if (Traits::kOThroughSmem && thread_ == 0) tma_store_wait_all();  // O stores read shared memory
         return;

@@ -11,7 +11,8 @@
 namespace hopattn::sm90 {
 
 constexpr int kTileCounterSlots = 256;
-constexpr int kTileCounterInts = 2 + kMaxSplitCounters;
+constexpr int kTilePairInts = 2;  // {next item, CTAs finished}; the split counters follow
+constexpr int kTileCounterInts = kTilePairInts + kMaxSplitCounters;
 
 // A slot of kTileCounterInts zeroed ints on `device` (the current device) for one launch.
 Status acquire_tile_counter(int device, int** counter);
