@@ -82,9 +82,10 @@ TEST(SplitPlan, PiecesCoverEveryBlockOnceOnRandomLaunches) {
   for (int trial = 0; trial < 3000; ++trial) {
     const int num_tiles = tiles(rng), tile_blocks = blocks(rng), sms = ctas(rng);
     const int num_splits = splits(rng) < 6 ? 0 : splits(rng);  // mostly the heuristic
-    const SplitPlan s = plan_split(num_tiles, tile_blocks, sms, num_splits, true, 2);
+    const int region_rounds = 1 + trial % 2;
+    const SplitPlan s = plan_split(num_tiles, tile_blocks, sms, num_splits, true, 2, region_rounds);
     SCOPED_TRACE(testing::Message() << "tiles " << num_tiles << " blocks " << tile_blocks << " ctas " << sms
-                                    << " num_splits " << num_splits);
+                                    << " num_splits " << num_splits << " region_rounds " << region_rounds);
     if (s.units == 0) {
       ASSERT_EQ(s.first_tile, num_tiles);
       continue;
@@ -100,36 +101,51 @@ TEST(SplitPlan, PiecesCoverEveryBlockOnceOnRandomLaunches) {
 
 TEST(SplitPlan, HeuristicSplitsTheLastRoundsOnly) {
   // 16 heads of 16k queries in 128-row tiles on 132 SMs: 2048 tiles, 15.5 rounds.
-  const SplitPlan s = plan_split(2048, 86, 132, 0, true, 2);
+  const SplitPlan s = plan_split(2048, 86, 132, 0, true, 2, 2);
   EXPECT_EQ(s.first_tile, 14 * 132);  // 14 whole rounds, then 200 tiles over 132 units
   EXPECT_EQ(s.units, 132);
   EXPECT_EQ(s.tile_blocks, 86);
   check_pieces(s, 2048);
   // Fewer tiles than SMs: every tile is split, over at most one unit per block.
-  const SplitPlan few = plan_split(16, 43, 132, 0, true, 2);
+  const SplitPlan few = plan_split(16, 43, 132, 0, true, 2, 2);
   EXPECT_EQ(few.first_tile, 0);
   EXPECT_EQ(few.units, 132);
   check_pieces(few, 16);
-  EXPECT_EQ(plan_split(100, 86, 132, 0, true, 2).units, 132);  // 100 tiles take 0.76 of a tile time each
+  EXPECT_EQ(plan_split(100, 86, 132, 0, true, 2, 2).units, 132);  // 100 tiles take 0.76 of a tile time each
   // Fewer blocks than SMs: a unit per block.
-  const SplitPlan short_keys = plan_split(2, 40, 132, 0, true, 2);
+  const SplitPlan short_keys = plan_split(2, 40, 132, 0, true, 2, 2);
   EXPECT_EQ(short_keys.units, 80);
   check_pieces(short_keys, 2);
 }
 
+TEST(SplitPlan, OneRegionRoundSplitsThePartialRoundOnly) {
+  // The FP8 kernels' region (Fp8FwdTraits::kSplitRegionRounds): 15 whole rounds, then 68 tiles over
+  // 132 units, each under a tile.
+  const SplitPlan s = plan_split(2048, 86, 132, 0, true, 2, 1);
+  EXPECT_EQ(s.first_tile, 15 * 132);
+  EXPECT_EQ(s.units, 132);
+  check_pieces(s, 2048);
+  // 43-block tiles: 15 rounds + 22 blocks against 16 rounds is 2.2% shorter even with 2 pieces' cost,
+  // where the two-round region (3 pieces of cost on 65 blocks) is not 2% shorter.
+  EXPECT_EQ(plan_split(2048, 43, 132, 0, true, 2, 1).units, 132);
+  EXPECT_EQ(plan_split(2048, 43, 132, 0, true, 2, 2).units, 0);
+  // Under one round the two regions are the same: every tile.
+  EXPECT_EQ(plan_split(100, 86, 132, 0, true, 2, 1).first_tile, 0);
+}
+
 TEST(SplitPlan, NoSplitWhereItCannotPayOrIsNotAllowed) {
-  EXPECT_EQ(plan_split(2 * 132, 86, 132, 0, true, 2).units, 0);   // whole rounds
-  EXPECT_EQ(plan_split(130, 86, 132, 0, true, 2).units, 0);       // 2% or less to win
-  EXPECT_EQ(plan_split(2048, 86, 132, 0, false, 2).units, 0);     // causal or windowed tiles
-  EXPECT_EQ(plan_split(2048, 86, 132, 1, true, 2).units, 0);      // num_splits 1: never
-  EXPECT_EQ(plan_split(2048, 1, 132, 0, true, 2).units, 0);       // one key block: nothing to cut
-  EXPECT_EQ(plan_split(1024, 16, 132, 0, true, 2).units, 0);      // 7.8 rounds of short tiles: pieces cost more
-  EXPECT_EQ(plan_split(3, 2, 132, 0, true, 2).units, 0);          // 2-block tiles: likewise
-  EXPECT_EQ(plan_split(2048, 86, 132, 4, true, 2).units, 0);      // 8192 pieces: over kMaxSplitUnits
+  EXPECT_EQ(plan_split(2 * 132, 86, 132, 0, true, 2, 2).units, 0);   // whole rounds
+  EXPECT_EQ(plan_split(130, 86, 132, 0, true, 2, 2).units, 0);       // 2% or less to win
+  EXPECT_EQ(plan_split(2048, 86, 132, 0, false, 2, 2).units, 0);     // causal or windowed tiles
+  EXPECT_EQ(plan_split(2048, 86, 132, 1, true, 2, 2).units, 0);      // num_splits 1: never
+  EXPECT_EQ(plan_split(2048, 1, 132, 0, true, 2, 2).units, 0);       // one key block: nothing to cut
+  EXPECT_EQ(plan_split(1024, 16, 132, 0, true, 2, 2).units, 0);      // 7.8 rounds of short tiles: pieces cost more
+  EXPECT_EQ(plan_split(3, 2, 132, 0, true, 2, 2).units, 0);          // 2-block tiles: likewise
+  EXPECT_EQ(plan_split(2048, 86, 132, 4, true, 2, 2).units, 0);      // 8192 pieces: over kMaxSplitUnits
 }
 
 TEST(SplitPlan, ExplicitSplitsCutEveryTileEvenly) {
-  const SplitPlan s = plan_split(10, 43, 132, 3, true, 2);
+  const SplitPlan s = plan_split(10, 43, 132, 3, true, 2, 2);
   EXPECT_EQ(s.first_tile, 0);
   EXPECT_EQ(s.units, 30);
   check_pieces(s, 10);
@@ -139,7 +155,7 @@ TEST(SplitPlan, ExplicitSplitsCutEveryTileEvenly) {
     EXPECT_FALSE(unit_piece(s, u, 1, &v));
   }
   // More splits than blocks: one piece per block.
-  EXPECT_EQ(plan_split(10, 2, 132, 5, true, 2).units, 20);
+  EXPECT_EQ(plan_split(10, 2, 132, 5, true, 2, 2).units, 20);
 }
 
 }  // namespace

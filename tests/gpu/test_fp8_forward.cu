@@ -45,6 +45,7 @@ struct Fp8Case {
   float q_amplitude = 1.0f;  // larger: peakier softmax
   bool head_scales = false, block_scales = false;
   int rows_q = 128, rows_kv = 128;
+  int num_splits = 0;  // the API's: 0 heuristic, 1 never, n pieces per tile
   KernelOptions options;
 
   std::string describe() const {
@@ -56,6 +57,7 @@ struct Fp8Case {
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (out_pad > 0) s << " out-pad " << out_pad;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
+    if (num_splits != 0) s << " num_splits " << num_splits;
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
       << options.persistent;
     return s.str();
@@ -249,6 +251,7 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   args.window_right = c.window_right;
   args.softcap = c.softcap;
   args.options = c.options;
+  args.num_splits = c.num_splits;
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -425,6 +428,38 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   c.options.pingpong = false;
   cases.push_back(c);
   c.options.intra_wg_overlap = false;
+  cases.push_back(c);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
+    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
+  }
+}
+
+// The tail split (sm90/fwd/split_plan.hpp; the FP8 kernels merge pieces in a second kernel,
+// fwd_fp8/split_combine.cuh): one round of tiles and a few more, so the last rounds are cut along the
+// keys, at every head dim and both d 128 block widths; explicit pieces; single-row decoding over
+// every SM; head descales and a softcap (the merge applies the v descale, the pieces' LSE must
+// combine); block descales, which never split, beside an explicit num_splits.
+TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
+  const std::uint64_t seed = run_seed();
+  const int sms = multiprocessor_count();
+  std::vector<Fp8Case> cases;
+  for (int d : {64, 128, 256}) {
+    for (int seqlen_k : {700, 8333}) {
+      if (seqlen_k > 700 && d != 128) continue;  // only d 128 changes block width with the keys
+      Fp8Case c;
+      c.head_dim = d, c.heads_q = 3, c.heads_kv = 1, c.seqlen_k = seqlen_k, c.q_amplitude = 3.0f;
+      c.head_scales = true;
+      c.seqlen_q = 128 * ((sms + 5) / 3) - 37;  // 3 * ceil(sq / 128) tiles: one round and a few more
+      cases.push_back(c);
+      c.seqlen_q = 300, c.num_splits = 3, c.with_lse = false, c.softcap = 20.0f;  // 9 tiles in 3 pieces
+      cases.push_back(c);
+      c.num_splits = 0, c.seqlen_q = 1, c.heads_q = 2, c.with_lse = true, c.softcap = 0.0f;  // decoding
+      cases.push_back(c);
+    }
+  }
+  Fp8Case c = cases.front();
+  c.block_scales = true, c.num_splits = 4;
   cases.push_back(c);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));

@@ -31,22 +31,31 @@ __device__ __forceinline__ void store_lse_rows(const FwdParams& p, const TileCoo
   }
 }
 
-// Stores a warpgroup's 64 rows: O scaled per row by out_scale as 16-bit pairs straight from the
-// accumulator registers, and LSE; rows past seqlen_q are dropped. Shared by the 16-bit and FP8 kernels.
+// Stores O registers [first, first + kRegisters) of a warpgroup's 64 rows (o[i] is register first + i;
+// first a multiple of 4), scaled per row by out_scale, as 16-bit pairs straight from the accumulator
+// registers; rows past seqlen_q are dropped.
+template <bool kBf16, typename Element, int kRegisters>
+__device__ __forceinline__ void store_row_registers(const FwdParams& p, const TileCoord& c, int row0, int thread,
+                                                    int first, const float (&o)[kRegisters],
+                                                    const float (&out_scale)[2]) {
+  Element* out = static_cast<Element*>(p.out) + c.batch * p.out_batch_stride + c.head * p.out_head_stride;
+#pragma unroll
+  for (int i = 0; i < kRegisters; i += 2) {
+    const int r = fragment_row_half(i);
+    const int row = row0 + accumulator_row(thread, first + i);
+    if (row < p.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + accumulator_col(thread, first + i)) =
+          pack_pair<kBf16>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
+    }
+  }
+}
+
+// Stores a warpgroup's 64 rows (every O register) and LSE. Shared by the 16-bit and FP8 kernels.
 template <bool kBf16, typename Element, int kORegisters>
 __device__ __forceinline__ void store_rows(const FwdParams& p, const TileCoord& c, int row0, int thread,
                                            const float (&o)[kORegisters], const float (&out_scale)[2],
                                            const float (&lse)[2]) {
-  Element* out = static_cast<Element*>(p.out) + c.batch * p.out_batch_stride + c.head * p.out_head_stride;
-#pragma unroll
-  for (int i = 0; i < kORegisters; i += 2) {
-    const int r = fragment_row_half(i);
-    const int row = row0 + accumulator_row(thread, i);
-    if (row < p.seqlen_q) {
-      *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + accumulator_col(thread, i)) =
-          pack_pair<kBf16>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
-    }
-  }
+  store_row_registers<kBf16, Element>(p, c, row0, thread, 0, o, out_scale);
   store_lse_rows(p, c, row0, thread, lse);
 }
 

@@ -74,7 +74,8 @@ Status begin_schedule(const FwdArgs& args, const detail::Problem& pr, FwdParams*
   const int tile_blocks = (pr.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const bool uniform = p->window_left < 0 && p->window_right < 0;
   p->split = args.options.persistent && Traits::kTailSplit
-                 ? plan_split(p->num_tiles, tile_blocks, sms, args.num_splits, uniform, Traits::kConsumerWarpgroups)
+                 ? plan_split(p->num_tiles, tile_blocks, sms, args.num_splits, uniform, Traits::kConsumerWarpgroups,
+                              Traits::kSplitRegionRounds)
                  : no_split_plan(p->num_tiles);
   const int items = p->split.first_tile + p->split.units;
   const bool persistent = args.options.persistent && items > sms;

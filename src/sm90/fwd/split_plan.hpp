@@ -142,12 +142,13 @@ static_assert(kMaxSplitCounters / 2 <= (1 << SplitPiece::kTileBits), "SplitPiece
 
 // The plan for num_tiles tiles of tile_blocks key blocks on `ctas` persistent CTAs. num_splits: the
 // API's (0: split the tail where that shortens the launch by 2% or more, counting kPieceCostBlocks per
-// piece; 1: never; n >= 2: every tile
-// in n pieces). uniform: every tile visits all tile_blocks blocks (no causal mask, no window), which
-// the equal cuts rely on. A plan that would exceed kMaxSplitUnits or kMaxSplitCounters (over
+// piece; 1: never; n >= 2: every tile in n pieces). uniform: every tile visits all tile_blocks blocks
+// (no causal mask, no window), which the equal cuts rely on. region_rounds (1 or 2): the heuristic's
+// region is the partial round alone, or the last full round too (Traits::kSplitRegionRounds says
+// which kernel takes which). A plan that would exceed kMaxSplitUnits or kMaxSplitCounters (over
 // `warpgroups` consumer warpgroups) is not made: no split.
 HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_blocks, int ctas, int num_splits,
-                                                  bool uniform, int warpgroups) {
+                                                  bool uniform, int warpgroups, int region_rounds) {
   const SplitPlan none = no_split_plan(num_tiles);
   if (!uniform || num_splits == 1 || tile_blocks < 2 || ctas < 2 || num_tiles < 1) return none;
   int first = 0;
@@ -158,8 +159,9 @@ HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_block
     units = num_tiles * pieces;
   } else {
     if (num_tiles % ctas == 0) return none;
-    // The whole rounds but the last stay whole; the last full round and the partial one are split.
-    first = num_tiles > ctas ? (num_tiles / ctas - 1) * ctas : 0;
+    // The whole rounds stay whole but the last region_rounds - 1; those and the partial one are split.
+    const int whole_rounds = num_tiles / ctas - (region_rounds - 1);
+    first = whole_rounds > 0 ? whole_rounds * ctas : 0;
     units = ctas;
     const std::int64_t region_blocks = static_cast<std::int64_t>(num_tiles - first) * tile_blocks;
     if (region_blocks < units) units = static_cast<int>(region_blocks);

@@ -81,8 +81,10 @@ struct FwdTraits {
   // paper grid; d 64 lost 6-13%, d 256 level (H200, 2026-12-01).
   static constexpr bool kPvWaitAfterMax = kHeadDim == 128;
 
-  // The launch may split the last rounds' tiles along the keys (fwd/split_plan.hpp).
+  // The launch may split the last rounds' tiles along the keys (fwd/split_plan.hpp): the last full
+  // round and the partial one (units of 1-2 tiles; what session 8 measured: H200, 2026-12-01).
   static constexpr bool kTailSplit = true;
+  static constexpr int kSplitRegionRounds = 2;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).

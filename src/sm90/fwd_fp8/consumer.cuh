@@ -22,6 +22,7 @@
 #include "sm90/arch/wgmma_fp8.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd_fp8/epilogue.cuh"
 #include "sm90/fwd_fp8/fp8_layout.hpp"
 #include "sm90/fwd_fp8/params.hpp"
@@ -62,17 +63,14 @@ class Fp8Consumer {
     while (true) {
       mbarrier_wait(&s_.q_full, q_phase);  // TMA thread -> us: visit id published, its Q tile landed
       q_phase ^= 1;
-      // The visit id (fwd/scheduler.cuh): a whole tile's index, as this kernel never splits tiles
-      // (Fp8FwdTraits::kTailSplit), or kNoVisitLeft (negative).
-      static_assert(!Traits::kTailSplit, "the FP8 consumer reads whole-tile visits only");
-      const int tile = read_visit(&s_.visit);
-      if (tile < 0) {
+      const int visit_id = read_visit(&s_.visit);
+      if (visit_id == kNoVisitLeft) {
         if (Traits::kOThroughSmem && thread_ == 0) tma_store_wait_all();  // O stores read shared memory
         return;
       }
-      const TileCoord c = decode_tile(b_, tile);
-      int n_begin, n_end;
-      kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &n_begin, &n_end);
+      const TileVisit visit = this_visit(visit_id);
+      const TileCoord c = decode_tile(b_, visit.tile);
+      const int n_begin = visit.n_begin, n_end = visit.n_end;
       const int m0 = c.m_block * Traits::kBlockM;
       const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
       const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(b_, m0);
@@ -95,11 +93,26 @@ class Fp8Consumer {
       } else {
         mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
+      if constexpr (Traits::kTailSplit) {
+        if (__builtin_expect(visit.split_slot >= 0, 0)) {  // a split piece: the combine kernel stores the tile
+          store_split_partial<kO, Traits::kConsumerWarpgroups>(b_, visit.split_slot, warpgroup_, thread_, o,
+                                                               softmax.row_max, softmax.row_sum);
+          continue;
+        }
+      }
       store_fp8_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_);
     }
   }
 
  private:
+  // What visit `id` (>= 0) works on: a whole tile, or where Traits::kTailSplit a split piece too.
+  __device__ TileVisit this_visit(int id) const {
+    if constexpr (Traits::kTailSplit) return decode_visit<Traits::kBlockM, Traits::kBlockN>(b_, id);
+    TileVisit v{id, 0, 0, -1};
+    kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, decode_tile(b_, id).m_block, &v.n_begin, &v.n_end);
+    return v;
+  }
+
   __device__ void begin_gemm_turn() { Turns::begin(b_.pingpong, warpgroup_); }
   __device__ void end_gemm_turn() { Turns::end(b_.pingpong, warpgroup_); }
   __device__ void release(std::uint64_t* empty) { release_from_warp(empty, thread_); }

@@ -10,6 +10,7 @@
 #include "sm90/fwd_fp8/consumer.cuh"
 #include "sm90/fwd_fp8/params.hpp"
 #include "sm90/fwd_fp8/producer.cuh"
+#include "sm90/fwd_fp8/split_combine.cuh"
 
 namespace hopattn::sm90 {
 
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                  const __grid_constant__ Fp8FwdParams params) {
   typename Traits::SharedStorage& s = fp8_shared_storage<Traits>();
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
+  if constexpr (Traits::kTailSplit) allow_dependent_launch();  // the split combine (split_combine.cuh)
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&tm_q);
     tma_prefetch_descriptor(&tm_k);

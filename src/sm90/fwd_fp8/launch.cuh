@@ -23,6 +23,26 @@ inline BshdView fp8_byte_view(const Tensor& t) {
                   t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// The merge of split pieces (split_combine.cuh): one CTA per region tile, consumer warpgroup and
+// group of O chunks, allowed to launch while the forward kernel runs (programmatic stream serialization).
+template <class Traits>
+Status launch_split_combine(const Fp8FwdParams& fp, cudaStream_t stream) {
+  const FwdParams& p = fp.base;
+  cudaLaunchConfig_t config{};
+  static_assert(Traits::kORegisters % (4 * kCombineChunks) == 0, "the combine's z extent");
+  config.gridDim = dim3(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
+                        Traits::kORegisters / (4 * kCombineChunks));
+  config.blockDim = dim3(128);
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  return cuda_status(cudaLaunchKernelEx(&config, attention_forward_fp8_split_combine_kernel<Traits>, fp),
+                     "launching the fp8 split combine kernel");
+}
+
 template <class Traits>
 Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   if (Traits::kBlockDescales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
@@ -64,12 +84,16 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
   if (Status st = cuda_status(attr, "raising the fp8 forward kernel's shared-memory limit"); !st.ok()) return st;
 
-  // The hand-out of launch_forward (launch.cuh); the FP8 kernels never split (Fp8FwdTraits::kTailSplit).
+  // The hand-out of launch_forward (launch.cuh); split pieces are merged by a second kernel.
   Schedule schedule;
   if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
-  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, static_cast<cudaStream_t>(args.stream)>>>(
-      tm_q, tm_k, tm_v, tm_o, fp);
-  return end_schedule(args, schedule, cuda_status(cudaGetLastError(), "launching the fp8 forward kernel"));
+  const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, fp);
+  Status launched = cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
+  if constexpr (Traits::kTailSplit) {
+    if (launched.ok() && p.split.units > 0) launched = launch_split_combine<Traits>(fp, stream);
+  }
+  return end_schedule(args, schedule, launched);
 }
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),

@@ -128,11 +128,15 @@ struct Fp8FwdTraits {
   static constexpr bool kQInRegisters =
       kHeadDim / 8 + kSRegisters + kBlockN / 8 + kORegisters <= kConsumerRegisters - kQRegisterSlack;
 
-  // No tail split (fwd/split_plan.hpp) in the FP8 kernels: with the split's code in this consumer the
-  // 192-key d 128 kernel ran 6-7% more cycles at 8k-16k even where no tile was split, against the 2%
-  // the split saves at 16k (H200, 2026-12-01; perf-notes, session 8). The consumer reads whole-tile
-  // visit ids.
-  static constexpr bool kTailSplit = false;
+  // Tail split (fwd/split_plan.hpp): a split piece stores its partial O and row state, and a separate
+  // kernel merges them (split_combine.cuh); the in-kernel merge of the 16-bit consumer cost this
+  // consumer 6-7% of cycles even where no tile was split (H200, 2026-12-01; perf-notes, session 8).
+  // Not with block descales: the pieces' O would be in different v block scales.
+  static constexpr bool kTailSplit = !kBlockDescales;
+  // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
+  // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
+  // balance.
+  static constexpr int kSplitRegionRounds = 1;
 
   static constexpr int kPingPongBarrierBase = 1;
   static constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
