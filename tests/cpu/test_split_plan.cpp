@@ -131,6 +131,8 @@ TEST(SplitPlan, OneRegionRoundSplitsThePartialRoundOnly) {
   EXPECT_EQ(plan_split(2048, 43, 132, 0, true, 2, 2).units, 0);
   // Under one round the two regions are the same: every tile.
   EXPECT_EQ(plan_split(100, 86, 132, 0, true, 2, 1).first_tile, 0);
+  // 4096 tiles: a partial round of 4 tiles would cut each in 33 pieces; the last full round joins it.
+  EXPECT_EQ(plan_split(4096, 128, 132, 0, true, 2, 1).first_tile, 30 * 132);
 }
 
 TEST(SplitPlan, NoSplitWhereItCannotPayOrIsNotAllowed) {

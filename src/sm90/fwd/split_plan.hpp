@@ -144,8 +144,8 @@ static_assert(kMaxSplitCounters / 2 <= (1 << SplitPiece::kTileBits), "SplitPiece
 // API's (0: split the tail where that shortens the launch by 2% or more, counting kPieceCostBlocks per
 // piece; 1: never; n >= 2: every tile in n pieces). uniform: every tile visits all tile_blocks blocks
 // (no causal mask, no window), which the equal cuts rely on. region_rounds (1 or 2): the heuristic's
-// region is the partial round alone, or the last full round too (Traits::kSplitRegionRounds says
-// which kernel takes which). A plan that would exceed kMaxSplitUnits or kMaxSplitCounters (over
+// region is the partial round alone (with the last full round where the partial one is small), or
+// the last full round too (Traits::kSplitRegionRounds says which kernel takes which). A plan that would exceed kMaxSplitUnits or kMaxSplitCounters (over
 // `warpgroups` consumer warpgroups) is not made: no split.
 HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_blocks, int ctas, int num_splits,
                                                   bool uniform, int warpgroups, int region_rounds) {
@@ -160,7 +160,10 @@ HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_block
   } else {
     if (num_tiles % ctas == 0) return none;
     // The whole rounds stay whole but the last region_rounds - 1; those and the partial one are split.
-    const int whole_rounds = num_tiles / ctas - (region_rounds - 1);
+    // A partial round of under a quarter of the CTAs would cut each of its tiles into more than 4
+    // pieces: the last full round joins it.
+    int whole_rounds = num_tiles / ctas - (region_rounds - 1);
+    if (region_rounds == 1 && 4 * (num_tiles % ctas) < ctas) --whole_rounds;
     first = whole_rounds > 0 ? whole_rounds * ctas : 0;
     units = ctas;
     const std::int64_t region_blocks = static_cast<std::int64_t>(num_tiles - first) * tile_blocks;

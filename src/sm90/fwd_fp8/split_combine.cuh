@@ -3,7 +3,8 @@
 // (store_split_partial), because the 16-bit consumer's in-kernel merge cost the FP8 consumer's
 // mainloop 6-7% of cycles (perf-notes, session 8). One CTA of 128 threads per (region tile, consumer
 // warpgroup, kCombineChunks O chunks): thread t merges what thread t of each piece's warpgroup stored
-// (same fragment layout), then stores its rows' columns as the FP8 epilogue's register path does.
+// (same fragment layout) in one pass, then stores its rows' columns as the FP8 epilogue's register
+// path does.
 //
 // Launched with programmatic stream serialization: the forward kernel lets it launch at once
 // (griddepcontrol.launch_dependents at its start), so its CTAs are dispatched as the forward CTAs
@@ -24,12 +25,52 @@ __device__ __forceinline__ void wait_for_primary_grid() { asm volatile("griddepc
 // O chunks (4 registers each: split_merge.cuh) per combine CTA: the grid's z extent is kORegisters / 4
 // / kCombineChunks, so more CTAs share a tile's loads (the merge waits on L2 and memory, not on math).
 constexpr int kCombineChunks = 4;
+// Pieces whose loads are issued together: one memory latency per kCombineBatch pieces.
+constexpr int kCombineBatch = 4;
+
+// What a combine thread reads of one piece: the row state {max[0], max[1], sum[0], sum[1]} of
+// store_split_partial and its kCombineChunks O chunks.
+struct CombinePiece {
+  float4 state;
+  float4 chunks[kCombineChunks];
+};
+
+// The merge so far, per row half of this thread: max (log2 units), sum, and the O chunks.
+struct CombinedRows {
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  float o[4 * kCombineChunks] = {};
+
+  // Adds a piece in one pass (online, like the softmax): what is merged so far and the piece are
+  // weighted against the larger max; a side with max -inf (no key seen) weighs 0, and no -inf - -inf
+  // is taken.
+  __device__ __forceinline__ void add(const CombinePiece& x) {
+    const float piece_max[2] = {x.state.x, x.state.y}, piece_sum[2] = {x.state.z, x.state.w};
+    float old_weight[2], weight[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float merged = fmaxf(row_max[r], piece_max[r]);
+      old_weight[r] = row_max[r] == -INFINITY ? 0.0f : exp2f(row_max[r] - merged);
+      weight[r] = piece_max[r] == -INFINITY ? 0.0f : exp2f(piece_max[r] - merged);
+      row_sum[r] = fmaf(weight[r], piece_sum[r], row_sum[r] * old_weight[r]);
+      row_max[r] = merged;
+    }
+#pragma unroll
+    for (int j = 0; j < kCombineChunks; ++j) {
+      // Registers 4c, 4c + 1 are row half 0, 4c + 2, 4c + 3 row half 1 (fragment_row_half).
+      o[4 * j] = fmaf(weight[0], x.chunks[j].x, o[4 * j] * old_weight[0]);
+      o[4 * j + 1] = fmaf(weight[0], x.chunks[j].y, o[4 * j + 1] * old_weight[0]);
+      o[4 * j + 2] = fmaf(weight[1], x.chunks[j].z, o[4 * j + 2] * old_weight[1]);
+      o[4 * j + 3] = fmaf(weight[1], x.chunks[j].w, o[4 * j + 3] * old_weight[1]);
+    }
+  }
+};
 
 template <class Traits>
 __global__ void __launch_bounds__(128) attention_forward_fp8_split_combine_kernel(
     const __grid_constant__ Fp8FwdParams params) {
+  using Partials = SplitPartials<Traits::kORegisters, Traits::kConsumerWarpgroups>;
   wait_for_primary_grid();
-  constexpr int kO = Traits::kORegisters, kWarpgroups = Traits::kConsumerWarpgroups;
   const FwdParams& p = params.base;
   const int region_tile = static_cast<int>(blockIdx.x);
   const int warpgroup = static_cast<int>(blockIdx.y);
@@ -38,22 +79,36 @@ __global__ void __launch_bounds__(128) attention_forward_fp8_split_combine_kerne
   const TilePieces pieces = TilePieces::of(p.split, region_tile);
   if (pieces.first_unit == pieces.last_unit) return;  // one unit covers the tile: its consumer stored it
 
-  constexpr float kMaxToLog2 = 1.0f;  // the FP8 softmax keeps its max in log2 units
-  const SplitRowMerge merged = merge_split_rows<kO, kWarpgroups>(p, pieces, warpgroup, thread, kMaxToLog2);
-  float o[4 * kCombineChunks];
-  merge_split_chunks<kO, kWarpgroups, kCombineChunks>(p, pieces, warpgroup, thread, merged, kMaxToLog2, first_chunk,
-                                                      o);
+  // The pieces in block order (deterministic), kCombineBatch at a time: all their loads first (L2
+  // loads: L1 is not coherent with the forward kernel's stores), then the merge.
+  CombinedRows rows;
+  for (int u0 = pieces.first_unit; u0 <= pieces.last_unit; u0 += kCombineBatch) {
+    CombinePiece batch[kCombineBatch];
+    bool present[kCombineBatch];
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j) {
+      const int slot = u0 + j <= pieces.last_unit ? pieces.slot(p.split, u0 + j) : -1;
+      present[j] = slot >= 0;
+      if (!present[j]) continue;
+      const float4* mine = Partials::slot(p, slot, warpgroup) + thread;
+      batch[j].state = __ldcg(mine + Partials::kStateChunk * Partials::kThreads);
+#pragma unroll
+      for (int c = 0; c < kCombineChunks; ++c) batch[j].chunks[c] = __ldcg(mine + (first_chunk + c) * Partials::kThreads);
+    }
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j) {
+      if (present[j]) rows.add(batch[j]);
+    }
+  }
+
   const TileCoord c = decode_tile(p, p.split.first_tile + region_tile);
   const int row0 = c.m_block * Traits::kBlockM + warpgroup * Traits::kRowsPerWarpgroup;
   // Without block descales (Fp8FwdTraits::kTailSplit) O is in units of the per-head v descale alone.
   const float v_scale = params.v_descale.at(c.batch, c.head / p.head_ratio);
-  struct {
-    float row_max[2], row_sum[2];
-  } rows{{merged.max[0], merged.max[1]}, {merged.sum[0], merged.sum[1]}};
   float out_scale[2];
   float lse[2];
   fp8_finish_rows(rows, v_scale, out_scale, lse);
-  store_row_registers<true, __nv_bfloat16>(p, c, row0, thread, 4 * first_chunk, o, out_scale);
+  store_row_registers<true, __nv_bfloat16>(p, c, row0, thread, 4 * first_chunk, rows.o, out_scale);
   if (blockIdx.z == 0) store_lse_rows(p, c, row0, thread, lse);
 }
 
