@@ -376,7 +376,7 @@ class Fp8Consumer {
   typename Traits::SharedStorage& s_;
   const Fp8FwdParams& p_;
   const FwdParams& b_;
-  const CUtensorMap* tm_o_;  // O's tensor map, used where Traits::kOThroughSmem
+  const CUtensorMap* tm_o_;  // O's tensor map, used where Traits::kOThroughSmem and b_.store_o_by_tma
   const int warpgroup_;
   const int thread_;
   StageRing<Traits::kStages> ring_;

@@ -1,6 +1,6 @@
 // Epilogue of an FP8 consumer warpgroup: O / l times the v scale, stored as bf16, through the shared
-// O stage and a TMA store where the traits have a stage (the 16-bit kernel's
-// store_rows_through_smem), else as bf16 pairs from the accumulator registers; LSE (natural
+// O stage and a TMA store where the traits have a stage and out is TMA-addressable (the 16-bit
+// kernel's store_rows_through_smem), else as bf16 pairs from the accumulator registers; LSE (natural
 // log) from the log2-unit running max and the 2^8-offset row sum. Rows past seqlen_q are dropped; a
 // row that saw no key stores 0 and LSE -inf.
 #pragma once
@@ -42,10 +42,12 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Tr
   float lse[2];
   fp8_finish_rows(softmax, v_scale, out_scale, lse);
   if constexpr (Traits::kOThroughSmem) {
-    store_rows_through_smem<Traits, true>(p, s, tm_o, c, warpgroup, row0, thread, o, out_scale, lse);
-  } else {
-    store_rows<true, __nv_bfloat16>(p, c, row0, thread, o, out_scale, lse);
+    if (p.store_o_by_tma) {
+      store_rows_through_smem<Traits, true>(p, s, tm_o, c, warpgroup, row0, thread, o, out_scale, lse);
+      return;
+    }
   }
+  store_rows<true, __nv_bfloat16>(p, c, row0, thread, o, out_scale, lse);
 }
 
 }  // namespace hopattn::sm90

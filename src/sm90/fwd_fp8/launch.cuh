@@ -59,11 +59,11 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   if (Status st = make_tensor_map(&tm_q, fp8_byte_view(args.q), kBox, Traits::kBlockM); !st.ok()) return st;
   if (Status st = make_tensor_map(&tm_k, fp8_byte_view(args.k), kBox, Traits::kBlockN); !st.ok()) return st;
   if (Status st = make_tensor_map(&tm_v, fp8_byte_view(args.v), kBox, Traits::kBlockN); !st.ok()) return st;
-  // O (bf16): one box per consumer warpgroup's 64 rows and 64 columns, as in the 16-bit launch. The
-  // API's validation (check_tma_compatible) makes every CUDA out TMA-addressable.
+  // O (bf16): one box per consumer warpgroup's 64 rows and 64 columns, as in the 16-bit launch.
   CUtensorMap tm_o{};
-  if constexpr (Traits::kOThroughSmem) {
-    const BshdView out_view = bshd_view(args.out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  const BshdView out_view = bshd_view(args.out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  const bool store_o_by_tma = Traits::kOThroughSmem && tma_addressable(out_view);
+  if (store_o_by_tma) {
     if (Status st = make_tensor_map(&tm_o, out_view, Traits::OTile::kColsPerBlock, Traits::kRowsPerWarpgroup);
         !st.ok())
       return st;
@@ -75,7 +75,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
       make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN, heads_per_group(pr, pr.device_index));
   FwdParams& p = fp.base;
   p.pingpong = p.pingpong && Traits::kPingPongPays;
-  p.store_o_by_tma = Traits::kOThroughSmem;
+  p.store_o_by_tma = store_o_by_tma;
   if (std::string why = fp8_params_error(fp, Traits::kBlockM); !why.empty())
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a fp8 forward launch: " + why);
 
