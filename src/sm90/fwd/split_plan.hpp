@@ -7,8 +7,9 @@
 // all tiles when there are fewer than P) are laid end to end as key blocks, and that run is cut into
 // `units` runs of (almost) equal length, handed out after the whole tiles. A unit is walked as
 // pieces: the part of one tile it covers. A piece that is not a whole tile is "split": its CTA stores
-// O unnormalized with its row max and row sum (split_merge.cuh), and the last piece of a tile to
-// finish merges them all and stores the tile.
+// O unnormalized with its row max and row sum (split_merge.cuh); in the 16-bit kernel the last piece
+// of a tile to finish merges them all and stores the tile, after the FP8 kernel a second kernel does
+// (fwd_fp8/split_combine.cuh).
 //
 // Plain C++ (host and device) so that tests/cpu/test_split_plan.cpp checks the cuts and slots.
 #pragma once
