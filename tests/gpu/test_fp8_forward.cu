@@ -437,9 +437,9 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
 
 // The tail split (sm90/fwd/split_plan.hpp; the FP8 kernels merge pieces in a second kernel,
 // fwd_fp8/split_combine.cuh): one round of tiles and a few more, so the last rounds are cut along the
-// keys, at every head dim and both d 128 block widths; explicit pieces; single-row decoding over
-// every SM; head descales and a softcap (the merge applies the v descale, the pieces' LSE must
-// combine); block descales, which never split, beside an explicit num_splits.
+// keys, at every head dim (d 256 never splits) and both d 128 block widths; explicit pieces;
+// single-row decoding over every SM; head descales (the merge applies the v descale; the pieces' LSE
+// must combine); block descales and a softcap, which never split, beside an explicit num_splits.
 TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
   const std::uint64_t seed = run_seed();
   const int sms = multiprocessor_count();
@@ -452,14 +452,16 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
       c.head_scales = true;
       c.seqlen_q = 128 * ((sms + 5) / 3) - 37;  // 3 * ceil(sq / 128) tiles: one round and a few more
       cases.push_back(c);
-      c.seqlen_q = 300, c.num_splits = 3, c.with_lse = false, c.softcap = 20.0f;  // 9 tiles in 3 pieces
+      c.seqlen_q = 300, c.num_splits = 3, c.with_lse = false;  // 9 tiles in 3 pieces
       cases.push_back(c);
-      c.num_splits = 0, c.seqlen_q = 1, c.heads_q = 2, c.with_lse = true, c.softcap = 0.0f;  // decoding
+      c.num_splits = 0, c.seqlen_q = 1, c.heads_q = 2, c.with_lse = true;  // decoding
       cases.push_back(c);
     }
   }
   Fp8Case c = cases.front();
   c.block_scales = true, c.num_splits = 4;
+  cases.push_back(c);
+  c.block_scales = false, c.softcap = 20.0f;
   cases.push_back(c);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
