@@ -68,8 +68,8 @@ class Fp8Consumer {
         if (Traits::kOThroughSmem && thread_ == 0) tma_store_wait_all();  // O stores read shared memory
         return;
       }
-      const TileVisit visit = this_visit(visit_id);
-      const TileCoord c = decode_tile(b_, visit.tile);
+      TileVisit visit;
+      const TileCoord c = this_visit(visit_id, &visit);
       const int n_begin = visit.n_begin, n_end = visit.n_end;
       const int m0 = c.m_block * Traits::kBlockM;
       const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
@@ -105,12 +105,18 @@ class Fp8Consumer {
   }
 
  private:
-  // What visit `id` (>= 0) works on: a whole tile, or where Traits::kTailSplit a split piece too.
-  __device__ TileVisit this_visit(int id) const {
-    if constexpr (Traits::kTailSplit) return decode_visit<Traits::kBlockM, Traits::kBlockN>(b_, id);
-    TileVisit v{id, 0, 0, -1};
-    kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, decode_tile(b_, id).m_block, &v.n_begin, &v.n_end);
-    return v;
+  // What visit `id` (>= 0) works on: a whole tile, or where Traits::kTailSplit a split piece too; and
+  // the coordinates of its tile.
+  __device__ TileCoord this_visit(int id, TileVisit* v) const {
+    if constexpr (Traits::kTailSplit) {
+      *v = decode_visit<Traits::kBlockM, Traits::kBlockN>(b_, id);
+      return decode_tile(b_, v->tile);
+    } else {
+      const TileCoord c = decode_tile(b_, id);
+      *v = TileVisit{id, 0, 0, -1};
+      kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &v->n_begin, &v->n_end);
+      return c;
+    }
   }
 
   __device__ void begin_gemm_turn() { Turns::begin(b_.pingpong, warpgroup_); }
