@@ -93,14 +93,8 @@ class Fp8Consumer {
       } else {
         mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
-      if constexpr (Traits::kTailSplit) {
-        if (__builtin_expect(visit.split_slot >= 0, 0)) {  // a split piece: the combine kernel stores the tile
-          store_split_partial<kO, Traits::kConsumerWarpgroups>(b_, visit.split_slot, warpgroup_, thread_, o,
-                                                               softmax.row_max, softmax.row_sum);
-          continue;
-        }
-      }
-      store_fp8_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_);
+      store_fp8_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_,
+                               visit.split_slot);
     }
   }
 

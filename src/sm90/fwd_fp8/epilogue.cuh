@@ -12,6 +12,7 @@
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd_fp8/softmax.cuh"
 #include "sm90/tile/fragment.hpp"
 
@@ -33,14 +34,37 @@ __device__ __forceinline__ void fp8_finish_rows(const Softmax& softmax, float v_
   }
 }
 
+// A split piece's O, normalized like the output (out_scale) but in float32, and its LSE, into its
+// slot (split_merge.cuh's layout, with {lse[0], lse[1]} in the state chunk).
+template <int kORegisters, int kWarpgroups>
+__device__ __forceinline__ void store_fp8_partial(const FwdParams& p, int slot, int warpgroup, int thread,
+                                                  const float (&o)[kORegisters], const float (&out_scale)[2],
+                                                  const float (&lse)[2]) {
+  using Partials = SplitPartials<kORegisters, kWarpgroups>;
+  float4* mine = Partials::slot(p, slot, warpgroup) + thread;
+#pragma unroll
+  for (int c = 0; c < kORegisters / 4; ++c) {
+    mine[c * Partials::kThreads] = make_float4(o[4 * c] * out_scale[0], o[4 * c + 1] * out_scale[0],
+                                               o[4 * c + 2] * out_scale[1], o[4 * c + 3] * out_scale[1]);
+  }
+  mine[Partials::kStateChunk * Partials::kThreads] = make_float4(lse[0], lse[1], 0.0f, 0.0f);
+}
+
 template <class Traits, class Softmax>
 __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Traits::SharedStorage& s,
                                                  const CUtensorMap* tm_o, const TileCoord& c, int warpgroup, int row0,
                                                  int thread, const float (&o)[Traits::kORegisters],
-                                                 const Softmax& softmax, float v_scale) {
+                                                 const Softmax& softmax, float v_scale, int split_slot) {
   float out_scale[2];
   float lse[2];
   fp8_finish_rows(softmax, v_scale, out_scale, lse);
+  if constexpr (Traits::kTailSplit) {
+    if (__builtin_expect(split_slot >= 0, 0)) {  // a split piece: the combine kernel stores the tile
+      store_fp8_partial<Traits::kORegisters, Traits::kConsumerWarpgroups>(p, split_slot, warpgroup, thread, o,
+                                                                          out_scale, lse);
+      return;
+    }
+  }
   if constexpr (Traits::kOThroughSmem) {
     // The API makes every CUDA out TMA-addressable, so the register path below only serves launches
     // that bypass its validation. Deleting it here cost the 192-key kernel 0.5% of cycles at 16k and

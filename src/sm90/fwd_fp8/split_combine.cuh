@@ -1,9 +1,9 @@
 // The FP8 kernels' merge of split pieces (fwd/split_plan.hpp), as a kernel of its own that runs
 // after the forward kernel: there the consumer only stores a piece's partial state
-// (store_split_partial), because the 16-bit consumer's in-kernel merge cost the FP8 consumer's
+// (store_fp8_partial: O normalized as the output is, in float32, and LSE), because the 16-bit consumer's in-kernel merge cost the FP8 consumer's
 // mainloop 6-7% of cycles (perf-notes, session 8). One CTA of 128 threads per (region tile, consumer
 // warpgroup, kCombineChunks O chunks): thread t merges what thread t of each piece's warpgroup stored
-// (same fragment layout) in one pass, then stores its rows' columns as the FP8 epilogue's register
+// (same fragment layout) in one pass, weighting pieces by their LSE, then stores its rows' columns as the FP8 epilogue's register
 // path does.
 //
 // Launched with programmatic stream serialization: the forward kernel lets it launch at once
@@ -28,32 +28,33 @@ constexpr int kCombineChunks = 4;
 // Pieces whose loads are issued together: one memory latency per kCombineBatch pieces.
 constexpr int kCombineBatch = 4;
 
-// What a combine thread reads of one piece: the row state {max[0], max[1], sum[0], sum[1]} of
-// store_split_partial and its kCombineChunks O chunks.
+// What a combine thread reads of one piece: its LSE per row half ({lse[0], lse[1], -, -}: the state
+// chunk of store_fp8_partial) and its kCombineChunks chunks of normalized O.
 struct CombinePiece {
   float4 state;
   float4 chunks[kCombineChunks];
 };
 
-// The merge so far, per row half of this thread: max (log2 units), sum, and the O chunks.
+// The merge so far, per row half of this thread: the largest LSE, the sum of exp(lse - that), and O
+// weighted alike.
 struct CombinedRows {
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
+  float max_lse[2] = {-INFINITY, -INFINITY};
+  float weight_sum[2] = {0.0f, 0.0f};
   float o[4 * kCombineChunks] = {};
 
   // Adds a piece in one pass (online, like the softmax): what is merged so far and the piece are
-  // weighted against the larger max; a side with max -inf (no key seen) weighs 0, and no -inf - -inf
+  // weighted against the larger LSE; a side with LSE -inf (no key seen) weighs 0, and no -inf - -inf
   // is taken.
   __device__ __forceinline__ void add(const CombinePiece& x) {
-    const float piece_max[2] = {x.state.x, x.state.y}, piece_sum[2] = {x.state.z, x.state.w};
+    const float piece_lse[2] = {x.state.x, x.state.y};
     float old_weight[2], weight[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float merged = fmaxf(row_max[r], piece_max[r]);
-      old_weight[r] = row_max[r] == -INFINITY ? 0.0f : exp2f(row_max[r] - merged);
-      weight[r] = piece_max[r] == -INFINITY ? 0.0f : exp2f(piece_max[r] - merged);
-      row_sum[r] = fmaf(weight[r], piece_sum[r], row_sum[r] * old_weight[r]);
-      row_max[r] = merged;
+      const float merged = fmaxf(max_lse[r], piece_lse[r]);
+      old_weight[r] = max_lse[r] == -INFINITY ? 0.0f : __expf(max_lse[r] - merged);
+      weight[r] = piece_lse[r] == -INFINITY ? 0.0f : __expf(piece_lse[r] - merged);
+      weight_sum[r] = fmaf(weight_sum[r], old_weight[r], weight[r]);
+      max_lse[r] = merged;
     }
 #pragma unroll
     for (int j = 0; j < kCombineChunks; ++j) {
@@ -62,6 +63,17 @@ struct CombinedRows {
       o[4 * j + 1] = fmaf(weight[0], x.chunks[j].y, o[4 * j + 1] * old_weight[0]);
       o[4 * j + 2] = fmaf(weight[1], x.chunks[j].z, o[4 * j + 2] * old_weight[1]);
       o[4 * j + 3] = fmaf(weight[1], x.chunks[j].w, o[4 * j + 3] * old_weight[1]);
+    }
+  }
+
+  // The output's scale per row half (1 / weight sum; 0 for a row no piece saw a key of) and its LSE.
+  __device__ __forceinline__ void finish(float (&out_scale)[2], float (&lse)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool empty = weight_sum[r] == 0.0f;
+      // The largest piece weighs 1, so the sum lies in [1, pieces]: the fast division and log suffice.
+      out_scale[r] = empty ? 0.0f : __fdividef(1.0f, weight_sum[r]);
+      lse[r] = empty ? -INFINITY : max_lse[r] + __logf(weight_sum[r]);
     }
   }
 };
@@ -103,11 +115,9 @@ __global__ void __launch_bounds__(128) attention_forward_fp8_split_combine_kerne
 
   const TileCoord c = decode_tile(p, p.split.first_tile + region_tile);
   const int row0 = c.m_block * Traits::kBlockM + warpgroup * Traits::kRowsPerWarpgroup;
-  // Without block descales (Fp8FwdTraits::kTailSplit) O is in units of the per-head v descale alone.
-  const float v_scale = params.v_descale.at(c.batch, c.head / p.head_ratio);
   float out_scale[2];
   float lse[2];
-  fp8_finish_rows(rows, v_scale, out_scale, lse);
+  rows.finish(out_scale, lse);
   store_row_registers<true, __nv_bfloat16>(p, c, row0, thread, 4 * first_chunk, rows.o, out_scale);
   if (blockIdx.z == 0) store_lse_rows(p, c, row0, thread, lse);
 }
