@@ -1,10 +1,11 @@
 // The FP8 kernels' merge of split pieces (fwd/split_plan.hpp), as a kernel of its own that runs
-// after the forward kernel: there the consumer only stores a piece's partial state
-// (store_fp8_partial: O normalized as the output is, in float32, and LSE), because the 16-bit consumer's in-kernel merge cost the FP8 consumer's
-// mainloop 6-7% of cycles (perf-notes, session 8). One CTA of 128 threads per (region tile, consumer
-// warpgroup, kCombineChunks O chunks): thread t merges what thread t of each piece's warpgroup stored
-// (same fragment layout) in one pass, weighting pieces by their LSE, then stores its rows' columns as the FP8 epilogue's register
-// path does.
+// after the forward kernel. There a split piece's epilogue stores its O normalized as the output is,
+// in float32, and its LSE (store_fp8_partial) instead of the tile: the 16-bit consumer's in-kernel
+// merge cost the FP8 consumer's mainloop 6-7% of cycles (perf-notes, session 8), and storing the
+// unnormalized state from the consumer (instead of from the epilogue) 1.5% (session 9). One CTA of
+// 128 threads per (region tile, consumer warpgroup, kCombineChunks O chunks): thread t merges what
+// thread t of each piece's warpgroup stored (same fragment layout) in one pass, weighting the
+// pieces by their LSE, then stores its rows' columns as the FP8 epilogue's register path does.
 //
 // Launched with programmatic stream serialization: the forward kernel lets it launch at once
 // (griddepcontrol.launch_dependents at its start), so its CTAs are dispatched as the forward CTAs
