@@ -146,8 +146,9 @@ static_assert(kMaxSplitCounters / 2 <= (1 << SplitPiece::kTileBits), "SplitPiece
 // piece; 1: never; n >= 2: every tile in n pieces). uniform: every tile visits all tile_blocks blocks
 // (no causal mask, no window), which the equal cuts rely on. region_rounds (1 or 2): the heuristic's
 // region is the partial round alone (with the last full round where the partial one is small), or
-// the last full round too (Traits::kSplitRegionRounds says which kernel takes which). A plan that would exceed kMaxSplitUnits or kMaxSplitCounters (over
-// `warpgroups` consumer warpgroups) is not made: no split.
+// the last full round too (Traits::kSplitRegionRounds says which kernel takes which). A plan that
+// would exceed kMaxSplitUnits or kMaxSplitCounters (over `warpgroups` consumer warpgroups) is not
+// made: no split.
 HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_blocks, int ctas, int num_splits,
                                                   bool uniform, int warpgroups, int region_rounds) {
   const SplitPlan none = no_split_plan(num_tiles);

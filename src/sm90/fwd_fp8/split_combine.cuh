@@ -15,12 +15,13 @@
 
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/split_merge.cuh"
-#include "sm90/fwd_fp8/epilogue.cuh"
 #include "sm90/fwd_fp8/params.hpp"
 
 namespace hopattn::sm90 {
 
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 __device__ __forceinline__ void wait_for_primary_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // O chunks (4 registers each: split_merge.cuh) per combine CTA: the grid's z extent is kORegisters / 4
@@ -106,7 +107,9 @@ __global__ void __launch_bounds__(128) attention_forward_fp8_split_combine_kerne
       const float4* mine = Partials::slot(p, slot, warpgroup) + thread;
       batch[j].state = __ldcg(mine + Partials::kStateChunk * Partials::kThreads);
 #pragma unroll
-      for (int c = 0; c < kCombineChunks; ++c) batch[j].chunks[c] = __ldcg(mine + (first_chunk + c) * Partials::kThreads);
+      for (int c = 0; c < kCombineChunks; ++c) {
+        batch[j].chunks[c] = __ldcg(mine + (first_chunk + c) * Partials::kThreads);
+      }
     }
 #pragma unroll
     for (int j = 0; j < kCombineBatch; ++j) {
