@@ -33,7 +33,8 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
-                            "--causal", "--dtype", "--softcap", "--num-splits", "--iters", "--warmup", "--json"}) {
+                            "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--num-splits", "--iters",
+                            "--warmup", "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -51,6 +52,7 @@ std::string usage_text() {
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
+         "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -110,6 +112,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     // Shape flags that take a positive integer.
     int* shape_int = nullptr;
     if (flag == "--batch") shape_int = &single.batch;
+    else if (flag == "--fp8-block-rows") shape_int = &single.fp8_block_rows;
     else if (flag == "--heads") shape_int = &single.heads_q;
     else if (flag == "--heads-kv") shape_int = &single.heads_kv;
     else if (flag == "--seqlen-q") shape_int = &single.seqlen_q;
@@ -120,6 +123,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       single_given = true;
       heads_kv_given = heads_kv_given || shape_int == &single.heads_kv;
       seqlen_k_given = seqlen_k_given || shape_int == &single.seqlen_k;
+      if (shape_int == &single.fp8_block_rows) single.variant = "block_scales";
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;

@@ -438,8 +438,9 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
 // The tail split (sm90/fwd/split_plan.hpp; the FP8 kernels merge pieces in a second kernel,
 // fwd_fp8/split_combine.cuh): one round of tiles and a few more, so the last rounds are cut along the
 // keys, at every head dim (d 256 never splits) and both d 128 block widths; explicit pieces;
-// single-row decoding over every SM; head descales (the merge applies the v descale; the pieces' LSE
-// must combine); block descales and a softcap, which never split, beside an explicit num_splits.
+// single-row decoding over every SM; head descales (the pieces' O carries the v descale, their LSE
+// must combine); a softcap; block descales with a softcap (pieces end in different v block scales)
+// and alone (that kernel never splits).
 TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
   const std::uint64_t seed = run_seed();
   const int sms = multiprocessor_count();
@@ -459,9 +460,11 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
     }
   }
   Fp8Case c = cases.front();
-  c.block_scales = true, c.num_splits = 4;
+  c.softcap = 20.0f, c.num_splits = 4;
   cases.push_back(c);
-  c.block_scales = false, c.softcap = 20.0f;
+  c.block_scales = true;
+  cases.push_back(c);
+  c.softcap = 0.0f;
   cases.push_back(c);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));

@@ -130,12 +130,12 @@ struct Fp8FwdTraits {
 
   // Tail split (fwd/split_plan.hpp): a split piece's epilogue stores its normalized O and LSE, and a
   // second kernel merges them (split_combine.cuh); the in-kernel merge of the 16-bit consumer cost
-  // this consumer 6-7% of cycles even where no tile was split (H200, 2026-12-01; perf-notes, sessions
-  // 8-9). Not at head dim 256, where it saved 0.4% of the forward kernel's cycles and the combine
-  // cost 1% (100 tiles of 1024 split at 16k); not with a softcap, whose d 128 kernel ran 2.3% more
-  // cycles with it at 16k (both measured with the pieces' state stored from the consumer, H200,
-  // 2026-12-01); not with block descales, where it has not been measured.
-  static constexpr bool kTailSplit = !kBlockDescales && !kSoftcap && kHeadDim != 256;
+  // this consumer 6-7% of cycles even where no tile was split (perf-notes, sessions 8-9). Where it
+  // was measured to pay (cycles, forward + combine, H200, 2026-12-01): d 128 16k -2.0%, 8k -1.2%;
+  // softcap d 128 16k -5.4%, d 64 -6.1%; block descales with a softcap d 128 16k -2.8%. Not at head
+  // dim 256 (the forward kernel 0.4% faster, the combine +1%) nor with block descales alone: that
+  // consumer ran 3-7% slower with the split's code, split or not (2k: +7.3%).
+  static constexpr bool kTailSplit = kHeadDim != 256 && (kSoftcap || !kBlockDescales);
   // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
   // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
   // balance.
