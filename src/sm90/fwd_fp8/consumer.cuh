@@ -22,7 +22,6 @@
 #include "sm90/arch/wgmma_fp8.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/scheduler.cuh"
-#include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd_fp8/epilogue.cuh"
 #include "sm90/fwd_fp8/fp8_layout.hpp"
 #include "sm90/fwd_fp8/params.hpp"
