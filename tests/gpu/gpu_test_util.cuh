@@ -27,6 +27,37 @@ inline void cuda_check(cudaError_t err, const char* what) {
 }
 #define HOPATTN_CUDA_CHECK(expr) ::hopattn::test::cuda_check((expr), #expr)
 
+// Queues `enqueue(stream)` (which returns a hopattn::Status) on a fresh stream under CUDA graph
+// capture, then instantiates the graph and replays it `replays` times, as inference engines run a
+// decoding step. Returns what failed, or an empty string.
+template <class Enqueue>
+std::string replay_as_graph(Enqueue&& enqueue, int replays) {
+  cudaStream_t stream = nullptr;
+  HOPATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  HOPATTN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const hopattn::Status queued = enqueue(stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  std::string why;
+  if (!queued.ok()) why = "queueing under capture failed: " + queued.message();
+  else if (ended != cudaSuccess) why = std::string("ending the capture failed: ") + cudaGetErrorString(ended);
+  cudaGraphExec_t exec = nullptr;
+  if (why.empty()) {
+    if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess)
+      why = std::string("instantiating the graph failed: ") + cudaGetErrorString(e);
+  }
+  for (int i = 0; why.empty() && i < replays; ++i) {
+    if (const cudaError_t e = cudaGraphLaunch(exec, stream); e != cudaSuccess)
+      why = std::string("replaying the graph failed: ") + cudaGetErrorString(e);
+  }
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  if (why.empty() && synced != cudaSuccess) why = std::string("the replays failed: ") + cudaGetErrorString(synced);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return why;
+}
+
 // Base fixture of every GPU test: skips, naming the reason, where no Hopper GPU can run the kernels.
 class HopperTest : public ::testing::Test {
  protected:
@@ -355,6 +386,47 @@ inline LseDiff lse_diff(const Tensor& lse, const float* ref) {
   diff.inf_mismatch = static_cast<std::int64_t>(host[1]);
   diff.nan_count = static_cast<std::int64_t>(host[2]);
   return diff;
+}
+
+// Calls forward(args) directly into its (dense) out and lse, NaN-poisoned first, then captures the
+// same call into a CUDA graph that writes fresh, poisoned out and lse, and replays it twice. Returns
+// what is wrong: the direct call must write every element, and the replays bit for bit the same
+// (the kernels are deterministic, split merges included). An empty string when all holds.
+inline std::string graph_replay_mismatch(FwdArgs args) {
+  const auto poison_all = [](const Tensor& t) { poison_nan(t.data, t.dtype, storage_elements(t)); };
+  if (storage_elements(args.out) != args.out.numel()) return "graph_replay_mismatch wants a dense out";
+  poison_all(args.out);
+  if (args.lse) poison_all(*args.lse);
+  const hopattn::Status direct = forward(args);
+  if (!direct.ok()) return "direct call failed: " + direct.message();
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  if (count_unpoisoned(args.out.data, args.out.dtype, args.out.numel()) != args.out.numel())
+    return "the direct call left out elements unwritten";
+  const auto bytes_of = [](const Tensor& t) { return std::size_t(storage_elements(t)) * dtype_size(t.dtype); };
+  const auto host_bytes = [&](const Tensor& t) {
+    std::vector<std::uint8_t> host(bytes_of(t));
+    HOPATTN_CUDA_CHECK(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost));
+    return host;
+  };
+  const std::vector<std::uint8_t> direct_out = host_bytes(args.out);
+  const std::vector<std::uint8_t> direct_lse = args.lse ? host_bytes(*args.lse) : std::vector<std::uint8_t>{};
+  DeviceBuffer out(bytes_of(args.out)), lse(args.lse ? bytes_of(*args.lse) : 0);
+  args.out.data = out.data();
+  poison_all(args.out);
+  if (args.lse) {
+    args.lse->data = lse.data();
+    poison_all(*args.lse);
+  }
+  const std::string why = replay_as_graph(
+      [&](cudaStream_t stream) {
+        args.stream = stream;
+        return forward(args);
+      },
+      2);
+  if (!why.empty()) return why;
+  if (host_bytes(args.out) != direct_out) return "out from the graph differs from the direct call's";
+  if (args.lse && host_bytes(*args.lse) != direct_lse) return "lse from the graph differs from the direct call's";
+  return "";
 }
 
 }  // namespace hopattn::test

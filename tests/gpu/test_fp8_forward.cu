@@ -472,6 +472,40 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
   }
 }
 
+// Inference engines capture decoding steps in CUDA graphs: a split launch (the forward kernel, the
+// combine kernel with its programmatic-serialization launch, the stream-ordered workspace) must
+// capture, and its replays must write what a direct call writes, bit for bit. Decoding with split-KV,
+// and a tail split of the last round.
+TEST_F(Fp8Forward, CudaGraphReplayMatchesTheDirectCall) {
+  const std::uint64_t seed = run_seed();
+  const int sms = multiprocessor_count();
+  struct Shape {
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  };
+  const Shape shapes[] = {{2, 8, 2, 1, 8333, 128}, {1, 3, 1, 128 * ((sms + 5) / 3) - 37, 700, 64}};
+  int index = 0;
+  for (const Shape& sh : shapes) {
+    const std::int64_t nq = std::int64_t(sh.batch) * sh.seqlen_q * sh.heads_q * sh.head_dim;
+    const std::int64_t nkv = std::int64_t(sh.batch) * sh.seqlen_k * sh.heads_kv * sh.head_dim;
+    DeviceBuffer q = random_e4m3(nq, splitmix64(seed + index++), 3.0f);
+    DeviceBuffer k = random_e4m3(nkv, splitmix64(seed + index++), 1.0f);
+    DeviceBuffer v = random_e4m3(nkv, splitmix64(seed + index++), 1.0f);
+    DeviceBuffer out(nq * 2), lse(std::int64_t(sh.batch) * sh.heads_q * sh.seqlen_q * 4);
+    const auto cuda = [](void* data, Dtype dtype, std::initializer_list<std::int64_t> shape) {
+      return make_tensor(data, dtype, shape, DeviceType::kCuda);
+    };
+    FwdArgs args;
+    args.q = cuda(q.data(), Dtype::kFloat8E4M3, {sh.batch, sh.seqlen_q, sh.heads_q, sh.head_dim});
+    args.k = cuda(k.data(), Dtype::kFloat8E4M3, {sh.batch, sh.seqlen_k, sh.heads_kv, sh.head_dim});
+    args.v = cuda(v.data(), Dtype::kFloat8E4M3, {sh.batch, sh.seqlen_k, sh.heads_kv, sh.head_dim});
+    args.out = cuda(out.data(), Dtype::kBFloat16, {sh.batch, sh.seqlen_q, sh.heads_q, sh.head_dim});
+    args.lse = cuda(lse.data(), Dtype::kFloat32, {sh.batch, sh.heads_q, sh.seqlen_q});
+    const std::string why = graph_replay_mismatch(args);
+    EXPECT_TRUE(why.empty()) << "b " << sh.batch << " hq " << sh.heads_q << " sq " << sh.seqlen_q << " sk "
+                             << sh.seqlen_k << " d " << sh.head_dim << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
+  }
+}
+
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {
   Fp8Case c;
   c.block_scales = true, c.rows_q = 32;  // the kernel needs multiples of 64
