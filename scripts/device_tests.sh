@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the GPU test suite on a Hopper machine, then compute-sanitizer (memcheck, racecheck, synccheck)
-# on the small SanitizerSmall.* shapes. Run from the repo root with the build folder present:
+# Runs the GPU test suite on a Hopper machine, the CUDA graph tests each in a process of its own,
+# then compute-sanitizer (memcheck, racecheck, synccheck) on the small SanitizerSmall.* shapes. Run
+# from the repo root with the build folder present:
 #   scripts/device_tests.sh [build-dir]        (default: build)
 # Results go to $OUT (default ./device-test-results): gpu_tests.xml and .log, sanitizer_<tool>.log,
 # device.txt. A short summary is printed last; the exit status is non-zero if anything failed.
@@ -32,7 +33,15 @@ start=$SECONDS
 tests_rc=$?
 tests_seconds=$((SECONDS - start))
 
-# 2. compute-sanitizer on the small shapes; each tool's log ends with its ERROR SUMMARY.
+# 2. The CUDA graph tests alone, one process each: their first capture is then the process's first
+# forward call, which sets up the per-device tile counters and workspace pool under capture.
+declare -A first_capture_rc
+for suite in ForwardTailSplit Fp8Forward; do
+  "$TESTS" --gtest_filter="$suite.CudaGraphReplayMatchesTheDirectCall" >"$OUT/first_capture_$suite.log" 2>&1
+  first_capture_rc[$suite]=$?
+done
+
+# 3. compute-sanitizer on the small shapes; each tool's log ends with its ERROR SUMMARY.
 declare -A sanitizer_rc
 for tool in memcheck racecheck synccheck; do
   if [[ -z "$SANITIZER" ]]; then
@@ -47,7 +56,7 @@ for tool in memcheck racecheck synccheck; do
   sanitizer_rc[$tool]=$?
 done
 
-# 3. Summary.
+# 4. Summary.
 echo
 echo "==== device test summary ($(head -n 1 "$OUT/device.txt")) ===="
 counts="$(grep -m1 -o '<testsuites [^>]*' "$OUT/gpu_tests.xml" 2>/dev/null |
@@ -57,6 +66,11 @@ echo "gpu tests: exit $tests_rc, ${counts:-no xml report} skipped=\"${skipped:-0
 grep -E '^\[ (seed|sweep|options) ' "$OUT/gpu_tests.log" | sed 's/^/  /'
 grep -E '^\[  FAILED  \]' "$OUT/gpu_tests.log" | sort -u | head -n 20 | sed 's/^/  /'
 status=$tests_rc
+for suite in ForwardTailSplit Fp8Forward; do
+  rc=${first_capture_rc[$suite]}
+  echo "first call under graph capture ($suite): exit $rc$(grep -m1 -o 'PASSED.*\|FAILED.*' "$OUT/first_capture_$suite.log" | sed 's/^/, /')"
+  [[ $rc -ne 0 ]] && status=1
+done
 for tool in memcheck racecheck synccheck; do
   rc=${sanitizer_rc[$tool]}
   summary="$(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.log" 2>/dev/null | sed 's/^========= //')"

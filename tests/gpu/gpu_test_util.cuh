@@ -388,44 +388,50 @@ inline LseDiff lse_diff(const Tensor& lse, const float* ref) {
   return diff;
 }
 
-// Calls forward(args) directly into its (dense) out and lse, NaN-poisoned first, then captures the
-// same call into a CUDA graph that writes fresh, poisoned out and lse, and replays it twice. Returns
-// what is wrong: the direct call must write every element, and the replays bit for bit the same
-// (the kernels are deterministic, split merges included). An empty string when all holds.
-inline std::string graph_replay_mismatch(FwdArgs args) {
-  const auto poison_all = [](const Tensor& t) { poison_nan(t.data, t.dtype, storage_elements(t)); };
+// Runs forward(args) twice into NaN-poisoned outputs: directly into args' (dense) out and lse, and
+// captured into a CUDA graph, replayed twice, into fresh out and lse of the same layout; by default
+// the direct call first (as engines warm up before capturing), with capture_first the capture first
+// (the first call of a process on a device sets up per-device memory under capture). Returns what
+// is wrong: the direct call must write every element, and the replays bit for bit the same (the
+// kernels are deterministic, split merges included). An empty string when all holds.
+inline std::string graph_replay_mismatch(FwdArgs args, bool capture_first = false) {
   if (storage_elements(args.out) != args.out.numel()) return "graph_replay_mismatch wants a dense out";
-  poison_all(args.out);
-  if (args.lse) poison_all(*args.lse);
-  const hopattn::Status direct = forward(args);
-  if (!direct.ok()) return "direct call failed: " + direct.message();
-  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-  if (count_unpoisoned(args.out.data, args.out.dtype, args.out.numel()) != args.out.numel())
-    return "the direct call left out elements unwritten";
   const auto bytes_of = [](const Tensor& t) { return std::size_t(storage_elements(t)) * dtype_size(t.dtype); };
+  const auto poison_all = [](const Tensor& t) { poison_nan(t.data, t.dtype, storage_elements(t)); };
   const auto host_bytes = [&](const Tensor& t) {
     std::vector<std::uint8_t> host(bytes_of(t));
     HOPATTN_CUDA_CHECK(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost));
     return host;
   };
-  const std::vector<std::uint8_t> direct_out = host_bytes(args.out);
-  const std::vector<std::uint8_t> direct_lse = args.lse ? host_bytes(*args.lse) : std::vector<std::uint8_t>{};
-  DeviceBuffer out(bytes_of(args.out)), lse(args.lse ? bytes_of(*args.lse) : 0);
-  args.out.data = out.data();
-  poison_all(args.out);
-  if (args.lse) {
-    args.lse->data = lse.data();
-    poison_all(*args.lse);
+  DeviceBuffer graph_out(bytes_of(args.out)), graph_lse(args.lse ? bytes_of(*args.lse) : 0);
+  FwdArgs captured = args;
+  captured.out.data = graph_out.data();
+  if (captured.lse) captured.lse->data = graph_lse.data();
+  for (const FwdArgs* a : {&args, &captured}) {
+    poison_all(a->out);
+    if (a->lse) poison_all(*a->lse);
   }
-  const std::string why = replay_as_graph(
-      [&](cudaStream_t stream) {
-        args.stream = stream;
-        return forward(args);
-      },
-      2);
-  if (!why.empty()) return why;
-  if (host_bytes(args.out) != direct_out) return "out from the graph differs from the direct call's";
-  if (args.lse && host_bytes(*args.lse) != direct_lse) return "lse from the graph differs from the direct call's";
+  const auto call_directly = [&]() -> std::string {
+    const hopattn::Status direct = forward(args);
+    if (!direct.ok()) return "direct call failed: " + direct.message();
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    return "";
+  };
+  const auto call_from_graph = [&]() {
+    return replay_as_graph(
+        [&](cudaStream_t stream) {
+          captured.stream = stream;
+          return forward(captured);
+        },
+        2);
+  };
+  if (std::string why = capture_first ? call_from_graph() : call_directly(); !why.empty()) return why;
+  if (std::string why = capture_first ? call_directly() : call_from_graph(); !why.empty()) return why;
+  if (count_unpoisoned(args.out.data, args.out.dtype, args.out.numel()) != args.out.numel())
+    return "the direct call left out elements unwritten";
+  if (host_bytes(captured.out) != host_bytes(args.out)) return "out from the graph differs from the direct call's";
+  if (args.lse && host_bytes(*captured.lse) != host_bytes(*args.lse))
+    return "lse from the graph differs from the direct call's";
   return "";
 }
 

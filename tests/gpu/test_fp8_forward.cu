@@ -474,8 +474,9 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
 
 // Inference engines capture decoding steps in CUDA graphs: a split launch (the forward kernel, the
 // combine kernel with its programmatic-serialization launch, the stream-ordered workspace) must
-// capture, and its replays must write what a direct call writes, bit for bit. Decoding with split-KV,
-// and a tail split of the last round.
+// capture, and its replays must write what a direct call writes, bit for bit; captured before and
+// after a direct call (run alone, as scripts/device_tests.sh does, the first capture is the
+// process's first call). Decoding with split-KV, and a tail split of the last round.
 TEST_F(Fp8Forward, CudaGraphReplayMatchesTheDirectCall) {
   const std::uint64_t seed = run_seed();
   const int sms = multiprocessor_count();
@@ -500,9 +501,12 @@ TEST_F(Fp8Forward, CudaGraphReplayMatchesTheDirectCall) {
     args.v = cuda(v.data(), Dtype::kFloat8E4M3, {sh.batch, sh.seqlen_k, sh.heads_kv, sh.head_dim});
     args.out = cuda(out.data(), Dtype::kBFloat16, {sh.batch, sh.seqlen_q, sh.heads_q, sh.head_dim});
     args.lse = cuda(lse.data(), Dtype::kFloat32, {sh.batch, sh.heads_q, sh.seqlen_q});
-    const std::string why = graph_replay_mismatch(args);
-    EXPECT_TRUE(why.empty()) << "b " << sh.batch << " hq " << sh.heads_q << " sq " << sh.seqlen_q << " sk "
-                             << sh.seqlen_k << " d " << sh.head_dim << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
+    for (bool capture_first : {true, false}) {
+      const std::string why = graph_replay_mismatch(args, capture_first);
+      EXPECT_TRUE(why.empty()) << "b " << sh.batch << " hq " << sh.heads_q << " sq " << sh.seqlen_q << " sk "
+                               << sh.seqlen_k << " d " << sh.head_dim << (capture_first ? " captured first" : "")
+                               << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
+    }
   }
 }
 

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <string>
 
+#include "sm90/host/capture_safe.hpp"
+
 namespace hopattn::sm90 {
 namespace {
 
@@ -21,6 +23,7 @@ Status device_pool(int device, cudaMemPool_t* pool) {
     *pool = it->second;
     return Status::Ok();
   }
+  const RelaxedCaptureScope relaxed;  // this may be the first call, under graph capture
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;

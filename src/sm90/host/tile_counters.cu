@@ -3,9 +3,12 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>
+
+#include "sm90/host/capture_safe.hpp"
 
 namespace hopattn::sm90 {
 namespace {
@@ -21,6 +24,18 @@ std::map<int, CounterPool>& pools() {
   return by_device;
 }
 
+// Zeroes device memory on a private stream: a plain cudaMemset runs on the legacy stream, which a
+// capture on a blocking stream would take in (and fail).
+cudaError_t zero_outside_any_capture(void* memory, std::size_t bytes) {
+  cudaStream_t stream = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return e;
+  e = cudaMemsetAsync(memory, 0, bytes, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  return e;
+}
+
 }  // namespace
 
 Status acquire_tile_counter(int device, int** counter) {
@@ -30,10 +45,11 @@ Status acquire_tile_counter(int device, int** counter) {
     std::lock_guard<std::mutex> lock(mutex);
     pool = &pools()[device];
     if (pool->slots == nullptr) {
+      const RelaxedCaptureScope relaxed;  // this may be the first call, under graph capture
       void* memory = nullptr;
       const size_t bytes = sizeof(int) * kTileCounterInts * kTileCounterSlots;
       cudaError_t e = cudaMalloc(&memory, bytes);
-      if (e == cudaSuccess) e = cudaMemset(memory, 0, bytes);
+      if (e == cudaSuccess) e = zero_outside_any_capture(memory, bytes);
       if (e != cudaSuccess) {
         if (memory != nullptr) cudaFree(memory);
         return Status(StatusCode::kCudaError,
