@@ -93,8 +93,9 @@ struct FwdArgs {
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v.
   std::optional<Tensor> page_table;
 
-  // Split-KV: the sm_90a bf16/fp16 kernel cuts tiles along the keys over idle SMs and merges the
-  // pieces (non-causal launches without a window). 0 = where that shortens the launch (the last
+  // Split-KV: the sm_90a kernels cut tiles along the keys over idle SMs and merge the pieces
+  // (non-causal launches without a window; FP8 at head dims 64 and 128, not with block descales
+  // alone). 0 = where that shortens the launch (the last
   // rounds' tiles, or every tile when there are fewer tiles than SMs), 1 = never, n >= 2 = every tile
   // in n pieces (as long as tiles x n <= 1024). Results match either way, to rounding.
   int num_splits = 0;

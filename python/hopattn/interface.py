@@ -138,8 +138,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     (num_pages, page_size, heads_kv, head_dim) with page_table/block_table (batch, pages_per_seq).
     cache_seqlens: int or int32 (batch): keys in use per sequence (seqused_k); causal aligns the
     queries to the end of those keys. num_splits: split-KV, 0 = heuristic, 1 = none, n = n pieces
-    per query tile (the sm_90a bf16/fp16 kernel, for non-causal calls without a window; results
-    match to rounding either way).
+    per query tile (the sm_90a kernels, for non-causal calls without a window; FP8 at head dims 64
+    and 128, not with block descales alone; results match to rounding either way).
     Appending new keys (k, v), rotary embedding, cache_batch_idx and cache_leftpad are not
     implemented: write new keys into the cache first and pass the grown cache_seqlens.
     Returns out, or (out, lse) when return_softmax_lse.

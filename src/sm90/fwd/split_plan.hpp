@@ -3,13 +3,14 @@
 //
 // Without it, T equal tiles on P persistent CTAs take ceil(T / P) tile times: 2048 tiles on 132 SMs
 // run 16 rounds where 15.5 would do (the last round leaves half the SMs idle), and 64 tiles use 64 of
-// 132 SMs. With it, tiles [first_tile, num_tiles) (the "region", between one and two rounds' worth, or
-// all tiles when there are fewer than P) are laid end to end as key blocks, and that run is cut into
-// `units` runs of (almost) equal length, handed out after the whole tiles. A unit is walked as
-// pieces: the part of one tile it covers. A piece that is not a whole tile is "split": its CTA stores
-// O unnormalized with its row max and row sum (split_merge.cuh); in the 16-bit kernel the last piece
-// of a tile to finish merges them all and stores the tile, after the FP8 kernel a second kernel does
-// (fwd_fp8/split_combine.cuh).
+// 132 SMs. With it, tiles [first_tile, num_tiles) (the "region": the partial round, with the last full
+// round too where plan_split's region_rounds says so, or all tiles when there are fewer than P) are
+// laid end to end as key blocks, and that run is cut into `units` runs of (almost) equal length,
+// handed out after the whole tiles. A unit is walked as pieces: the part of one tile it covers. A
+// piece that is not a whole tile is "split": its CTA stores a partial result in its slot. In the
+// 16-bit kernel that is O unnormalized with its row max and row sum, and the last piece of a tile to
+// finish merges them all and stores the tile (split_merge.cuh); in the FP8 kernel it is O normalized
+// with its LSE, and a second kernel merges (fwd_fp8/split_combine.cuh).
 //
 // Plain C++ (host and device) so that tests/cpu/test_split_plan.cpp checks the cuts and slots.
 #pragma once
