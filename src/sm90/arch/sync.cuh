@@ -28,6 +28,15 @@ __device__ __forceinline__ bool named_barrier_or(int id, int count, bool predica
   return result != 0;
 }
 
+// Programmatic dependent launch: a kernel launched after this one with programmatic stream
+// serialization may start once every CTA here has executed allow_dependent_launch (or exited); it
+// must call wait_for_primary_grid before reading what this grid writes, which waits for the grid to
+// complete and its memory operations to be visible.
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_primary_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // setmaxnreg: a warpgroup gives registers back to (dec) or takes them from (inc) the SM's pool. The
 // producer needs few registers; the consumers need many for the S and O accumulators.
 template <int kRegisters>

@@ -10,7 +10,6 @@
 #include "sm90/fwd_fp8/consumer.cuh"
 #include "sm90/fwd_fp8/params.hpp"
 #include "sm90/fwd_fp8/producer.cuh"
-#include "sm90/fwd_fp8/split_combine.cuh"
 
 namespace hopattn::sm90 {
 

@@ -11,6 +11,7 @@
 #include "sm90/fwd_fp8/kernel.cuh"
 #include "sm90/fwd_fp8/launch.hpp"
 #include "sm90/fwd_fp8/params_builder.hpp"
+#include "sm90/fwd_fp8/split_combine.cuh"
 #include "sm90/fwd_fp8/traits.cuh"
 #include "sm90/host/tensor_map.hpp"
 

@@ -13,16 +13,12 @@
 // has completed and its stores are visible.
 #pragma once
 
+#include "sm90/arch/sync.cuh"
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd_fp8/params.hpp"
 
 namespace hopattn::sm90 {
-
-__device__ __forceinline__ void allow_dependent_launch() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-__device__ __forceinline__ void wait_for_primary_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // O chunks (4 registers each: split_merge.cuh) per combine CTA: the grid's z extent is kORegisters / 4
 // / kCombineChunks, so more CTAs share a tile's loads (the merge waits on L2 and memory, not on math).
