@@ -33,20 +33,31 @@ struct SplitPartials {
   }
 };
 
+// Writes a piece's slot (this thread's part): its O registers times a per-row-half scale, then the
+// row state chunk.
+template <int kORegisters, int kWarpgroups>
+__device__ __forceinline__ void store_partial_slot(const FwdParams& p, int slot, int warpgroup, int thread,
+                                                   const float (&o)[kORegisters], float scale0, float scale1,
+                                                   float4 state) {
+  using Partials = SplitPartials<kORegisters, kWarpgroups>;
+  float4* mine = Partials::slot(p, slot, warpgroup);
+#pragma unroll
+  for (int c = 0; c < kORegisters / 4; ++c) {
+    // Registers 4c, 4c + 1 are row half 0, 4c + 2, 4c + 3 row half 1 (fragment_row_half).
+    mine[c * Partials::kThreads + thread] = make_float4(o[4 * c] * scale0, o[4 * c + 1] * scale0,
+                                                        o[4 * c + 2] * scale1, o[4 * c + 3] * scale1);
+  }
+  mine[Partials::kStateChunk * Partials::kThreads + thread] = state;
+}
+
 // A split piece's partial state into its slot: unnormalized O, and per row half this thread's row max
 // and row sum.
 template <int kORegisters, int kWarpgroups>
 __device__ __forceinline__ void store_split_partial(const FwdParams& p, int slot, int warpgroup, int thread,
                                                     const float (&o)[kORegisters], const float (&row_max)[2],
                                                     const float (&row_sum)[2]) {
-  using Partials = SplitPartials<kORegisters, kWarpgroups>;
-  float4* mine = Partials::slot(p, slot, warpgroup);
-#pragma unroll
-  for (int c = 0; c < kORegisters / 4; ++c) {
-    mine[c * Partials::kThreads + thread] = make_float4(o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
-  }
-  mine[Partials::kStateChunk * Partials::kThreads + thread] =
-      make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
+  store_partial_slot<kORegisters, kWarpgroups>(p, slot, warpgroup, thread, o, 1.0f, 1.0f,
+                                               make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]));
 }
 
 // Returns true when this warpgroup stores the tile; o, row_max and row_sum then hold the merged

@@ -40,14 +40,8 @@ template <int kORegisters, int kWarpgroups>
 __device__ __forceinline__ void store_fp8_partial(const FwdParams& p, int slot, int warpgroup, int thread,
                                                   const float (&o)[kORegisters], const float (&out_scale)[2],
                                                   const float (&lse)[2]) {
-  using Partials = SplitPartials<kORegisters, kWarpgroups>;
-  float4* mine = Partials::slot(p, slot, warpgroup) + thread;
-#pragma unroll
-  for (int c = 0; c < kORegisters / 4; ++c) {
-    mine[c * Partials::kThreads] = make_float4(o[4 * c] * out_scale[0], o[4 * c + 1] * out_scale[0],
-                                               o[4 * c + 2] * out_scale[1], o[4 * c + 3] * out_scale[1]);
-  }
-  mine[Partials::kStateChunk * Partials::kThreads] = make_float4(lse[0], lse[1], 0.0f, 0.0f);
+  store_partial_slot<kORegisters, kWarpgroups>(p, slot, warpgroup, thread, o, out_scale[0], out_scale[1],
+                                               make_float4(lse[0], lse[1], 0.0f, 0.0f));
 }
 
 template <class Traits, class Softmax>
