@@ -388,6 +388,24 @@ inline LseDiff lse_diff(const Tensor& lse, const float* ref) {
   return diff;
 }
 
+// Extents of a dense call: q and out (batch, seqlen_q, heads_q, head_dim), k and v (batch, seqlen_k,
+// heads_kv, head_dim), lse (batch, heads_q, seqlen_q).
+struct DenseExtents {
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+};
+
+// FwdArgs over dense CUDA buffers: q, k, v of dtype `in`, out of dtype `out_dtype`, float32 lse.
+inline FwdArgs dense_cuda_args(const DenseExtents& e, Dtype in, Dtype out_dtype, void* q, void* k, void* v,
+                               void* out, void* lse) {
+  FwdArgs args;
+  args.q = make_tensor(q, in, {e.batch, e.seqlen_q, e.heads_q, e.head_dim}, DeviceType::kCuda);
+  args.k = make_tensor(k, in, {e.batch, e.seqlen_k, e.heads_kv, e.head_dim}, DeviceType::kCuda);
+  args.v = make_tensor(v, in, {e.batch, e.seqlen_k, e.heads_kv, e.head_dim}, DeviceType::kCuda);
+  args.out = make_tensor(out, out_dtype, {e.batch, e.seqlen_q, e.heads_q, e.head_dim}, DeviceType::kCuda);
+  args.lse = make_tensor(lse, Dtype::kFloat32, {e.batch, e.heads_q, e.seqlen_q}, DeviceType::kCuda);
+  return args;
+}
+
 // Runs forward(args) twice into NaN-poisoned outputs: directly into args' (dense) out and lse, and
 // captured into a CUDA graph, replayed twice, into fresh out and lse of the same layout; by default
 // the direct call first (as engines warm up before capturing), with capture_first the capture first

@@ -146,30 +146,26 @@ TEST_F(ForwardTailSplit, CudaGraphReplayMatchesTheDirectCall) {
   const std::uint64_t seed = run_seed();
   const int sms = multiprocessor_count();
   struct Shape {
-    int heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+    DenseExtents extents;
     Dtype dtype;
   };
-  const Shape shapes[] = {{8, 2, 1, 8333, 128, Dtype::kBFloat16},
-                          {3, 1, 128 * ((sms + 5) / 3) - 37, 700, 256, Dtype::kFloat16}};
+  const Shape shapes[] = {{{1, 8, 2, 1, 8333, 128}, Dtype::kBFloat16},
+                          {{1, 3, 1, 128 * ((sms + 5) / 3) - 37, 700, 256}, Dtype::kFloat16}};
   int index = 0;
   for (const Shape& sh : shapes) {
-    const std::int64_t nq = std::int64_t(sh.seqlen_q) * sh.heads_q * sh.head_dim;
-    const std::int64_t nkv = std::int64_t(sh.seqlen_k) * sh.heads_kv * sh.head_dim;
+    const DenseExtents& x = sh.extents;
+    const std::int64_t nq = std::int64_t(x.seqlen_q) * x.heads_q * x.head_dim;
+    const std::int64_t nkv = std::int64_t(x.seqlen_k) * x.heads_kv * x.head_dim;
     const std::size_t e = dtype_size(sh.dtype);
-    DeviceBuffer q(nq * e), k(nkv * e), v(nkv * e), out(nq * e), lse(std::int64_t(sh.heads_q) * sh.seqlen_q * 4);
+    DeviceBuffer q(nq * e), k(nkv * e), v(nkv * e), out(nq * e), lse(std::int64_t(x.heads_q) * x.seqlen_q * 4);
     fill_normal(q.data(), sh.dtype, nq, splitmix64(seed + index++), 3.0f);
     fill_normal(k.data(), sh.dtype, nkv, splitmix64(seed + index++));
     fill_normal(v.data(), sh.dtype, nkv, splitmix64(seed + index++));
-    FwdArgs args;
-    args.q = make_tensor(q.data(), sh.dtype, {1, sh.seqlen_q, sh.heads_q, sh.head_dim}, DeviceType::kCuda);
-    args.k = make_tensor(k.data(), sh.dtype, {1, sh.seqlen_k, sh.heads_kv, sh.head_dim}, DeviceType::kCuda);
-    args.v = make_tensor(v.data(), sh.dtype, {1, sh.seqlen_k, sh.heads_kv, sh.head_dim}, DeviceType::kCuda);
-    args.out = make_tensor(out.data(), sh.dtype, {1, sh.seqlen_q, sh.heads_q, sh.head_dim}, DeviceType::kCuda);
-    args.lse = make_tensor(lse.data(), Dtype::kFloat32, {1, sh.heads_q, sh.seqlen_q}, DeviceType::kCuda);
+    const FwdArgs args = dense_cuda_args(x, sh.dtype, sh.dtype, q.data(), k.data(), v.data(), out.data(), lse.data());
     for (bool capture_first : {true, false}) {
       const std::string why = graph_replay_mismatch(args, capture_first);
-      EXPECT_TRUE(why.empty()) << "hq " << sh.heads_q << " sq " << sh.seqlen_q << " sk " << sh.seqlen_k << " d "
-                               << sh.head_dim << (capture_first ? " captured first" : "")
+      EXPECT_TRUE(why.empty()) << "hq " << x.heads_q << " sq " << x.seqlen_q << " sk " << x.seqlen_k << " d "
+                               << x.head_dim << (capture_first ? " captured first" : "")
                                << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
     }
   }
@@ -196,12 +192,8 @@ TEST_P(ForwardDeterminism, SameInputsGiveIdenticalBits) {
     DeviceBuffer out(q_numel * e), lse(lse_numel * sizeof(float));
     poison_nan(out.data(), c.dtype, q_numel);
     poison_nan(lse.data(), Dtype::kFloat32, lse_numel);
-    FwdArgs args;
-    args.q = make_tensor(q.data(), c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
-    args.k = make_tensor(k.data(), c.dtype, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
-    args.v = make_tensor(v.data(), c.dtype, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
-    args.out = make_tensor(out.data(), c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
-    args.lse = make_tensor(lse.data(), Dtype::kFloat32, {c.batch, c.heads_q, c.seqlen_q}, DeviceType::kCuda);
+    const DenseExtents extents{c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim};
+    FwdArgs args = dense_cuda_args(extents, c.dtype, c.dtype, q.data(), k.data(), v.data(), out.data(), lse.data());
     args.causal = c.causal;
     const Status status = forward(args);
     ASSERT_TRUE(status.ok()) << c.describe() << ": " << status.message();

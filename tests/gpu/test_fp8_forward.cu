@@ -314,6 +314,14 @@ int log_uniform(std::mt19937_64& rng, int lo, int hi) {
   return std::min(hi, static_cast<int>(std::exp(d(rng))));
 }
 
+// Runs each case (seeded from `seed` and its index) and reports every one that misses the oracle.
+void expect_cases_match_oracle(const std::vector<Fp8Case>& cases, std::uint64_t seed) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
+    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
+  }
+}
+
 Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
   Fp8Case c;
@@ -405,10 +413,7 @@ TEST_F(Fp8Forward, CornerCases) {
     c.softcap = 0.0f, c.block_scales = false, c.out_pad = 8;  // the O store must leave the padding alone
     cases.push_back(c);
   }
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
-    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
-  }
+  expect_cases_match_oracle(cases, seed);
 }
 
 // Head dim 128 switches to 192-key blocks from 8192 keys on (fwd_fp8/traits.cuh): both sides of the
@@ -429,10 +434,7 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   cases.push_back(c);
   c.options.intra_wg_overlap = false;
   cases.push_back(c);
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
-    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
-  }
+  expect_cases_match_oracle(cases, seed);
 }
 
 // The tail split (sm90/fwd/split_plan.hpp; the FP8 kernels merge pieces in a second kernel,
@@ -466,10 +468,7 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
   cases.push_back(c);
   c.softcap = 0.0f;
   cases.push_back(c);
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
-    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
-  }
+  expect_cases_match_oracle(cases, seed);
 }
 
 // Inference engines capture decoding steps in CUDA graphs: a split launch (the forward kernel, the
@@ -480,27 +479,17 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
 TEST_F(Fp8Forward, CudaGraphReplayMatchesTheDirectCall) {
   const std::uint64_t seed = run_seed();
   const int sms = multiprocessor_count();
-  struct Shape {
-    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
-  };
-  const Shape shapes[] = {{2, 8, 2, 1, 8333, 128}, {1, 3, 1, 128 * ((sms + 5) / 3) - 37, 700, 64}};
+  const DenseExtents shapes[] = {{2, 8, 2, 1, 8333, 128}, {1, 3, 1, 128 * ((sms + 5) / 3) - 37, 700, 64}};
   int index = 0;
-  for (const Shape& sh : shapes) {
+  for (const DenseExtents& sh : shapes) {
     const std::int64_t nq = std::int64_t(sh.batch) * sh.seqlen_q * sh.heads_q * sh.head_dim;
     const std::int64_t nkv = std::int64_t(sh.batch) * sh.seqlen_k * sh.heads_kv * sh.head_dim;
     DeviceBuffer q = random_e4m3(nq, splitmix64(seed + index++), 3.0f);
     DeviceBuffer k = random_e4m3(nkv, splitmix64(seed + index++), 1.0f);
     DeviceBuffer v = random_e4m3(nkv, splitmix64(seed + index++), 1.0f);
     DeviceBuffer out(nq * 2), lse(std::int64_t(sh.batch) * sh.heads_q * sh.seqlen_q * 4);
-    const auto cuda = [](void* data, Dtype dtype, std::initializer_list<std::int64_t> shape) {
-      return make_tensor(data, dtype, shape, DeviceType::kCuda);
-    };
-    FwdArgs args;
-    args.q = cuda(q.data(), Dtype::kFloat8E4M3, {sh.batch, sh.seqlen_q, sh.heads_q, sh.head_dim});
-    args.k = cuda(k.data(), Dtype::kFloat8E4M3, {sh.batch, sh.seqlen_k, sh.heads_kv, sh.head_dim});
-    args.v = cuda(v.data(), Dtype::kFloat8E4M3, {sh.batch, sh.seqlen_k, sh.heads_kv, sh.head_dim});
-    args.out = cuda(out.data(), Dtype::kBFloat16, {sh.batch, sh.seqlen_q, sh.heads_q, sh.head_dim});
-    args.lse = cuda(lse.data(), Dtype::kFloat32, {sh.batch, sh.heads_q, sh.seqlen_q});
+    const FwdArgs args = dense_cuda_args(sh, Dtype::kFloat8E4M3, Dtype::kBFloat16, q.data(), k.data(), v.data(),
+                                         out.data(), lse.data());
     for (bool capture_first : {true, false}) {
       const std::string why = graph_replay_mismatch(args, capture_first);
       EXPECT_TRUE(why.empty()) << "b " << sh.batch << " hq " << sh.heads_q << " sq " << sh.seqlen_q << " sk "
