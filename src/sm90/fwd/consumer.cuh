@@ -84,13 +84,13 @@ class Consumer {
       OnlineSoftmax<kS> softmax(p_.scale_log2);
       QFragments q;
       if constexpr (Traits::kQInRegisters) {
+        // Q is handed back after the first S GEMM (release_q_after_s_gemm)
         load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
-        release(&s_.q_empty);  // Q is in registers: the producer may load the next tile's Q now
       }
 
       if (inline_loads()) producer_.begin_visit(p_, c, n_begin, n_end);
       if (n_end <= n_begin) {
-        if (!Traits::kQInRegisters) release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
+        release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
       } else if (p_.intra_wg_overlap) {
         mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
@@ -217,7 +217,7 @@ class Consumer {
       wgmma_wait<0>();
       pin_registers(s);
       release(&s_.k_empty[stage]);  // S GEMM done reading K
-      if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);  // last S GEMM of the tile done reading Q
+      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, n == n_begin);
       prepare_scores(s, masked, m0, row0, n);
       float factor[2];
       softmax.update(s, factor);
@@ -255,7 +255,7 @@ class Consumer {
     wgmma_wait<0>();
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
-    if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
+    release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, true, n == n_begin);
     prepare_scores(s, masked, m0, row0, n);
     softmax.update(s, factor);
     convert_p(s, p);
@@ -274,7 +274,7 @@ class Consumer {
       wgmma_wait<1>();  // S_n done, P V may still run
       pin_registers(s);
       release(&s_.k_empty[stage]);
-      if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
+      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, false, n == n_begin);
       prepare_scores(s, masked, m0, row0, n);
       if constexpr (Traits::kPvWaitAfterMax) {
         // The P V wait between the max and the exponentials, kept there (keep_next_wait_after);

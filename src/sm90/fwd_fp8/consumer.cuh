@@ -82,7 +82,7 @@ class Fp8Consumer {
       QFragments q;
       if constexpr (Traits::kQInRegisters) {
         load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
-        release(&s_.q_empty);  // Q is in registers: the next tile's Q may load now
+        release_ldmatrix_reads_to_tma(&s_.q_empty, thread_);  // the next tile's Q may load now
       }
 
       if (n_end <= n_begin) {

@@ -34,4 +34,25 @@ __device__ __forceinline__ void release_from_warp(std::uint64_t* empty, int thre
   if (thread_in_warpgroup % 32 == 0) mbarrier_arrive(empty);
 }
 
+// A buffer read with ldmatrix (generic proxy) that a TMA load (async proxy) overwrites next, such as
+// Q once it is in registers, must not be released right after the ldmatrix: the arrive waits on no
+// scoreboard and can overtake the reads still in flight (on the H200 the next tile's Q then landed
+// under them; tests/gpu/test_forward_one_key.cu, without ping-pong). Two cures, each kept where it
+// measured cheaper (session 10):
+// - the 16-bit kernel hands Q back after the tile's first S GEMM, whose wait proves the reads done
+//   (with Q in smem, after the last S GEMM that reads it, the tile's last block); the fence below
+//   cost it 1.3% of cycles at d 64, 1k tokens;
+// - the FP8 kernel fences the proxies (FENCE.VIEW.ASYNC.S waits for the reads) and releases at once;
+//   moving its release cost 1.5-2% of FP8 d 128 cycles (ptxas's schedule of its mainloop moved).
+template <bool kQInRegisters>
+__device__ __forceinline__ void release_q_after_s_gemm(std::uint64_t* q_empty, int thread_in_warpgroup,
+                                                       bool first_block, bool last_block) {
+  if (kQInRegisters ? first_block : last_block) release_from_warp(q_empty, thread_in_warpgroup);
+}
+
+__device__ __forceinline__ void release_ldmatrix_reads_to_tma(std::uint64_t* empty, int thread_in_warpgroup) {
+  fence_proxy_async_shared();
+  release_from_warp(empty, thread_in_warpgroup);
+}
+
 }  // namespace hopattn::sm90
