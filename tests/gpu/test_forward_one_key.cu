@@ -63,103 +63,141 @@ std::string describe_row(int b, int h, int i) {
   return s.str();
 }
 
-TEST_P(ForwardOneKey, EveryRowGetsItsOwnScoreAndTheKeysValue) {
-  const OneKeyCase& param = GetParam();
-  const std::uint64_t seed = run_seed();
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const std::size_t q_elems = std::size_t(kBatch) * kSeqlenQ * kHeadsQ * kHeadDim;
-  const std::size_t kv_elems = std::size_t(kBatch) * kHeadsKv * kHeadDim;
-  const Dtype in = param.dtype;
-  const HostInput q = random_input(in, q_elems, rng), k = random_input(in, kv_elems, rng),
-                  v = random_input(in, kv_elems, rng);
+// The inputs of one case on the host, and what the kernel must return for them.
+class OneKeyProblem {
+ public:
+  OneKeyProblem(Dtype dtype, bool head_major, std::mt19937_64& rng)
+      : q_(random_input(dtype, kQElements, rng)),
+        k_(random_input(dtype, kKvElements, rng)),
+        v_(random_input(dtype, kKvElements, rng)),
+        q_stride_{std::int64_t(kSeqlenQ) * kHeadsQ * kHeadDim,
+                  head_major ? kHeadDim : std::int64_t(kHeadsQ) * kHeadDim,
+                  head_major ? std::int64_t(kSeqlenQ) * kHeadDim : kHeadDim, 1} {
+    for (int b = 0; b < kBatch; ++b)
+      for (int h = 0; h < kHeadsQ; ++h)
+        for (int i = 0; i < kSeqlenQ; ++i) {
+          const std::size_t r = lse_index(b, h, i);
+          double magnitude = 0.0;
+          want_lse_[r] = score(b, h, i, b, kv_head(h), &magnitude);
+          tolerance_[r] = dtype == Dtype::kBFloat16 ? 1e-3 : 2e-3 + magnitude / 512;
+        }
+  }
 
-  // q[b, i, h, :] sits at q_offset(b, i, h) in either layout.
-  const std::int64_t q_stride[4] = {std::int64_t(kSeqlenQ) * kHeadsQ * kHeadDim,
-                                    param.head_major ? kHeadDim : std::int64_t(kHeadsQ) * kHeadDim,
-                                    param.head_major ? std::int64_t(kSeqlenQ) * kHeadDim : kHeadDim, 1};
-  const auto q_offset = [&](int b, int i, int h) { return b * q_stride[0] + i * q_stride[1] + h * q_stride[2]; };
-  const float scale = 1.0f / std::sqrt(float(kHeadDim));
-  std::vector<double> want_lse(std::size_t(kBatch) * kHeadsQ * kSeqlenQ);
+  static constexpr std::size_t kQElements = std::size_t(kBatch) * kSeqlenQ * kHeadsQ * kHeadDim;
+  static constexpr std::size_t kKvElements = std::size_t(kBatch) * kHeadsKv * kHeadDim;
+  static constexpr std::size_t kLseElements = std::size_t(kBatch) * kHeadsQ * kSeqlenQ;
+
+  const HostInput& q() const { return q_; }
+  const HostInput& k() const { return k_; }
+  const HostInput& v() const { return v_; }
+  const std::int64_t (&q_stride() const)[4] { return q_stride_; }
+
+  // out[b, i, h, :] must be v[b, 0, h / ratio, :] exactly: one key gets probability 1 (the FP8
+  // kernel's P of 256 and its 1/256 are exact too), and v's values are exact in bf16. Returns how
+  // many bf16 elements of `out` (stored with q's strides) are not.
+  std::int64_t wrong_out_elements(const std::vector<std::uint16_t>& out) const {
+    std::int64_t wrong = 0;
+    for (int b = 0; b < kBatch; ++b)
+      for (int i = 0; i < kSeqlenQ; ++i)
+        for (int h = 0; h < kHeadsQ; ++h) {
+          const float* want = v_.values.data() + (std::size_t(b) * kHeadsKv + kv_head(h)) * kHeadDim;
+          for (int d = 0; d < kHeadDim; ++d) {
+            const std::uint32_t bits = std::uint32_t(out[q_offset(b, i, h) + d]) << 16;
+            float got;
+            std::memcpy(&got, &bits, 4);
+            wrong += got != want[d];
+          }
+        }
+    return wrong;
+  }
+
+  // How many rows of `lse` are off by more than their tolerance (NaN included); the first three are
+  // described in `first`, with whose data their value matches: another row's score, or this row's q
+  // with another key.
+  std::int64_t wrong_lse_rows(const std::vector<float>& lse, std::ostringstream& first) const {
+    std::int64_t wrong = 0;
+    for (std::size_t r = 0; r < kLseElements; ++r) {
+      if (std::fabs(lse[r] - want_lse_[r]) <= tolerance_[r]) continue;
+      if (++wrong <= 3) explain(r, lse[r], first);
+    }
+    return wrong;
+  }
+
+ private:
+  static int kv_head(int h) { return h / (kHeadsQ / kHeadsKv); }
+  static std::size_t lse_index(int b, int h, int i) { return (std::size_t(b) * kHeadsQ + h) * kSeqlenQ + i; }
+  std::int64_t q_offset(int b, int i, int h) const {
+    return b * q_stride_[0] + i * q_stride_[1] + h * q_stride_[2];
+  }
+
   // The score of q row (b, h, i) against the key of (kv_b, kv_h), and sum_d |q_d k_d| * scale: the
   // FP8 S GEMM (QGMMA) adds its products with ~14 mantissa bits, an error relative to that sum (the
   // rule of test_fp8_forward.cu: 2e-3 + sum / 512). bf16 scores are exact in float32: 1e-3.
-  const auto score = [&](int b, int h, int i, int kv_b, int kv_h, double* magnitude = nullptr) {
+  double score(int b, int h, int i, int kv_b, int kv_h, double* magnitude = nullptr) const {
+    const double scale = 1.0 / std::sqrt(double(kHeadDim));
     double dot = 0.0, abs_dot = 0.0;
     for (int d = 0; d < kHeadDim; ++d) {
-      const double product =
-          double(q.values[q_offset(b, i, h) + d]) * k.values[(std::size_t(kv_b) * kHeadsKv + kv_h) * kHeadDim + d];
+      const double product = double(q_.values[q_offset(b, i, h) + d]) *
+                             k_.values[(std::size_t(kv_b) * kHeadsKv + kv_h) * kHeadDim + d];
       dot += product;
       abs_dot += std::fabs(product);
     }
     if (magnitude) *magnitude = abs_dot * scale;
     return dot * scale;
-  };
-  std::vector<double> tolerance(want_lse.size());
-  for (int b = 0; b < kBatch; ++b)
-    for (int h = 0; h < kHeadsQ; ++h)
-      for (int i = 0; i < kSeqlenQ; ++i) {
-        const std::size_t r = (std::size_t(b) * kHeadsQ + h) * kSeqlenQ + i;
-        double magnitude = 0.0;
-        want_lse[r] = score(b, h, i, b, h / (kHeadsQ / kHeadsKv), &magnitude);
-        tolerance[r] = in == Dtype::kBFloat16 ? 1e-3 : 2e-3 + magnitude / 512;
-      }
+  }
 
-  DeviceBuffer q_dev(q.bytes.size()), k_dev(k.bytes.size()), v_dev(v.bytes.size()), out_dev(q_elems * 2),
-      lse_dev(want_lse.size() * 4);
-  HOPATTN_CUDA_CHECK(cudaMemcpy(q_dev.data(), q.bytes.data(), q.bytes.size(), cudaMemcpyHostToDevice));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(k_dev.data(), k.bytes.data(), k.bytes.size(), cudaMemcpyHostToDevice));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(v_dev.data(), v.bytes.data(), v.bytes.size(), cudaMemcpyHostToDevice));
-  FwdArgs args = dense_cuda_args({kBatch, kHeadsQ, kHeadsKv, kSeqlenQ, 1, kHeadDim}, in, Dtype::kBFloat16,
-                                 q_dev.data(), k_dev.data(), v_dev.data(), out_dev.data(), lse_dev.data());
-  args.q = strided_tensor(q_dev.data(), in, {kBatch, kSeqlenQ, kHeadsQ, kHeadDim}, q_stride);
-  args.out = strided_tensor(out_dev.data(), Dtype::kBFloat16, {kBatch, kSeqlenQ, kHeadsQ, kHeadDim}, q_stride);
+  void explain(std::size_t r, float got, std::ostringstream& out) const {
+    const int i = int(r % kSeqlenQ), h = int(r / kSeqlenQ % kHeadsQ), b = int(r / kSeqlenQ / kHeadsQ);
+    out << "\n  " << describe_row(b, h, i) << ": lse " << got << ", want " << want_lse_[r];
+    for (std::size_t other = 0; other < kLseElements; ++other) {
+      if (other != r && std::fabs(got - want_lse_[other]) <= tolerance_[other] / 4) {
+        out << "; another row's: "
+            << describe_row(int(other / kSeqlenQ / kHeadsQ), int(other / kSeqlenQ % kHeadsQ), int(other % kSeqlenQ));
+        break;
+      }
+    }
+    for (int kv_b = 0; kv_b < kBatch; ++kv_b)
+      for (int kv_h = 0; kv_h < kHeadsKv; ++kv_h)
+        if (std::fabs(got - score(b, h, i, kv_b, kv_h)) <= tolerance_[r] / 4)
+          out << "; its q with the key of (batch " << kv_b << ", kv head " << kv_h << ")";
+  }
+
+  HostInput q_, k_, v_;
+  std::int64_t q_stride_[4];  // q and out: (b, s, h, d) viewed, stored (b, s, h, d) or (b, h, s, d)
+  std::vector<double> want_lse_ = std::vector<double>(kLseElements);
+  std::vector<double> tolerance_ = std::vector<double>(kLseElements);
+};
+
+TEST_P(ForwardOneKey, EveryRowGetsItsOwnScoreAndTheKeysValue) {
+  const OneKeyCase& param = GetParam();
+  const std::uint64_t seed = run_seed();
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const OneKeyProblem problem(param.dtype, param.head_major, rng);
+
+  const auto upload = [](const HostInput& host) {
+    DeviceBuffer buffer(host.bytes.size());
+    HOPATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice));
+    return buffer;
+  };
+  DeviceBuffer q = upload(problem.q()), k = upload(problem.k()), v = upload(problem.v());
+  DeviceBuffer out(OneKeyProblem::kQElements * 2), lse(OneKeyProblem::kLseElements * 4);
+  FwdArgs args = dense_cuda_args({kBatch, kHeadsQ, kHeadsKv, kSeqlenQ, 1, kHeadDim}, param.dtype, Dtype::kBFloat16,
+                                 q.data(), k.data(), v.data(), out.data(), lse.data());
+  args.q = strided_tensor(q.data(), param.dtype, {kBatch, kSeqlenQ, kHeadsQ, kHeadDim}, problem.q_stride());
+  args.out = strided_tensor(out.data(), Dtype::kBFloat16, {kBatch, kSeqlenQ, kHeadsQ, kHeadDim}, problem.q_stride());
   args.options = param.options;
 
   for (int launch = 0; launch < kLaunches; ++launch) {
-    poison_nan(out_dev.data(), Dtype::kBFloat16, std::int64_t(q_elems));
-    poison_nan(lse_dev.data(), Dtype::kFloat32, std::int64_t(want_lse.size()));
+    poison_nan(out.data(), Dtype::kBFloat16, std::int64_t(OneKeyProblem::kQElements));
+    poison_nan(lse.data(), Dtype::kFloat32, std::int64_t(OneKeyProblem::kLseElements));
     const Status status = forward(args);
     ASSERT_TRUE(status.ok()) << status.message();
     HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> lse = lse_dev.to_host<float>();
-    const std::vector<std::uint16_t> out = out_dev.to_host<std::uint16_t>();
-
-    // out[b, i, h, :] must be v[b, 0, h / ratio, :] exactly: one key gets probability 1 (the FP8
-    // kernel's P of 256 and its 1/256 are exact too), and v's values are exact in bf16.
-    std::int64_t wrong_out = 0;
-    for (int b = 0; b < kBatch; ++b)
-      for (int i = 0; i < kSeqlenQ; ++i)
-        for (int h = 0; h < kHeadsQ; ++h) {
-          const float* want = v.values.data() + (std::size_t(b) * kHeadsKv + h / (kHeadsQ / kHeadsKv)) * kHeadDim;
-          for (int d = 0; d < kHeadDim; ++d) {
-            const std::uint32_t bits = std::uint32_t(out[q_offset(b, i, h) + d]) << 16;
-            float got;
-            std::memcpy(&got, &bits, 4);
-            wrong_out += got != want[d];
-          }
-        }
+    const std::int64_t wrong_out = problem.wrong_out_elements(out.to_host<std::uint16_t>());
     EXPECT_EQ(wrong_out, 0) << "launch " << launch << ": out elements that are not v's (seed " << seed << ")";
-
-    std::int64_t wrong_lse = 0;
     std::ostringstream first;
-    for (std::size_t r = 0; r < want_lse.size(); ++r) {
-      if (std::fabs(lse[r] - want_lse[r]) <= tolerance[r]) continue;  // NaN fails here too
-      if (++wrong_lse > 3) continue;
-      const int i = int(r % kSeqlenQ), h = int(r / kSeqlenQ % kHeadsQ), b = int(r / kSeqlenQ / kHeadsQ);
-      first << "\n  " << describe_row(b, h, i) << ": lse " << lse[r] << ", want " << want_lse[r];
-      for (std::size_t other = 0; other < want_lse.size(); ++other) {
-        if (other != r && std::fabs(lse[r] - want_lse[other]) <= tolerance[other] / 4) {
-          first << "; another row's: " << describe_row(int(other / kSeqlenQ / kHeadsQ),
-                                                       int(other / kSeqlenQ % kHeadsQ), int(other % kSeqlenQ));
-          break;
-        }
-      }
-      for (int kv_b = 0; kv_b < kBatch; ++kv_b)
-        for (int kv_h = 0; kv_h < kHeadsKv; ++kv_h)
-          if (std::fabs(lse[r] - score(b, h, i, kv_b, kv_h)) <= tolerance[r] / 4)
-            first << "; its q with the key of (batch " << kv_b << ", kv head " << kv_h << ")";
-    }
+    const std::int64_t wrong_lse = problem.wrong_lse_rows(lse.to_host<float>(), first);
     EXPECT_EQ(wrong_lse, 0) << "launch " << launch << " of " << kLaunches << ": rows with a wrong LSE (seed "
                             << seed << "), the first:" << first.str();
     if (wrong_out || wrong_lse) return;
