@@ -4,17 +4,14 @@
 // With one key the answer is exact and known on the host: out is v's row, and each row's LSE is
 // its own score q.k * scale. A wrong LSE with a right out means a score was computed from the
 // wrong data; the failure message says whose data it matches.
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/host_tensor.hpp"
 #include "gpu/gpu_test_util.cuh"
 
 namespace hopattn::test {
@@ -32,29 +29,12 @@ class ForwardOneKey : public HopperTest, public ::testing::WithParamInterface<On
 constexpr int kBatch = 3, kHeadsQ = 8, kHeadsKv = 2, kSeqlenQ = 4097, kHeadDim = 128;
 constexpr int kLaunches = 20;
 
-// q, k or v drawn on the host from N(0, 1) in `dtype`: the bytes to upload and their values.
-struct HostInput {
-  std::vector<std::uint8_t> bytes;
-  std::vector<float> values;
-};
-
-HostInput random_input(Dtype dtype, std::size_t n, std::mt19937_64& rng) {
+// n values drawn from N(0, 1), rounded to `dtype` (to nearest, as HostTensor stores them).
+HostTensor random_normal(Dtype dtype, std::int64_t n, std::mt19937_64& rng) {
   std::normal_distribution<float> normal;
-  HostInput h;
-  h.bytes.resize(n * dtype_size(dtype));
-  h.values.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (dtype == Dtype::kBFloat16) {
-      const __nv_bfloat16 x = __float2bfloat16_rn(normal(rng));
-      std::memcpy(&h.bytes[2 * i], &x, 2);
-      h.values[i] = __bfloat162float(x);
-    } else {
-      const __nv_fp8_e4m3 x(normal(rng));
-      h.bytes[i] = x.__x;
-      h.values[i] = static_cast<float>(x);
-    }
-  }
-  return h;
+  HostTensor t(dtype, {n});
+  for (std::int64_t i = 0; i < n; ++i) t.set(i, normal(rng));
+  return t;
 }
 
 std::string describe_row(int b, int h, int i) {
@@ -67,9 +47,12 @@ std::string describe_row(int b, int h, int i) {
 class OneKeyProblem {
  public:
   OneKeyProblem(Dtype dtype, bool head_major, std::mt19937_64& rng)
-      : q_(random_input(dtype, kQElements, rng)),
-        k_(random_input(dtype, kKvElements, rng)),
-        v_(random_input(dtype, kKvElements, rng)),
+      : q_(random_normal(dtype, kQElements, rng)),
+        k_(random_normal(dtype, kKvElements, rng)),
+        v_(random_normal(dtype, kKvElements, rng)),
+        q_values_(q_.to_double()),
+        k_values_(k_.to_double()),
+        v_values_(v_.to_double()),
         q_stride_{std::int64_t(kSeqlenQ) * kHeadsQ * kHeadDim,
                   head_major ? kHeadDim : std::int64_t(kHeadsQ) * kHeadDim,
                   head_major ? std::int64_t(kSeqlenQ) * kHeadDim : kHeadDim, 1} {
@@ -83,30 +66,25 @@ class OneKeyProblem {
         }
   }
 
-  static constexpr std::size_t kQElements = std::size_t(kBatch) * kSeqlenQ * kHeadsQ * kHeadDim;
-  static constexpr std::size_t kKvElements = std::size_t(kBatch) * kHeadsKv * kHeadDim;
+  static constexpr std::int64_t kQElements = std::int64_t(kBatch) * kSeqlenQ * kHeadsQ * kHeadDim;
+  static constexpr std::int64_t kKvElements = std::int64_t(kBatch) * kHeadsKv * kHeadDim;
   static constexpr std::size_t kLseElements = std::size_t(kBatch) * kHeadsQ * kSeqlenQ;
 
-  const HostInput& q() const { return q_; }
-  const HostInput& k() const { return k_; }
-  const HostInput& v() const { return v_; }
+  const HostTensor& q() const { return q_; }
+  const HostTensor& k() const { return k_; }
+  const HostTensor& v() const { return v_; }
   const std::int64_t (&q_stride() const)[4] { return q_stride_; }
 
   // out[b, i, h, :] must be v[b, 0, h / ratio, :] exactly: one key gets probability 1 (the FP8
   // kernel's P of 256 and its 1/256 are exact too), and v's values are exact in bf16. Returns how
-  // many bf16 elements of `out` (stored with q's strides) are not.
-  std::int64_t wrong_out_elements(const std::vector<std::uint16_t>& out) const {
+  // many elements of `out` (bf16, stored with q's strides) are not.
+  std::int64_t wrong_out_elements(const HostTensor& out) const {
     std::int64_t wrong = 0;
     for (int b = 0; b < kBatch; ++b)
       for (int i = 0; i < kSeqlenQ; ++i)
         for (int h = 0; h < kHeadsQ; ++h) {
-          const float* want = v_.values.data() + (std::size_t(b) * kHeadsKv + kv_head(h)) * kHeadDim;
-          for (int d = 0; d < kHeadDim; ++d) {
-            const std::uint32_t bits = std::uint32_t(out[q_offset(b, i, h) + d]) << 16;
-            float got;
-            std::memcpy(&got, &bits, 4);
-            wrong += got != want[d];
-          }
+          const double* want = v_values_.data() + (std::size_t(b) * kHeadsKv + kv_head(h)) * kHeadDim;
+          for (int d = 0; d < kHeadDim; ++d) wrong += out.get(q_offset(b, i, h) + d) != want[d];
         }
     return wrong;
   }
@@ -137,8 +115,8 @@ class OneKeyProblem {
     const double scale = 1.0 / std::sqrt(double(kHeadDim));
     double dot = 0.0, abs_dot = 0.0;
     for (int d = 0; d < kHeadDim; ++d) {
-      const double product = double(q_.values[q_offset(b, i, h) + d]) *
-                             k_.values[(std::size_t(kv_b) * kHeadsKv + kv_h) * kHeadDim + d];
+      const double product =
+          q_values_[q_offset(b, i, h) + d] * k_values_[(std::size_t(kv_b) * kHeadsKv + kv_h) * kHeadDim + d];
       dot += product;
       abs_dot += std::fabs(product);
     }
@@ -162,7 +140,8 @@ class OneKeyProblem {
           out << "; its q with the key of (batch " << kv_b << ", kv head " << kv_h << ")";
   }
 
-  HostInput q_, k_, v_;
+  HostTensor q_, k_, v_;
+  std::vector<double> q_values_, k_values_, v_values_;
   std::int64_t q_stride_[4];  // q and out: (b, s, h, d) viewed, stored (b, s, h, d) or (b, h, s, d)
   std::vector<double> want_lse_ = std::vector<double>(kLseElements);
   std::vector<double> tolerance_ = std::vector<double>(kLseElements);
@@ -175,13 +154,15 @@ TEST_P(ForwardOneKey, EveryRowGetsItsOwnScoreAndTheKeysValue) {
   std::mt19937_64 rng(seed);
   const OneKeyProblem problem(param.dtype, param.head_major, rng);
 
-  const auto upload = [](const HostInput& host) {
-    DeviceBuffer buffer(host.bytes.size());
-    HOPATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice));
+  const auto upload = [](const HostTensor& host) {
+    const std::size_t bytes = std::size_t(host.numel()) * dtype_size(host.dtype());
+    DeviceBuffer buffer(bytes);
+    HOPATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), host.data(), bytes, cudaMemcpyHostToDevice));
     return buffer;
   };
   DeviceBuffer q = upload(problem.q()), k = upload(problem.k()), v = upload(problem.v());
-  DeviceBuffer out(OneKeyProblem::kQElements * 2), lse(OneKeyProblem::kLseElements * 4);
+  DeviceBuffer out(std::size_t(OneKeyProblem::kQElements) * 2), lse(OneKeyProblem::kLseElements * 4);
+  HostTensor out_host(Dtype::kBFloat16, {OneKeyProblem::kQElements});
   FwdArgs args = dense_cuda_args({kBatch, kHeadsQ, kHeadsKv, kSeqlenQ, 1, kHeadDim}, param.dtype, Dtype::kBFloat16,
                                  q.data(), k.data(), v.data(), out.data(), lse.data());
   args.q = strided_tensor(q.data(), param.dtype, {kBatch, kSeqlenQ, kHeadsQ, kHeadDim}, problem.q_stride());
@@ -189,12 +170,13 @@ TEST_P(ForwardOneKey, EveryRowGetsItsOwnScoreAndTheKeysValue) {
   args.options = param.options;
 
   for (int launch = 0; launch < kLaunches; ++launch) {
-    poison_nan(out.data(), Dtype::kBFloat16, std::int64_t(OneKeyProblem::kQElements));
+    poison_nan(out.data(), Dtype::kBFloat16, OneKeyProblem::kQElements);
     poison_nan(lse.data(), Dtype::kFloat32, std::int64_t(OneKeyProblem::kLseElements));
     const Status status = forward(args);
     ASSERT_TRUE(status.ok()) << status.message();
     HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::int64_t wrong_out = problem.wrong_out_elements(out.to_host<std::uint16_t>());
+    HOPATTN_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+    const std::int64_t wrong_out = problem.wrong_out_elements(out_host);
     EXPECT_EQ(wrong_out, 0) << "launch " << launch << ": out elements that are not v's (seed " << seed << ")";
     std::ostringstream first;
     const std::int64_t wrong_lse = problem.wrong_lse_rows(lse.to_host<float>(), first);
