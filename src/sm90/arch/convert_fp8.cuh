@@ -18,4 +18,24 @@ __device__ __forceinline__ std::uint32_t pack_e4m3x4(float b0, float b1, float b
   return packed;
 }
 
+// Two floats -> one f16x2 register, `lo` in the low half (round to nearest even).
+__device__ __forceinline__ std::uint32_t pack_f16x2(float lo, float hi) {
+  std::uint32_t packed;
+  asm("cvt.rn.f16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(lo), "f"(hi));
+  return packed;
+}
+
+// Two f16x2 registers -> four e4m3 bytes, `b01`'s low half in the lowest byte (same rounding and
+// saturation as pack_e4m3x4).
+__device__ __forceinline__ std::uint32_t pack_e4m3x4_from_f16x2(std::uint32_t b01, std::uint32_t b23) {
+  std::uint32_t packed;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f16x2 lo, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f16x2 hi, %2;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(packed)
+      : "r"(b01), "r"(b23));
+  return packed;
+}
+
 }  // namespace hopattn::sm90

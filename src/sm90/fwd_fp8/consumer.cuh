@@ -42,7 +42,7 @@ class Fp8Consumer {
   static constexpr int kS = Traits::kSRegisters;
   static constexpr int kO = Traits::kORegisters;
   static constexpr int kPSteps = Traits::kPSteps;
-  using Softmax = Fp8OnlineSoftmax<kS, Traits::kFmaExp2Every>;
+  using Softmax = Fp8OnlineSoftmax<kS, Traits::kFmaExp2Every, Traits::kPackedRowSums>;
   static constexpr int kQSteps = Traits::kQInRegisters ? Traits::kQKSteps : 0;
   using QFragments = std::uint32_t[kQSteps > 0 ? kQSteps : 1][4];
 
@@ -217,8 +217,8 @@ class Fp8Consumer {
   }
 
   __device__ void softmax_update(float (&s)[kS], const BlockScales& scales, Softmax& softmax,
-                                 float (&factor)[2]) {
-    softmax.update(s, logit_scale(scales), factor);
+                                 float (&factor)[2], std::uint32_t (&p16)[kS / 2]) {
+    softmax.update(s, logit_scale(scales), factor, p16);
   }
 
   __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
@@ -244,14 +244,20 @@ class Fp8Consumer {
     }
   }
 
-  // P (in the S accumulator) -> e4m3 A fragments, each thread packing only its own values.
-  __device__ static void convert_p(const float (&s)[kS], std::uint32_t (&p)[kPSteps][4]) {
+  // P -> e4m3 A fragments, each thread packing only its own values: from the softmax's f16 pairs
+  // where Traits::kPackedRowSums, else from the S accumulator's floats.
+  __device__ static void convert_p(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2],
+                                   std::uint32_t (&p)[kPSteps][4]) {
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step) {
 #pragma unroll
       for (int reg = 0; reg < 4; ++reg) {
-        p[step][reg] = pack_e4m3x4(s[fp8::p_accumulator_index(step, reg, 0)], s[fp8::p_accumulator_index(step, reg, 1)],
-                                   s[fp8::p_accumulator_index(step, reg, 2)], s[fp8::p_accumulator_index(step, reg, 3)]);
+        const int first = fp8::p_accumulator_index(step, reg, 0), third = fp8::p_accumulator_index(step, reg, 2);
+        if constexpr (Traits::kPackedRowSums) {
+          p[step][reg] = pack_e4m3x4_from_f16x2(p16[first / 2], p16[third / 2]);
+        } else {
+          p[step][reg] = pack_e4m3x4(s[first], s[first + 1], s[third], s[third + 1]);
+        }
       }
     }
   }
@@ -273,10 +279,11 @@ class Fp8Consumer {
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
       prepare_scores(s, scales, masked, m0, row0, n);
       float factor[2];
-      softmax_update(s, scales, softmax, factor);
+      std::uint32_t p16[kS / 2];
+      softmax_update(s, scales, softmax, factor, p16);
       switch_v_block(scales.v, factor);
       rescale(o, factor);
-      convert_p(s, p);
+      convert_p(s, p16, p);
       mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
       issue_pv(o, p, stage);
       wgmma_wait<0>();
@@ -303,6 +310,7 @@ class Fp8Consumer {
   __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
+    std::uint32_t p16[kS / 2];
     std::uint32_t p[kPSteps][4];
     float factor[2];
     int n = n_end - 1;
@@ -317,9 +325,9 @@ class Fp8Consumer {
     release(&s_.k_empty[pv_stage]);
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
     prepare_scores(s, scales, masked, m0, row0, n);
-    softmax_update(s, scales, softmax, factor);
+    softmax_update(s, scales, softmax, factor, p16);
     switch_v_block(scales.v, factor);  // O is still zero: only its v scale is set
-    convert_p(s, p);
+    convert_p(s, p16, p);
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
 
@@ -354,12 +362,12 @@ class Fp8Consumer {
         switch_v_block(scales.v, factor);
         rescale_predicated(o, factor);
       }
-      softmax.exponentiate(s, scale);
+      softmax.exponentiate(s, scale, p16);
       if constexpr (!Traits::kPvWaitInSoftmax) {
         wait_for_pv(o, p, pv_stage);
         switch_v_block(scales.v, factor);
       }
-      convert_p(s, p);
+      convert_p(s, p16, p);
       pv_stage = stage;
       pv_phase = ring_.phase();
       ring_.advance();

@@ -9,6 +9,9 @@
 
 #include <cmath>
 
+#include <cstdint>
+
+#include "sm90/arch/convert_fp8.cuh"
 #include "sm90/fwd/softmax.cuh"
 
 namespace hopattn::sm90 {
@@ -28,9 +31,48 @@ __device__ __forceinline__ float exp2_on_fma_pipe(float x) {
   return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
 }
 
+__device__ __forceinline__ std::uint32_t add_f16x2(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t sum;
+  asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(sum) : "r"(a), "r"(b));
+  return sum;
+}
+
+__device__ __forceinline__ float f16x2_halves_sum(std::uint32_t pair) {
+  float lo, hi;
+  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(pair));
+  return lo + hi;
+}
+
+// Per row half, the sum of a thread's P pairs (p16[j] holds S-fragment entries 2j, 2j+1, both of
+// row half j % 2), in kRowChains independent HADD2 chains as fragment_row_reduce. In f16 (P <= 256,
+// at most 64 pairs per row: no overflow), each add rounds to 11 bits: the sum's relative error stays
+// near 1e-3 at worst, against e4m3's 2^-4 steps that P itself is rounded to for the P V GEMM.
+template <int kPairs>
+__device__ __forceinline__ void packed_row_sum(const std::uint32_t (&p16)[kPairs], float (&out)[2]) {
+  static_assert(kPairs / 2 >= kRowChains);
+  std::uint32_t chain[2][kRowChains];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const int r = j & 1, e = j >> 1, c = e % kRowChains;
+    chain[r][c] = e < kRowChains ? p16[j] : add_f16x2(chain[r][c], p16[j]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int w = kRowChains / 2; w > 0; w /= 2) {
+#pragma unroll
+      for (int c = 0; c < w; ++c) chain[r][c] = add_f16x2(chain[r][c], chain[r][c + w]);
+    }
+    out[r] = f16x2_halves_sum(chain[r][0]);
+  }
+}
+
 // kFmaExp2Every > 0: every kFmaExp2Every-th exponential goes to exp2_on_fma_pipe, the rest to MUFU.EX2
-// (Fp8FwdTraits::kFmaExp2Every says where that pays).
-template <int kSRegisters, int kFmaExp2Every>
+// (Fp8FwdTraits::kFmaExp2Every says where that pays). kPackedSums: row sums over f16 pairs of P
+// (Fp8FwdTraits::kPackedRowSums says where that pays).
+template <int kSRegisters, int kFmaExp2Every, bool kPackedSums>
 struct Fp8OnlineSoftmax {
   float row_max[2];  // running max of t (log2 units), -inf until a key is seen
   float row_sum[2];  // this thread's partial sum of P (with the 2^8)
@@ -42,9 +84,10 @@ struct Fp8OnlineSoftmax {
 
   // Raw scores s (masked entries -inf) with this block's scale -> P; per row the factor O must be
   // multiplied by before this block's P V is added.
-  __device__ __forceinline__ void update(float (&s)[kSRegisters], float scale, float (&o_rescale)[2]) {
+  __device__ __forceinline__ void update(float (&s)[kSRegisters], float scale, float (&o_rescale)[2],
+                                         std::uint32_t (&p16)[kSRegisters / 2]) {
     update_max(s, scale, o_rescale);
-    exponentiate(s, scale);
+    exponentiate(s, scale, p16);
   }
 
   // The two halves of update, for a caller that has work to put between them (the overlapped
@@ -63,8 +106,13 @@ struct Fp8OnlineSoftmax {
     }
   }
 
-  // Scores -> P against the max of the last update_max (same scale); adds P to the row sums.
-  __device__ __forceinline__ void exponentiate(float (&s)[kSRegisters], float scale) {
+  // Scores -> P against the max of the last update_max (same scale); adds P to the row sums. Where
+  // kPackedSums, P also comes out as f16 pairs (entries 2j, 2j+1 of s, one row, in p16[j]) that
+  // feed both the row sum (HADD2: half as many instructions as the FADDs, each of which would take
+  // the other warpgroup's GEMM a tensor cycle) and P's e4m3 conversion (from f16x2, as cheap as from
+  // two floats); otherwise p16 is left alone.
+  __device__ __forceinline__ void exponentiate(float (&s)[kSRegisters], float scale,
+                                               std::uint32_t (&p16)[kSRegisters / 2]) {
     float bias[2];  // the 2^8 offset minus the max
 #pragma unroll
     for (int r = 0; r < 2; ++r) bias[r] = kFp8POffsetLog2 - exponent_reference(row_max[r]);
@@ -74,7 +122,13 @@ struct Fp8OnlineSoftmax {
       s[i] = kFmaExp2Every > 0 && i % (kFmaExp2Every > 0 ? kFmaExp2Every : 1) == 0 ? exp2_on_fma_pipe(x) : fast_exp2(x);
     }
     float block_sum[2];
-    fragment_row_reduce(s, block_sum, SumOp{});
+    if constexpr (kPackedSums) {
+#pragma unroll
+      for (int j = 0; j < kSRegisters / 2; ++j) p16[j] = pack_f16x2(s[2 * j], s[2 * j + 1]);
+      packed_row_sum(p16, block_sum);
+    } else {
+      fragment_row_reduce(s, block_sum, SumOp{});
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] += block_sum[r];
   }

@@ -113,6 +113,11 @@ struct Fp8FwdTraits {
   // kernel +3% at 8k-16k for the pin and +1-3% more for the turn; the 128-key kernels lost 2-5% with
   // the pin (d 64, d 128 below 8k keys, softcap; H200, 2026-12-01).
   static constexpr bool kPvWaitAfterMax = kPvWaitInSoftmax && kBlockN == 192;
+  // Row sums over P packed into f16 pairs (HADD2), which also feed P's e4m3 conversion: the 192-key
+  // d 128 kernel -1.3-1.7% cycles at 8k-16k; the 128-key kernels +0.4-2% (d 64 16k +2%, d 128 2k
+  // +1.1%, d 256 16k +0.4%), where the 48 extra f16 packs cost more than the halved adds save
+  // (H200, 2026-12-01).
+  static constexpr bool kPackedRowSums = kBlockN == 192;
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
