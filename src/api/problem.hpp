@@ -21,6 +21,10 @@ struct Problem {
   int page_size = 0;
   int pages_per_seq = 0;
   int num_pages = 0;
+  // FP8, dense k/v only: v is given with its keys contiguous (v.stride[1] == 1: V^T in memory, e.g. a
+  // (batch, heads_kv, head_dim, seqlen_k padded) buffer viewed as (batch, seqlen_k, heads_kv, head_dim)).
+  // The sm_90a kernel then loads V^T tiles directly instead of transposing V in shared memory.
+  bool v_keys_contiguous = false;
 
   float softmax_scale = 0.0f;  // resolved (default 1/sqrt(d) applied)
   bool causal = false;
