@@ -6,6 +6,7 @@
 
 #include "api/device.hpp"
 #include "api/quantize_plan.hpp"
+#include "api/validate_tensor.hpp"
 #include "reference/fp8_quantize.hpp"
 #ifdef HOPATTN_WITH_SM90
 #include "sm90/quant/quantize.hpp"
@@ -136,6 +137,16 @@ Status check_descale(const char* name, const Tensor& t, QuantGranularity g, cons
   return invalid(std::string(name) + ": unknown granularity");
 }
 
+// v8 may have its keys contiguous instead of its last dimension, under forward's rules for v
+// (validate_tensor.hpp), so that it can go to forward() as it is; the detail messages name v8 already.
+Status check_v8_layout(const QuantizeArgs& a) {
+  const detail::Arg v8{"v8", &a.v8};
+  bool keys_contiguous = false;
+  Status s = detail::check_v_layout(v8, nullptr, &keys_contiguous);
+  if (s.ok() && keys_contiguous && a.v8.device == DeviceType::kCuda) s = detail::check_tma_strides(v8);
+  return s.ok() ? s : invalid(s.message());
+}
+
 Status check_outputs(const QuantizeArgs& a) {
   const Tensor* ins[3] = {&a.q, &a.k, &a.v};
   const Tensor* outs[3] = {&a.q8, &a.k8, &a.v8};
@@ -145,8 +156,13 @@ Status check_outputs(const QuantizeArgs& a) {
   const char* layouts[3] = {"of q", "of k", "of v"};
   for (int i = 0; i < 3; ++i) {
     const std::int64_t shape[4] = {ins[i]->shape[0], ins[i]->shape[1], ins[i]->shape[2], ins[i]->shape[3]};
-    if (Status s = check_tensor(out_names[i], *outs[i], Dtype::kFloat8E4M3, shape, 4, layouts[i], a.q, true); !s.ok()) {
+    const bool contiguous_last = i != 2;  // v8: check_v8_layout
+    if (Status s = check_tensor(out_names[i], *outs[i], Dtype::kFloat8E4M3, shape, 4, layouts[i], a.q, contiguous_last);
+        !s.ok()) {
       return s;
+    }
+    if (i == 2) {
+      if (Status s = check_v8_layout(a); !s.ok()) return s;
     }
     const int block_rows = i == 0 ? a.block_rows_q : a.block_rows_kv;
     if (Status s = check_descale(descale_names[i], *descales[i], a.granularity, *ins[i], block_rows, a.q); !s.ok()) {
@@ -178,6 +194,7 @@ detail::QuantizePlan make_plan(const QuantizeArgs& a) {
                      : i == 0                                      ? a.block_rows_q
                                                                    : a.block_rows_kv;
     job.hadamard = a.hadamard && i < 2;  // v is never transformed: P V needs V itself
+    job.out_keys_contiguous = detail::keys_contiguous(*outs[i]);
     job.hadamard_norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(job.head_dim)));
   }
   return plan;

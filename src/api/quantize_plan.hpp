@@ -35,6 +35,7 @@ struct QuantizeJob {
   int block_rows = 0;   // rows per scale for kPerBlock, rows per work tile otherwise
   bool hadamard = false;
   float hadamard_norm = 1.0f;  // 1/sqrt(d) rounded to float once, here, for both quantizers
+  bool out_keys_contiguous = false;  // v8 given as V^T in memory (out.stride[1] == 1)
 };
 
 struct QuantizePlan {

@@ -45,8 +45,10 @@ std::vector<Arg> present(const Common& c, std::initializer_list<Arg> more,
   return args;
 }
 
-Status check_tensors(const std::vector<Arg>& args) {
-  for (const Arg& a : args) HOPATTN_RETURN_IF_ERROR(check_well_formed(a));
+// v's layout is checked once k and v are resolved (check_v_layout): it may have its keys contiguous.
+Status check_tensors(const std::vector<Arg>& args, const Arg& v) {
+  for (const Arg& a : args)
+    HOPATTN_RETURN_IF_ERROR(check_well_formed(a, /*layout_checked_later=*/a.tensor == v.tensor));
   for (const Arg& a : args) HOPATTN_RETURN_IF_ERROR(check_same_device(a, args.front()));
   return Status::Ok();
 }
@@ -169,6 +171,16 @@ Status resolve_kv(const Common& c, Problem* p) {
   return Status::Ok();
 }
 
+// Keys-contiguous v (V^T in memory) only where the FP8 kernel can load it as such: e4m3, dense k/v.
+Status resolve_v_layout(const Common& c, Problem* p) {
+  const std::string dtype_reason = std::string("its dtype is ") + dtype_name(p->in_dtype);
+  const char* forbidden = p->in_dtype != Dtype::kFloat8E4M3 ? dtype_reason.c_str()
+                          : p->paged                        ? "k and v are paged (page_table)"
+                          : p->varlen_k                     ? "k and v are varlen (cu_seqlens_k)"
+                                                            : nullptr;
+  return check_v_layout(c.v, forbidden, &p->v_keys_contiguous);
+}
+
 Status check_heads_and_head_dim(const Problem& p) {
   if (p.heads_q < 1) return invalid("q: heads_q is 0; it must be >= 1");
   if (p.heads_kv < 1) return invalid("k: heads_kv is 0; it must be >= 1");
@@ -253,6 +265,7 @@ Status resolve_common(const Common& c, Problem* p) {
   p->in_dtype = q.dtype;
   HOPATTN_RETURN_IF_ERROR(resolve_q(c, p));
   HOPATTN_RETURN_IF_ERROR(resolve_kv(c, p));
+  HOPATTN_RETURN_IF_ERROR(resolve_v_layout(c, p));
   HOPATTN_RETURN_IF_ERROR(check_heads_and_head_dim(*p));
   return resolve_scalars(c, p);
 }
@@ -348,12 +361,12 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   const Common c = common_of(a);
   const Arg out{"out", &a.out};
   const std::optional<Arg> lse = optional_arg("lse", a.lse);
-  HOPATTN_RETURN_IF_ERROR(check_tensors(present(c, {out}, {lse, optional_arg("q_descale", a.q_descale),
-                                                          optional_arg("k_descale", a.k_descale),
-                                                          optional_arg("v_descale", a.v_descale),
-                                                          optional_arg("q_block_descale", a.q_block_descale),
-                                                          optional_arg("k_block_descale", a.k_block_descale),
-                                                          optional_arg("v_block_descale", a.v_block_descale)})));
+  const std::vector<Arg> tensors =
+      present(c, {out}, {lse, optional_arg("q_descale", a.q_descale), optional_arg("k_descale", a.k_descale),
+                         optional_arg("v_descale", a.v_descale), optional_arg("q_block_descale", a.q_block_descale),
+                         optional_arg("k_block_descale", a.k_block_descale),
+                         optional_arg("v_block_descale", a.v_block_descale)});
+  HOPATTN_RETURN_IF_ERROR(check_tensors(tensors, c.v));
   HOPATTN_RETURN_IF_ERROR(check_input_dtypes(c, /*backward=*/false));
   if (a.q.dtype == Dtype::kFloat8E4M3) {
     if (a.out.dtype != Dtype::kBFloat16)
@@ -382,7 +395,7 @@ Status validate_backward(const BwdArgs& a, Problem* problem) {
   const Common c = common_of(a);
   const Arg out{"out", &a.out}, dout{"dout", &a.dout}, lse{"lse", &a.lse};
   const Arg dq{"dq", &a.dq}, dk{"dk", &a.dk}, dv{"dv", &a.dv};
-  HOPATTN_RETURN_IF_ERROR(check_tensors(present(c, {out, dout, lse, dq, dk, dv}, {})));
+  HOPATTN_RETURN_IF_ERROR(check_tensors(present(c, {out, dout, lse, dq, dk, dv}, {}), c.v));
   HOPATTN_RETURN_IF_ERROR(check_input_dtypes(c, /*backward=*/true));
   for (const Arg& t : {out, dout, dq, dk, dv})
     HOPATTN_RETURN_IF_ERROR(check_same_dtype(t, c.q, "out, dout, dq, dk and dv must have q's dtype"));

@@ -25,6 +25,9 @@ int clamped_rank(const Tensor& t) { return std::clamp(t.rank, 0, kMaxRank); }
 
 std::string prefix(const Arg& arg) { return std::string(arg.name) + ": "; }
 
+// Stride 1, or an extent that never steps along the dimension.
+bool contiguous_dim(const Tensor& t, int d) { return t.stride[d] == 1 || t.shape[d] <= 1; }
+
 bool same_shape(const Tensor& a, const Tensor& b) {
   if (a.rank != b.rank) return false;
   for (int d = 0; d < clamped_rank(a); ++d)
@@ -48,7 +51,7 @@ std::string device_string(const Tensor& t) {
   return "cuda:" + std::to_string(t.device_index);
 }
 
-Status check_well_formed(const Arg& arg) {
+Status check_well_formed(const Arg& arg, bool layout_checked_later) {
   const Tensor& t = *arg.tensor;
   if (t.data == nullptr) return invalid(prefix(arg) + "data is null; every tensor argument needs a buffer");
   if (t.rank < 1 || t.rank > kMaxRank)
@@ -71,7 +74,7 @@ Status check_well_formed(const Arg& arg) {
                      "; strides must be >= 0");
   }
   const int last = t.rank - 1;
-  if (t.stride[last] != 1 && t.shape[last] > 1)
+  if (!layout_checked_later && !contiguous_dim(t, last))
     return invalid(prefix(arg) + "the last dimension has stride " + std::to_string(t.stride[last]) +
                    "; it must be contiguous (stride 1)");
   // The farthest element must be addressable in bytes without overflowing int64.
@@ -139,17 +142,49 @@ Status check_same_device(const Arg& arg, const Arg& model) {
                  "; all tensors of one call must be on one device");
 }
 
+bool keys_contiguous(const Tensor& t) {
+  return t.rank == 4 && !contiguous_dim(t, 3) && contiguous_dim(t, 1);
+}
+
+Status check_v_layout(const Arg& v, const char* forbidden, bool* keys_contiguous_out) {
+  const Tensor& t = *v.tensor;
+  *keys_contiguous_out = false;
+  const int last = t.rank - 1, keys = t.rank - 3;  // (..., seqlen_k or total_k, heads_kv, head_dim)
+  if (contiguous_dim(t, last)) return Status::Ok();
+  const std::string name(v.name);
+  const std::string last_stride = "stride[" + std::to_string(last) + "] is " + std::to_string(t.stride[last]);
+  if (keys < 0 || !contiguous_dim(t, keys))
+    return invalid(prefix(v) + "neither its last dimension (" + last_stride + ") nor its keys' dimension is " +
+                   "contiguous; " + name + " needs stride[" + std::to_string(last) +
+                   "] == 1, or stride[1] == 1 (keys contiguous: V^T in memory), which only float8_e4m3 dense "
+                   "(batch, seqlen_k, heads_kv, head_dim) inputs take");
+  if (forbidden == nullptr && t.rank != 4) forbidden = "it is not rank 4 (batch, seqlen_k, heads_kv, head_dim)";
+  if (forbidden != nullptr)
+    return invalid(prefix(v) + "has its keys contiguous (stride[" + std::to_string(keys) + "] == 1, " + last_stride +
+                   ") but " + forbidden + "; only float8_e4m3 dense inputs (no cu_seqlens_k, no page_table) take " +
+                   "that layout, any other " + name + " needs stride[" + std::to_string(last) + "] == 1");
+  *keys_contiguous_out = true;
+  return Status::Ok();
+}
+
 Status check_tma_compatible(const Arg& arg) {
-  const Tensor& t = *arg.tensor;
-  if (reinterpret_cast<std::uintptr_t>(t.data) % kTmaAlignBytes != 0)
+  if (reinterpret_cast<std::uintptr_t>(arg.tensor->data) % kTmaAlignBytes != 0)
     return invalid(prefix(arg) + "data pointer is not 16-byte aligned; CUDA tensors need 16-byte aligned data (TMA)");
+  return check_tma_strides(arg);
+}
+
+Status check_tma_strides(const Arg& arg) {
+  const Tensor& t = *arg.tensor;
+  const bool keys = keys_contiguous(t);
+  const int contiguous = keys ? 1 : t.rank - 1;
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(t.dtype));
-  for (int d = 0; d + 1 < t.rank; ++d) {
+  for (int d = 0; d < t.rank; ++d) {
     // Reduced first so a huge stride of an extent-1 dimension cannot overflow.
-    if ((t.stride[d] % kTmaAlignBytes) * elem % kTmaAlignBytes != 0)
+    if (d != contiguous && (t.stride[d] % kTmaAlignBytes) * elem % kTmaAlignBytes != 0)
       return invalid(prefix(arg) + "dimension " + std::to_string(d) + " has stride " + std::to_string(t.stride[d]) +
-                     " (elements of " + std::to_string(elem) +
-                     " bytes); CUDA tensors need every stride but the last to be a multiple of 16 bytes (TMA)");
+                     " (elements of " + std::to_string(elem) + " bytes); CUDA tensors need every stride but the " +
+                     (keys ? "keys' (dimension 1 of a keys-contiguous " + std::string(arg.name) + ")" : "last") +
+                     " to be a multiple of 16 bytes (TMA)");
   }
   return Status::Ok();
 }

@@ -27,7 +27,17 @@ std::string device_string(const Tensor& t);
 // What every tensor must satisfy before anything reads its shape: data non-null, a known dtype and
 // device type, rank 1..kMaxRank, extents in [0, INT32_MAX], non-negative strides, a contiguous last
 // dimension, element offsets that fit in int64, and a data pointer aligned to the element size.
-Status check_well_formed(const Arg& arg);
+// With `layout_checked_later` (v) all but the contiguous last dimension: check_v_layout decides v's.
+Status check_well_formed(const Arg& arg, bool layout_checked_later = false);
+
+// The two layouts of v (forward's v, quantize_fp8's v8). Ordinary: the last dimension contiguous.
+// Keys contiguous: rank 4 (batch, seqlen_k, heads_kv, head_dim) with dimension 1 contiguous instead,
+// i.e. V^T in memory, which the sm_90a FP8 kernel loads without transposing V in shared memory. A
+// dimension of extent <= 1 counts as contiguous, and the ordinary layout wins when both hold.
+bool keys_contiguous(const Tensor& t);
+// Checks v's layout. `forbidden` is null where keys-contiguous v is allowed, else why it is not
+// (e.g. "its dtype is bfloat16"). Sets *keys_contiguous_out.
+Status check_v_layout(const Arg& v, const char* forbidden, bool* keys_contiguous_out);
 
 Status check_dtype(const Arg& arg, Dtype expected);
 Status check_rank(const Arg& arg, int rank, const char* layout);
@@ -38,8 +48,10 @@ Status check_same_shape(const Arg& arg, const Arg& model);
 Status check_same_dtype(const Arg& arg, const Arg& model, const char* rule);
 Status check_same_device(const Arg& arg, const Arg& model);
 
-// The sm_90a kernels load q/k/v/out tiles with TMA: 16-byte aligned base, strides multiples of 16 bytes.
+// The sm_90a kernels load q/k/v/out tiles with TMA: 16-byte aligned base, and every stride but the
+// contiguous dimension's (the last, or dimension 1 of a keys-contiguous v) a multiple of 16 bytes.
 Status check_tma_compatible(const Arg& arg);
+Status check_tma_strides(const Arg& arg);  // the stride half of the above
 
 }  // namespace hopattn::detail
 

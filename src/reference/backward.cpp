@@ -29,14 +29,14 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
     for (int kv_head = 0; kv_head < problem.heads_kv; ++kv_head) {
       Matrix k(len_k, d), v(len_k, d), dk(len_k, d), dv(len_k, d);
       for (int j = 0; j < len_k; ++j) {
-        load_row(layout.k_row(args.k, b, j, kv_head), args.k.dtype, d, 1.0, k.row(j));
-        load_row(layout.k_row(args.v, b, j, kv_head), args.v.dtype, d, 1.0, v.row(j));
+        load_row(args.k, layout.k_row(args.k, b, j, kv_head), d, 1.0, k.row(j));
+        load_row(args.v, layout.k_row(args.v, b, j, kv_head), d, 1.0, v.row(j));
       }
       std::vector<double> q(d), dout(d), dq(d), ds;
       for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
         for (int i = 0; i < len_q; ++i) {
-          load_row(layout.q_row(args.q, b, i, h), args.q.dtype, d, 1.0, q.data());
-          load_row(layout.q_row(args.dout, b, i, h), args.dout.dtype, d, 1.0, dout.data());
+          load_row(args.q, layout.q_row(args.q, b, i, h), d, 1.0, q.data());
+          load_row(args.dout, layout.q_row(args.dout, b, i, h), d, 1.0, dout.data());
           const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right);
           const RowSoftmax row = row_softmax(q.data(), k, keys, scale, problem.softcap);
           ds.assign(keys.size(), 0.0);

@@ -37,16 +37,16 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
       const double v_scale = descale(args.v_descale, b, kv_head);
       for (int j = 0; j < len_k; ++j) {
         const int rows = args.descale_block_rows_kv;
-        load_row(layout.k_row(args.k, b, j, kv_head), args.k.dtype, d,
+        load_row(args.k, layout.k_row(args.k, b, j, kv_head), d,
                  k_scale * block_descale(args.k_block_descale, b, kv_head, j, rows), k.row(j));
-        load_row(layout.k_row(args.v, b, j, kv_head), args.v.dtype, d,
+        load_row(args.v, layout.k_row(args.v, b, j, kv_head), d,
                  v_scale * block_descale(args.v_block_descale, b, kv_head, j, rows), v.row(j));
       }
       // q's descale is indexed by the kv head its q head reads, as in flash-attention.
       const double q_scale = descale(args.q_descale, b, kv_head);
       for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
         for (int i = 0; i < len_q; ++i) {
-          load_row(layout.q_row(args.q, b, i, h), args.q.dtype, d,
+          load_row(args.q, layout.q_row(args.q, b, i, h), d,
                    q_scale * block_descale(args.q_block_descale, b, h, i, args.descale_block_rows_q), q.data());
           const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right);
           const RowSoftmax row = row_softmax(q.data(), k, keys, problem.softmax_scale, problem.softcap);

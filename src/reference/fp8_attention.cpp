@@ -14,10 +14,10 @@ namespace {
 // 2^8: P is scaled into [0, 256] before the e4m3 rounding (see the header).
 constexpr float kPOffset = 256.0f;
 
-// Decoded row (b, s, h) of an e4m3 tensor.
+// Decoded row (b, s, h) of an e4m3 tensor (stepping by stride[3]: v8 may have its keys contiguous).
 void decode_row(const Tensor& t, int b, int s, int h, float* row) {
   const auto* codes = static_cast<const std::uint8_t*>(t.data) + b * t.stride[0] + s * t.stride[1] + h * t.stride[2];
-  for (int j = 0; j < t.shape[3]; ++j) row[j] = decode_e4m3_code(codes[j]);
+  for (int j = 0; j < t.shape[3]; ++j) row[j] = decode_e4m3_code(codes[j * t.stride[3]]);
 }
 
 float scale_of(const Tensor& descale, QuantGranularity g, int b, int h, int row, int block_rows) {

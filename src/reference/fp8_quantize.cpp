@@ -7,7 +7,6 @@
 #include <cmath>
 #include <vector>
 
-
 namespace hopattn::reference {
 namespace {
 
@@ -71,7 +70,8 @@ void quantize_job(const QuantizeJob& job, QuantGranularity g, const detail::Hada
         const float scale = detail::scale_from_amax(amax[group_of(job, g, b, h, s / job.block_rows)]);
         std::uint8_t* codes = static_cast<std::uint8_t*>(out.data) + b * out.stride[0] + s * out.stride[1] +
                               h * out.stride[2];
-        for (int j = 0; j < job.head_dim; ++j) codes[j] = quantize_e4m3(row[j], scale);
+        // Stepping by stride[3]: v8 may have its keys contiguous instead of its columns.
+        for (int j = 0; j < job.head_dim; ++j) codes[j * out.stride[3]] = quantize_e4m3(row[j], scale);
       }
     }
   }

@@ -1,5 +1,6 @@
 // Strided element access for host tensors, and the row addressing of every layout the library accepts:
-// dense, varlen (cu_seqlens), seqused_k, and paged K/V. Rows are the contiguous head_dim vectors.
+// dense, varlen (cu_seqlens), seqused_k, and paged K/V. Rows are the head_dim vectors: contiguous,
+// except in an fp8 v given with its keys contiguous (V^T in memory), hence the loads' element step.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +25,10 @@ inline int read_int(const Tensor& t, std::int64_t i0, std::int64_t i1 = 0) {
   return static_cast<int>(load_scalar(element_ptr(t, i0, i1), t.dtype));
 }
 
-// row[c] = scale * p[c] for the `count` contiguous elements at p.
-inline void load_row(const char* p, Dtype dtype, int count, double scale, double* row) {
-  const std::int64_t size = static_cast<std::int64_t>(dtype_size(dtype));
-  for (int c = 0; c < count; ++c) row[c] = scale * load_scalar(p + c * size, dtype);
+// row[c] = scale * p[c] for the `count` elements of tensor t's row at p (stepping by t's last stride).
+inline void load_row(const Tensor& t, const char* p, int count, double scale, double* row) {
+  const std::int64_t step = t.stride[t.rank - 1] * static_cast<std::int64_t>(dtype_size(t.dtype));
+  for (int c = 0; c < count; ++c) row[c] = scale * load_scalar(p + c * step, t.dtype);
 }
 
 inline void store_row(char* p, Dtype dtype, int count, const double* row) {

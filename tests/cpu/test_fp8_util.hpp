@@ -53,6 +53,12 @@ struct QuantCase {
     const std::int64_t row = shape.d + pad;
     return ((static_cast<std::int64_t>(b) * seqlen(t) + s) * heads(t) + h) * row + j;
   }
+  // Element offset of (b, s, h, j) in tensor t's code buffer, through the output view's strides
+  // (which store_v8_keys_contiguous changes for v8).
+  std::int64_t code_offset(int t, int b, int s, int h, int j) const {
+    const hopattn::Tensor& o = t == 0 ? args.q8 : t == 1 ? args.k8 : args.v8;
+    return b * o.stride[0] + s * o.stride[1] + h * o.stride[2] + j * o.stride[3];
+  }
   float input_value(int t, std::int64_t i) const {
     if (dtype == hopattn::Dtype::kBFloat16) {
       __nv_bfloat16_raw raw;
@@ -115,6 +121,20 @@ inline QuantCase make_case(const QuantShape& shape, hopattn::Dtype dtype, hopatt
     }
   }
   return c;
+}
+
+// Makes the case write v8 with its keys contiguous: codes[2] becomes a poisoned (batch, heads_kv, d,
+// padded_keys) buffer, viewed as (batch, seqlen_k, heads_kv, d) with stride[1] == 1 (V^T in memory).
+// Keys seqlen_k .. padded_keys - 1 of each column are padding that must stay poisoned.
+inline void store_v8_keys_contiguous(QuantCase& c, std::int64_t padded_keys) {
+  const std::int64_t b = c.shape.batch, h = c.shape.heads_kv, d = c.shape.d;
+  c.codes[2].assign(static_cast<std::size_t>(b * h * d * padded_keys), kPoisonCode);
+  hopattn::Tensor& v8 = c.args.v8;
+  v8.data = c.codes[2].data();
+  v8.stride[0] = h * d * padded_keys;
+  v8.stride[1] = 1;
+  v8.stride[2] = d * padded_keys;
+  v8.stride[3] = padded_keys;
 }
 
 }  // namespace fp8_test

@@ -52,7 +52,7 @@ TEST(Fp8Validation, EveryErrorNamesItsArgument) {
       {"q8 dtype", [](QuantCase& c) { c.args.q8.dtype = Dtype::kBFloat16; }, "q8 must be float8_e4m3"},
       {"k8 shape", [](QuantCase& c) { c.args.k8.shape[2] = 4; }, "k8 must have shape"},
       {"v8 null", [](QuantCase& c) { c.args.v8.data = nullptr; }, "v8 has no data"},
-      {"v8 last stride", [](QuantCase& c) { c.args.v8.stride[3] = 0; }, "v8 must be contiguous"},
+      {"v8 last stride", [](QuantCase& c) { c.args.v8.stride[3] = 0; }, "v8: neither its last dimension"},
       {"q8 device", [](QuantCase& c) { c.args.q8.device_index = 1; }, "q8 is on host"},
       {"q_descale dtype", [](QuantCase& c) { c.args.q_descale.dtype = Dtype::kFloat16; }, "q_descale must be float32"},
       {"k_descale blocks", [](QuantCase& c) { c.args.k_descale.shape[2] = 2; }, "k_descale must have shape"},

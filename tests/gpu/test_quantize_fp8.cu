@@ -1,5 +1,6 @@
 // quantize_fp8 on CUDA tensors gives the same e4m3 codes and scales, bit for bit, as on host tensors,
-// for every granularity, with and without incoherent processing, on odd and strided shapes.
+// for every granularity, with and without incoherent processing, on odd and strided shapes, and with
+// v8 written keys contiguous (V^T in memory).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -25,10 +26,27 @@ struct Config {
   int block_q, block_kv, pad;
 };
 
+const Config kConfigs[] = {
+    {{1, 1, 1, 1, 1, 64}, QuantGranularity::kPerBlock, true, 128, 128, 0},
+    {{2, 130, 67, 4, 2, 64}, QuantGranularity::kPerBlock, true, 64, 32, 0},
+    {{1, 333, 200, 3, 1, 128}, QuantGranularity::kPerBlock, true, 128, 128, 8},
+    {{2, 17, 9, 2, 2, 256}, QuantGranularity::kPerHead, true, 128, 128, 0},
+    {{2, 300, 500, 2, 2, 128}, QuantGranularity::kPerTensor, true, 128, 128, 3},
+    {{3, 7, 5, 5, 5, 40}, QuantGranularity::kPerBlock, false, 1, 2, 0},
+    {{1, 9, 4, 1, 1, 1}, QuantGranularity::kPerHead, false, 128, 128, 2},
+    {{2, 129, 31, 2, 1, 3}, QuantGranularity::kPerTensor, false, 128, 16, 0},
+    {{1, 1000, 1000, 8, 8, 128}, QuantGranularity::kPerBlock, true, 128, 128, 0},
+    {{1, 40, 40, 2, 2, 300}, QuantGranularity::kPerBlock, false, 1000, 1000, 0},
+};
+
 // Runs the case on the host, then the same inputs on the device with poisoned outputs, and compares.
-void expect_device_matches_host(const Config& cfg, Dtype dtype, std::mt19937_64& rng, cudaStream_t stream) {
+// keys_contiguous_v8: both write v8 as V^T, its keys padded to a multiple of 16 plus 16 (the TMA rule
+// for CUDA tensors), and the padding must stay poisoned on both.
+void expect_device_matches_host(const Config& cfg, Dtype dtype, std::mt19937_64& rng, cudaStream_t stream,
+                                bool keys_contiguous_v8 = false) {
   QuantCase host = fp8_test::make_case(cfg.shape, dtype, cfg.granularity, cfg.hadamard, rng, cfg.block_q,
                                        cfg.block_kv, cfg.pad);
+  if (keys_contiguous_v8) fp8_test::store_v8_keys_contiguous(host, (cfg.shape.seqlen_k + 15) / 16 * 16 + 16);
   QuantCase device = host;  // same inputs, strides and poisoned outputs; pointers replaced below
   hopattn::QuantizeArgs& args = device.args;
   std::vector<DeviceBuffer> buffers;
@@ -66,33 +84,28 @@ void expect_device_matches_host(const Config& cfg, Dtype dtype, std::mt19937_64&
   }
 }
 
-TEST_F(QuantizeFp8Gpu, CodesAndScalesMatchTheHostBitForBit) {
+// Every config in both dtypes.
+void expect_all_configs_match(bool keys_contiguous_v8) {
   std::mt19937_64 rng{std::random_device{}()};
-  const Config configs[] = {
-      {{1, 1, 1, 1, 1, 64}, QuantGranularity::kPerBlock, true, 128, 128, 0},
-      {{2, 130, 67, 4, 2, 64}, QuantGranularity::kPerBlock, true, 64, 32, 0},
-      {{1, 333, 200, 3, 1, 128}, QuantGranularity::kPerBlock, true, 128, 128, 8},
-      {{2, 17, 9, 2, 2, 256}, QuantGranularity::kPerHead, true, 128, 128, 0},
-      {{2, 300, 500, 2, 2, 128}, QuantGranularity::kPerTensor, true, 128, 128, 3},
-      {{3, 7, 5, 5, 5, 40}, QuantGranularity::kPerBlock, false, 1, 2, 0},
-      {{1, 9, 4, 1, 1, 1}, QuantGranularity::kPerHead, false, 128, 128, 2},
-      {{2, 129, 31, 2, 1, 3}, QuantGranularity::kPerTensor, false, 128, 16, 0},
-      {{1, 1000, 1000, 8, 8, 128}, QuantGranularity::kPerBlock, true, 128, 128, 0},
-      {{1, 40, 40, 2, 2, 300}, QuantGranularity::kPerBlock, false, 1000, 1000, 0},
-  };
   cudaStream_t stream;
   HOPATTN_CUDA_CHECK(cudaStreamCreate(&stream));
   for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
-    for (const Config& cfg : configs) {
+    for (const Config& cfg : kConfigs) {
       SCOPED_TRACE(std::string(hopattn::dtype_name(dtype)) + " " + hopattn::granularity_name(cfg.granularity) +
                    (cfg.hadamard ? " hadamard" : "") + " d " + std::to_string(cfg.shape.d) + " sq " +
-                   std::to_string(cfg.shape.seqlen_q));
-      expect_device_matches_host(cfg, dtype, rng, stream);
-      if (HasFatalFailure()) break;
+                   std::to_string(cfg.shape.seqlen_q) + " sk " + std::to_string(cfg.shape.seqlen_k));
+      expect_device_matches_host(cfg, dtype, rng, stream, keys_contiguous_v8);
+      if (::testing::Test::HasFatalFailure()) break;
     }
   }
   HOPATTN_CUDA_CHECK(cudaStreamDestroy(stream));
 }
+
+TEST_F(QuantizeFp8Gpu, CodesAndScalesMatchTheHostBitForBit) { expect_all_configs_match(false); }
+
+// The GPU writes keys-contiguous v8 through shared memory (quantize.cu); the host writes it element by
+// element, and its codes equal the ordinary layout's (tests/cpu/test_fp8_v_keys_contiguous.cpp).
+TEST_F(QuantizeFp8Gpu, KeysContiguousV8MatchesTheHostBitForBit) { expect_all_configs_match(true); }
 
 TEST_F(QuantizeFp8Gpu, AmaxReducedAcrossManyTilesMatchesTheHost) {
   // kPerTensor / kPerHead reduce amax over hundreds of CTAs with atomicMax in whatever order they finish;

@@ -8,6 +8,10 @@
 // and quantizes (the second read of the tile hits L2). kPerTensor / kPerHead: the scale group spans many
 // tiles, so amax is reduced into the descale slots first (zero, atomicMax, amax -> scale), then a
 // quantize launch reads the finished scales.
+//
+// A keys-contiguous v8 (V^T in memory) is written through shared memory: warps encode 32 rows into a
+// staged tile, then consecutive threads store consecutive keys of one column, so each warp's store is
+// one 32-byte run instead of 32 bytes a column stride apart.
 #include "sm90/quant/quantize.hpp"
 
 #include <cuda_bf16.h>
@@ -25,6 +29,13 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
+// The staged tile of a keys-contiguous store: 32 keys (one per lane in the store) x up to 256 columns
+// (a whole transformed row, d <= 256). Its row pitch is an odd number of 4-byte words, so the 32 keys
+// of one column sit in 32 different banks.
+constexpr int kStagedKeys = 32;
+constexpr int kStagedCols = 256;
+constexpr int kStagedPitch = kStagedCols + 4;
+
 enum class Pass : int {
   kFused,     // kPerBlock: amax of the tile, scale, codes
   kAmax,      // atomicMax of the tile's amax into its descale slot
@@ -38,6 +49,7 @@ struct Params {
   QuantGranularity granularity;
   detail::HadamardSigns signs;
   float norm;
+  bool out_keys_contiguous;
 };
 
 __device__ float to_float(__half x) { return __half2float(x); }
@@ -106,17 +118,42 @@ __device__ float row_amax(const Params& p, int b, int s, int h, int lane) {
   return m;
 }
 
+// Codes of columns [col0, col0 + cols) of row (b, s, h) into dst[0, cols). The transformed path
+// always encodes the whole row (col0 0, cols d).
 template <typename T, int E>
-__device__ void quantize_row(const Params& p, int b, int s, int h, int lane, float scale) {
-  std::uint8_t* out = row_out(p, b, s, h);
+__device__ void encode_row(const Params& p, int b, int s, int h, int lane, float scale, int col0, int cols,
+                           std::uint8_t* dst) {
   if constexpr (E > 0) {
     float v[E];
     load_transformed<T, E>(p, b, s, h, lane, v);
 #pragma unroll
-    for (int i = 0; i < E; ++i) out[lane * E + i] = to_e4m3(v[i], scale);
+    for (int i = 0; i < E; ++i) dst[lane * E + i] = to_e4m3(v[i], scale);
   } else {
-    const T* in = row_in<T>(p, b, s, h);
-    for (int j = lane; j < p.head_dim; j += 32) out[j] = to_e4m3(to_float(in[j]), scale);
+    const T* in = row_in<T>(p, b, s, h) + col0;
+    for (int j = lane; j < cols; j += 32) dst[j] = to_e4m3(to_float(in[j]), scale);
+  }
+}
+
+// Rows [row_begin, row_end) of (b, h) into a keys-contiguous out, through the staged tile.
+template <typename T, int E>
+__device__ void quantize_rows_keys_contiguous(const Params& p, int b, int h, int row_begin, int row_end,
+                                              float scale) {
+  __shared__ std::uint8_t staged[kStagedKeys][kStagedPitch];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  std::uint8_t* out = row_out(p, b, 0, h);
+  for (int key0 = row_begin; key0 < row_end; key0 += kStagedKeys) {
+    const int keys = min(kStagedKeys, row_end - key0);
+    for (int col0 = 0; col0 < p.head_dim; col0 += kStagedCols) {
+      const int cols = min(kStagedCols, p.head_dim - col0);
+      for (int r = warp; r < keys; r += kWarps)
+        encode_row<T, E>(p, b, key0 + r, h, lane, scale, col0, cols, staged[r]);
+      __syncthreads();
+      for (int i = threadIdx.x; i < keys * cols; i += kThreads) {
+        const int r = i % keys, c = i / keys;
+        out[(key0 + r) * p.out.stride[1] + (col0 + c) * p.out.stride[3]] = staged[r][c];
+      }
+      __syncthreads();  // the tile is restaged next
+    }
   }
 }
 
@@ -158,7 +195,9 @@ __global__ void __launch_bounds__(kThreads) quantize_tiles(Params p, Pass pass) 
     scale = detail::scale_from_amax(m);
     if (threadIdx.x == 0) *slot = scale;
   }
-  for (int s = row_begin + warp; s < row_end; s += kWarps) quantize_row<T, E>(p, b, s, h, lane, scale);
+  if (p.out_keys_contiguous) return quantize_rows_keys_contiguous<T, E>(p, b, h, row_begin, row_end, scale);
+  for (int s = row_begin + warp; s < row_end; s += kWarps)
+    encode_row<T, E>(p, b, s, h, lane, scale, 0, p.head_dim, row_out(p, b, s, h));
 }
 
 // The descale slots of kPerTensor / kPerHead: zeroed before the amax pass, turned into scales after it.
@@ -195,7 +234,7 @@ void launch_tiles(const Params& p, bool hadamard, Pass pass, cudaStream_t stream
 Status quantize_job(const detail::QuantizeJob& job, const detail::QuantizePlan& plan, cudaStream_t stream) {
   Params p{*job.in, *job.out, *job.descale, job.batch, job.seqlen, job.heads, job.head_dim, job.block_rows,
            static_cast<int>(scale_blocks(QuantGranularity::kPerBlock, job.seqlen, job.block_rows)),
-           plan.granularity, plan.signs, job.hadamard_norm};
+           plan.granularity, plan.signs, job.hadamard_norm, job.out_keys_contiguous};
   const long long tiles = static_cast<long long>(job.batch) * job.heads * p.tiles_per_head;
   if (tiles > 0x7fffffffLL || static_cast<long long>(job.batch) * job.heads > 0x7fffffffLL) {
     return Status(StatusCode::kUnsupported, "quantize_fp8: batch * heads * ceil(seqlen / block_rows) = " +
