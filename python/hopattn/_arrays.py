@@ -48,6 +48,17 @@ class _Library:
         """Context for exporting x and calling _C (whose call makes x's GPU current by itself)."""
         return _NO_SCOPE
 
+    def empty_keys_contiguous(self, like, shape, dtype_name):
+        """An uninitialized (batch, seqlen, heads, d) array whose dimension 1 is contiguous: a
+        (batch, heads, d, seqlen padded to a multiple of 16) buffer viewed with its axes moved, so
+        that every other stride is a multiple of 16 bytes at one byte per element (TMA)."""
+        batch, seqlen, heads, d = shape
+        buffer = self.empty(like, (batch, heads, d, -(-seqlen // 16) * 16), dtype_name)
+        return self._moved_axes(buffer[..., :seqlen])
+
+    def _moved_axes(self, x):
+        return x.transpose(0, 3, 1, 2)
+
 
 class _Torch(_Library):
     name = "torch"
@@ -79,6 +90,9 @@ class _Torch(_Library):
 
     def empty(self, like, shape, dtype_name):
         return self.torch.empty(shape, dtype=getattr(self.torch, dtype_name), device=like.device)
+
+    def _moved_axes(self, x):
+        return x.permute(0, 3, 1, 2)
 
     def int32_full(self, like, shape, value):
         return self.torch.full(shape, value, dtype=self.torch.int32, device=like.device)
@@ -164,6 +178,10 @@ class _Jax(_Library):
 
     def int32_full(self, like, shape, value):
         return self.jnp.full(shape, value, dtype=self.jnp.int32, device=self._device(like))
+
+    def empty_keys_contiguous(self, like, shape, dtype_name):
+        raise NotImplementedError("v_keys_contiguous: JAX arrays are always stored row-major, so no "
+                                  "JAX array has its keys contiguous; use v_keys_contiguous=False")
 
 
 _FACTORIES = {"torch": _Torch, "numpy": _NumPy, "cupy": _CuPy, "jax": _Jax, "jaxlib": _Jax}

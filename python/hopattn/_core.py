@@ -107,7 +107,7 @@ def descale_shape(granularity, x_shape, block_rows):
 
 
 def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_kv=128,
-                 hadamard=False, seed=0):
+                 hadamard=False, seed=0, v_keys_contiguous=False):
     """FP8 pre-pass: q, k, v (bfloat16 or float16; q (batch, seqlen_q, heads_q, d), k and v
     (batch, seqlen_k, heads_kv, d)) to float8_e4m3fn codes with float32 scales, x ~= code * scale,
     scale = amax(group) / 448 (1 for an all-zero group).
@@ -124,6 +124,10 @@ def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_k
     s random signs drawn from seed, d in {64, 128, 256}). M is orthogonal, so (qM)(kM)^T = qk^T:
     attention over the results needs no inverse transform. Host arrays quantize on the CPU, CUDA
     arrays on the GPU, with bit-identical codes and scales.
+    v_keys_contiguous: return v8 with its keys contiguous (stride 1 along seqlen_k: V^T in memory,
+    a (batch, heads_kv, d, seqlen_k padded to a multiple of 16) buffer viewed as (batch, seqlen_k,
+    heads_kv, d)); the codes are the same, and flash_attn_func takes v8 as it is, the GPU kernel
+    then loading V^T directly instead of transposing V. Not for JAX arrays (always row-major).
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity: {granularity!r} is not one of "
@@ -139,7 +143,9 @@ def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_k
         shape = tuple(inputs[name].shape)
         if len(shape) != 4:
             raise ValueError(f"{name}: expected shape (batch, seqlen, heads, head_dim), got {shape}")
-        outputs[name + "8"] = lib.empty(q, shape, "float8_e4m3fn")
+        keys_contiguous = v_keys_contiguous and name == "v"
+        empty = lib.empty_keys_contiguous if keys_contiguous else lib.empty
+        outputs[name + "8"] = empty(q, shape, "float8_e4m3fn")
         outputs[name + "_descale"] = lib.empty(q, descale_shape(granularity, shape, block_rows),
                                                "float32")
     _call(_C.quantize_fp8, lib, q, {**inputs, **outputs}, granularity=granularity,

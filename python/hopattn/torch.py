@@ -22,6 +22,14 @@ def _last_dim_contiguous(x):
     return x if x is None or x.stride(-1) == 1 else x.contiguous()
 
 
+def _v_layout(v, dense_kv):
+    # A dense float8 v may have its keys contiguous instead (V^T in memory, the layout the FP8
+    # kernel wants, e.g. quantize_fp8(v_keys_contiguous=True)): passed on as it is, not copied.
+    keys_contiguous = (dense_kv and v.dim() == 4 and v.dtype == torch.float8_e4m3fn
+                       and (v.stride(1) == 1 or v.size(1) == 1))
+    return v if keys_contiguous else _last_dim_contiguous(v)
+
+
 def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                 causal: bool, window_left: int, window_right: int, softcap: float,
                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
@@ -161,7 +169,8 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128):
     """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs. With
     return_lse=False, lse may be None (plain eager calls then skip computing it)."""
-    args = (_last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
+    dense_kv = cu_seqlens_k is None and page_table is None
+    args = (_last_dim_contiguous(q), _last_dim_contiguous(k), _v_layout(v, dense_kv),
             softmax_scale, causal, window_left, window_right, float(softcap), cu_seqlens_q,
             cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, q_descale,
             k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,

@@ -42,3 +42,10 @@ def test_mixing_libraries_is_a_type_error(rng):
     q = rng.standard_normal((1, 3, 1, 8)).astype(np.float32)
     with pytest.raises(TypeError, match="^k is a jax array but q is a numpy array"):
         hopattn.flash_attn_func(q, host_array(q), q)
+
+
+def test_jax_has_no_keys_contiguous_v8(rng):
+    # JAX arrays are always row-major, so quantize_fp8 cannot hand one out as V^T in memory.
+    q, k, v = (host_array(rng.standard_normal((1, 5, 1, 16)).astype(np.float16)) for _ in range(3))
+    with pytest.raises(NotImplementedError, match="^v_keys_contiguous: JAX arrays"):
+        hopattn.quantize_fp8(q, k, v, v_keys_contiguous=True)

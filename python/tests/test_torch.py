@@ -155,6 +155,35 @@ def test_cpu_block_descales_through_the_custom_op():
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
 
 
+def test_cpu_keys_contiguous_float8_v_reaches_the_library_uncopied(monkeypatch):
+    # V^T in memory (quantize_fp8(v_keys_contiguous=True)): the torch path must not copy it into
+    # the ordinary layout, which would undo what the FP8 kernel gains from it.
+    q, k, v = random_qkv((2, 9, 4, 32), (2, 77, 2, 32), torch.bfloat16, "cpu")
+    q8, k8, v8, q_block, k_block, v_block = hopattn.quantize_fp8(q, k, v, block_rows_kv=16)
+    _, _, v8_t, *_ = hopattn.quantize_fp8(q, k, v, block_rows_kv=16, v_keys_contiguous=True)
+    assert v8_t.stride() == (2 * 32 * 80, 1, 32 * 80, 80)
+    assert torch.equal(v8_t.view(torch.uint8), v8.view(torch.uint8))
+    seen = []
+    core_forward = hopattn._core.forward
+
+    def spy(q, k, v, **options):
+        seen.append(v)
+        return core_forward(q, k, v, **options)
+
+    monkeypatch.setattr(hopattn._core, "forward", spy)
+    scales = dict(q_block_descale=q_block, k_block_descale=k_block, v_block_descale=v_block,
+                  descale_block_rows_kv=16)
+    out_t = hopattn.flash_attn_func(q8, k8, v8_t, **scales)
+    assert seen[-1].data_ptr() == v8_t.data_ptr() and seen[-1].stride() == v8_t.stride()
+    out = hopattn.flash_attn_func(q8, k8, v8, **scales)
+    assert torch.equal(out_t.view(torch.int16), out.view(torch.int16))
+    # Other dtypes take only the ordinary layout, so the wrapper copies them into it.
+    v_t = torch.empty(2, 2, 32, 77, dtype=torch.bfloat16).permute(0, 3, 1, 2)
+    v_t.copy_(v)
+    hopattn.flash_attn_func(q, k, v_t)
+    assert seen[-1].stride(-1) == 1
+
+
 def test_opcheck_with_float8_and_block_descales():
     q, k, v = random_qkv((1, 5, 2, 16), (1, 6, 1, 16), torch.bfloat16, "cpu")
     q8, k8, v8, *blocks = hopattn.quantize_fp8(q, k, v, block_rows_q=2, block_rows_kv=4)
