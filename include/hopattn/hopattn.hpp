@@ -5,7 +5,8 @@
 //   varlen  q (total_q, heads_q, d)           k, v (total_k, heads_kv, d)           out like q
 //   paged   k, v (num_pages, page_size, heads_kv, d) indexed through page_table (batch, pages_per_seq)
 //   lse     float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen q; natural log.
-// Every tensor may have any strides as long as its last dimension is contiguous. Tensors on the host
+// Every tensor may have any strides as long as its last dimension is contiguous (one exception: an
+// fp8 v may have its keys contiguous instead, see FwdArgs::v). Tensors on the host
 // run on the CPU reference backend (float64 accumulation); tensors on a CUDA device run on the sm_90a
 // kernels. Every call returns a Status; nothing throws and nothing aborts on bad input.
 #pragma once
@@ -76,6 +77,15 @@ struct KernelOptions {
 };
 
 struct FwdArgs {
+  // v may also be given with its keys contiguous (V^T in memory) when the inputs are float8_e4m3
+  // and k/v are dense (rank 4, no cu_seqlens_k, no page_table): v.stride[1] == 1 instead of
+  // v.stride[3] == 1, the logical shape unchanged, e.g. a (batch, heads_kv, head_dim, seqlen_k
+  // padded) buffer viewed with strides (heads_kv * head_dim * padded, 1, head_dim * padded, padded).
+  // There is no flag: the strides say it, and the ordinary layout is taken whenever stride[3] == 1 or
+  // head_dim == 1. For CUDA tensors every stride but stride[1] must then be a multiple of 16 bytes
+  // (padded a multiple of 16). The sm_90a FP8 kernel needs V^T tiles (the 8-bit wgmma's B operand
+  // must be K-major) and loads them directly from such a v, skipping its in-kernel transpose of V.
+  // quantize_fp8 can write v8 this way (hopattn/quantize.hpp).
   Tensor q, k, v, out;
   std::optional<Tensor> lse;  // float32, written when present
 

@@ -33,7 +33,11 @@ struct QuantizeArgs {
   // Inputs, all bf16 or all fp16, one device: q (batch, seqlen_q, heads_q, d), k and v
   // (batch, seqlen_k, heads_kv, d); any strides with a contiguous last dimension.
   Tensor q, k, v;
-  // Outputs, fp8 e4m3, shapes of q, k, v; same stride rules.
+  // Outputs, fp8 e4m3, shapes of q, k, v; same stride rules. v8 may instead have its keys
+  // contiguous (v8.stride[1] == 1: V^T in memory), under FwdArgs::v's rules (CUDA: every other stride
+  // a multiple of 16 bytes), so that forward() takes it as it is and the sm_90a FP8 kernel skips its
+  // V transpose. The codes and scales are the same in either layout; on the GPU the keys-contiguous
+  // v8 is written through shared memory so that its stores stay coalesced.
   Tensor q8, k8, v8;
   // Outputs, float32, shapes given by `granularity` (see above); any strides.
   Tensor q_descale, k_descale, v_descale;
