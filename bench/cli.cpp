@@ -53,6 +53,7 @@ std::string usage_text() {
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
+         "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -82,6 +83,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
     if (flag == "--causal" && !has_inline_value) {
       single.causal = single_given = true;
+      continue;
+    }
+    if (flag == "--v-keys-contiguous") {
+      single.v_keys_contiguous = single_given = true;
+      single.variant = "v_keys_contiguous";
       continue;
     }
     if (flag == "--no-lse") {

@@ -41,6 +41,8 @@ Status make_ones(std::int64_t count, DeviceBuffer* buffer) {
 
 struct Extents {
   std::int64_t q, kv, lse;  // elements; out has q's
+  std::int64_t v;           // v's storage: kv, or with v keys-contiguous its keys padded to 16
+  int v_row_keys;           // v keys-contiguous: keys per (batch, head, dim) row of storage
   Dtype out_dtype;
 };
 
@@ -49,12 +51,14 @@ Extents extents_of(const Shape& s) {
   e.q = std::int64_t{s.batch} * s.seqlen_q * s.heads_q * s.hdim;
   e.kv = std::int64_t{s.batch} * s.seqlen_k * s.heads_kv * s.hdim;
   e.lse = std::int64_t{s.batch} * s.heads_q * s.seqlen_q;
+  e.v_row_keys = ceil_div(s.seqlen_k, 16) * 16;  // TMA: the V^T rows' stride a multiple of 16 bytes
+  e.v = s.v_keys_contiguous ? std::int64_t{s.batch} * s.heads_kv * s.hdim * e.v_row_keys : e.kv;
   e.out_dtype = s.dtype == Dtype::kFloat8E4M3 ? Dtype::kBFloat16 : s.dtype;  // fp8 attention writes bf16
   return e;
 }
 
 std::size_t set_bytes(const Extents& e, Dtype in, bool write_lse) {
-  return static_cast<std::size_t>(e.q + 2 * e.kv) * dtype_size(in) +
+  return static_cast<std::size_t>(e.q + e.kv + e.v) * dtype_size(in) +
          static_cast<std::size_t>(e.q) * dtype_size(e.out_dtype) + (write_lse ? static_cast<std::size_t>(e.lse) * 4 : 0);
 }
 
@@ -64,11 +68,11 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
   const std::size_t in_size = dtype_size(s.dtype);
   if (Status st = set->q.allocate(e.q * in_size); !st.ok()) return st;
   if (Status st = set->k.allocate(e.kv * in_size); !st.ok()) return st;
-  if (Status st = set->v.allocate(e.kv * in_size); !st.ok()) return st;
+  if (Status st = set->v.allocate(e.v * in_size); !st.ok()) return st;
   if (Status st = set->out.allocate(e.q * dtype_size(e.out_dtype)); !st.ok()) return st;
   if (Status st = fill_random_device(set->q.get(), s.dtype, e.q, seed); !st.ok()) return st;
   if (Status st = fill_random_device(set->k.get(), s.dtype, e.kv, seed + 1); !st.ok()) return st;
-  if (Status st = fill_random_device(set->v.get(), s.dtype, e.kv, seed + 2); !st.ok()) return st;
+  if (Status st = fill_random_device(set->v.get(), s.dtype, e.v, seed + 2); !st.ok()) return st;
   HOPATTN_BENCH_CHECK_CUDA(cudaMemset(set->out.get(), 0xFF, set->out.bytes()));
   if (write_lse) {
     if (Status st = set->lse.allocate(e.lse * sizeof(float)); !st.ok()) return st;
@@ -90,6 +94,11 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   args.q = make_tensor(set.q.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
   args.k = make_tensor(set.k.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
   args.v = make_tensor(set.v.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
+  if (s.v_keys_contiguous) {  // (batch, heads_kv, hdim, row keys) storage viewed as (batch, keys, heads_kv, hdim)
+    const std::int64_t row = e.v_row_keys;
+    const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * s.hdim * row, 1, std::int64_t{s.hdim} * row, row};
+    std::copy(strides, strides + 4, args.v.stride);
+  }
   args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
   if (options.write_lse) {
     args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.batch, s.heads_q, s.seqlen_q}, cuda, options.device);

@@ -112,8 +112,9 @@ std::vector<Shape> ablation_grid() {
 
 // FP8 (e4m3, no descales) on the paper grid's long half; the 16k non-causal shapes of every head dim
 // with per-block descales of 128 rows (the block quantization path: a q scale per tile, k and v
-// scales per K block), and with a softcap of 30 (the softcap kernels); then the d256 16k shape with
-// each speed technique switched off alone (the FP8 kernel is always warp-specialized).
+// scales per K block), with a softcap of 30 (the softcap kernels), and with v keys-contiguous (V^T
+// loaded by TMA, no transpose; 8k too, and causal); then the d256 16k shape with each speed technique
+// switched off alone (the FP8 kernel is always warp-specialized).
 std::vector<Shape> fp8_grid() {
   std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {2048, 4096, 8192, 16384});
   const std::size_t plain = shapes.size();
@@ -129,6 +130,13 @@ std::vector<Shape> fp8_grid() {
   for (Shape s : long_non_causal) {
     s.softcap = 30.0f;
     s.variant = "softcap";
+    shapes.push_back(s);
+  }
+  for (std::size_t i = 0; i < plain; ++i) {
+    Shape s = shapes[i];
+    if (s.seqlen_q < 8192 || (s.causal && s.seqlen_q != 16384)) continue;
+    s.v_keys_contiguous = true;
+    s.variant = "v_keys_contiguous";
     shapes.push_back(s);
   }
   Shape base = shapes[plain - 1];

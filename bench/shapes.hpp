@@ -24,6 +24,9 @@ struct Shape {
   int fp8_block_rows = 0;
   float softcap = 0.0f;  // > 0: scores pass through softcap * tanh(score / softcap)
   int num_splits = 0;    // FwdArgs::num_splits: 0 the tail-split heuristic, 1 no split, n pieces per tile
+  // FP8 only: v passed keys-contiguous (V^T in memory, keys padded to a multiple of 16), which the
+  // kernel loads by TMA instead of transposing V.
+  bool v_keys_contiguous = false;
   std::string variant = "default";  // names the KernelOptions setting (ablation rows) or the descales
 };
 

@@ -13,10 +13,11 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     return Status(StatusCode::kUnsupported,
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "
                   "producer warpgroup also transposes V");
+  const bool vt = pr.v_keys_contiguous;
   switch (pr.head_dim) {
-    case 64: return launch_forward_fp8<64>(args, pr);
-    case 128: return launch_forward_fp8<128>(args, pr);
-    case 256: return launch_forward_fp8<256>(args, pr);
+    case 64: return vt ? launch_forward_fp8<64, true>(args, pr) : launch_forward_fp8<64, false>(args, pr);
+    case 128: return vt ? launch_forward_fp8<128, true>(args, pr) : launch_forward_fp8<128, false>(args, pr);
+    case 256: return vt ? launch_forward_fp8<256, true>(args, pr) : launch_forward_fp8<256, false>(args, pr);
     default:
       return Status(StatusCode::kUnsupported, "head dim " + std::to_string(pr.head_dim) +
                                                   " is not supported by the sm_90a fp8 forward kernel; it supports "

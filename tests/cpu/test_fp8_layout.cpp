@@ -60,6 +60,31 @@ TEST(Fp8Layout, PackedAccumulatorsSitWhereTheAFragmentWantsPermutedKeys) {
   }
 }
 
+// With V^T read in key order (kVtFromGlobal), K's rows are permuted instead: every byte of every
+// thread's A fragment then takes the S accumulator whose column holds the key of that A column, and
+// the permutation stays inside its 16-key group.
+TEST(Fp8Layout, PermutedKeyRowsPutEachThreadsAccumulatorsInKeyOrder) {
+  std::set<int> keys;
+  for (int col = 0; col < 64; ++col) {
+    const int key = fp8::key_of_s_column(col);
+    EXPECT_EQ(key / 16, col / 16) << "column " << col << " leaves its 16-key group";
+    keys.insert(key);
+  }
+  EXPECT_EQ(keys.size(), 64u);
+  for (int thread = 0; thread < 128; ++thread) {
+    for (int step = 0; step < 4; ++step) {
+      for (int reg = 0; reg < 4; ++reg) {
+        for (int byte = 0; byte < 4; ++byte) {
+          const int i = fp8::p_accumulator_index(step, reg, byte);
+          EXPECT_EQ(fp8::key_of_s_column(accumulator_col(thread, i)), 32 * step + fp8::a_fragment_col(thread, reg, byte))
+              << "thread " << thread << " step " << step << " reg " << reg << " byte " << byte;
+          EXPECT_EQ(fp8::key_of_accumulator(thread, i), fp8::key_of_s_column(accumulator_col(thread, i)));
+        }
+      }
+    }
+  }
+}
+
 // The A fragment map itself covers the 64 x 32 tile once over the warpgroup (a typo there would
 // make the check above vacuous).
 TEST(Fp8Layout, AFragmentMapCoversTheTileOnce) {

@@ -46,6 +46,10 @@ struct Fp8Case {
   bool head_scales = false, block_scales = false;
   int rows_q = 128, rows_kv = 128;
   int num_splits = 0;  // the API's: 0 heuristic, 1 never, n pieces per tile
+  // v passed keys-contiguous: a (batch, heads_kv, d, seqlen_k rounded up to 16 + v_key_pad) buffer,
+  // its padding poisoned with e4m3 NaN, viewed as (batch, seqlen_k, heads_kv, d).
+  bool v_keys_contiguous = false;
+  int v_key_pad = 0;
   KernelOptions options;
 
   std::string describe() const {
@@ -58,6 +62,7 @@ struct Fp8Case {
     if (out_pad > 0) s << " out-pad " << out_pad;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     if (num_splits != 0) s << " num_splits " << num_splits;
+    if (v_keys_contiguous) s << " v keys-contiguous (key pad " << v_key_pad << ")";
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
       << options.persistent;
     return s.str();
@@ -199,6 +204,22 @@ float bf16_bits_to_float(std::uint16_t bits) {
   return f;
 }
 
+// v (batch, keys, heads_kv, d, contiguous) copied keys-contiguous into rows of `row_keys` >= keys
+// per (batch, head, dim), the rest of each row e4m3 NaN (0x7f): a view that reads past the keys
+// sees NaN.
+DeviceBuffer keys_contiguous_copy(const DeviceBuffer& v, int batch, int keys, int heads, int d, int row_keys) {
+  const auto src = v.to_host<std::uint8_t>();
+  std::vector<std::uint8_t> dst(std::size_t(batch) * heads * d * row_keys, 0x7f);
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < keys; ++j)
+      for (int h = 0; h < heads; ++h)
+        for (int c = 0; c < d; ++c)
+          dst[((std::size_t(b) * heads + h) * d + c) * row_keys + j] = src[((std::size_t(b) * keys + j) * heads + h) * d + c];
+  DeviceBuffer out(dst.size());
+  HOPATTN_CUDA_CHECK(cudaMemcpy(out.data(), dst.data(), dst.size(), cudaMemcpyHostToDevice));
+  return out;
+}
+
 // Empty string when the case passes, else why it failed.
 std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -230,6 +251,15 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   args.q = make_tensor(q.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
   args.k = make_tensor(k.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
   args.v = make_tensor(v.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
+  DeviceBuffer v_keys_contiguous;
+  if (c.v_keys_contiguous) {
+    const int row_keys = (c.seqlen_k + 15) / 16 * 16 + c.v_key_pad;
+    v_keys_contiguous = keys_contiguous_copy(v, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, row_keys);
+    const std::int64_t strides[4] = {std::int64_t(c.heads_kv) * c.head_dim * row_keys, 1,
+                                     std::int64_t(c.head_dim) * row_keys, row_keys};
+    args.v = strided_tensor(v_keys_contiguous.data(), Dtype::kFloat8E4M3,
+                            {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, strides);
+  }
   const std::int64_t out_strides[4] = {std::int64_t(c.seqlen_q) * c.heads_q * out_row,
                                        std::int64_t(c.heads_q) * out_row, out_row, 1};
   args.out = strided_tensor(out.data(), Dtype::kBFloat16, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, out_strides);
@@ -350,6 +380,8 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
     c.options.intra_wg_overlap = rng() % 2;
     c.options.persistent = rng() % 2;
   }
+  c.v_keys_contiguous = rng() % 2;
+  c.v_key_pad = c.v_keys_contiguous && rng() % 2 ? 16 * int(1 + rng() % 4) : 0;
   // Keep the oracle's work (one block per query row) bounded; forced lengths stay as given.
   while (double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * c.head_dim > 1.5e9) {
     if (c.batch > 1) --c.batch;
@@ -468,6 +500,49 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
   cases.push_back(c);
   c.softcap = 0.0f;
   cases.push_back(c);
+  expect_cases_match_oracle(cases, seed);
+}
+
+// v given keys-contiguous (V^T in memory): the kernel loads V^T tiles by TMA and K's rows permuted
+// within each 16-key group, except in the K block that reaches the end of the keys, which comes in
+// key order and packs P with shuffles (fwd_fp8/fp8_layout.hpp). Key counts around 16-key groups and
+// both block widths (one block, a partial last block, a last block that is exactly full), every
+// head dim, causal and windows (masks over permuted columns), GQA, block scales, softcap, the tail
+// split, and the schedules without intra-warpgroup overlap or ping-pong; padded V^T rows whose
+// padding is NaN.
+TEST_F(Fp8Forward, KeysContiguousVMatchesTheOracle) {
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8Case> cases;
+  for (int d : {64, 128, 256}) {
+    for (int seqlen_k : {1, 15, 17, 128, 333, 1024}) {
+      Fp8Case c;
+      c.head_dim = d, c.batch = 2, c.heads_q = 4, c.heads_kv = 2, c.seqlen_q = 150, c.seqlen_k = seqlen_k;
+      c.q_amplitude = 4.0f, c.head_scales = true, c.v_keys_contiguous = true, c.v_key_pad = seqlen_k % 2 ? 0 : 32;
+      cases.push_back(c);
+    }
+    Fp8Case c;
+    c.head_dim = d, c.heads_q = 2, c.heads_kv = 1, c.seqlen_q = 333, c.seqlen_k = 517, c.q_amplitude = 4.0f;
+    c.v_keys_contiguous = true, c.causal = true;
+    cases.push_back(c);
+    c.causal = false, c.window_left = 37, c.window_right = 5;
+    cases.push_back(c);
+    c.window_left = c.window_right = -1, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
+    cases.push_back(c);
+    c.softcap = 2.5f;
+    cases.push_back(c);
+    c.block_scales = false, c.softcap = 0.0f, c.options.intra_wg_overlap = false;
+    cases.push_back(c);
+    c.options.intra_wg_overlap = true, c.options.pingpong = false, c.num_splits = 3;
+    cases.push_back(c);
+  }
+  for (int seqlen_k : {8192, 8333, 8448}) {  // 192-key blocks; 8448 = 44 full blocks
+    Fp8Case c;
+    c.head_dim = 128, c.heads_q = 3, c.heads_kv = 1, c.seqlen_q = 201, c.seqlen_k = seqlen_k;
+    c.q_amplitude = 4.0f, c.head_scales = true, c.v_keys_contiguous = true;
+    cases.push_back(c);
+    c.causal = true, c.seqlen_q = 77;
+    cases.push_back(c);
+  }
   expect_cases_match_oracle(cases, seed);
 }
 

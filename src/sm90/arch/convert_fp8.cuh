@@ -38,4 +38,16 @@ __device__ __forceinline__ std::uint32_t pack_e4m3x4_from_f16x2(std::uint32_t b0
   return packed;
 }
 
+// Two floats, or one f16x2 register, -> two e4m3 bytes in the low half of the result (`lo` lowest).
+__device__ __forceinline__ std::uint32_t pack_e4m3x2(float lo, float hi) {
+  std::uint16_t packed;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(packed) : "f"(lo), "f"(hi));
+  return packed;
+}
+__device__ __forceinline__ std::uint32_t pack_e4m3x2_from_f16x2(std::uint32_t pair) {
+  std::uint16_t packed;
+  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(packed) : "r"(pair));
+  return packed;
+}
+
 }  // namespace hopattn::sm90

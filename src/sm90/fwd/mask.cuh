@@ -27,4 +27,21 @@ __device__ __forceinline__ void apply_mask(float (&s)[kSRegisters], int thread_i
   }
 }
 
+// The same where K's rows were loaded permuted: key_of(thread, index) is the key of the block that
+// accumulator `index` of `thread` holds (the FP8 kernel's, fwd_fp8/fp8_layout.hpp).
+template <int kSRegisters, class KeyOfAccumulator>
+__device__ __forceinline__ void apply_mask_permuted(float (&s)[kSRegisters], int thread_in_warpgroup, int row0,
+                                                    int n0, const FwdParams& p, KeyOfAccumulator key_of) {
+#pragma unroll
+  for (int i = 0; i < kSRegisters; ++i) {
+    const int row = row0 + accumulator_row(thread_in_warpgroup, i);
+    const int col = n0 + key_of(thread_in_warpgroup, i);
+    const int diagonal = row + p.seqlen_k - p.seqlen_q;
+    int key_end = p.seqlen_k;
+    if (p.window_right >= 0) key_end = min(key_end, diagonal + p.window_right + 1);
+    const int key_begin = p.window_left >= 0 ? diagonal - p.window_left : 0;
+    if (col >= key_end || col < key_begin) s[i] = -INFINITY;
+  }
+}
+
 }  // namespace hopattn::sm90

@@ -202,7 +202,18 @@ class Fp8Consumer {
     return Traits::kSoftcap ? score_scale_ : score_scale_ * scales.k;
   }
 
-  // Raw scores -> what the softmax sees: softcap (when on), then the mask.
+  // Whether block n's K rows are permuted (fp8_layout.hpp, key_of_s_column): where V^T comes from
+  // global memory, in every block but the one that reaches the end of the keys (producer.cuh).
+  __device__ bool k_rows_permuted(int n_block) const {
+    return Traits::kVtFromGlobal && !fp8::k_block_in_key_order(n_block, Traits::kBlockN, b_.seqlen_k);
+  }
+  struct PermutedKeyColumns {
+    __device__ int operator()(int thread, int index) const { return fp8::key_of_accumulator(thread, index); }
+  };
+
+  // Raw scores -> what the softmax sees: softcap (when on), then the mask; kPermutedK: block n_block's
+  // K rows are permuted (the caller knows, at compile time inside the mainloop, at run time outside).
+  template <bool kPermutedK>
   __device__ void prepare_scores(float (&s)[kS], const BlockScales& scales, const MaskedBlocks& masked, int m0,
                                  int row0, int n_block) {
     if constexpr (Traits::kSoftcap) {
@@ -212,7 +223,19 @@ class Fp8Consumer {
     }
     const int n0 = n_block * Traits::kBlockN;
     if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, b_, m0, n_block)) {
-      apply_mask(s, thread_, row0, n0, b_);
+      if constexpr (kPermutedK) {
+        apply_mask_permuted(s, thread_, row0, n0, b_, PermutedKeyColumns{});
+      } else {
+        apply_mask(s, thread_, row0, n0, b_);
+      }
+    }
+  }
+  __device__ void prepare_scores_of_block(float (&s)[kS], const BlockScales& scales, const MaskedBlocks& masked,
+                                          int m0, int row0, int n_block) {
+    if (Traits::kVtFromGlobal && k_rows_permuted(n_block)) {
+      prepare_scores<Traits::kVtFromGlobal>(s, scales, masked, m0, row0, n_block);
+    } else {
+      prepare_scores<false>(s, scales, masked, m0, row0, n_block);
     }
   }
 
@@ -262,6 +285,50 @@ class Fp8Consumer {
     }
   }
 
+  // Where K's rows came in key order but V^T from global memory (the block that reaches the end of the
+  // keys, producer.cuh): a thread's own P values are keys {2c, 2c+1, 8+2c, 9+2c} of each 16-key group
+  // (c its quad lane), and A register (step, reg) wants keys 4c .. 4c+3 (fp8_layout.hpp). Lanes
+  // c < 2 take the low pairs (keys 2c', 2c'+1) of quad lanes 2c and 2c+1, lanes c >= 2 the high pairs
+  // (keys 8+2c', 9+2c') of quad lanes 2c-4 and 2c-3. Two shuffles per two A registers: each lane
+  // sends the low pairs of registers (reg, reg+1) to one of its readers and the high pairs to the
+  // other, each reader taking its lane's pairs in the order (even lane, odd lane) of the quad.
+  __device__ void convert_p_in_key_order(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2],
+                                         std::uint32_t (&p)[kPSteps][4]) const {
+    const int lane = threadIdx.x % 32, c = lane % 4;
+    const bool odd = c & 1, high = c >= 2;
+    const int first_source = (lane & ~3) + (2 * c + (high ? 1 : 0)) % 4;
+    const std::uint32_t low_select = high ? 0x1054u : 0x5410u, high_select = high ? 0x3276u : 0x7632u;
+#pragma unroll
+    for (int step = 0; step < kPSteps; ++step) {
+#pragma unroll
+      for (int reg = 0; reg < 4; reg += 2) {
+        const int i0 = fp8::p_accumulator_index(step, reg, 0), i1 = fp8::p_accumulator_index(step, reg + 1, 0);
+        const std::uint32_t lows = e4m3_pair(s, p16, i0) | (e4m3_pair(s, p16, i1) << 16);
+        const std::uint32_t highs = e4m3_pair(s, p16, i0 + 4) | (e4m3_pair(s, p16, i1 + 4) << 16);
+        const std::uint32_t first = __shfl_sync(0xffffffffu, odd ? highs : lows, first_source);
+        const std::uint32_t second = __shfl_sync(0xffffffffu, odd ? lows : highs, first_source ^ 1);
+        p[step][reg] = __byte_perm(first, second, low_select);
+        p[step][reg + 1] = __byte_perm(first, second, high_select);
+      }
+    }
+  }
+  // Accumulators i, i + 1 (one row, adjacent keys) as two e4m3 bytes.
+  __device__ static std::uint32_t e4m3_pair(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2], int i) {
+    if constexpr (Traits::kPackedRowSums) {
+      return pack_e4m3x2_from_f16x2(p16[i / 2]);
+    } else {
+      return pack_e4m3x2(s[i], s[i + 1]);
+    }
+  }
+  __device__ void convert_p_of_block(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2],
+                                     std::uint32_t (&p)[kPSteps][4], int n_block) const {
+    if (Traits::kVtFromGlobal && !k_rows_permuted(n_block)) {
+      convert_p_in_key_order(s, p16, p);
+    } else {
+      convert_p(s, p16, p);
+    }
+  }
+
   __device__ void mainloop_sequential(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
                                       const QFragments& q, float (&o)[kO], Softmax& softmax) {
     float s[kS];
@@ -277,13 +344,21 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      prepare_scores(s, scales, masked, m0, row0, n);
+      if constexpr (Traits::kVtFromGlobal) {
+        prepare_scores_of_block(s, scales, masked, m0, row0, n);
+      } else {
+        prepare_scores<false>(s, scales, masked, m0, row0, n);
+      }
       float factor[2];
       std::uint32_t p16[kS / 2];
       softmax_update(s, scales, softmax, factor, p16);
       switch_v_block(scales.v, factor);
       rescale(o, factor);
-      convert_p(s, p16, p);
+      if constexpr (Traits::kVtFromGlobal) {
+        convert_p_of_block(s, p16, p, n);
+      } else {
+        convert_p(s, p16, p);
+      }
       mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
       issue_pv(o, p, stage);
       wgmma_wait<0>();
@@ -324,10 +399,18 @@ class Fp8Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-    prepare_scores(s, scales, masked, m0, row0, n);
+    if constexpr (Traits::kVtFromGlobal) {
+      prepare_scores_of_block(s, scales, masked, m0, row0, n);
+    } else {
+      prepare_scores<false>(s, scales, masked, m0, row0, n);
+    }
     softmax_update(s, scales, softmax, factor, p16);
     switch_v_block(scales.v, factor);  // O is still zero: only its v scale is set
-    convert_p(s, p16, p);
+    if constexpr (Traits::kVtFromGlobal) {
+      convert_p_of_block(s, p16, p, n);
+    } else {
+      convert_p(s, p16, p);
+    }
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
 
@@ -345,7 +428,9 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      prepare_scores(s, scales, masked, m0, row0, n);
+      // Never the block that reaches the end of the keys (the first one, above): permuted K rows
+      // where V^T comes from global memory.
+      prepare_scores<Traits::kVtFromGlobal>(s, scales, masked, m0, row0, n);
       const float scale = logit_scale(scales);
       softmax.update_max(s, scale, factor);
       if constexpr (Traits::kPvWaitInSoftmax) {

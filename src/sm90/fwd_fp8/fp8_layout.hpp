@@ -39,6 +39,29 @@ HOPATTN_HOST_DEVICE constexpr int key_of_column(int a) {
   return kKeysPerStep * step + 16 * half + 2 * quad + (t % 2) + 8 * (t / 2);
 }
 
+// The same packing where V^T comes from global memory in key order (v given keys-contiguous,
+// Fp8FwdTraits::kVtFromGlobal): there is no transpose to permute V's keys, so K's rows are permuted
+// instead. The producer loads each 16-key group's rows so that S column 8a + 2c + e (quad lane c,
+// accumulator half a) holds key 4c + 2a + e (pi's inverse): a thread's own P values then pack into A
+// columns 4c .. 4c+3 in key order, as V^T has them. Per group that is two TMA boxes of 8 rows (keys
+// 4c + 2a + e for c = 0..3, e = 0..1, one box per a).
+HOPATTN_HOST_DEVICE constexpr int key_of_s_column(int col) {
+  const int x = col % 16;
+  return col - x + 4 * ((x % 8) / 2) + 2 * (x / 8) + x % 2;
+}
+// key_of_s_column of accumulator `index` of `thread` (fragment.hpp: column 8 (index / 4) + 2 (thread % 4)
+// + index % 2), in a form with one run-time term, as cheap for the mask as the column itself.
+HOPATTN_HOST_DEVICE constexpr int key_of_accumulator(int thread, int index) {
+  return 16 * (index / 8) + 4 * (thread % 4) + 2 * ((index / 4) % 2) + index % 2;
+}
+// Except in the K block that reaches the end of the keys: a group of 4 there may run past seqlen_k,
+// which the permuted map cannot bound (host/tensor_map.hpp), so that block loads K in key order
+// through the ordinary map (zero-filled past the end) and its consumers pack P with shuffles instead
+// (Fp8Consumer::convert_p_in_key_order). It is the first block of any visit that has it.
+HOPATTN_HOST_DEVICE constexpr bool k_block_in_key_order(int n_block, int block_n, int seqlen_k) {
+  return (n_block + 1) * block_n >= seqlen_k;
+}
+
 // Index into the S accumulator (fragment.hpp's m64nN map) of the value that goes to byte `byte` of
 // A register `reg` of k32 step `step`: register pair (reg / 2) picks the 16-key half, reg % 2 the
 // row half, and the bytes walk the two 8-column blocks of that half.

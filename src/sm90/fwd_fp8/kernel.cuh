@@ -1,5 +1,6 @@
-// The FP8 forward kernel: warpgroup 0 produces (warp 0 loads by TMA, warps 1..3 transpose V),
-// warpgroups 1 and 2 consume (64 query rows each). See producer.cuh and consumer.cuh.
+// The FP8 forward kernel: warpgroup 0 produces (warp 0 loads by TMA, warps 1..3 transpose V unless
+// V^T comes from global memory), warpgroups 1 and 2 consume (64 query rows each). See producer.cuh
+// and consumer.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -32,7 +33,7 @@ __device__ __forceinline__ void fp8_init_barriers(typename Traits::SharedStorage
     mbarrier_init(&s.k_empty[i], Traits::kConsumerWarps);
     mbarrier_init(&s.v_full[i], 1);
     mbarrier_init(&s.v_empty[i], Traits::kTransposeWarps);
-    mbarrier_init(&s.vt_full[i], Traits::kTransposeWarps);
+    mbarrier_init(&s.vt_full[i], Traits::kVtWriters);
     mbarrier_init(&s.vt_empty[i], Traits::kConsumerWarps);
   }
   fence_barrier_init();
@@ -41,6 +42,7 @@ __device__ __forceinline__ void fp8_init_barriers(typename Traits::SharedStorage
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_forward_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                                 const __grid_constant__ CUtensorMap tm_k_permuted,
                                  const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                                  const __grid_constant__ Fp8FwdParams params) {
   typename Traits::SharedStorage& s = fp8_shared_storage<Traits>();
@@ -49,6 +51,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&tm_q);
     tma_prefetch_descriptor(&tm_k);
+    if constexpr (Traits::kVtFromGlobal) tma_prefetch_descriptor(&tm_k_permuted);
     tma_prefetch_descriptor(&tm_v);
     fp8_init_barriers<Traits>(s);
   }
@@ -58,8 +61,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_release_registers<Traits::kProducerRegisters>();
     const int warp = threadIdx.x / 32;
     if (warp == 0) {
-      if (elect_one_lane()) run_fp8_loads<Traits>(s, &tm_q, &tm_k, &tm_v, params.base);
-    } else {
+      if (elect_one_lane()) run_fp8_loads<Traits>(s, &tm_q, &tm_k, &tm_k_permuted, &tm_v, params.base);
+    } else if constexpr (!Traits::kVtFromGlobal) {
       run_v_transposer<Traits>(s, static_cast<unsigned>(warp - 1));
     }
   } else {

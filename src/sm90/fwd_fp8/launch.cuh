@@ -24,6 +24,13 @@ inline BshdView fp8_byte_view(const Tensor& t) {
                   t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// V given keys-contiguous (v.stride[1] == 1) as its transpose for TMA: (batch, head dim, heads, keys)
+// with the keys contiguous; a 128-key box is one 128-byte swizzled row of V^T.
+inline BshdView fp8_transposed_byte_view(const Tensor& v) {
+  return BshdView{v.data, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, v.shape[0], v.shape[3], v.shape[2], v.shape[1],
+                  v.stride[0], v.stride[3], v.stride[2]};
+}
+
 // The merge of split pieces (split_combine.cuh): one CTA per region tile, consumer warpgroup and
 // group of O chunks, allowed to launch while the forward kernel runs (programmatic stream serialization).
 template <class Traits>
@@ -59,7 +66,18 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(kBox * Traits::kElementBytes == kSwizzleBytes, "TMA box must be one 128-byte swizzled row");
   if (Status st = make_tensor_map(&tm_q, fp8_byte_view(args.q), kBox, Traits::kBlockM); !st.ok()) return st;
   if (Status st = make_tensor_map(&tm_k, fp8_byte_view(args.k), kBox, Traits::kBlockN); !st.ok()) return st;
-  if (Status st = make_tensor_map(&tm_v, fp8_byte_view(args.v), kBox, Traits::kBlockN); !st.ok()) return st;
+  // Where V^T comes from global memory: V^T boxes of 128 keys x the head dim, and K's permuted rows
+  // (producer.cuh); otherwise V in K's boxes, and the permuted map is not read.
+  CUtensorMap tm_k_permuted = tm_k;
+  if constexpr (Traits::kVtFromGlobal) {
+    if (Status st = make_permuted_rows_map(&tm_k_permuted, fp8_byte_view(args.k), kBox); !st.ok()) return st;
+    if (Status st = make_tensor_map(&tm_v, fp8_transposed_byte_view(args.v), Traits::VtTile::kColsPerBlock,
+                                    Traits::kHeadDim);
+        !st.ok())
+      return st;
+  } else {
+    if (Status st = make_tensor_map(&tm_v, fp8_byte_view(args.v), kBox, Traits::kBlockN); !st.ok()) return st;
+  }
   // O (bf16): one box per consumer warpgroup's 64 rows and 64 columns, as in the 16-bit launch.
   CUtensorMap tm_o{};
   const BshdView out_view = bshd_view(args.out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
@@ -89,7 +107,8 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   Schedule schedule;
   if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, fp);
+  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_k_permuted, tm_v, tm_o,
+                                                                             fp);
   Status launched = cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
   if constexpr (Traits::kTailSplit) {
     if (launched.ok() && p.split.units > 0) launched = launch_split_combine<Traits>(fp, stream);
@@ -99,20 +118,20 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
 // with the softcap step only when a softcap is given; without either, head dim 128 takes wider K
-// blocks at long key sequences (kFp8WideBlockMinKeys).
-template <int kHeadDim>
+// blocks at long key sequences (kFp8WideBlockMinKeys). kVtFromGlobal: v is keys-contiguous.
+template <int kHeadDim, bool kVtFromGlobal>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
   if (pr.softcap > 0.0f) {
-    if (block_descales) return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, true>>(args, pr);
-    return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, true>>(args, pr);
+    if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, kVtFromGlobal>>(args, pr);
+    return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal>>(args, pr);
   }
-  if (block_descales) return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true>>(args, pr);
+  if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal>>(args, pr);
   if constexpr (kHeadDim == 128) {
     if (pr.seqlen_k >= kFp8WideBlockMinKeys)
-      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN>>(args, pr);
+      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal>>(args, pr);
   }
-  return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false>>(args, pr);
+  return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal>>(args, pr);
 }
 
 }  // namespace hopattn::sm90

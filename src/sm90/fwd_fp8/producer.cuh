@@ -19,13 +19,35 @@
 
 namespace hopattn::sm90 {
 
+// Where V^T comes from global memory (Traits::kVtFromGlobal) K's rows are loaded permuted within each
+// 16-key group (fp8_layout.hpp, key_of_s_column), two 8-row boxes of the 5D map per group and column
+// block, except in the block that reaches the end of the keys (fp8::k_block_in_key_order).
+template <class Traits>
+__device__ __forceinline__ void load_permuted_k(std::uint8_t* stage, const CUtensorMap* tm_k_permuted,
+                                                std::uint64_t* full, int n0, int kv_head, int batch) {
+  using KTile = typename Traits::KTile;
+  // A loop, not unrolled: the producer warpgroup has 24 registers (traits.cuh).
+#pragma unroll 1
+  for (int group = 0; group < Traits::kBlockN / 16; ++group) {
+    std::uint8_t* rows = stage + 16 * group * kSwizzleBytes;
+    const int first_quad = (n0 + 16 * group) / 4;
+#pragma unroll
+    for (int cb = 0; cb < KTile::kColumnBlocks; ++cb) {
+      tma_load_5d(rows + cb * KTile::kColumnBlockBytes, tm_k_permuted, full, cb * Traits::kColsPerBlock, 0,
+                  first_quad, kv_head, batch);
+      tma_load_5d(rows + cb * KTile::kColumnBlockBytes + 8 * kSwizzleBytes, tm_k_permuted, full,
+                  cb * Traits::kColsPerBlock, 2, first_quad, kv_head, batch);
+    }
+  }
+}
+
 // The hand-out of scheduler.cuh: the first item is blockIdx.x, the next ones are claimed; each visit
 // of an item (a whole tile, or a split unit's pieces) is published to the consumers (s.visit, then
 // q_full) once they are done with the previous Q tile, and kNoVisitLeft tells them to stop. Then the
 // transposers are told to stop (finish_v).
 template <class Traits>
 __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                              const CUtensorMap* tm_v, const FwdParams& p) {
+                              const CUtensorMap* tm_k_permuted, const CUtensorMap* tm_v, const FwdParams& p) {
   constexpr int kCols = Traits::kColsPerBlock;
   StageRing<Traits::kStages> ring;
   std::uint32_t q_phase = 0;
@@ -48,23 +70,47 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       const int stage = ring.index();
       mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
       mbarrier_arrive_expect_tx(&s.k_full[stage], Traits::KTile::kBytes);
-      load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
+      if constexpr (Traits::kVtFromGlobal) {
+        if (!fp8::k_block_in_key_order(n, Traits::kBlockN, p.seqlen_k)) {
+          load_permuted_k<Traits>(s.k[stage], tm_k_permuted, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch);
+        } else {
+          load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
                                                    c.batch);
-      mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);  // transposers done reading this V stage
-      mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
-      load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], n * Traits::kBlockN, kv_head,
-                                                   c.batch);
+        }
+      } else {
+        load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
+                                                 c.batch);
+      }
+      if constexpr (Traits::kVtFromGlobal) {
+        // V^T (head-dim rows x keys), in 128-key column blocks; the 192-key kernel's second block
+        // also brings the next block's first 64 keys, which its P V GEMM does not read.
+        using VtTile = typename Traits::VtTile;
+        mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
+        mbarrier_arrive_expect_tx(&s.vt_full[stage], VtTile::kBytes);
+#pragma unroll
+        for (int cb = 0; cb < VtTile::kColumnBlocks; ++cb) {
+          tma_load_4d(s.vt[stage] + cb * VtTile::kColumnBlockBytes, tm_v, &s.vt_full[stage],
+                      n * Traits::kBlockN + cb * VtTile::kColsPerBlock, 0, kv_head, c.batch);
+        }
+      } else {
+        mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);  // transposers done reading this V stage
+        mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
+        load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], n * Traits::kBlockN, kv_head,
+                                                 c.batch);
+      }
       ring.advance();
     }
   }
   finish_schedule(p);
-  // finish_v: the next V stage completes without data, with its v_end set (released by the arrive),
-  // once the transposers are done with what it held. Per stage: the transposers may still be on
-  // earlier stages, whose flags must stay 0.
-  const int stage = ring.index();
-  mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);
-  atomicExch(&s.v_end[stage], 1);  // ordered by the v_empty wait; atomic for racecheck, as s.visit
-  mbarrier_arrive(&s.v_full[stage]);
+  if constexpr (!Traits::kVtFromGlobal) {
+    // finish_v: the next V stage completes without data, with its v_end set (released by the
+    // arrive), once the transposers are done with what it held. Per stage: the transposers may still
+    // be on earlier stages, whose flags must stay 0.
+    const int stage = ring.index();
+    mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);
+    atomicExch(&s.v_end[stage], 1);  // ordered by the v_empty wait; atomic for racecheck, as s.visit
+    mbarrier_arrive(&s.v_full[stage]);
+  }
 }
 
 // V (keys x dims, TMA layout) -> V^T (dims x reduction columns), V^T[d][a] = V[key_of_column(a)][d],

@@ -28,12 +28,16 @@ constexpr int kFp8WideBlockMinKeys = 8192;
 // cost the no-descale path 2-5%, H200 2026-11-29).
 // kSoftcap_: scores pass through softcap * tanh(score / softcap) (MUFU.TANH per score) before the
 // softmax; a separate instantiation so that the kernels without it carry no per-score branch.
+// kVtFromGlobal_: v is given keys-contiguous (V^T in memory, detail::Problem::v_keys_contiguous): the
+// producer loads V^T tiles by TMA instead of transposing V, and K's rows permuted
+// (fp8_layout.hpp, key_of_s_column) so that P packs in V^T's key order.
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
-          int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_)>
+          int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBlockDescales = kBlockDescales_;
   static constexpr bool kSoftcap = kSoftcap_;
+  static constexpr bool kVtFromGlobal = kVtFromGlobal_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "fp8 head dims are 64, 128 and 256");
   static constexpr int kElementBytes = 1;
 
@@ -67,7 +71,7 @@ struct Fp8FwdTraits {
   static constexpr int kOStageBytes = kOThroughSmem ? OTile::kBytes : 0;
   // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit
   // (225 KB for the tiles leaves the rest of the 227 KB for barriers and the alignment pad).
-  static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes + VtTile::kBytes;
+  static constexpr int kStageBytes = KTile::kBytes + (kVtFromGlobal ? 0 : VTile::kBytes) + VtTile::kBytes;
   static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
   static constexpr int kStagesFitting = (225 * 1024 - QTile::kBytes - kOStageBytes) / kStageBytes;
   static constexpr int kStages = kStagesWanted < kStagesFitting ? kStagesWanted : kStagesFitting;
@@ -80,8 +84,10 @@ struct Fp8FwdTraits {
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
   static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
-  // Producer warpgroup: warp 0 issues the TMA loads, warps 1..3 transpose V.
+  // Producer warpgroup: warp 0 issues the TMA loads, warps 1..3 transpose V (idle where kVtFromGlobal).
   static constexpr int kTransposeWarps = 3;
+  // Arrivals that complete a V^T stage: the transposer warps', or the TMA thread's expect_tx.
+  static constexpr int kVtWriters = kVtFromGlobal ? 1 : kTransposeWarps;
   // setmaxnreg budgets: (24 + 2 x 240) x 128 = 168 x 384, the whole launch allocation. The transposers
   // fit in 24 because each warp takes a contiguous run of the key-group-major task order, reads its
   // lane id per stage and keeps the ring position in one counter (producer.cuh); 240 holds O, S and P
@@ -155,7 +161,8 @@ struct Fp8FwdTraits {
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t k[kStages][KTile::kBytes];
-    alignas(kSwizzleAtomBytes) std::uint8_t v[kStages][VTile::kBytes];
+    // V as loaded, for the transposers (a 16-byte stub where kVtFromGlobal).
+    alignas(kSwizzleAtomBytes) std::uint8_t v[kVtFromGlobal ? 1 : kStages][kVtFromGlobal ? 16 : VTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t vt[kStages][VtTile::kBytes];
     // After the tiles, where an absent stage costs no alignment padding.
     std::conditional_t<kOThroughSmem, OStage, NoStorage> o;  // O tile (bf16) before its TMA store
@@ -169,11 +176,17 @@ struct Fp8FwdTraits {
     std::uint64_t k_empty[kStages];   // consumers -> TMA thread: S GEMM done reading the K stage
     std::uint64_t v_full[kStages];    // TMA -> transposers: V stage landed (or v_end set)
     std::uint64_t v_empty[kStages];   // transposers -> TMA thread: V stage read
-    std::uint64_t vt_full[kStages];   // transposers -> consumers: V^T stage written
+    std::uint64_t vt_full[kStages];   // transposers (or TMA) -> consumers: V^T stage written
     std::uint64_t vt_empty[kStages];  // consumers -> transposers: PV GEMM done reading the V^T stage
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage)) + kSwizzleAtomBytes;
   static_assert(kSharedBytes <= 227 * 1024, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
 };
+
+// Fp8FwdTraits with the default block width.
+template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal>
+using Fp8Traits =
+    Fp8FwdTraits<kHeadDim, kBlockDescales, kSoftcap, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap),
+                 kVtFromGlobal>;
 
 }  // namespace hopattn::sm90

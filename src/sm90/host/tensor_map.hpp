@@ -22,4 +22,11 @@ struct BshdView {
 
 Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows);
 
+// The same tensor as a 5D map (cols, row % 4, row / 4, head, batch) whose box of box_cols x 2 x 4 is
+// the 8 rows 4c + e + start (c = 0..3, e = 0..1) for coordinates (col, start % 4, first / 4, ...):
+// with start % 4 = 2a it loads the rows the FP8 kernel's permuted K wants in shared-memory rows
+// 8a .. 8a + 7 of a 16-row group (fwd_fp8/fp8_layout.hpp, key_of_s_column). Rows past the last whole
+// group of 4 are out of bounds for it: callers load only groups that lie entirely inside.
+Status make_permuted_rows_map(CUtensorMap* map, const BshdView& view, int box_cols);
+
 }  // namespace hopattn::sm90
