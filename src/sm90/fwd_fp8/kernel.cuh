@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_release_registers<Traits::kProducerRegisters>();
     const int warp = threadIdx.x / 32;
     if (warp == 0) {
-      if (elect_one_lane()) run_fp8_loads<Traits>(s, &tm_q, &tm_k, &tm_k_permuted, &tm_v, params.base);
+      if (elect_one_lane()) run_fp8_loads<Traits>(s, &tm_q, &tm_k, &tm_k_permuted, &tm_v, params);
     } else if constexpr (!Traits::kVtFromGlobal) {
       run_v_transposer<Traits>(s, static_cast<unsigned>(warp - 1));
     }

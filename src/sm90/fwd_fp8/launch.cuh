@@ -69,8 +69,13 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   // Where V^T comes from global memory: V^T boxes of 128 keys x the head dim, and K's permuted rows
   // (producer.cuh); otherwise V in K's boxes, and the permuted map is not read.
   CUtensorMap tm_k_permuted = tm_k;
+  const bool k_block_boxes = Traits::kVtFromGlobal && permuted_block_map_applies(fp8_byte_view(args.k));
   if constexpr (Traits::kVtFromGlobal) {
-    if (Status st = make_permuted_rows_map(&tm_k_permuted, fp8_byte_view(args.k), kBox); !st.ok()) return st;
+    const BshdView k_view = fp8_byte_view(args.k);
+    if (Status st = k_block_boxes ? make_permuted_block_map(&tm_k_permuted, k_view, kBox, Traits::kBlockN)
+                                  : make_permuted_rows_map(&tm_k_permuted, k_view, kBox);
+        !st.ok())
+      return st;
     if (Status st = make_tensor_map(&tm_v, fp8_transposed_byte_view(args.v), Traits::VtTile::kColsPerBlock,
                                     Traits::kHeadDim);
         !st.ok())
@@ -93,6 +98,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   Fp8FwdParams fp =
       make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN, heads_per_group(pr, pr.device_index));
   FwdParams& p = fp.base;
+  fp.k_groups_per_batch = k_block_boxes ? pr.seqlen_k / 16 : 0;
   p.pingpong = p.pingpong && Traits::kPingPongPays;
   p.store_o_by_tma = store_o_by_tma;
   if (std::string why = fp8_params_error(fp, Traits::kBlockM); !why.empty())

@@ -29,6 +29,10 @@ struct Fp8FwdParams {
   // K blocks of kBlockN keys per k / v descale entry (descale_block_rows_kv / kBlockN; the launch
   // refuses other multiples): the consumer's index per K block is one multiply-high and shift.
   FastDivisor kv_blocks_per_descale;
+  // Where V^T comes from global memory and K's layout allows (host/tensor_map.hpp,
+  // permuted_block_map_applies): K blocks per batch in the permuted map's last dimension,
+  // seqlen_k / 16, and each permuted K block is one box; 0: two boxes per 16-key group.
+  int k_groups_per_batch;
 };
 
 }  // namespace hopattn::sm90

@@ -68,4 +68,17 @@ Status make_permuted_rows_map(CUtensorMap* map, const BshdView& view, int box_co
   return encode_swizzled(map, view, 5, dims, strides, box);
 }
 
+bool permuted_block_map_applies(const BshdView& view) {
+  return view.head_stride == view.cols && view.rows % 16 == 0 && view.batch_stride == view.rows * view.row_stride;
+}
+
+Status make_permuted_block_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows) {
+  const std::int64_t row_bytes = view.row_stride * view.element_bytes;
+  const cuuint64_t dims[5] = {at_least_one(view.heads * view.cols), 2, 4, 2, at_least_one(view.batch * view.rows / 16)};
+  const cuuint64_t strides[4] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(4 * row_bytes),
+                                 static_cast<cuuint64_t>(2 * row_bytes), static_cast<cuuint64_t>(16 * row_bytes)};
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(box_cols), 2, 4, 2, static_cast<cuuint32_t>(box_rows / 16)};
+  return encode_swizzled(map, view, 5, dims, strides, box);
+}
+
 }  // namespace hopattn::sm90

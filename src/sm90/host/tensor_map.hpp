@@ -29,4 +29,13 @@ Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int
 // group of 4 are out of bounds for it: callers load only groups that lie entirely inside.
 Status make_permuted_rows_map(CUtensorMap* map, const BshdView& view, int box_cols);
 
+// The same permutation for a whole block of box_rows rows (a multiple of 16) in one box: a 5D map
+// (cols of every head, row % 2, row / 4 % 4, row / 2 % 2, row / 16 of every batch) with box
+// box_cols x 2 x 4 x 2 x box_rows / 16, loaded at (head * cols + col, 0, 0, 0, batch * rows / 16 +
+// first / 16). Five dimensions leave none for heads and batches, so it needs both folded into
+// the others: heads side by side in a row (head stride == cols) and batches back to back with rows
+// a multiple of 16 (batch stride == rows x row stride); permuted_block_map_applies says whether.
+bool permuted_block_map_applies(const BshdView& view);
+Status make_permuted_block_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows);
+
 }  // namespace hopattn::sm90
