@@ -28,7 +28,9 @@ __device__ __forceinline__ void apply_mask(float (&s)[kSRegisters], int thread_i
 }
 
 // The same where K's rows were loaded permuted: key_of(thread, index) is the key of the block that
-// accumulator `index` of `thread` holds (the FP8 kernel's, fwd_fp8/fp8_layout.hpp).
+// accumulator `index` of `thread` holds (the FP8 kernel's, fwd_fp8/fp8_layout.hpp). The loop body is
+// apply_mask's, repeated rather than shared through a helper: sharing it changed ptxas's predicate
+// code in the masked blocks of every kernel (2026-12-01), and the kernels stay as measured.
 template <int kSRegisters, class KeyOfAccumulator>
 __device__ __forceinline__ void apply_mask_permuted(float (&s)[kSRegisters], int thread_in_warpgroup, int row0,
                                                     int n0, const FwdParams& p, KeyOfAccumulator key_of) {
