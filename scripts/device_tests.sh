@@ -12,8 +12,9 @@ OUT="${OUT:-$PWD/device-test-results}"
 mkdir -p "$OUT"
 TESTS="$BUILD_DIR/tests/hopattn_gpu_tests"
 # The small bf16/fp16 shapes (parameterized: Shapes/SanitizerSmall.PassesUnderSanitizer/...), the FP8
-# kernel's corner cases (its V transposers write shared memory that wgmma reads) and the FP8 arch tests.
-SANITIZER_FILTER='*SanitizerSmall.*:Fp8Forward.CornerCases:ArchFp8Wgmma.*'
+# kernel's corner cases (its V transposers write shared memory that wgmma reads), its keys-contiguous
+# v cases (V^T by TMA, permuted K rows) and the FP8 arch tests.
+SANITIZER_FILTER='*SanitizerSmall.*:Fp8Forward.CornerCases:Fp8Forward.KeysContiguousVMatchesTheOracle:ArchFp8Wgmma.*'
 
 if [[ ! -x "$TESTS" ]]; then
   echo "device_tests.sh: $TESTS not found; build with -DHOPATTN_SM90=ON first" >&2

@@ -505,11 +505,11 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
 
 // v given keys-contiguous (V^T in memory): the kernel loads V^T tiles by TMA and K's rows permuted
 // within each 16-key group, except in the K block that reaches the end of the keys, which comes in
-// key order and packs P with shuffles (fwd_fp8/fp8_layout.hpp). Key counts around 16-key groups and
-// both block widths (one block, a partial last block, a last block that is exactly full), every
-// head dim, causal and windows (masks over permuted columns), GQA, block scales, softcap, the tail
-// split, and the schedules without intra-warpgroup overlap or ping-pong; padded V^T rows whose
-// padding is NaN.
+// key order and packs P with shuffles (fwd_fp8/fp8_layout.hpp). Key counts around 16-key groups
+// (both K maps: one box per block where seqlen_k % 16 == 0, two per group otherwise) and 128-key
+// blocks (one block, a partial last block, a last block that is exactly full), every head dim,
+// causal and windows (masks over permuted columns), GQA, block scales, softcap, the tail split, and
+// the schedules without intra-warpgroup overlap or ping-pong; padded V^T rows whose padding is NaN.
 TEST_F(Fp8Forward, KeysContiguousVMatchesTheOracle) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
@@ -535,7 +535,15 @@ TEST_F(Fp8Forward, KeysContiguousVMatchesTheOracle) {
     c.options.intra_wg_overlap = true, c.options.pingpong = false, c.num_splits = 3;
     cases.push_back(c);
   }
-  for (int seqlen_k : {8192, 8333, 8448}) {  // 192-key blocks; 8448 = 44 full blocks
+  expect_cases_match_oracle(cases, seed);
+}
+
+// The same for the 192-key kernel (head dim 128 from 8192 keys): a partial last block, and 8448 keys
+// = 44 full blocks, whose last block is full and still loaded in key order.
+TEST_F(Fp8Forward, KeysContiguousVAcrossTheBlockWidthSwitch) {
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8Case> cases;
+  for (int seqlen_k : {8192, 8333, 8448}) {
     Fp8Case c;
     c.head_dim = 128, c.heads_q = 3, c.heads_kv = 1, c.seqlen_q = 201, c.seqlen_k = seqlen_k;
     c.q_amplitude = 4.0f, c.head_scales = true, c.v_keys_contiguous = true;
