@@ -449,11 +449,13 @@ TEST_F(Fp8Forward, CornerCases) {
 }
 
 // Head dim 128 switches to 192-key blocks from 8192 keys on (fwd_fp8/traits.cuh): both sides of the
-// switch, a partial last block of either width, causal, MQA, and the kernel options.
+// switch, a partial last block of either width, a last block that is exactly full (8448 = 44 x 192),
+// causal, MQA, and the kernel options; each with v in both layouts (keys-contiguous: the 192-key
+// kernel's V^T loads and permuted K rows).
 TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
-  for (int seqlen_k : {8191, 8192, 8333}) {
+  for (int seqlen_k : {8191, 8192, 8333, 8448}) {
     Fp8Case c;
     c.head_dim = 128, c.heads_q = 3, c.heads_kv = 1, c.seqlen_q = 201, c.seqlen_k = seqlen_k;
     c.q_amplitude = 4.0f, c.head_scales = true;
@@ -466,6 +468,12 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   cases.push_back(c);
   c.options.intra_wg_overlap = false;
   cases.push_back(c);
+  const std::size_t key_ordered = cases.size();
+  for (std::size_t i = 0; i < key_ordered; ++i) {
+    c = cases[i];
+    c.v_keys_contiguous = true;
+    cases.push_back(c);
+  }
   expect_cases_match_oracle(cases, seed);
 }
 
@@ -533,22 +541,6 @@ TEST_F(Fp8Forward, KeysContiguousVMatchesTheOracle) {
     c.block_scales = false, c.softcap = 0.0f, c.options.intra_wg_overlap = false;
     cases.push_back(c);
     c.options.intra_wg_overlap = true, c.options.pingpong = false, c.num_splits = 3;
-    cases.push_back(c);
-  }
-  expect_cases_match_oracle(cases, seed);
-}
-
-// The same for the 192-key kernel (head dim 128 from 8192 keys): a partial last block, and 8448 keys
-// = 44 full blocks, whose last block is full and still loaded in key order.
-TEST_F(Fp8Forward, KeysContiguousVAcrossTheBlockWidthSwitch) {
-  const std::uint64_t seed = run_seed();
-  std::vector<Fp8Case> cases;
-  for (int seqlen_k : {8192, 8333, 8448}) {
-    Fp8Case c;
-    c.head_dim = 128, c.heads_q = 3, c.heads_kv = 1, c.seqlen_q = 201, c.seqlen_k = seqlen_k;
-    c.q_amplitude = 4.0f, c.head_scales = true, c.v_keys_contiguous = true;
-    cases.push_back(c);
-    c.causal = true, c.seqlen_q = 77;
     cases.push_back(c);
   }
   expect_cases_match_oracle(cases, seed);
