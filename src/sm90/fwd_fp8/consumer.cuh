@@ -1,9 +1,9 @@
 // An FP8 consumer warpgroup: 64 query rows of the CTA tile. Per K/V block: S = Q K^T (wgmma k32,
 // e4m3, both K-major; Q in registers, loaded once per tile, when Traits::kQInRegisters), online
 // softmax with P scaled into [0, 256], P rounded to e4m3 straight into the 8-bit A fragment (no
-// shuffles: fp8_layout.hpp), O += P V^T (RS wgmma against the V^T stage the producer warpgroup
-// transposed). The two schedules and ping-pong are those of the 16-bit consumer
-// (sm90/fwd/consumer.cuh).
+// shuffles but in the key-order block of a V^T-from-global kernel: p_fragments.cuh), O += P V^T (RS
+// wgmma against the V^T stage the producer warpgroup transposed or loaded). The two schedules and
+// ping-pong are those of the 16-bit consumer (sm90/fwd/consumer.cuh).
 //
 // Scales: a score is acc * q_scale * k_scale * softmax_scale. The per-tile part (per-head descales,
 // the q block scale of this warpgroup's rows) and log2(e) are one factor; a per-block k scale
@@ -24,6 +24,7 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd_fp8/epilogue.cuh"
 #include "sm90/fwd_fp8/fp8_layout.hpp"
+#include "sm90/fwd_fp8/p_fragments.cuh"
 #include "sm90/fwd_fp8/params.hpp"
 #include "sm90/fwd_fp8/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
@@ -267,63 +268,15 @@ class Fp8Consumer {
     }
   }
 
-  // P -> e4m3 A fragments, each thread packing only its own values: from the softmax's f16 pairs
-  // where Traits::kPackedRowSums, else from the S accumulator's floats.
+  // P -> e4m3 A fragments (p_fragments.cuh), in key order where block n_block's K rows were.
   __device__ static void convert_p(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2],
                                    std::uint32_t (&p)[kPSteps][4]) {
-#pragma unroll
-    for (int step = 0; step < kPSteps; ++step) {
-#pragma unroll
-      for (int reg = 0; reg < 4; ++reg) {
-        const int first = fp8::p_accumulator_index(step, reg, 0), third = fp8::p_accumulator_index(step, reg, 2);
-        if constexpr (Traits::kPackedRowSums) {
-          p[step][reg] = pack_e4m3x4_from_f16x2(p16[first / 2], p16[third / 2]);
-        } else {
-          p[step][reg] = pack_e4m3x4(s[first], s[first + 1], s[third], s[third + 1]);
-        }
-      }
-    }
-  }
-
-  // Where K's rows came in key order but V^T from global memory (the block that reaches the end of the
-  // keys, producer.cuh): a thread's own P values are keys {2c, 2c+1, 8+2c, 9+2c} of each 16-key group
-  // (c its quad lane), and A register (step, reg) wants keys 4c .. 4c+3 (fp8_layout.hpp). Lanes
-  // c < 2 take the low pairs (keys 2c', 2c'+1) of quad lanes 2c and 2c+1, lanes c >= 2 the high pairs
-  // (keys 8+2c', 9+2c') of quad lanes 2c-4 and 2c-3. Two shuffles per two A registers: each lane
-  // sends the low pairs of registers (reg, reg+1) to one of its readers and the high pairs to the
-  // other, each reader taking its lane's pairs in the order (even lane, odd lane) of the quad.
-  __device__ void convert_p_in_key_order(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2],
-                                         std::uint32_t (&p)[kPSteps][4]) const {
-    const int lane = threadIdx.x % 32, c = lane % 4;
-    const bool odd = c & 1, high = c >= 2;
-    const int first_source = (lane & ~3) + (2 * c + (high ? 1 : 0)) % 4;
-    const std::uint32_t low_select = high ? 0x1054u : 0x5410u, high_select = high ? 0x3276u : 0x7632u;
-#pragma unroll
-    for (int step = 0; step < kPSteps; ++step) {
-#pragma unroll
-      for (int reg = 0; reg < 4; reg += 2) {
-        const int i0 = fp8::p_accumulator_index(step, reg, 0), i1 = fp8::p_accumulator_index(step, reg + 1, 0);
-        const std::uint32_t lows = e4m3_pair(s, p16, i0) | (e4m3_pair(s, p16, i1) << 16);
-        const std::uint32_t highs = e4m3_pair(s, p16, i0 + 4) | (e4m3_pair(s, p16, i1 + 4) << 16);
-        const std::uint32_t first = __shfl_sync(0xffffffffu, odd ? highs : lows, first_source);
-        const std::uint32_t second = __shfl_sync(0xffffffffu, odd ? lows : highs, first_source ^ 1);
-        p[step][reg] = __byte_perm(first, second, low_select);
-        p[step][reg + 1] = __byte_perm(first, second, high_select);
-      }
-    }
-  }
-  // Accumulators i, i + 1 (one row, adjacent keys) as two e4m3 bytes.
-  __device__ static std::uint32_t e4m3_pair(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2], int i) {
-    if constexpr (Traits::kPackedRowSums) {
-      return pack_e4m3x2_from_f16x2(p16[i / 2]);
-    } else {
-      return pack_e4m3x2(s[i], s[i + 1]);
-    }
+    pack_p_fragments<Traits::kPackedRowSums>(s, p16, p);
   }
   __device__ void convert_p_of_block(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2],
                                      std::uint32_t (&p)[kPSteps][4], int n_block) const {
     if (Traits::kVtFromGlobal && !k_rows_permuted(n_block)) {
-      convert_p_in_key_order(s, p16, p);
+      pack_p_fragments_in_key_order<Traits::kPackedRowSums>(s, p16, p);
     } else {
       convert_p(s, p16, p);
     }

@@ -57,7 +57,7 @@ HOPATTN_HOST_DEVICE constexpr int key_of_accumulator(int thread, int index) {
 // Except in the K block that reaches the end of the keys: a group of 4 there may run past seqlen_k,
 // which the permuted map cannot bound (host/tensor_map.hpp), so that block loads K in key order
 // through the ordinary map (zero-filled past the end) and its consumers pack P with shuffles instead
-// (Fp8Consumer::convert_p_in_key_order). It is the first block of any visit that has it.
+// (p_fragments.cuh, pack_p_fragments_in_key_order). It is the first block of any visit that has it.
 HOPATTN_HOST_DEVICE constexpr bool k_block_in_key_order(int n_block, int block_n, int seqlen_k) {
   return (n_block + 1) * block_n >= seqlen_k;
 }
