@@ -56,7 +56,7 @@ __device__ __forceinline__ void load_permuted_k(std::uint8_t* stage, const CUten
 // The hand-out of scheduler.cuh: the first item is blockIdx.x, the next ones are claimed; each visit
 // of an item (a whole tile, or a split unit's pieces) is published to the consumers (s.visit, then
 // q_full) once they are done with the previous Q tile, and kNoVisitLeft tells them to stop. Then the
-// transposers are told to stop (finish_v).
+// transposers, where there are any, are told to stop (finish_v).
 template <class Traits>
 __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                               const CUtensorMap* tm_k_permuted, const CUtensorMap* tm_v, const Fp8FwdParams& fp) {
