@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cmath>
-
 #include <cstdint>
 
 #include "sm90/arch/convert_fp8.cuh"
