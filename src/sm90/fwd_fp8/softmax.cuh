@@ -47,7 +47,9 @@ __device__ __forceinline__ float f16x2_halves_sum(std::uint32_t pair) {
 // Per row half, the sum of a thread's P pairs (p16[j] holds S-fragment entries 2j, 2j+1, both of
 // row half j % 2), in kRowChains independent HADD2 chains as fragment_row_reduce. In f16 (P <= 256,
 // at most 64 pairs per row: no overflow), each add rounds to 11 bits: the sum's relative error stays
-// near 1e-3 at worst, against e4m3's 2^-4 steps that P itself is rounded to for the P V GEMM.
+// near 1e-3 at worst, against e4m3's 2^-4 steps that P itself is rounded to for the P V GEMM. (Its
+// chains repeat fragment_row_reduce's shape rather than share it: a shared template moved ptxas's
+// schedule of the V^T 192-key kernel's first block, 2026-12-01, and the kernels stay as measured.)
 template <int kPairs>
 __device__ __forceinline__ void packed_row_sum(const std::uint32_t (&p16)[kPairs], float (&out)[2]) {
   static_assert(kPairs / 2 >= kRowChains);
