@@ -231,13 +231,13 @@ class Fp8Consumer {
       }
     }
   }
+  // prepare_scores for a block whose K rows may or may not be permuted (outside the mainloop's loop).
   __device__ void prepare_scores_of_block(float (&s)[kS], const BlockScales& scales, const MaskedBlocks& masked,
                                           int m0, int row0, int n_block) {
-    if (Traits::kVtFromGlobal && k_rows_permuted(n_block)) {
-      prepare_scores<Traits::kVtFromGlobal>(s, scales, masked, m0, row0, n_block);
-    } else {
-      prepare_scores<false>(s, scales, masked, m0, row0, n_block);
+    if constexpr (Traits::kVtFromGlobal) {
+      if (k_rows_permuted(n_block)) return prepare_scores<true>(s, scales, masked, m0, row0, n_block);
     }
+    prepare_scores<false>(s, scales, masked, m0, row0, n_block);
   }
 
   __device__ void softmax_update(float (&s)[kS], const BlockScales& scales, Softmax& softmax,
@@ -275,11 +275,10 @@ class Fp8Consumer {
   }
   __device__ void convert_p_of_block(const float (&s)[kS], const std::uint32_t (&p16)[kS / 2],
                                      std::uint32_t (&p)[kPSteps][4], int n_block) const {
-    if (Traits::kVtFromGlobal && !k_rows_permuted(n_block)) {
-      pack_p_fragments_in_key_order<Traits::kPackedRowSums>(s, p16, p);
-    } else {
-      convert_p(s, p16, p);
+    if constexpr (Traits::kVtFromGlobal) {
+      if (!k_rows_permuted(n_block)) return pack_p_fragments_in_key_order<Traits::kPackedRowSums>(s, p16, p);
     }
+    convert_p(s, p16, p);
   }
 
   __device__ void mainloop_sequential(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
@@ -297,21 +296,13 @@ class Fp8Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-      if constexpr (Traits::kVtFromGlobal) {
-        prepare_scores_of_block(s, scales, masked, m0, row0, n);
-      } else {
-        prepare_scores<false>(s, scales, masked, m0, row0, n);
-      }
+      prepare_scores_of_block(s, scales, masked, m0, row0, n);
       float factor[2];
       std::uint32_t p16[kS / 2];
       softmax_update(s, scales, softmax, factor, p16);
       switch_v_block(scales.v, factor);
       rescale(o, factor);
-      if constexpr (Traits::kVtFromGlobal) {
-        convert_p_of_block(s, p16, p, n);
-      } else {
-        convert_p(s, p16, p);
-      }
+      convert_p_of_block(s, p16, p, n);
       mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
       issue_pv(o, p, stage);
       wgmma_wait<0>();
@@ -352,18 +343,10 @@ class Fp8Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
-    if constexpr (Traits::kVtFromGlobal) {
-      prepare_scores_of_block(s, scales, masked, m0, row0, n);
-    } else {
-      prepare_scores<false>(s, scales, masked, m0, row0, n);
-    }
+    prepare_scores_of_block(s, scales, masked, m0, row0, n);
     softmax_update(s, scales, softmax, factor, p16);
     switch_v_block(scales.v, factor);  // O is still zero: only its v scale is set
-    if constexpr (Traits::kVtFromGlobal) {
-      convert_p_of_block(s, p16, p, n);
-    } else {
-      convert_p(s, p16, p);
-    }
+    convert_p_of_block(s, p16, p, n);
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
 

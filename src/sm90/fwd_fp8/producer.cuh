@@ -83,14 +83,9 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       const int stage = ring.index();
       mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
       mbarrier_arrive_expect_tx(&s.k_full[stage], Traits::KTile::kBytes);
-      if constexpr (Traits::kVtFromGlobal) {
-        if (!fp8::k_block_in_key_order(n, Traits::kBlockN, p.seqlen_k)) {
-          load_permuted_k<Traits>(s.k[stage], tm_k_permuted, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch,
-                                  fp.k_groups_per_batch);
-        } else {
-          load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
-                                                   c.batch);
-        }
+      if (Traits::kVtFromGlobal && !fp8::k_block_in_key_order(n, Traits::kBlockN, p.seqlen_k)) {
+        load_permuted_k<Traits>(s.k[stage], tm_k_permuted, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch,
+                                fp.k_groups_per_batch);
       } else {
         load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
                                                  c.batch);
