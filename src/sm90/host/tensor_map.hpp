@@ -33,8 +33,8 @@ Status make_permuted_rows_map(CUtensorMap* map, const BshdView& view, int box_co
 // (cols of every head, row % 2, row / 4 % 4, row / 2 % 2, row / 16 of every batch) with box
 // box_cols x 2 x 4 x 2 x box_rows / 16, loaded at (head * cols + col, 0, 0, 0, batch * rows / 16 +
 // first / 16). Five dimensions leave none for heads and batches, so it needs both folded into
-// the others: heads side by side in a row (head stride == cols) and rows a multiple of 16, with
-// batches back to back (batch stride == rows x row stride) or one batch; permuted_block_map_applies
+// the others: heads side by side in a row (head stride == cols), and one batch or batches back to
+// back (batch stride == rows x row stride) with rows a multiple of 16; permuted_block_map_applies
 // says whether.
 bool permuted_block_map_applies(const BshdView& view);
 Status make_permuted_block_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows);
