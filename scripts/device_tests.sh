@@ -74,7 +74,8 @@ for suite in ForwardTailSplit Fp8Forward; do
 done
 for tool in memcheck racecheck synccheck; do
   rc=${sanitizer_rc[$tool]}
-  summary="$(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.log" 2>/dev/null | sed 's/^========= //')"
+  # memcheck and synccheck end with an ERROR SUMMARY line, racecheck with a RACECHECK SUMMARY one.
+  summary="$(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitizer_$tool.log" 2>/dev/null | sed 's/^========= //')"
   echo "sanitizer $tool: exit $rc, ${summary:-no summary (see sanitizer_$tool.log)}"
   [[ $rc -ne 0 ]] && status=1
 done
