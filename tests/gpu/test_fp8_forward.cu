@@ -515,9 +515,8 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
 // within each 16-key group, except in the K block that reaches the end of the keys, which comes in
 // key order and packs P with shuffles (fwd_fp8/fp8_layout.hpp). Key counts around 16-key groups
 // (both K maps: two boxes per group for two batches of a length not a multiple of 16, one box per
-// block otherwise, including one batch of any length) and 128-key
-// blocks (one block, a partial last block, a last block that is exactly full), every head dim,
-// causal and windows (masks over permuted columns), GQA, block scales, softcap, the tail split, and
+// block otherwise, including one batch of any length) and 128-key blocks (one block, a partial
+// last block, a last block that is exactly full), every head dim, causal and windows (masks over permuted columns), GQA, block scales, softcap, the tail split, and
 // the schedules without intra-warpgroup overlap or ping-pong; padded V^T rows whose padding is NaN.
 TEST_F(Fp8Forward, KeysContiguousVMatchesTheOracle) {
   const std::uint64_t seed = run_seed();

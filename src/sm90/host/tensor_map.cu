@@ -70,7 +70,8 @@ Status make_permuted_rows_map(CUtensorMap* map, const BshdView& view, int box_co
 
 bool permuted_block_map_applies(const BshdView& view) {
   // One batch folds at any length: only blocks wholly inside the keys are loaded through the map.
-  const bool batches_fold = view.batch == 1 || (view.rows % 16 == 0 && view.batch_stride == view.rows * view.row_stride);
+  const bool batches_fold =
+      view.batch == 1 || (view.rows % 16 == 0 && view.batch_stride == view.rows * view.row_stride);
   return view.head_stride == view.cols && batches_fold;
 }
 
