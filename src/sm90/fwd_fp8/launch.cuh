@@ -65,13 +65,13 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   constexpr int kBox = Traits::kColsPerBlock;
   static_assert(kBox * Traits::kElementBytes == kSwizzleBytes, "TMA box must be one 128-byte swizzled row");
   if (Status st = make_tensor_map(&tm_q, fp8_byte_view(args.q), kBox, Traits::kBlockM); !st.ok()) return st;
-  if (Status st = make_tensor_map(&tm_k, fp8_byte_view(args.k), kBox, Traits::kBlockN); !st.ok()) return st;
+  const BshdView k_view = fp8_byte_view(args.k);
+  if (Status st = make_tensor_map(&tm_k, k_view, kBox, Traits::kBlockN); !st.ok()) return st;
   // Where V^T comes from global memory: V^T boxes of 128 keys x the head dim, and K's permuted rows
   // (producer.cuh); otherwise V in K's boxes, and the permuted map is not read.
   CUtensorMap tm_k_permuted = tm_k;
-  const bool k_block_boxes = Traits::kVtFromGlobal && permuted_block_map_applies(fp8_byte_view(args.k));
+  const bool k_block_boxes = Traits::kVtFromGlobal && permuted_block_map_applies(k_view);
   if constexpr (Traits::kVtFromGlobal) {
-    const BshdView k_view = fp8_byte_view(args.k);
     if (Status st = k_block_boxes ? make_permuted_block_map(&tm_k_permuted, k_view, kBox, Traits::kBlockN)
                                   : make_permuted_rows_map(&tm_k_permuted, k_view, kBox);
         !st.ok())
