@@ -185,14 +185,19 @@ class Fp8Consumer {
 
   // O += P V: B is the V^T stage (head-dim rows, keys along the row), stepped 32 keys = 32 bytes.
   __device__ void issue_pv(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
+    using VtTile = typename Traits::VtTile;
     const std::uint32_t vt_base = smem_address(s_.vt[stage]);
-    const std::uint64_t vt_desc = kmajor_descriptor(vt_base);
+    const std::uint64_t vt_desc = Traits::kVtSwizzle64 ? kmajor_descriptor_64b(vt_base) : kmajor_descriptor(vt_base);
+    constexpr int kStepsPerBlock = VtTile::kColsPerBlock / fp8::kKeysPerStep;
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step) {
-      // Four k32 steps per 128-key column block of V^T.
-      const std::uint32_t offset = (step / 4) * Traits::VtTile::kColumnBlockBytes + (step % 4) * fp8::kKeysPerStep;
-      const std::uint64_t desc_vt = kmajor_descriptor_at<Traits::kLeanAddressing>(vt_desc, vt_base, offset);
+      // Four (two under the 64B swizzle) k32 steps per column block of V^T.
+      const std::uint32_t offset =
+          (step / kStepsPerBlock) * VtTile::kColumnBlockBytes + (step % kStepsPerBlock) * fp8::kKeysPerStep;
+      const std::uint64_t desc_vt =
+          Traits::kVtSwizzle64 ? advance_descriptor(vt_desc, offset)
+                               : kmajor_descriptor_at<Traits::kLeanAddressing>(vt_desc, vt_base, offset);
       wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], desc_vt, 1);
     }
     wgmma_commit();

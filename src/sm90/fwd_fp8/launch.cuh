@@ -76,8 +76,9 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
                                   : make_permuted_rows_map(&tm_k_permuted, k_view, kBox);
         !st.ok())
       return st;
+    const CUtensorMapSwizzle swizzle = Traits::kVtSwizzle64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
     if (Status st = make_tensor_map(&tm_v, fp8_transposed_byte_view(args.v), Traits::VtTile::kColsPerBlock,
-                                    Traits::kHeadDim);
+                                    Traits::kHeadDim, swizzle);
         !st.ok())
       return st;
   } else {

@@ -91,8 +91,7 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
                                                  c.batch);
       }
       if constexpr (Traits::kVtFromGlobal) {
-        // V^T (head-dim rows x keys), in 128-key column blocks; the 192-key kernel's second block
-        // also brings the next block's first 64 keys, which its P V GEMM does not read.
+        // V^T (head-dim rows x keys), in column blocks of 128 keys (64 at 192 keys, traits.cuh).
         using VtTile = typename Traits::VtTile;
         mbarrier_wait(&s.vt_empty[stage], ring.phase() ^ 1);  // consumers done with this V^T stage
         mbarrier_arrive_expect_tx(&s.vt_full[stage], VtTile::kBytes);

@@ -55,7 +55,11 @@ struct Fp8FwdTraits {
   using VTile = KTile;
   // V^T: dims x keys (keys contiguous: 8-bit B must be K-major) in whole 128-key column blocks; where
   // kBlockN is not a multiple of 128 the P V GEMM reads only the first kBlockN keys of the last one.
-  using VtTile = SwizzledTile<kHeadDim, (kBlockN + 127) / 128 * 128, kElementBytes>;
+  // Where V^T comes from global memory and kBlockN is not a multiple of 128 (192 keys): 64-key column
+  // blocks under the 64-byte swizzle instead, so the TMA brings exactly the block's keys.
+  static constexpr bool kVtSwizzle64 = kVtFromGlobal_ && kBlockN_ % 128 != 0;
+  using VtTile = std::conditional_t<kVtSwizzle64, Swizzled64Tile<kHeadDim, kBlockN_>,
+                                    SwizzledTile<kHeadDim, (kBlockN_ + 127) / 128 * 128, kElementBytes>>;
   static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width: 128 elements
   // O (bf16) staged in shared memory for a TMA store, 64 rows per consumer warpgroup, as in the
   // 16-bit kernel (fwd/traits.cuh says why) where it fits beside Q and the wanted stages: d 64

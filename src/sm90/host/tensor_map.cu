@@ -23,16 +23,17 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_entry_point() {
   return fn;
 }
 
-// One tiled map with the 128-byte swizzle; out-of-bounds elements read 0.
+// One tiled map with the given swizzle; out-of-bounds elements read 0.
 Status encode_swizzled(CUtensorMap* map, const BshdView& view, cuuint32_t rank, const cuuint64_t* dims,
-                       const cuuint64_t* byte_strides, const cuuint32_t* box) {
+                       const cuuint64_t* byte_strides, const cuuint32_t* box,
+                       CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_entry_point();
   if (encode == nullptr) {
     return Status(StatusCode::kCudaError, "the CUDA driver does not provide cuTensorMapEncodeTiled (TMA)");
   }
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   CUresult r = encode(map, view.dtype, rank, const_cast<void*>(view.data), dims, byte_strides, box, element_strides,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return Status(StatusCode::kCudaError,
@@ -47,14 +48,15 @@ cuuint64_t at_least_one(std::int64_t x) { return static_cast<cuuint64_t>(x < 1 ?
 
 }  // namespace
 
-Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows) {
+Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows,
+                       CUtensorMapSwizzle swizzle) {
   const cuuint64_t dims[4] = {at_least_one(view.cols), at_least_one(view.rows), at_least_one(view.heads),
                               at_least_one(view.batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(view.row_stride * view.element_bytes),
                                  static_cast<cuuint64_t>(view.head_stride * view.element_bytes),
                                  static_cast<cuuint64_t>(view.batch_stride * view.element_bytes)};
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1, 1};
-  return encode_swizzled(map, view, 4, dims, strides, box);
+  return encode_swizzled(map, view, 4, dims, strides, box, swizzle);
 }
 
 Status make_permuted_rows_map(CUtensorMap* map, const BshdView& view, int box_cols) {

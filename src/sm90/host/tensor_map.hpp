@@ -11,7 +11,8 @@
 namespace hopattn::sm90 {
 
 // A (batch, rows, heads, cols) tensor with contiguous cols, as a 4D map of boxes of
-// box_cols x box_rows (one head, one batch) with the 128-byte swizzle; out-of-bounds rows read 0.
+// box_cols x box_rows (one head, one batch) with the 128-byte swizzle (or `swizzle`); out-of-bounds
+// rows read 0.
 struct BshdView {
   const void* data;
   CUtensorMapDataType dtype;
@@ -20,7 +21,8 @@ struct BshdView {
   std::int64_t batch_stride, row_stride, head_stride;  // elements
 };
 
-Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows);
+Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows,
+                       CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
 
 // The same tensor as a 5D map (cols, row % 4, row / 4, head, batch) whose box of box_cols x 2 x 4 is
 // the 8 rows 4c + e + start (c = 0..3, e = 0..1) for coordinates (col, start % 4, first / 4, ...):

@@ -49,16 +49,31 @@ struct SwizzledTile {
   }
 };
 
+// An 8-bit tile in column blocks of 64 bytes under the 64B swizzle (chunk ^= (r / 2) % 4 over 512-byte
+// atoms: what TMA writes with CU_TENSOR_MAP_SWIZZLE_64B and wgmma reads with swizzle mode 2), for a
+// K-major operand whose width is a multiple of 64 but not of 128 (the FP8 kernel's 192-key V^T).
+template <int kRows, int kCols>
+struct Swizzled64Tile {
+  static constexpr int kSwizzleBytes64 = 64;
+  static constexpr int kColsPerBlock = kSwizzleBytes64;
+  static_assert(kCols % kColsPerBlock == 0, "tile width must be a whole number of 64-byte column blocks");
+  static_assert(kRows % kSwizzleRows == 0, "tile height must be a whole number of 8-row swizzle atoms");
+  static constexpr int kColumnBlocks = kCols / kColsPerBlock;
+  static constexpr int kColumnBlockBytes = kRows * kSwizzleBytes64;
+  static constexpr int kBytes = kColumnBlocks * kColumnBlockBytes;
+};
+
 // wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):
 //   bits  0-13 start address >> 4, bits 16-29 leading-dimension byte offset >> 4,
 //   bits 32-45 stride-dimension byte offset >> 4, bits 62-63 swizzle mode (1 = 128B).
 HOPATTN_HOST_DEVICE constexpr std::uint64_t make_smem_descriptor(std::uint32_t smem_address,
                                                                  std::uint32_t leading_byte_offset,
-                                                                 std::uint32_t stride_byte_offset) {
+                                                                 std::uint32_t stride_byte_offset,
+                                                                 std::uint32_t swizzle_mode = 1) {
   return (static_cast<std::uint64_t>((smem_address & 0x3FFFF) >> 4)) |
          (static_cast<std::uint64_t>((leading_byte_offset & 0x3FFFF) >> 4) << 16) |
          (static_cast<std::uint64_t>((stride_byte_offset & 0x3FFFF) >> 4) << 32) |
-         (static_cast<std::uint64_t>(1) << 62);
+         (static_cast<std::uint64_t>(swizzle_mode) << 62);
 }
 
 // K-major operand (Q and K for S = Q K^T): the 16 reduction elements of one wgmma lie inside one
@@ -66,6 +81,11 @@ HOPATTN_HOST_DEVICE constexpr std::uint64_t make_smem_descriptor(std::uint32_t s
 // swizzled K-major layouts (set to 1 by convention).
 HOPATTN_HOST_DEVICE constexpr std::uint64_t kmajor_descriptor(std::uint32_t smem_address) {
   return make_smem_descriptor(smem_address, 16, kSwizzleAtomBytes);
+}
+
+// The same for a Swizzled64Tile: 64-byte rows, so the 8-row stride is 512 bytes; swizzle mode 2.
+HOPATTN_HOST_DEVICE constexpr std::uint64_t kmajor_descriptor_64b(std::uint32_t smem_address) {
+  return make_smem_descriptor(smem_address, 16, 8 * 64, 2);
 }
 
 // MN-major operand (V for O = P V, read as B with its N = head-dim axis contiguous): 64 N-elements
