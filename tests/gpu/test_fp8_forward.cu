@@ -450,8 +450,8 @@ TEST_F(Fp8Forward, CornerCases) {
 
 // Head dim 128 switches to 192-key blocks from 8192 keys on (fwd_fp8/traits.cuh): both sides of the
 // switch, a partial last block of either width, a last block that is exactly full (8448 = 44 x 192),
-// causal, MQA, and the kernel options; each with v in both layouts (keys-contiguous: the 192-key
-// kernel's V^T loads and permuted K rows).
+// causal, MQA, the kernel options and block descales in 192- and 384-row blocks; each with v in both
+// layouts (keys-contiguous: the 192-key kernel's V^T loads and permuted K rows).
 TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
@@ -467,6 +467,15 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   c.options.pingpong = false;
   cases.push_back(c);
   c.options.intra_wg_overlap = false;
+  cases.push_back(c);
+  // Block descales whose k/v rows are whole 192-key blocks take the 192-key kernel too
+  // (fwd_fp8/launch.cuh): 192 rows at any length, 384 from 8192 keys on.
+  c = cases[0];
+  c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
+  cases.push_back(c);
+  c.rows_kv = 384, c.seqlen_k = 8333, c.causal = true, c.seqlen_q = 77;
+  cases.push_back(c);
+  c.rows_kv = 192, c.seqlen_k = 333, c.causal = false, c.options.intra_wg_overlap = false;
   cases.push_back(c);
   const std::size_t key_ordered = cases.size();
   for (std::size_t i = 0; i < key_ordered; ++i) {

@@ -123,9 +123,18 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   return end_schedule(args, schedule, launched);
 }
 
+// Whether head dim 128 with block descales takes 192-key blocks: where its k/v descale rows are
+// whole 192-key blocks, at long key sequences as without descales, or at any length where they are
+// not whole 128-key blocks (192-row descales would otherwise be refused).
+inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detail::Problem& pr) {
+  const int rows = args.descale_block_rows_kv;
+  return rows % kFp8WideBlockN == 0 && (pr.seqlen_k >= kFp8WideBlockMinKeys || rows % 128 != 0);
+}
+
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
 // with the softcap step only when a softcap is given; without either, head dim 128 takes wider K
-// blocks at long key sequences (kFp8WideBlockMinKeys). kVtFromGlobal: v is keys-contiguous.
+// blocks at long key sequences (kFp8WideBlockMinKeys), and so it does with block descales whose k/v
+// rows allow them. kVtFromGlobal: v is keys-contiguous.
 template <int kHeadDim, bool kVtFromGlobal>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
@@ -133,7 +142,13 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, kVtFromGlobal>>(args, pr);
     return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal>>(args, pr);
   }
-  if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal>>(args, pr);
+  if (block_descales) {
+    if constexpr (kHeadDim == 128) {
+      if (fp8_block_descales_take_wide_blocks(args, pr))
+        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal>>(args, pr);
+    }
+    return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal>>(args, pr);
+  }
   if constexpr (kHeadDim == 128) {
     if (pr.seqlen_k >= kFp8WideBlockMinKeys)
       return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal>>(args, pr);
