@@ -16,10 +16,13 @@ namespace hopattn::sm90 {
 constexpr int fp8_default_block_n(int head_dim, bool block_descales, bool softcap = false) {
   return head_dim == 256 && (block_descales || softcap) ? 64 : 128;
 }
-// Head dim 128 from 8192 keys on (no block descales): 192-key blocks (2 stages)
-// run 3-4% faster than 128 at 8k-16k. Below that the padding of the last block (up to 191 keys of
-// wasted work per tile row) costs more than the per-block overheads the width saves: 1-4% slower
-// at 2k-4k (H200, 2026-11-29).
+// Head dim 128 from 8192 keys on: 192-key blocks (2 stages) run 3-4% faster than 128 at 8k-16k
+// (H200, 2026-11-29; 13-14% fewer cycles since the 192-key-only changes of v37-v39, 2026-12-01). Below
+// that the padding of the last block (up to 191 keys of wasted work per tile row) costs more than the
+// per-block overheads the width saves: 1-4% slower at 2k-4k (H200, 2026-11-29). With block descales
+// the k/v descale rows must be whole blocks: 192-key blocks where they are multiples of 192
+// (launch.cuh, fp8_block_descales_take_wide_blocks), 12-16% fewer cycles than 128-key blocks with
+// 128-row descales at 8k-16k (H200, 2026-12-01).
 constexpr int kFp8WideBlockN = 192;
 constexpr int kFp8WideBlockMinKeys = 8192;
 
@@ -114,9 +117,11 @@ struct Fp8FwdTraits {
   // its exponentials, and O's rescale (predicated, not branched around) and P's conversion interleave
   // with the exponentials: d 64 +2-5%, d 128 +1-5% (H200, 2026-11-29; a rescale behind a branch
   // there was mixed, 8k -2%). false: the wait follows the exponentials and O is rescaled in the GEMM turn,
-  // skipped where no row max moved: at d 256 the other order spills, and the block-descale d 128
-  // kernel ran 2-3% slower with it.
-  static constexpr bool kPvWaitInSoftmax = kHeadDim == 64 || (kHeadDim == 128 && !kBlockDescales);
+  // skipped where no row max moved: at d 256 the other order spills, and the 128-key block-descale
+  // d 128 kernel ran 2-3% slower with it. The 192-key block-descale kernel takes it (with
+  // kPvWaitAfterMax): 12-14% fewer cycles than without at 8k-16k, 9% at 2k (H200, 2026-12-01).
+  static constexpr bool kPvWaitInSoftmax =
+      kHeadDim == 64 || (kHeadDim == 128 && (!kBlockDescales || kBlockN_ == kFp8WideBlockN));
   // Where the softmax waits for the P V, whether that wait is pinned after the max reduction
   // (keep_next_wait_after; ptxas otherwise hoists it above the reduction) and the GEMM turn ends
   // there too instead of right after the issue (Fp8Consumer::mainloop_overlapped): the 192-key d 128
