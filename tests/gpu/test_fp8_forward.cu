@@ -445,6 +445,14 @@ TEST_F(Fp8Forward, CornerCases) {
     c.softcap = 0.0f, c.block_scales = false, c.out_pad = 8;  // the O store must leave the padding alone
     cases.push_back(c);
   }
+  // 192-row k/v descales at head dim 128: the 192-key block-descale kernel at a short length (also
+  // under the device script's sanitizers), v in both layouts.
+  Fp8Case c;
+  c.batch = 2, c.heads_q = 4, c.heads_kv = 2, c.seqlen_q = 200, c.seqlen_k = 533;
+  c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
+  cases.push_back(c);
+  c.v_keys_contiguous = true, c.causal = true;
+  cases.push_back(c);
   expect_cases_match_oracle(cases, seed);
 }
 
