@@ -456,14 +456,14 @@ TEST_F(Fp8Forward, CornerCases) {
   expect_cases_match_oracle(cases, seed);
 }
 
-// Head dim 128 switches to 192-key blocks from 8192 keys on (fwd_fp8/traits.cuh): both sides of the
+// Head dim 128 switches to 192-key blocks from 2048 keys on (fwd_fp8/traits.cuh): both sides of the
 // switch, a partial last block of either width, a last block that is exactly full (8448 = 44 x 192),
 // causal, MQA, the kernel options and block descales in 192- and 384-row blocks; each with v in both
 // layouts (keys-contiguous: the 192-key kernel's V^T loads and permuted K rows).
 TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
-  for (int seqlen_k : {8191, 8192, 8333, 8448}) {
+  for (int seqlen_k : {2047, 2048, 8333, 8448}) {
     Fp8Case c;
     c.head_dim = 128, c.heads_q = 3, c.heads_kv = 1, c.seqlen_q = 201, c.seqlen_k = seqlen_k;
     c.q_amplitude = 4.0f, c.head_scales = true;
@@ -477,7 +477,7 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   c.options.intra_wg_overlap = false;
   cases.push_back(c);
   // Block descales whose k/v rows are whole 192-key blocks take the 192-key kernel too
-  // (fwd_fp8/launch.cuh): 192 rows at any length, 384 from 8192 keys on.
+  // (fwd_fp8/launch.cuh): 192 rows at any length, 384 from 2048 keys on.
   c = cases[0];
   c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
   cases.push_back(c);

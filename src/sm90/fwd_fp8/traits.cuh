@@ -16,15 +16,15 @@ namespace hopattn::sm90 {
 constexpr int fp8_default_block_n(int head_dim, bool block_descales, bool softcap = false) {
   return head_dim == 256 && (block_descales || softcap) ? 64 : 128;
 }
-// Head dim 128 from 8192 keys on: 192-key blocks (2 stages) run 3-4% faster than 128 at 8k-16k
-// (H200, 2026-11-29; 13-14% fewer cycles since the 192-key-only changes of v37-v39, 2026-12-01). Below
-// that the padding of the last block (up to 191 keys of wasted work per tile row) costs more than the
-// per-block overheads the width saves: 1-4% slower at 2k-4k (H200, 2026-11-29). With block descales
-// the k/v descale rows must be whole blocks: 192-key blocks where they are multiples of 192
-// (launch.cuh, fp8_block_descales_take_wide_blocks), 12-16% fewer cycles than 128-key blocks with
-// 128-row descales at 8k-16k (H200, 2026-12-01).
+// Head dim 128 from 2048 keys on: 192-key blocks, which since the 192-key-only changes of v37-v39
+// take 13-14% fewer cycles than 128-key blocks at 8k-16k, 7-11% at 2k-4k (causal 4k 7%). At 1k the
+// padding of the last block (up to 191 keys of wasted work per tile row) costs more than the
+// per-block overheads the width saves: +1-4% (H200, 2026-12-01). With block descales the k/v
+// descale rows must be whole blocks: 192-key blocks where they are multiples of 192 (launch.cuh,
+// fp8_block_descales_take_wide_blocks), 12-16% fewer cycles than 128-key blocks with 128-row
+// descales at 8k-16k, 5-8% at 2k-4k (H200, 2026-12-01).
 constexpr int kFp8WideBlockN = 192;
-constexpr int kFp8WideBlockMinKeys = 8192;
+constexpr int kFp8WideBlockMinKeys = 2048;
 
 // kBlockDescales_: the kernel reads per-block descales (q/k/v_block_descale, any of them); without
 // them the per-K-block scale loads and the v-scale switch compile away (as run-time branches they
