@@ -128,7 +128,8 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
 // not whole 128-key blocks (192-row descales would otherwise be refused).
 inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detail::Problem& pr) {
   const int rows = args.descale_block_rows_kv;
-  return rows % kFp8WideBlockN == 0 && (pr.seqlen_k >= kFp8WideBlockMinKeys || rows % 128 != 0);
+  const int narrow = fp8_default_block_n(128, true);
+  return rows % kFp8WideBlockN == 0 && (pr.seqlen_k >= kFp8WideBlockMinKeys || rows % narrow != 0);
 }
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),

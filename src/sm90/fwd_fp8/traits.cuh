@@ -119,7 +119,7 @@ struct Fp8FwdTraits {
   // there was mixed, 8k -2%). false: the wait follows the exponentials and O is rescaled in the GEMM turn,
   // skipped where no row max moved: at d 256 the other order spills, and the 128-key block-descale
   // d 128 kernel ran 2-3% slower with it. The 192-key block-descale kernel takes it (with
-  // kPvWaitAfterMax): 12-14% fewer cycles than without at 8k-16k, 9% at 2k (H200, 2026-12-01).
+  // kPvWaitAfterMax): 12% fewer cycles than without at 8k-16k, 9% at 2k (H200, 2026-12-01).
   static constexpr bool kPvWaitInSoftmax =
       kHeadDim == 64 || (kHeadDim == 128 && (!kBlockDescales || kBlockN_ == kFp8WideBlockN));
   // Where the softmax waits for the P V, whether that wait is pinned after the max reduction
