@@ -453,6 +453,11 @@ TEST_F(Fp8Forward, CornerCases) {
   cases.push_back(c);
   c.v_keys_contiguous = true, c.causal = true;
   cases.push_back(c);
+  // ... and at head dim 256 the 96-key block-descale kernel (ordinary v layout).
+  c.head_dim = 256, c.v_keys_contiguous = false;
+  cases.push_back(c);
+  c.causal = false, c.seqlen_k = 1111, c.options.intra_wg_overlap = false;
+  cases.push_back(c);
   expect_cases_match_oracle(cases, seed);
 }
 

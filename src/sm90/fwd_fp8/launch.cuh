@@ -148,6 +148,10 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
       if (fp8_block_descales_take_wide_blocks(args, pr))
         return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal>>(args, pr);
     }
+    if constexpr (kHeadDim == 256 && !kVtFromGlobal) {
+      if (args.descale_block_rows_kv % 96 == 0)
+        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, 96, kVtFromGlobal>>(args, pr);
+    }
     return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal>>(args, pr);
   }
   if constexpr (kHeadDim == 128) {
