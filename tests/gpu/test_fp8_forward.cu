@@ -453,7 +453,7 @@ TEST_F(Fp8Forward, CornerCases) {
   cases.push_back(c);
   c.v_keys_contiguous = true, c.causal = true;
   cases.push_back(c);
-  // ... and at head dim 256 the 96-key block-descale kernel (ordinary v layout).
+  // ... and at head dim 256 the 96-key block-descale kernel (ordinary v layout only).
   c.head_dim = 256, c.v_keys_contiguous = false;
   cases.push_back(c);
   c.causal = false, c.seqlen_k = 1111, c.options.intra_wg_overlap = false;

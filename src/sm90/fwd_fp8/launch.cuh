@@ -135,7 +135,8 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detai
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
 // with the softcap step only when a softcap is given; without either, head dim 128 takes wider K
 // blocks at long key sequences (kFp8WideBlockMinKeys), and so it does with block descales whose k/v
-// rows allow them. kVtFromGlobal: v is keys-contiguous.
+// rows allow them; head dim 256 with block descales takes 96-key blocks where the rows allow them
+// (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous.
 template <int kHeadDim, bool kVtFromGlobal>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
@@ -149,8 +150,8 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
         return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal>>(args, pr);
     }
     if constexpr (kHeadDim == 256 && !kVtFromGlobal) {
-      if (args.descale_block_rows_kv % 96 == 0)
-        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, 96, kVtFromGlobal>>(args, pr);
+      if (args.descale_block_rows_kv % kFp8D256DescaleBlockN == 0)
+        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8D256DescaleBlockN, false>>(args, pr);
     }
     return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal>>(args, pr);
   }
