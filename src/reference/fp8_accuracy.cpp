@@ -46,18 +46,20 @@ DenseInputs rounded(const AccuracyShape& shape, const std::vector<double> (&qkv)
 
 // quantize_fp8 on fp16 host tensors, then `attention` (fp8_attention or standard_fp8_attention), output
 // rounded to bf16 (the FP8 kernel's output dtype).
-std::vector<float> fp8_row(const DenseInputs& in, QuantGranularity granularity, bool hadamard,
-                           std::vector<float> (*attention)(const Fp8AttentionArgs&)) {
+std::vector<float> fp8_row(const DenseInputs& in, const AccuracyShape& shape, QuantGranularity granularity,
+                           bool hadamard, std::vector<float> (*attention)(const Fp8AttentionArgs&)) {
   const std::int64_t b = in.batch, s = in.seqlen_q, h = in.heads_q, d = in.head_dim;
   std::vector<__half> half[3];
   std::vector<std::uint8_t> codes[3];
   std::vector<float> scales[3];
   const std::vector<float>* src[3] = {&in.q, &in.k, &in.v};
-  const std::int64_t blocks = scale_blocks(granularity, s, 128);
+  const int block_rows[3] = {128, shape.block_rows_kv, shape.block_rows_kv};
+  std::int64_t blocks[3];
   for (int t = 0; t < 3; ++t) {
+    blocks[t] = scale_blocks(granularity, s, block_rows[t]);
     for (float x : *src[t]) half[t].push_back(__float2half_rn(x));
     codes[t].assign(src[t]->size(), 0);
-    scales[t].assign(static_cast<std::size_t>(b * h * blocks), 0.0f);
+    scales[t].assign(static_cast<std::size_t>(b * h * blocks[t]), 0.0f);
   }
   QuantizeArgs args;
   Tensor* ins[3] = {&args.q, &args.k, &args.v};
@@ -69,9 +71,11 @@ std::vector<float> fp8_row(const DenseInputs& in, QuantGranularity granularity, 
     *descales[t] = granularity == QuantGranularity::kPerTensor ? make_tensor(scales[t].data(), Dtype::kFloat32, {1})
                    : granularity == QuantGranularity::kPerHead
                        ? make_tensor(scales[t].data(), Dtype::kFloat32, {b, h})
-                       : make_tensor(scales[t].data(), Dtype::kFloat32, {b, h, blocks});
+                       : make_tensor(scales[t].data(), Dtype::kFloat32, {b, h, blocks[t]});
   }
   args.granularity = granularity;
+  args.block_rows_q = block_rows[0];
+  args.block_rows_kv = shape.block_rows_kv;
   args.hadamard = hadamard;
   args.seed = 0x5eed;
   if (!quantize_fp8(args).ok()) return {};  // the caller's rmse() then fails on the size mismatch
@@ -80,6 +84,9 @@ std::vector<float> fp8_row(const DenseInputs& in, QuantGranularity granularity, 
   fa.q8 = args.q8, fa.k8 = args.k8, fa.v8 = args.v8;
   fa.q_descale = args.q_descale, fa.k_descale = args.k_descale, fa.v_descale = args.v_descale;
   fa.granularity = granularity;
+  fa.block_rows_q = block_rows[0];
+  fa.block_rows_kv = shape.block_rows_kv;
+  fa.tile_k = shape.tile_k;
   std::vector<float> out = attention(fa);
   for (float& x : out) x = to_bf16_rn(x);
   return out;
@@ -100,11 +107,11 @@ AccuracyTable fp8_accuracy_study(const AccuracyShape& shape, std::uint64_t seed)
   t.fp16_flash = rmse(flash_attention_16bit(fp16, Dtype::kFloat16), exact_fp16);
   t.bf16_flash = rmse(flash_attention_16bit(bf16, Dtype::kBFloat16), exact_bf16);
   t.fp16_standard = rmse(standard_attention_fp16(fp16), exact_fp16);
-  t.fp8_standard = rmse(fp8_row(fp16, QuantGranularity::kPerTensor, false, standard_fp8_attention), exact_fp16);
-  t.fp8_per_tensor = rmse(fp8_row(fp16, QuantGranularity::kPerTensor, false, fp8_attention), exact_fp16);
-  t.fp8_block = rmse(fp8_row(fp16, QuantGranularity::kPerBlock, false, fp8_attention), exact_fp16);
-  t.fp8_incoherent = rmse(fp8_row(fp16, QuantGranularity::kPerTensor, true, fp8_attention), exact_fp16);
-  t.fp8_block_incoherent = rmse(fp8_row(fp16, QuantGranularity::kPerBlock, true, fp8_attention), exact_fp16);
+  t.fp8_standard = rmse(fp8_row(fp16, shape, QuantGranularity::kPerTensor, false, standard_fp8_attention), exact_fp16);
+  t.fp8_per_tensor = rmse(fp8_row(fp16, shape, QuantGranularity::kPerTensor, false, fp8_attention), exact_fp16);
+  t.fp8_block = rmse(fp8_row(fp16, shape, QuantGranularity::kPerBlock, false, fp8_attention), exact_fp16);
+  t.fp8_incoherent = rmse(fp8_row(fp16, shape, QuantGranularity::kPerTensor, true, fp8_attention), exact_fp16);
+  t.fp8_block_incoherent = rmse(fp8_row(fp16, shape, QuantGranularity::kPerBlock, true, fp8_attention), exact_fp16);
   return t;
 }
 

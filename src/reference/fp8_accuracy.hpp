@@ -10,6 +10,9 @@ namespace hopattn::reference {
 
 struct AccuracyShape {
   int batch = 1, heads = 2, seqlen = 1024, head_dim = 128;  // seqlen_q = seqlen_k, heads_q = heads_kv
+  // The block rows: 128 for q; for k and v block_rows_kv, with key tiles of tile_k in the emulation
+  // (the kernel's K block: 192 for 192-row k/v scales at head dim 128).
+  int block_rows_kv = 128, tile_k = 128;
 };
 
 struct AccuracyTable {
