@@ -37,6 +37,7 @@ struct QuantCase {
   int block_rows(int t) const { return t == 0 ? args.block_rows_q : args.block_rows_kv; }
   hopattn::Tensor& input(int t) { return t == 0 ? args.q : t == 1 ? args.k : args.v; }
   hopattn::Tensor& output(int t) { return t == 0 ? args.q8 : t == 1 ? args.k8 : args.v8; }
+  const hopattn::Tensor& output(int t) const { return t == 0 ? args.q8 : t == 1 ? args.k8 : args.v8; }
   hopattn::Tensor& descale(int t) { return t == 0 ? args.q_descale : t == 1 ? args.k_descale : args.v_descale; }
   std::int64_t scale_count(int t) const {
     switch (args.granularity) {
@@ -56,7 +57,7 @@ struct QuantCase {
   // Element offset of (b, s, h, j) in tensor t's code buffer, through the output view's strides
   // (which store_v8_keys_contiguous changes for v8).
   std::int64_t code_offset(int t, int b, int s, int h, int j) const {
-    const hopattn::Tensor& o = t == 0 ? args.q8 : t == 1 ? args.k8 : args.v8;
+    const hopattn::Tensor& o = output(t);
     return b * o.stride[0] + s * o.stride[1] + h * o.stride[2] + j * o.stride[3];
   }
   float input_value(int t, std::int64_t i) const {
