@@ -54,6 +54,7 @@ std::string usage_text() {
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
+         "    --varlen (bf16/fp16: the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -88,6 +89,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     if (flag == "--v-keys-contiguous") {
       single.v_keys_contiguous = single_given = true;
       single.variant = "v_keys_contiguous";
+      continue;
+    }
+    if (flag == "--varlen") {
+      single.varlen = single_given = true;
+      single.variant = "varlen";
       continue;
     }
     if (flag == "--no-lse") {

@@ -26,6 +26,7 @@ constexpr int kMinTimedIters = 5;
 struct InputSet {
   DeviceBuffer q, k, v, out, lse;
   DeviceBuffer q_block_descale, k_block_descale, v_block_descale;  // Shape::fp8_block_rows > 0
+  DeviceBuffer cu_seqlens_q, cu_seqlens_k;                           // Shape::varlen
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -36,6 +37,15 @@ Status make_ones(std::int64_t count, DeviceBuffer* buffer) {
   if (Status st = buffer->allocate(count * sizeof(float)); !st.ok()) return st;
   const std::vector<float> ones(static_cast<std::size_t>(count), 1.0f);
   HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), ones.data(), buffer->bytes(), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+// int32 prefix sums 0, seqlen, 2 seqlen, ..., batch seqlen: a packed batch of equal lengths.
+Status make_cu_seqlens(int batch, int seqlen, DeviceBuffer* buffer) {
+  if (Status st = buffer->allocate((batch + 1) * sizeof(int)); !st.ok()) return st;
+  std::vector<int> sums(static_cast<std::size_t>(batch) + 1);
+  for (int b = 0; b <= batch; ++b) sums[b] = b * seqlen;
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), sums.data(), buffer->bytes(), cudaMemcpyHostToDevice));
   return Status::Ok();
 }
 
@@ -85,6 +95,10 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     if (Status st = make_ones(kv_blocks, &set->k_block_descale); !st.ok()) return st;
     if (Status st = make_ones(kv_blocks, &set->v_block_descale); !st.ok()) return st;
   }
+  if (s.varlen) {
+    if (Status st = make_cu_seqlens(s.batch, s.seqlen_q, &set->cu_seqlens_q); !st.ok()) return st;
+    if (Status st = make_cu_seqlens(s.batch, s.seqlen_k, &set->cu_seqlens_k); !st.ok()) return st;
+  }
   return Status::Ok();
 }
 
@@ -113,6 +127,20 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
                                        {s.batch, s.heads_kv, ceil_div(s.seqlen_k, rows)}, cuda, options.device);
     args.descale_block_rows_q = rows;
     args.descale_block_rows_kv = rows;
+  }
+  if (s.varlen) {  // the same buffers, packed: (batch * seqlen, heads, d) and LSE (heads, batch * seqlen_q)
+    const std::int64_t total_q = std::int64_t{s.batch} * s.seqlen_q, total_k = std::int64_t{s.batch} * s.seqlen_k;
+    args.q = make_tensor(set.q.get(), s.dtype, {total_q, s.heads_q, s.hdim}, cuda, options.device);
+    args.k = make_tensor(set.k.get(), s.dtype, {total_k, s.heads_kv, s.hdim}, cuda, options.device);
+    args.v = make_tensor(set.v.get(), s.dtype, {total_k, s.heads_kv, s.hdim}, cuda, options.device);
+    args.out = make_tensor(set.out.get(), e.out_dtype, {total_q, s.heads_q, s.hdim}, cuda, options.device);
+    if (options.write_lse) {
+      args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.heads_q, total_q}, cuda, options.device);
+    }
+    args.cu_seqlens_q = make_tensor(set.cu_seqlens_q.get(), Dtype::kInt32, {s.batch + 1}, cuda, options.device);
+    args.cu_seqlens_k = make_tensor(set.cu_seqlens_k.get(), Dtype::kInt32, {s.batch + 1}, cuda, options.device);
+    args.max_seqlen_q = s.seqlen_q;
+    args.max_seqlen_k = s.seqlen_k;
   }
   args.causal = s.causal;
   args.softcap = s.softcap;

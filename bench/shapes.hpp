@@ -27,6 +27,9 @@ struct Shape {
   // FP8 only: v passed keys-contiguous (V^T in memory, keys padded to a multiple of 16), which the
   // kernel loads by TMA instead of transposing V.
   bool v_keys_contiguous = false;
+  // 16-bit only: the batch passed packed, (batch * seqlen, heads, d) with cu_seqlens_q / cu_seqlens_k
+  // of equal lengths, so that the variable-length kernel's cost shows against the dense one.
+  bool varlen = false;
   std::string variant = "default";  // names the KernelOptions setting (ablation rows) or the descales
 };
 

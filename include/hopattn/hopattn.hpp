@@ -95,7 +95,9 @@ struct FwdArgs {
   int window_right = -1;               // -1 = unbounded (causal is window_right = 0)
   float softcap = 0.0f;                // 0 = off; else s -> softcap * tanh(s / softcap)
 
-  // Variable-length batches: int32 prefix sums of length batch + 1.
+  // Variable-length batches: int32 prefix sums of length batch + 1. On CUDA tensors their values (and
+  // seqused_k's) are trusted, as in flash-attention (checking them would need a device sync): the
+  // first entry 0, non-decreasing, every query length <= max_seqlen_q. Host tensors are checked.
   std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Tensor> seqused_k;  // int32 (batch): keys actually used per sequence

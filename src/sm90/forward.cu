@@ -14,17 +14,22 @@ namespace {
 
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
-                what + " is not supported by the sm_90a forward kernel yet; it supports dense bf16/fp16 "
-                       "q/k/v with head dim 64, 128 or 256, causal or not, sliding window, softcap, GQA/MQA, "
+                what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
+                       "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k), and FP8 e4m3 dense "
+                       "q/k/v, with head dim 64, 128 or 256, causal or not, sliding window, softcap, GQA/MQA, "
                        "softmax_scale and LSE (the CPU reference backend supports every feature on host tensors)");
 }
 
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
+  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k;
   switch (pr.head_dim) {
-    case 64: return launch_shipped_forward<64, Element>(args, pr);
-    case 128: return launch_shipped_forward<128, Element>(args, pr);
-    case 256: return launch_shipped_forward<256, Element>(args, pr);
+    case 64: return varlen ? launch_shipped_varlen_forward<64, Element>(args, pr)
+                           : launch_shipped_forward<64, Element>(args, pr);
+    case 128: return varlen ? launch_shipped_varlen_forward<128, Element>(args, pr)
+                            : launch_shipped_forward<128, Element>(args, pr);
+    case 256: return varlen ? launch_shipped_varlen_forward<256, Element>(args, pr)
+                            : launch_shipped_forward<256, Element>(args, pr);
     default: return unsupported("head dim " + std::to_string(pr.head_dim));
   }
 }
@@ -32,9 +37,14 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 }  // namespace
 
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
-  if (pr.varlen_q || pr.varlen_k) return unsupported("variable-length (cu_seqlens) input");
-  if (pr.has_seqused_k) return unsupported("seqused_k");
+  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k;
   if (pr.paged) return unsupported("a paged KV cache");
+  if (varlen && pr.in_dtype == Dtype::kFloat8E4M3)
+    return unsupported("FP8 with variable-length input (cu_seqlens_q, cu_seqlens_k or seqused_k)");
+  if (varlen && !args.options.warp_specialized)
+    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k or seqused_k) with "
+                       "KernelOptions::warp_specialized = false (the ablation switch; variable-length kernels are "
+                       "warp-specialized)");
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {

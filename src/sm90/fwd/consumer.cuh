@@ -70,13 +70,25 @@ class Consumer {
         if (shared_o_stage) retire_o_turns<Traits>(warpgroup_);
         return;
       }
-      const TileVisit visit = decode_visit<Traits::kBlockM, Traits::kBlockN>(p_, visit_id);
-      const TileCoord c = decode_tile(p_, visit.tile);
+      // The visit and what its masks see: FwdParams for a dense batch, its sequence's SequenceBounds
+      // for a variable-length one. (The body stays in this loop: moved into a function it changed the
+      // dense kernels' code.)
+      [[maybe_unused]] VarlenVisit varlen;
+      TileVisit visit;
+      TileCoord c;
+      if constexpr (Traits::kVarlen) {
+        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN>(p_, visit_id);
+        visit = varlen.visit, c = varlen.coord;
+      } else {
+        visit = decode_visit<Traits::kBlockM, Traits::kBlockN>(p_, visit_id);
+        c = decode_tile(p_, visit.tile);
+      }
+      const auto& seq = sequence_bounds(varlen);
       const int n_begin = visit.n_begin, n_end = visit.n_end;
       const SplitPiece piece = SplitPiece::of(p_.split, visit);
       const int m0 = c.m_block * Traits::kBlockM;
       const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
-      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(p_, m0);
+      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(seq, m0);
 
       float o[kO];
 #pragma unroll
@@ -92,27 +104,59 @@ class Consumer {
       if (n_end <= n_begin) {
         release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
       } else if (p_.intra_wg_overlap) {
-        mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
+        mainloop_overlapped(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
-        mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
+        mainloop_sequential(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
       if (__builtin_expect(piece.split(), 0) && !finish_split(piece, o, softmax)) {  // another piece stores the tile
         if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
         continue;
       }
-      if constexpr (Traits::kOThroughSmem) {
-        if (p_.store_o_by_tma) {
-          store_output_through_smem<Traits>(p_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax);
-          continue;
+      if constexpr (Traits::kVarlen) {
+        store_varlen_tile(c, row0, shared_o_stage, o, softmax);
+      } else {
+        if constexpr (Traits::kOThroughSmem) {
+          if (p_.store_o_by_tma) {
+            store_output_through_smem<Traits>(p_, p_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax);
+            continue;
+          }
         }
+        store_output<Traits>(p_, p_, c, row0, thread_, o, softmax);
       }
-      store_output<Traits>(p_, c, row0, thread_, o, softmax);
     }
   }
 
  private:
-  __device__ bool inline_loads() const { return !Traits::kWarpSpecialized && drives_loads_; }
+  // What a tile's masks and K/V block range see (sequence.cuh).
+  __device__ const auto& sequence_bounds(const VarlenVisit& varlen) const {
+    if constexpr (Traits::kVarlen) return varlen.seq.bounds;
+    else return p_;
+  }
 
+  // The epilogue of a variable-length tile. Its rows in out's coordinates: a packed out holds the
+  // sequence from row q_row0, as batch entry 0 of its tensor map, whose end is only the last
+  // sequence's end. So a warpgroup whose rows run past its own sequence stores through registers: by
+  // TMA it would overwrite the next sequence's rows. The sequence is read again here rather than kept
+  // in registers through the mainloop (that spilled at head dim 256).
+  __device__ void store_varlen_tile(const TileCoord& c, int row0, bool shared_o_stage, float (&o)[kO],
+                                    OnlineSoftmax<kS>& softmax) {
+    const VarlenSequence sequence = varlen_sequence(p_, c.batch);
+    const TileCoord out_c{c.m_block, c.head, sequence.rows.q_batch};
+    const PackedRowEnd rows{sequence.rows.q_row0 + sequence.bounds.seqlen_q};
+    const int out_row0 = sequence.rows.q_row0 + row0;
+    if constexpr (Traits::kOThroughSmem) {
+      if (p_.store_o_by_tma) {
+        if (row0 + Traits::kRowsPerWarpgroup <= sequence.bounds.seqlen_q) {
+          store_output_through_smem<Traits>(p_, rows, s_, tm_o_, out_c, warpgroup_, out_row0, thread_, o, softmax);
+          return;
+        }
+        if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
+      }
+    }
+    store_output<Traits>(p_, rows, out_c, out_row0, thread_, o, softmax);
+  }
+
+  __device__ bool inline_loads() const { return !Traits::kWarpSpecialized && drives_loads_; }
 
   // A split piece's end (split_merge.cuh); true when this warpgroup stores the tile. (scale_log2 is
   // passed although finish_split_piece could read it from p_: reading it there moved ptxas's
@@ -177,14 +221,16 @@ class Consumer {
   }
 
   // Raw scores -> what the softmax sees: softcap (when on), then the mask.
-  __device__ void prepare_scores(float (&s)[kS], const MaskedBlocks& masked, int m0, int row0, int n_block) {
+  template <class Bounds>
+  __device__ void prepare_scores(const Bounds& seq, float (&s)[kS], const MaskedBlocks& masked, int m0, int row0,
+                                 int n_block) {
     if (p_.softcap > 0.0f) {
 #pragma unroll
       for (int i = 0; i < kS; ++i) s[i] = p_.softcap * fast_tanh(s[i] * p_.softcap_input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, p_, m0, n_block)) {
-      apply_mask(s, thread_, row0, n0, p_);
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, seq, m0, n_block)) {
+      apply_mask(s, thread_, row0, n0, seq);
     }
   }
 
@@ -206,8 +252,9 @@ class Consumer {
     }
   }
 
-  __device__ void mainloop_sequential(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
-                                      const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
+  template <class Bounds>
+  __device__ void mainloop_sequential(const Bounds& seq, const MaskedBlocks& masked, int m0, int row0, int n_begin,
+                                      int n_end, const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     for (int n = n_end - 1; n >= n_begin; --n) {
@@ -220,7 +267,7 @@ class Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);  // S GEMM done reading K
       release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, n == n_begin);
-      prepare_scores(s, masked, m0, row0, n);
+      prepare_scores(seq, s, masked, m0, row0, n);
       float factor[2];
       softmax.update(s, factor);
       rescale(o, factor);
@@ -242,8 +289,9 @@ class Consumer {
     release_v(pv_stage);
   }
 
-  __device__ void mainloop_overlapped(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
-                                      const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
+  template <class Bounds>
+  __device__ void mainloop_overlapped(const Bounds& seq, const MaskedBlocks& masked, int m0, int row0, int n_begin,
+                                      int n_end, const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     float factor[2];
@@ -258,7 +306,7 @@ class Consumer {
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
     release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, true, n == n_begin);
-    prepare_scores(s, masked, m0, row0, n);
+    prepare_scores(seq, s, masked, m0, row0, n);
     softmax.update(s, factor);
     convert_p(s, p);
     std::uint32_t pv_phase = ring_.phase();
@@ -277,7 +325,7 @@ class Consumer {
       pin_registers(s);
       release(&s_.k_empty[stage]);
       release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, false, n == n_begin);
-      prepare_scores(s, masked, m0, row0, n);
+      prepare_scores(seq, s, masked, m0, row0, n);
       if constexpr (Traits::kPvWaitAfterMax) {
         // The P V wait between the max and the exponentials, kept there (keep_next_wait_after);
         // ptxas otherwise puts it before the max reduction.

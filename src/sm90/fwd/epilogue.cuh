@@ -1,6 +1,9 @@
 // Epilogue of one consumer warpgroup: normalize O by the row sums and store it, either as 16-bit
 // pairs straight from the accumulator registers or staged in shared memory for a TMA store, and store
-// LSE (natural log). Rows past seqlen_q are dropped; a row that saw no key stores 0 and LSE -inf.
+// LSE (natural log). Rows at or past `rows.seqlen_q` are dropped: `rows` is FwdParams for a dense batch,
+// or a variable-length tile's PackedRowEnd (sequence.cuh: its sequence's end in the packed out; the
+// field name matches so that the dense kernels read FwdParams where they always did). A row that saw
+// no key stores 0 and LSE -inf.
 #pragma once
 
 #include <cmath>
@@ -18,32 +21,33 @@
 
 namespace hopattn::sm90 {
 
-// LSE of the thread's two rows, from one thread per quad; rows past seqlen_q are dropped.
-__device__ __forceinline__ void store_lse_rows(const FwdParams& p, const TileCoord& c, int row0, int thread,
-                                               const float (&lse)[2]) {
+// LSE of the thread's two rows, from one thread per quad; rows at or past rows.seqlen_q are dropped.
+template <class RowEnd>
+__device__ __forceinline__ void store_lse_rows(const FwdParams& p, const RowEnd& rows, const TileCoord& c, int row0,
+                                               int thread, const float (&lse)[2]) {
   if (p.lse != nullptr && thread % 4 == 0) {
     float* lse_base = p.lse + c.batch * p.lse_batch_stride + c.head * p.lse_head_stride;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + accumulator_row(thread, 2 * r);
-      if (row < p.seqlen_q) lse_base[row * p.lse_row_stride] = lse[r];
+      if (row < rows.seqlen_q) lse_base[row * p.lse_row_stride] = lse[r];
     }
   }
 }
 
 // Stores O registers [first, first + kRegisters) of a warpgroup's 64 rows (o[i] is register first + i;
 // first a multiple of 4), scaled per row by out_scale, as 16-bit pairs straight from the accumulator
-// registers; rows past seqlen_q are dropped.
-template <bool kBf16, typename Element, int kRegisters>
-__device__ __forceinline__ void store_row_registers(const FwdParams& p, const TileCoord& c, int row0, int thread,
-                                                    int first, const float (&o)[kRegisters],
+// registers; rows at or past rows.seqlen_q are dropped.
+template <bool kBf16, typename Element, int kRegisters, class RowEnd>
+__device__ __forceinline__ void store_row_registers(const FwdParams& p, const RowEnd& rows, const TileCoord& c,
+                                                    int row0, int thread, int first, const float (&o)[kRegisters],
                                                     const float (&out_scale)[2]) {
   Element* out = static_cast<Element*>(p.out) + c.batch * p.out_batch_stride + c.head * p.out_head_stride;
 #pragma unroll
   for (int i = 0; i < kRegisters; i += 2) {
     const int r = fragment_row_half(i);
     const int row = row0 + accumulator_row(thread, first + i);
-    if (row < p.seqlen_q) {
+    if (row < rows.seqlen_q) {
       *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + accumulator_col(thread, first + i)) =
           pack_pair<kBf16>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
     }
@@ -51,12 +55,12 @@ __device__ __forceinline__ void store_row_registers(const FwdParams& p, const Ti
 }
 
 // Stores a warpgroup's 64 rows (every O register) and LSE. Shared by the 16-bit and FP8 kernels.
-template <bool kBf16, typename Element, int kORegisters>
-__device__ __forceinline__ void store_rows(const FwdParams& p, const TileCoord& c, int row0, int thread,
-                                           const float (&o)[kORegisters], const float (&out_scale)[2],
+template <bool kBf16, typename Element, int kORegisters, class RowEnd>
+__device__ __forceinline__ void store_rows(const FwdParams& p, const RowEnd& rows, const TileCoord& c, int row0,
+                                           int thread, const float (&o)[kORegisters], const float (&out_scale)[2],
                                            const float (&lse)[2]) {
-  store_row_registers<kBf16, Element>(p, c, row0, thread, 0, o, out_scale);
-  store_lse_rows(p, c, row0, thread, lse);
+  store_row_registers<kBf16, Element>(p, rows, c, row0, thread, 0, o, out_scale);
+  store_lse_rows(p, rows, c, row0, thread, lse);
 }
 
 // 1 / row sum (0 for a row that saw no key) and LSE (natural log; -inf for such a row) per row half.
@@ -75,14 +79,14 @@ __device__ __forceinline__ void finish_rows(const FwdParams& p, const OnlineSoft
   }
 }
 
-template <class Traits>
-__device__ __forceinline__ void store_output(const FwdParams& p, const TileCoord& c, int row0, int thread,
-                                             float (&o)[Traits::kORegisters],
+template <class Traits, class RowEnd>
+__device__ __forceinline__ void store_output(const FwdParams& p, const RowEnd& rows, const TileCoord& c, int row0,
+                                             int thread, float (&o)[Traits::kORegisters],
                                              OnlineSoftmax<Traits::kSRegisters>& softmax) {
   float inv_sum[2];
   float lse[2];
   finish_rows(p, softmax, inv_sum, lse);
-  store_rows<Traits::kIsBf16, typename Traits::Element>(p, c, row0, thread, o, inv_sum, lse);
+  store_rows<Traits::kIsBf16, typename Traits::Element>(p, rows, c, row0, thread, o, inv_sum, lse);
 }
 
 // Shared O stage (Traits::kOStageShared): the consumer warpgroups take it in turns, 0, 1, ..., in the
@@ -128,16 +132,19 @@ __device__ __forceinline__ void retire_o_turns(int warpgroup) {
 // O stage (swizzled like Q) with one stmatrix.x4 per 16 columns: the accumulators of columns
 // [16k, 16k + 16), packed in pairs, are the A-fragment layout that ldmatrix reads for Q
 // (a_fragment.hpp, conflict-free), so the same lane addresses store them. One thread TMA-stores the
-// rows, 64 columns per box; rows past seqlen_q fall outside the tensor map and are not written. Its
+// rows, 64 columns per box; rows past the tensor map's end are not written (a dense map ends at
+// seqlen_q; a packed one at the last sequence's end, so callers store a variable-length warpgroup
+// whose rows run past its sequence through registers instead). Its
 // own rows (kOStagePerWarpgroup) are rewritten only once the previous tile's stores have read them
 // (tma_store_wait_read), so the stores overlap the next tile's mainloop; a shared stage is taken and
 // handed on as above. O is scaled per row by out_scale; kBf16 picks the 16-bit output type.
 // Shared by the 16-bit and FP8 kernels; call tma_store_wait_all from the issuing thread (thread 0)
 // before the CTA exits.
-template <class Traits, bool kBf16>
-__device__ __forceinline__ void store_rows_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,
-                                                        const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
-                                                        int row0, int thread, const float (&o)[Traits::kORegisters],
+template <class Traits, bool kBf16, class RowEnd>
+__device__ __forceinline__ void store_rows_through_smem(const FwdParams& p, const RowEnd& rows,
+                                                        typename Traits::SharedStorage& s, const CUtensorMap* tm_o,
+                                                        const TileCoord& c, int warpgroup, int row0, int thread,
+                                                        const float (&o)[Traits::kORegisters],
                                                         const float (&out_scale)[2], const float (&lse)[2]) {
   using Tile = typename Traits::OTile;
   constexpr int kRows = Traits::kRowsPerWarpgroup;
@@ -164,7 +171,7 @@ __device__ __forceinline__ void store_rows_through_smem(const FwdParams& p, type
   }
   fence_proxy_async_shared();  // our generic stores -> the TMA unit's (async proxy) reads
   named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
-  if (thread == 0 && row0 < p.seqlen_q) {
+  if (thread == 0 && row0 < rows.seqlen_q) {
 #pragma unroll
     for (int cb = 0; cb < Tile::kColumnBlocks; ++cb) {
       tma_store_4d(tm_o, stage + cb * Tile::kColumnBlockBytes + stage_row0 * kSwizzleBytes,
@@ -173,18 +180,19 @@ __device__ __forceinline__ void store_rows_through_smem(const FwdParams& p, type
     tma_store_commit();
   }
   if constexpr (Traits::kOStageShared) pass_o_turn<Traits>(warpgroup, thread);
-  store_lse_rows(p, c, row0, thread, lse);
+  store_lse_rows(p, rows, c, row0, thread, lse);
 }
 
-template <class Traits>
-__device__ __forceinline__ void store_output_through_smem(const FwdParams& p, typename Traits::SharedStorage& s,
-                                                          const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
-                                                          int row0, int thread, const float (&o)[Traits::kORegisters],
+template <class Traits, class RowEnd>
+__device__ __forceinline__ void store_output_through_smem(const FwdParams& p, const RowEnd& rows,
+                                                          typename Traits::SharedStorage& s, const CUtensorMap* tm_o,
+                                                          const TileCoord& c, int warpgroup, int row0, int thread,
+                                                          const float (&o)[Traits::kORegisters],
                                                           const OnlineSoftmax<Traits::kSRegisters>& softmax) {
   float inv_sum[2];
   float lse[2];
   finish_rows(p, softmax, inv_sum, lse);
-  store_rows_through_smem<Traits, Traits::kIsBf16>(p, s, tm_o, c, warpgroup, row0, thread, o, inv_sum, lse);
+  store_rows_through_smem<Traits, Traits::kIsBf16>(p, rows, s, tm_o, c, warpgroup, row0, thread, o, inv_sum, lse);
 }
 
 }  // namespace hopattn::sm90

@@ -22,7 +22,12 @@
 namespace hopattn::sm90 {
 
 inline BshdView bshd_view(const Tensor& t, CUtensorMapDataType dtype) {
-  // Dense layout (batch, rows, heads, dim).
+  // Dense layout (batch, rows, heads, dim), or a packed variable-length one (total rows, heads, dim) as
+  // a single batch entry (sequence.cuh addresses its sequences by row).
+  if (t.rank == 3) {
+    return BshdView{t.data, dtype, 2, 1, t.shape[0], t.shape[1], t.shape[2],
+                    t.shape[0] * t.stride[0], t.stride[0], t.stride[1]};
+  }
   return BshdView{t.data, dtype, 2, t.shape[0], t.shape[1], t.shape[2], t.shape[3],
                   t.stride[0], t.stride[1], t.stride[2]};
 }
@@ -125,7 +130,8 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
       return st;
   }
 
-  if (pr.seqlen_q == 0) return Status::Ok();  // nothing to compute (validation refuses other empties)
+  // Nothing to compute (validation refuses other empties).
+  if (pr.seqlen_q == 0 || (pr.varlen_q && args.q.shape[0] == 0)) return Status::Ok();
   DeviceGuard device(pr.device_index);
   FwdParams p = make_fwd_params(args, pr, Traits::kBlockM, heads_per_group(pr, pr.device_index));
   p.store_o_by_tma = store_o_by_tma;

@@ -10,4 +10,9 @@ namespace hopattn::sm90 {
 template <int kHeadDim, typename Element>
 Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& problem);
 
+// The same for variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k); warp-specialized
+// kernels only.
+template <int kHeadDim, typename Element>
+Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& problem);
+
 }  // namespace hopattn::sm90

@@ -11,10 +11,11 @@
 
 namespace hopattn::sm90 {
 
-// row0: sequence row of this warpgroup's fragment row 0; n0: first key of the block.
-template <int kSRegisters>
+// row0: sequence row of this warpgroup's fragment row 0; n0: first key of the block. Bounds: FwdParams
+// or a variable-length tile's SequenceBounds (masked_blocks.hpp).
+template <int kSRegisters, class Bounds>
 __device__ __forceinline__ void apply_mask(float (&s)[kSRegisters], int thread_in_warpgroup, int row0, int n0,
-                                           const FwdParams& p) {
+                                           const Bounds& p) {
 #pragma unroll
   for (int i = 0; i < kSRegisters; ++i) {
     const int row = row0 + accumulator_row(thread_in_warpgroup, i);

@@ -4,6 +4,8 @@
 // window's right edge (causal: window_right 0), or left of its left edge. The first two hold for every
 // block from some index up, the last for every block below some index, so two bounds say it all.
 // Host and device, so tests/cpu/test_masked_blocks.cpp can check the bounds against the definition.
+// Bounds: FwdParams (a dense batch) or a variable-length tile's SequenceBounds (sequence.cuh): the
+// fields seqlen_q, seqlen_k, window_left and window_right.
 #pragma once
 
 #include "sm90/fwd/params.hpp"
@@ -13,12 +15,12 @@ namespace hopattn::sm90 {
 
 // The definition, per block: does [n0, n0 + kBlockN) hold a key some row of [m0, m0 + kBlockM) must
 // not see? (What kernels without Traits::kLeanAddressing test per block.)
-template <int kBlockM, int kBlockN>
-HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const FwdParams& p, int m0, int n0) {
-  if (n0 + kBlockN > p.seqlen_k) return true;
-  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;
-  if (p.window_right >= 0 && n0 + kBlockN - 1 > diagonal0 + p.window_right) return true;
-  return p.window_left >= 0 && n0 < diagonal0 + kBlockM - 1 - p.window_left;
+template <int kBlockM, int kBlockN, class Bounds>
+HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const Bounds& seq, int m0, int n0) {
+  if (n0 + kBlockN > seq.seqlen_k) return true;
+  const int diagonal0 = m0 + seq.seqlen_k - seq.seqlen_q;
+  if (seq.window_right >= 0 && n0 + kBlockN - 1 > diagonal0 + seq.window_right) return true;
+  return seq.window_left >= 0 && n0 < diagonal0 + kBlockM - 1 - seq.window_left;
 }
 
 struct MaskedBlocks {
@@ -33,28 +35,28 @@ HOPATTN_HOST_DEVICE constexpr int first_block_at_or_after(int x) {
   return x <= 0 ? 0 : (x + kBlockN - 1) / kBlockN;
 }
 
-template <int kBlockM, int kBlockN>
-HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const FwdParams& p, int m0) {
-  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;  // key on the first row's diagonal
+template <int kBlockM, int kBlockN, class Bounds>
+HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const Bounds& seq, int m0) {
+  const int diagonal0 = m0 + seq.seqlen_k - seq.seqlen_q;  // key on the first row's diagonal
   // n0 + kBlockN > seqlen_k
-  int top = first_block_at_or_after<kBlockN>(p.seqlen_k - kBlockN + 1);
-  if (p.window_right >= 0) {
+  int top = first_block_at_or_after<kBlockN>(seq.seqlen_k - kBlockN + 1);
+  if (seq.window_right >= 0) {
     // n0 + kBlockN - 1 > diagonal0 + window_right: the last key lies right of the first row's window
-    const int right = first_block_at_or_after<kBlockN>(diagonal0 + p.window_right - kBlockN + 2);
+    const int right = first_block_at_or_after<kBlockN>(diagonal0 + seq.window_right - kBlockN + 2);
     top = right < top ? right : top;
   }
   // n0 < diagonal0 + kBlockM - 1 - window_left: the first key lies left of the last row's window
   const int bottom =
-      p.window_left >= 0 ? first_block_at_or_after<kBlockN>(diagonal0 + kBlockM - 1 - p.window_left) : 0;
+      seq.window_left >= 0 ? first_block_at_or_after<kBlockN>(diagonal0 + kBlockM - 1 - seq.window_left) : 0;
   return {top, bottom};
 }
 
 // What a kernel tests per K block n: the tile's bounds (kPerTileBounds, Traits::kLeanAddressing) or
 // the definition.
-template <int kBlockM, int kBlockN, bool kPerTileBounds>
-HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const MaskedBlocks& masked, const FwdParams& p, int m0, int n) {
+template <int kBlockM, int kBlockN, bool kPerTileBounds, class Bounds>
+HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const MaskedBlocks& masked, const Bounds& seq, int m0, int n) {
   if constexpr (kPerTileBounds) return masked.needs(n);
-  else return block_needs_mask<kBlockM, kBlockN>(p, m0, n * kBlockN);
+  else return block_needs_mask<kBlockM, kBlockN>(seq, m0, n * kBlockN);
 }
 
 }  // namespace hopattn::sm90

@@ -56,6 +56,14 @@ struct FwdParams {
   SplitPlan split;
   float* split_partials;
   int* split_counters;
+
+  // Variable-length batches (read only by FwdTraits::kVarlen kernels; sequence.cuh): int32 device
+  // arrays, nullptr when absent. Sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
+  // of the packed q and out, its keys likewise of k and v, of which it uses the first seqused_k[b].
+  // seqlen_q / seqlen_k then hold the longest sequence's lengths (max_seqlen_q / max_seqlen_k).
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  const int* seqused_k;
 };
 
 }  // namespace hopattn::sm90

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "api/problem.hpp"
@@ -31,15 +32,24 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.pingpong = args.options.pingpong;
   p.intra_wg_overlap = args.options.intra_wg_overlap;
   p.out = args.out.data;
-  p.out_batch_stride = args.out.stride[0];
-  p.out_row_stride = args.out.stride[1];
-  p.out_head_stride = args.out.stride[2];
+  // A packed (varlen) out is (total_q, heads, d) and its LSE (heads, total_q): the kernels address
+  // them by row in q's coordinates (sequence.cuh), with batch strides 0.
+  const int dense_q = pr.varlen_q ? 0 : 1;
+  p.out_batch_stride = pr.varlen_q ? 0 : args.out.stride[0];
+  p.out_row_stride = args.out.stride[dense_q];
+  p.out_head_stride = args.out.stride[dense_q + 1];
   if (args.lse) {
     p.lse = static_cast<float*>(args.lse->data);
-    p.lse_batch_stride = args.lse->stride[0];
-    p.lse_head_stride = args.lse->stride[1];
-    p.lse_row_stride = args.lse->stride[2];
+    p.lse_batch_stride = pr.varlen_q ? 0 : args.lse->stride[0];
+    p.lse_head_stride = args.lse->stride[dense_q];
+    p.lse_row_stride = args.lse->stride[dense_q + 1];
   }
+  const auto int_array = [](const std::optional<Tensor>& t) {
+    return t ? static_cast<const int*>(t->data) : nullptr;
+  };
+  p.cu_seqlens_q = int_array(args.cu_seqlens_q);
+  p.cu_seqlens_k = int_array(args.cu_seqlens_k);
+  p.seqused_k = int_array(args.seqused_k);
   p.num_m_blocks = (pr.seqlen_q + block_m - 1) / block_m;
   p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
   p.split = no_split_plan(p.num_tiles);  // the launch plans the split (fwd/launch.cuh begin_schedule)

@@ -46,31 +46,60 @@ class TileLoader {
   // their last S GEMM (q_empty) before Q and the visit are overwritten; the first wait passes at once
   // (parity of the phase before the first).
   __device__ void publish_visit(const FwdParams& p, int id, const TileVisit& v) {
+    if (!publish_id(id)) return;
+    const TileCoord c = decode_tile(p, v.tile);
+    load_q(c.m_block * Traits::kBlockM, c.head, c.batch);
+  }
+
+  // The same for a tile of a variable-length batch (v: decode_varlen_visit(id)): Q from its sequence's
+  // rows.
+  __device__ void publish_varlen_visit(int id, const VarlenVisit& v) {
+    publish_id(id);
+    load_q(v.seq.rows.q_row0 + v.coord.m_block * Traits::kBlockM, v.coord.head, v.seq.rows.q_batch);
+  }
+
+  // K and V of block n into the next ring stage, once the consumers have released that stage.
+  __device__ void load_kv(const TileCoord& c, int kv_head, int n) {
+    load_kv_rows(n * Traits::kBlockN, kv_head, c.batch);
+  }
+
+  // The same for a tile of a variable-length batch. A block that runs past its sequence's keys reads
+  // the next sequence's (or TMA's zero fill past the tensor's end); the consumers mask those keys.
+  __device__ void load_varlen_kv(const SequenceRows& rows, int kv_head, int n) {
+    load_kv_rows(rows.k_row0 + n * Traits::kBlockN, kv_head, rows.k_batch);
+  }
+
+ private:
+  // Waits until Q's buffer is free and publishes `id`; false (after telling the consumers) when it is
+  // kNoVisitLeft.
+  __device__ bool publish_id(int id) {
     mbarrier_wait(&s_.q_empty, q_phase_ ^ 1);
     q_phase_ ^= 1;
     sm90::publish_visit(&s_.visit, id);  // ordered before the consumers' read by q_full's arrive and wait
     if (id == kNoVisitLeft) {
       mbarrier_arrive(&s_.q_full);
-      return;
+      return false;
     }
-    const TileCoord c = decode_tile(p, v.tile);
-    mbarrier_arrive_expect_tx(&s_.q_full, QTile::kBytes);
-    load_tile<QTile, kCols>(s_.q, maps_.q, &s_.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
+    return true;
   }
 
-  // K and V of block n into the next ring stage, once the consumers have released that stage.
-  __device__ void load_kv(const TileCoord& c, int kv_head, int n) {
+  __device__ void load_q(int row0, int head, int batch) {
+    mbarrier_arrive_expect_tx(&s_.q_full, QTile::kBytes);
+    load_tile<QTile, kCols>(s_.q, maps_.q, &s_.q_full, row0, head, batch);
+  }
+
+  // Rows [row0, row0 + kBlockN) of K and V (one TMA map batch entry, one kv head) into the next stage.
+  __device__ void load_kv_rows(int row0, int kv_head, int batch) {
     const int stage = ring_.index();
     mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
     mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
-    load_tile<KTile, kCols>(s_.k[stage], maps_.k, &s_.k_full[stage], n * Traits::kBlockN, kv_head, c.batch);
+    load_tile<KTile, kCols>(s_.k[stage], maps_.k, &s_.k_full[stage], row0, kv_head, batch);
     mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
     mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
-    load_tile<VTile, kCols>(s_.v[stage], maps_.v, &s_.v_full[stage], n * Traits::kBlockN, kv_head, c.batch);
+    load_tile<VTile, kCols>(s_.v[stage], maps_.v, &s_.v_full[stage], row0, kv_head, batch);
     ring_.advance();
   }
 
- private:
   typename Traits::SharedStorage& s_;
   TensorMaps maps_;
   StageRing<Traits::kStages> ring_;
@@ -84,11 +113,19 @@ __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps,
   TileLoader<Traits> loader(s, maps);
   VisitSequence visits(p);
   for (int id = visits.next(); id != kNoVisitLeft; id = visits.next()) {
-    const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
-    loader.publish_visit(p, id, v);
-    const TileCoord c = decode_tile(p, v.tile);
-    const int kv_head = int(p.head_ratio_divisor.divide(unsigned(c.head)));
-    for (int n = v.n_end - 1; n >= v.n_begin; --n) loader.load_kv(c, kv_head, n);
+    if constexpr (Traits::kVarlen) {
+      const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
+      if (varlen_tile_is_empty<Traits::kBlockM>(v)) continue;
+      loader.publish_varlen_visit(id, v);
+      const int kv_head = int(p.head_ratio_divisor.divide(unsigned(v.coord.head)));
+      for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) loader.load_varlen_kv(v.seq.rows, kv_head, n);
+    } else {
+      const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
+      loader.publish_visit(p, id, v);
+      const TileCoord c = decode_tile(p, v.tile);
+      const int kv_head = int(p.head_ratio_divisor.divide(unsigned(c.head)));
+      for (int n = v.n_end - 1; n >= v.n_begin; --n) loader.load_kv(c, kv_head, n);
+    }
   }
   loader.publish_visit(p, kNoVisitLeft, TileVisit{});
   finish_schedule(p);
@@ -102,7 +139,8 @@ class InlineProducer {
   __device__ InlineProducer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p)
       : loader_(s, maps), visits_(p) {}
 
-  // Publishes the next visit (kNoVisitLeft once there is none).
+  // Publishes the next visit (kNoVisitLeft once there is none). Dense batches only: the variable-length
+  // kernels are warp-specialized (FwdTraits::kVarlen).
   __device__ void publish_next_visit(const FwdParams& p) {
     const int id = visits_.next();
     if (id == kNoVisitLeft) {

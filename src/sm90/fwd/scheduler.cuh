@@ -13,6 +13,7 @@
 #pragma once
 
 #include "sm90/fwd/params.hpp"
+#include "sm90/fwd/sequence.cuh"
 
 namespace hopattn::sm90 {
 
@@ -61,9 +62,10 @@ __device__ __forceinline__ void publish_visit(int* slot, int id) { atomicExch(sl
 __device__ __forceinline__ int read_visit(int* slot) { return atomicOr(slot, 0); }
 
 // K/V blocks [begin, end) that rows [m_block * kBlockM, +kBlockM) can see (window and causal limits
-// are bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q).
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ void kv_block_range(const FwdParams& p, int m_block, int* begin, int* end) {
+// are bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q). Bounds: FwdParams or a
+// variable-length tile's SequenceBounds (sequence.cuh).
+template <int kBlockM, int kBlockN, class Bounds>
+__device__ __forceinline__ void kv_block_range(const Bounds& p, int m_block, int* begin, int* end) {
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   const int diagonal0 = m_block * kBlockM + p.seqlen_k - p.seqlen_q;  // diagonal key of the first row
   *begin = 0;
@@ -88,6 +90,30 @@ __device__ __forceinline__ TileVisit decode_visit(const FwdParams& p, int id) {
     piece_of_visit(p.split, id, &v);
   }
   return v;
+}
+
+// A tile of a variable-length launch (never split: its visit id is its tile index) with its
+// sequence. Tiles past the sequence's last row (the grid counts max_seqlen_q's tiles for every
+// sequence) are empty: the producer skips them, so consumers never see one.
+struct VarlenVisit {
+  TileVisit visit;
+  TileCoord coord;
+  VarlenSequence seq;
+};
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ VarlenVisit decode_varlen_visit(const FwdParams& p, int id) {
+  VarlenVisit v;
+  v.coord = decode_tile(p, id);
+  v.seq = varlen_sequence(p, v.coord.batch);
+  v.visit = TileVisit{id, 0, 0, -1};
+  kv_block_range<kBlockM, kBlockN>(v.seq.bounds, v.coord.m_block, &v.visit.n_begin, &v.visit.n_end);
+  return v;
+}
+
+template <int kBlockM>
+__device__ __forceinline__ bool varlen_tile_is_empty(const VarlenVisit& v) {
+  return v.coord.m_block * kBlockM >= v.seq.bounds.seqlen_q;
 }
 
 // This CTA's visit ids in order, for the thread that publishes them: item blockIdx.x first, then

@@ -8,19 +8,23 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, typename Element, bool kWarpSpecialized>
+// kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k), with the dense
+// kernels' tiles; pr.seqlen_k is then the longest sequence's key count.
+template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
+  constexpr int kWarpgroups = 2;
   if constexpr (kHeadDim == 64) {
     // Short sequences have few key blocks per tile: the narrower block wastes less on the ragged end
     // (tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on).
-    if (pr.seqlen_k <= 1024) return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized>>(args, pr);
-    return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized>>(args, pr);
+    if (pr.seqlen_k <= 1024)
+      return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
+    return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
   } else if constexpr (kHeadDim == 128) {
     // 176 keys (FlashAttention-3's non-causal choice) measured 4-9% slower than 128 at 512-8k here.
-    return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized>>(args, pr);
+    return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
   } else {
     static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 256");
-    return launch_forward<FwdTraits<256, Element, 64, 2, kWarpSpecialized>>(args, pr);
+    return launch_forward<FwdTraits<256, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
   }
 }
 
@@ -28,6 +32,11 @@ template <int kHeadDim, typename Element>
 Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (args.options.warp_specialized) return launch_shipped_config<kHeadDim, Element, true>(args, pr);
   return launch_shipped_config<kHeadDim, Element, false>(args, pr);
+}
+
+template <int kHeadDim, typename Element>
+Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& pr) {
+  return launch_shipped_config<kHeadDim, Element, /*kWarpSpecialized=*/true, /*kVarlen=*/true>(args, pr);
 }
 
 }  // namespace hopattn::sm90

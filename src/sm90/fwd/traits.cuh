@@ -18,8 +18,11 @@ namespace hopattn::sm90 {
 // consumer thread issues them between its own GEMMs (the ablation baseline).
 // kConsumerWarpgroups_: 64 query rows each; 3 (192-row tiles, FlashAttention-3's choice at head dim
 // 64) gives each K/V block more GEMM work to hide the softmax behind, at 160 registers a thread.
+// kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k): each tile reads its
+// sequence's lengths and first rows (sequence.cuh); its own instantiation, so that the dense kernels
+// keep their code.
 template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
-          int kConsumerWarpgroups_ = 2>
+          int kConsumerWarpgroups_ = 2, bool kVarlen_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -35,6 +38,9 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kWarpSpecialized = kWarpSpecialized_;
+  static constexpr bool kVarlen = kVarlen_;
+  // Only the producer warp skips the empty tiles of a variable-length grid (scheduler.cuh).
+  static_assert(!kVarlen || kWarpSpecialized, "variable-length kernels are warp-specialized");
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kProducerWarpgroups = kWarpSpecialized ? 1 : 0;
@@ -83,7 +89,8 @@ struct FwdTraits {
 
   // The launch may split the last rounds' tiles along the keys (fwd/split_plan.hpp): the last full
   // round and the partial one (units of 1-2 tiles; what session 8 measured: H200, 2026-12-01).
-  static constexpr bool kTailSplit = true;
+  // Not with variable lengths: the split plan assumes every tile has the same key blocks.
+  static constexpr bool kTailSplit = !kVarlen;
   static constexpr int kSplitRegionRounds = 2;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer

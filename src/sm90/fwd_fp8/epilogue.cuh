@@ -64,11 +64,11 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Tr
     // that bypass its validation. Deleting it here cost the 192-key kernel 0.5% of cycles at 16k and
     // the 128-key one 2.3% at 2k: ptxas schedules the mainloop differently (H200, 2026-12-01).
     if (p.store_o_by_tma) {
-      store_rows_through_smem<Traits, true>(p, s, tm_o, c, warpgroup, row0, thread, o, out_scale, lse);
+      store_rows_through_smem<Traits, true>(p, p, s, tm_o, c, warpgroup, row0, thread, o, out_scale, lse);
       return;
     }
   }
-  store_rows<true, __nv_bfloat16>(p, c, row0, thread, o, out_scale, lse);
+  store_rows<true, __nv_bfloat16>(p, p, c, row0, thread, o, out_scale, lse);
 }
 
 }  // namespace hopattn::sm90

@@ -1,0 +1,72 @@
+// The sequence a tile belongs to: how long it is (what its masks and K/V block range see) and where
+// its rows lie in q/out and k/v (what its TMA loads and stores address).
+//
+// Dense batches have one length for every sequence: the kernels read it from FwdParams, which has
+// the same field names as SequenceBounds, so masks and block ranges take either (a template
+// parameter; the dense kernels' code is what it was before variable lengths). Variable-length
+// batches (FwdTraits::kVarlen) read each tile's lengths and first rows from the cu_seqlens_q,
+// cu_seqlens_k and seqused_k arrays.
+#pragma once
+
+#include "sm90/fwd/params.hpp"
+
+namespace hopattn::sm90 {
+
+// One sequence's lengths and the window (bottom-right aligned to those lengths).
+struct SequenceBounds {
+  int seqlen_q;
+  int seqlen_k;
+  int window_left;
+  int window_right;
+};
+
+// Row offsets and TMA batch coordinates of a tile's sequence. A dense tensor has the sequence at batch
+// coordinate b, row 0; a packed one (total, heads, d), mapped as one batch entry, at batch 0 and the
+// sequence's first row.
+struct SequenceRows {
+  int q_row0;
+  int q_batch;
+  int k_row0;
+  int k_batch;
+};
+
+// Where a variable-length tile's valid rows end in the packed out: the epilogue drops rows at or past
+// seqlen_q, which for a dense batch it reads from FwdParams (epilogue.cuh).
+struct PackedRowEnd {
+  int seqlen_q;
+};
+
+struct VarlenSequence {
+  SequenceBounds bounds;
+  SequenceRows rows;
+};
+
+// Sequence `batch` of a variable-length launch. Every thread that needs it reads the few ints itself
+// (one L1/L2 line per tile, shared by the CTA) rather than waiting on a shared-memory hand-over.
+__device__ __forceinline__ VarlenSequence varlen_sequence(const FwdParams& p, int batch) {
+  VarlenSequence s;
+  if (p.cu_seqlens_q != nullptr) {
+    s.rows.q_row0 = __ldg(p.cu_seqlens_q + batch);
+    s.rows.q_batch = 0;
+    s.bounds.seqlen_q = __ldg(p.cu_seqlens_q + batch + 1) - s.rows.q_row0;
+  } else {
+    s.rows.q_row0 = 0;
+    s.rows.q_batch = batch;
+    s.bounds.seqlen_q = p.seqlen_q;
+  }
+  if (p.cu_seqlens_k != nullptr) {
+    s.rows.k_row0 = __ldg(p.cu_seqlens_k + batch);
+    s.rows.k_batch = 0;
+    s.bounds.seqlen_k = __ldg(p.cu_seqlens_k + batch + 1) - s.rows.k_row0;
+  } else {
+    s.rows.k_row0 = 0;
+    s.rows.k_batch = batch;
+    s.bounds.seqlen_k = p.seqlen_k;
+  }
+  if (p.seqused_k != nullptr) s.bounds.seqlen_k = __ldg(p.seqused_k + batch);
+  s.bounds.window_left = p.window_left;
+  s.bounds.window_right = p.window_right;
+  return s;
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,120 @@
+// The parameters launch_forward passes to the variable-length 16-bit kernels (sm90/fwd/params_builder.hpp),
+// built on the CPU from a validated problem: the packed out and LSE are addressed by row (batch strides
+// 0, row and head strides from their rank-3 / rank-2 views), the cu_seqlens / seqused_k arrays reach
+// the kernel, and the grid counts max_seqlen_q's tiles for every sequence (the producer skips the
+// empty ones, scheduler.cuh).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/problem.hpp"
+#include "common/host_tensor.hpp"
+#include "hopattn/hopattn.hpp"
+#include "sm90/fwd/params_builder.hpp"
+
+namespace hopattn::sm90 {
+namespace {
+
+using test::HostTensor;
+
+constexpr int kBlockM = 128;
+
+HostTensor int_array(const std::vector<int>& values) {
+  HostTensor t(Dtype::kInt32, {static_cast<std::int64_t>(values.size())});
+  for (std::size_t i = 0; i < values.size(); ++i) static_cast<int*>(t.data())[i] = values[i];
+  return t;
+}
+
+std::vector<int> prefix_sums(const std::vector<int>& lengths) {
+  std::vector<int> cu{0};
+  for (int n : lengths) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+TEST(VarlenParams, PackedOutputsAreAddressedByRowAndTheArraysReachTheKernel) {
+  const std::uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 20; ++trial) {
+    const int batch = pick(1, 5), heads_kv = pick(1, 3), heads_q = heads_kv * pick(1, 4), d = 64 << pick(0, 2);
+    const bool varlen_k = pick(0, 1), with_seqused = !varlen_k || pick(0, 1), with_lse = pick(0, 1);
+    std::vector<int> len_q, len_k;
+    for (int b = 0; b < batch; ++b) len_q.push_back(pick(0, 300)), len_k.push_back(pick(0, 300));
+    const std::vector<int> cu_q = prefix_sums(len_q), cu_k = prefix_sums(len_k);
+    const int total_q = cu_q.back(), max_q = std::max(1, *std::max_element(len_q.begin(), len_q.end()));
+    const int dense_k = 300;
+
+    HostTensor q(Dtype::kBFloat16, {total_q, heads_q, d});
+    // out with rows padded by 8 columns and lse with 3 spare columns, so no stride is dense by luck
+    HostTensor out_buffer(Dtype::kBFloat16, {total_q, heads_q, d + 8});
+    HostTensor lse_buffer(Dtype::kFloat32, {heads_q, total_q + 3});
+    HostTensor k = varlen_k ? HostTensor(Dtype::kBFloat16, {cu_k.back(), heads_kv, d})
+                            : HostTensor(Dtype::kBFloat16, {batch, dense_k, heads_kv, d});
+    HostTensor v = varlen_k ? HostTensor(Dtype::kBFloat16, {cu_k.back(), heads_kv, d})
+                            : HostTensor(Dtype::kBFloat16, {batch, dense_k, heads_kv, d});
+    HostTensor cu_q_t = int_array(cu_q), cu_k_t = int_array(cu_k), used_t = int_array(len_k);
+
+    FwdArgs a;
+    a.q = q.tensor(), a.k = k.tensor(), a.v = v.tensor();
+    a.out = out_buffer.tensor();
+    a.out.shape[2] = d;
+    if (with_lse) {
+      a.lse = lse_buffer.tensor();
+      a.lse->shape[1] = total_q;
+    }
+    a.cu_seqlens_q = cu_q_t.tensor();
+    a.max_seqlen_q = max_q;
+    if (varlen_k) a.cu_seqlens_k = cu_k_t.tensor(), a.max_seqlen_k = 300;
+    if (with_seqused) a.seqused_k = used_t.tensor();
+    a.causal = pick(0, 1);
+
+    const std::string where = "seed " + std::to_string(seed) + " trial " + std::to_string(trial);
+    detail::Problem pr;
+    const Status st = detail::validate_forward(a, &pr);
+    ASSERT_TRUE(st.ok()) << where << ": " << st.message();
+    const FwdParams p = make_fwd_params(a, pr, kBlockM, /*heads_per_group=*/heads_q);
+    EXPECT_EQ(fwd_params_error(p, kBlockM), "") << where;
+
+    EXPECT_EQ(p.cu_seqlens_q, static_cast<const int*>(cu_q_t.data())) << where;
+    EXPECT_EQ(p.cu_seqlens_k, varlen_k ? static_cast<const int*>(cu_k_t.data()) : nullptr) << where;
+    EXPECT_EQ(p.seqused_k, with_seqused ? static_cast<const int*>(used_t.data()) : nullptr) << where;
+    EXPECT_EQ(p.seqlen_q, max_q) << where;
+    EXPECT_EQ(p.seqlen_k, varlen_k ? 300 : dense_k) << where;
+    EXPECT_EQ(p.num_m_blocks, (max_q + kBlockM - 1) / kBlockM) << where;
+    EXPECT_EQ(p.num_tiles, p.num_m_blocks * heads_q * batch) << where;
+
+    EXPECT_EQ(p.out_batch_stride, 0) << where;
+    EXPECT_EQ(p.out_row_stride, std::int64_t(heads_q) * (d + 8)) << where;
+    EXPECT_EQ(p.out_head_stride, d + 8) << where;
+    if (with_lse) {
+      EXPECT_EQ(p.lse, static_cast<float*>(lse_buffer.data())) << where;
+      EXPECT_EQ(p.lse_batch_stride, 0) << where;
+      EXPECT_EQ(p.lse_head_stride, total_q + 3) << where;
+      EXPECT_EQ(p.lse_row_stride, 1) << where;
+    } else {
+      EXPECT_EQ(p.lse, nullptr) << where;
+    }
+  }
+}
+
+TEST(VarlenParams, DenseLaunchesPassNoArrays) {
+  HostTensor q(Dtype::kBFloat16, {2, 100, 4, 64}), k(Dtype::kBFloat16, {2, 70, 2, 64}),
+      v(Dtype::kBFloat16, {2, 70, 2, 64}), out(Dtype::kBFloat16, {2, 100, 4, 64});
+  FwdArgs a;
+  a.q = q.tensor(), a.k = k.tensor(), a.v = v.tensor(), a.out = out.tensor();
+  detail::Problem pr;
+  ASSERT_TRUE(detail::validate_forward(a, &pr).ok());
+  const FwdParams p = make_fwd_params(a, pr, kBlockM, 8);
+  EXPECT_EQ(p.cu_seqlens_q, nullptr);
+  EXPECT_EQ(p.cu_seqlens_k, nullptr);
+  EXPECT_EQ(p.seqused_k, nullptr);
+  EXPECT_EQ(p.out_batch_stride, 100 * 4 * 64);
+  EXPECT_EQ(p.out_row_stride, 4 * 64);
+}
+
+}  // namespace
+}  // namespace hopattn::sm90
