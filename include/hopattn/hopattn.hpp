@@ -102,7 +102,9 @@ struct FwdArgs {
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Tensor> seqused_k;  // int32 (batch): keys actually used per sequence
 
-  // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v.
+  // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v (num_pages, page_size,
+  // heads_kv, head_dim); seqused_k gives each sequence's keys in use. The sm_90a kernel takes page sizes
+  // that are powers of two from 16.
   std::optional<Tensor> page_table;
 
   // Split-KV: the sm_90a kernels cut tiles along the keys over idle SMs and merge the pieces

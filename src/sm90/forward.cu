@@ -15,14 +15,24 @@ namespace {
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
-                       "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k), and FP8 e4m3 dense "
-                       "q/k/v, with head dim 64, 128 or 256, causal or not, sliding window, softcap, GQA/MQA, "
-                       "softmax_scale and LSE (the CPU reference backend supports every feature on host tensors)");
+                       "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k) or with a paged KV "
+                       "cache (page_size a power of two >= 16), and FP8 e4m3 dense q/k/v, with head dim 64, 128 "
+                       "or 256, causal or not, sliding window, softcap, GQA/MQA, softmax_scale and LSE (the CPU "
+                       "reference backend supports every feature on host tensors)");
 }
+
+// Batches whose sequences differ in length or location take the variable-length kernels.
+bool takes_varlen_kernels(const detail::Problem& pr) {
+  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged;
+}
+
+// A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
+// starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
+bool page_size_supported(int page_size) { return page_size >= 16 && (page_size & (page_size - 1)) == 0; }
 
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
-  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k;
+  const bool varlen = takes_varlen_kernels(pr);
   switch (pr.head_dim) {
     case 64: return varlen ? launch_shipped_varlen_forward<64, Element>(args, pr)
                            : launch_shipped_forward<64, Element>(args, pr);
@@ -37,14 +47,17 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 }  // namespace
 
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
-  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k;
-  if (pr.paged) return unsupported("a paged KV cache");
+  const bool varlen = takes_varlen_kernels(pr);
   if (varlen && pr.in_dtype == Dtype::kFloat8E4M3)
-    return unsupported("FP8 with variable-length input (cu_seqlens_q, cu_seqlens_k or seqused_k)");
+    return unsupported("FP8 with variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k) or a paged KV cache");
   if (varlen && !args.options.warp_specialized)
-    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k or seqused_k) with "
-                       "KernelOptions::warp_specialized = false (the ablation switch; variable-length kernels are "
+    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k) or a paged KV cache with "
+                       "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "
                        "warp-specialized)");
+  if (pr.paged && !page_size_supported(pr.page_size))
+    return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) +
+                       " (k.shape[1]); the sm_90a kernel takes page sizes that are powers of two from 16 "
+                       "(16, 32, 64, 128, ...)");
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {

@@ -2,7 +2,7 @@
 // built on the CPU from a validated problem: the packed out and LSE are addressed by row (batch strides
 // 0, row and head strides from their rank-3 / rank-2 views), the cu_seqlens / seqused_k arrays reach
 // the kernel, and the grid counts max_seqlen_q's tiles for every sequence (the producer skips the
-// empty ones, scheduler.cuh).
+// empty ones, scheduler.cuh); a paged cache passes its table's strides and page size.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,6 +101,32 @@ TEST(VarlenParams, PackedOutputsAreAddressedByRowAndTheArraysReachTheKernel) {
   }
 }
 
+TEST(VarlenParams, PagedCachesPassTheirTableAndPageSize) {
+  const int batch = 3, pages_per_seq = 5, page_size = 32, num_pages = 20;
+  HostTensor q(Dtype::kFloat16, {batch, 7, 4, 128}), out(Dtype::kFloat16, {batch, 7, 4, 128});
+  HostTensor k(Dtype::kFloat16, {num_pages, page_size, 2, 128}), v(Dtype::kFloat16, {num_pages, page_size, 2, 128});
+  HostTensor table_buffer(Dtype::kInt32, {batch, pages_per_seq + 3});  // rows padded: a strided view
+  for (int i = 0; i < batch * (pages_per_seq + 3); ++i) static_cast<int*>(table_buffer.data())[i] = i % num_pages;
+  HostTensor used = int_array({1, 160, 77});
+  FwdArgs a;
+  a.q = q.tensor(), a.k = k.tensor(), a.v = v.tensor(), a.out = out.tensor();
+  a.page_table = table_buffer.tensor();
+  a.page_table->shape[1] = pages_per_seq;
+  a.seqused_k = used.tensor();
+  detail::Problem pr;
+  const Status st = detail::validate_forward(a, &pr);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const FwdParams p = make_fwd_params(a, pr, kBlockM, 4);
+  EXPECT_EQ(fwd_params_error(p, kBlockM), "");
+  EXPECT_EQ(p.page_table, static_cast<const int*>(table_buffer.data()));
+  EXPECT_EQ(p.page_table_batch_stride, pages_per_seq + 3);
+  EXPECT_EQ(p.page_table_page_stride, 1);
+  EXPECT_EQ(p.page_size, page_size);
+  EXPECT_EQ(p.seqlen_k, pages_per_seq * page_size);  // the table's capacity; seqused_k the keys in use
+  EXPECT_EQ(p.seqused_k, static_cast<const int*>(used.data()));
+  EXPECT_EQ(p.cu_seqlens_k, nullptr);
+}
+
 TEST(VarlenParams, DenseLaunchesPassNoArrays) {
   HostTensor q(Dtype::kBFloat16, {2, 100, 4, 64}), k(Dtype::kBFloat16, {2, 70, 2, 64}),
       v(Dtype::kBFloat16, {2, 70, 2, 64}), out(Dtype::kBFloat16, {2, 100, 4, 64});
@@ -112,6 +138,7 @@ TEST(VarlenParams, DenseLaunchesPassNoArrays) {
   EXPECT_EQ(p.cu_seqlens_q, nullptr);
   EXPECT_EQ(p.cu_seqlens_k, nullptr);
   EXPECT_EQ(p.seqused_k, nullptr);
+  EXPECT_EQ(p.page_table, nullptr);
   EXPECT_EQ(p.out_batch_stride, 100 * 4 * 64);
   EXPECT_EQ(p.out_row_stride, 4 * 64);
 }

@@ -10,8 +10,8 @@ namespace hopattn::sm90 {
 template <int kHeadDim, typename Element>
 Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& problem);
 
-// The same for variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k); warp-specialized
-// kernels only.
+// The same for variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) and paged KV caches
+// (page sizes: powers of two from 16); warp-specialized kernels only.
 template <int kHeadDim, typename Element>
 Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& problem);
 

@@ -64,6 +64,13 @@ struct FwdParams {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   const int* seqused_k;
+  // Paged KV cache (kVarlen kernels): k and v are (num_pages, page_size, heads_kv, d) and key j of
+  // sequence b is row j % page_size of page page_table[b * batch stride + j / page_size * page stride];
+  // seqlen_k is pages_per_seq * page_size (seqused_k gives the keys in use). nullptr: not paged.
+  const int* page_table;
+  std::int64_t page_table_batch_stride;
+  std::int64_t page_table_page_stride;
+  int page_size;
 };
 
 }  // namespace hopattn::sm90

@@ -50,6 +50,12 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.cu_seqlens_q = int_array(args.cu_seqlens_q);
   p.cu_seqlens_k = int_array(args.cu_seqlens_k);
   p.seqused_k = int_array(args.seqused_k);
+  if (pr.paged) {
+    p.page_table = int_array(args.page_table);
+    p.page_table_batch_stride = args.page_table->stride[0];
+    p.page_table_page_stride = args.page_table->stride[1];
+    p.page_size = pr.page_size;
+  }
   p.num_m_blocks = (pr.seqlen_q + block_m - 1) / block_m;
   p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
   p.split = no_split_plan(p.num_tiles);  // the launch plans the split (fwd/launch.cuh begin_schedule)

@@ -8,15 +8,18 @@
 
 namespace hopattn::sm90 {
 
-// kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k), with the dense
-// kernels' tiles; pr.seqlen_k is then the longest sequence's key count.
+// kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged KV cache),
+// with the dense kernels' tiles; pr.seqlen_k is then the longest sequence's key count (or the page
+// table's capacity).
 template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   constexpr int kWarpgroups = 2;
   if constexpr (kHeadDim == 64) {
     // Short sequences have few key blocks per tile: the narrower block wastes less on the ragged end
     // (tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on).
-    if (pr.seqlen_k <= 1024)
+    // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
+    // 128 up fit 128-key blocks only.
+    if (pr.seqlen_k <= 1024 || (pr.paged && pr.page_size >= 128))
       return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
     return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
   } else if constexpr (kHeadDim == 128) {
