@@ -33,8 +33,8 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
-                            "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--num-splits", "--iters",
-                            "--warmup", "--json"}) {
+                            "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--num-splits", "--page-size",
+                            "--iters", "--warmup", "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -55,6 +55,7 @@ std::string usage_text() {
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (bf16/fp16: the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
+         "    --page-size N (bf16/fp16: k and v as a paged cache of N-key pages in shuffled order)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -130,12 +131,14 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--seqlen-q") shape_int = &single.seqlen_q;
     else if (flag == "--seqlen-k") shape_int = &single.seqlen_k;
     else if (flag == "--hdim") shape_int = &single.hdim;
+    else if (flag == "--page-size") shape_int = &single.page_size;
     if (shape_int != nullptr) {
       if (!parse_positive_int(flag, value, shape_int, error)) return false;
       single_given = true;
       heads_kv_given = heads_kv_given || shape_int == &single.heads_kv;
       seqlen_k_given = seqlen_k_given || shape_int == &single.seqlen_k;
       if (shape_int == &single.fp8_block_rows) single.variant = "block_scales";
+      if (shape_int == &single.page_size) single.variant = "paged_" + value;
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;
@@ -184,6 +187,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     // Unless given, heads_kv follows heads and seqlen_k follows seqlen_q (plain self-attention).
     if (!heads_kv_given) single.heads_kv = single.heads_q;
     if (!seqlen_k_given) single.seqlen_k = single.seqlen_q;
+    if (single.page_size > 0 && single.seqlen_k % single.page_size != 0) {
+      *error = "--page-size " + std::to_string(single.page_size) + " must divide seqlen_k " +
+               std::to_string(single.seqlen_k) + " (the bench fills every page)";
+      return false;
+    }
     options->shapes = {single};
     options->grid = "single";
   } else {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "cuda_check.hpp"
@@ -27,6 +28,7 @@ struct InputSet {
   DeviceBuffer q, k, v, out, lse;
   DeviceBuffer q_block_descale, k_block_descale, v_block_descale;  // Shape::fp8_block_rows > 0
   DeviceBuffer cu_seqlens_q, cu_seqlens_k;                           // Shape::varlen
+  DeviceBuffer page_table;                                           // Shape::page_size > 0
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -37,6 +39,18 @@ Status make_ones(std::int64_t count, DeviceBuffer* buffer) {
   if (Status st = buffer->allocate(count * sizeof(float)); !st.ok()) return st;
   const std::vector<float> ones(static_cast<std::size_t>(count), 1.0f);
   HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), ones.data(), buffer->bytes(), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+// A (batch, pages_per_seq) int32 table over batch * pages_per_seq pages in shuffled order, as a cache
+// that has allocated and freed pages for a while hands them out.
+Status make_page_table(int batch, int pages_per_seq, std::uint64_t seed, DeviceBuffer* buffer) {
+  const std::size_t pages = static_cast<std::size_t>(batch) * pages_per_seq;
+  if (Status st = buffer->allocate(pages * sizeof(int)); !st.ok()) return st;
+  std::vector<int> table(pages);
+  for (std::size_t i = 0; i < pages; ++i) table[i] = static_cast<int>(i);
+  std::shuffle(table.begin(), table.end(), std::mt19937_64(seed));
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), table.data(), buffer->bytes(), cudaMemcpyHostToDevice));
   return Status::Ok();
 }
 
@@ -99,6 +113,9 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     if (Status st = make_cu_seqlens(s.batch, s.seqlen_q, &set->cu_seqlens_q); !st.ok()) return st;
     if (Status st = make_cu_seqlens(s.batch, s.seqlen_k, &set->cu_seqlens_k); !st.ok()) return st;
   }
+  if (s.page_size > 0) {
+    if (Status st = make_page_table(s.batch, s.seqlen_k / s.page_size, seed, &set->page_table); !st.ok()) return st;
+  }
   return Status::Ok();
 }
 
@@ -141,6 +158,13 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     args.cu_seqlens_k = make_tensor(set.cu_seqlens_k.get(), Dtype::kInt32, {s.batch + 1}, cuda, options.device);
     args.max_seqlen_q = s.seqlen_q;
     args.max_seqlen_k = s.seqlen_k;
+  }
+  if (s.page_size > 0) {  // the same k and v storage as pages: (batch * seqlen_k / page_size, page_size, ...)
+    const int pages_per_seq = s.seqlen_k / s.page_size;
+    const std::int64_t pages = std::int64_t{s.batch} * pages_per_seq;
+    args.k = make_tensor(set.k.get(), s.dtype, {pages, s.page_size, s.heads_kv, s.hdim}, cuda, options.device);
+    args.v = make_tensor(set.v.get(), s.dtype, {pages, s.page_size, s.heads_kv, s.hdim}, cuda, options.device);
+    args.page_table = make_tensor(set.page_table.get(), Dtype::kInt32, {s.batch, pages_per_seq}, cuda, options.device);
   }
   args.causal = s.causal;
   args.softcap = s.softcap;

@@ -30,6 +30,9 @@ struct Shape {
   // 16-bit only: the batch passed packed, (batch * seqlen, heads, d) with cu_seqlens_q / cu_seqlens_k
   // of equal lengths, so that the variable-length kernel's cost shows against the dense one.
   bool varlen = false;
+  // 16-bit only, > 0: k and v passed as a paged cache of pages of this many keys (seqlen_k a multiple of
+  // it), each sequence's pages in shuffled order through a page table.
+  int page_size = 0;
   std::string variant = "default";  // names the KernelOptions setting (ablation rows) or the descales
 };
 

@@ -1,0 +1,764 @@
+// The sm_90a forward with a paged KV cache (FwdArgs::page_table), bf16 and fp16. k and v are pools of
+// (num_pages, page_size, heads_kv, d); key j of sequence b lives at page page_table[b][j / page_size],
+// row j % page_size; sequence b has seqused_k[b] keys, or pages_per_seq * page_size without seqused_k.
+// q is dense or varlen (cu_seqlens_q). The caches are built the way a serving engine leaves them: more
+// pages than the table can reach, each sequence's pages distinct and shuffled, the pages nobody uses
+// and the unused tail rows of each sequence's last page full of large finite garbage (the kernel may
+// load those rows, but must mask them), table entries past a sequence's used pages valid but wrong,
+// and sometimes table rows padded (a view of a wider table). Each sequence is an ordinary attention
+// problem of its own lengths (masks bottom-right aligned with its key count): its keys are gathered
+// into contiguous buffers and the float32 GPU reference runs on batch-1 views, judged by the rule of
+// the dense tests (forward_case.cu), with outputs poisoned with NaN and bracketed by poisoned guards,
+// as in test_forward_varlen.cu. Page sizes other than powers of two >= 16, FP8 and the
+// warp_specialized = false ablation are refused with kUnsupported.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <iostream>
+#include <iterator>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_reference.cuh"
+#include "gpu/gpu_test_util.cuh"
+
+namespace hopattn::test {
+namespace {
+
+constexpr int kGuardRows = 192;  // poisoned rows before and after out: more than one 128-row tile
+constexpr int kLsePad = 192;     // poisoned LSE entries before the first head's row and after each
+constexpr int kRowPad = 8;       // elements added after each head of a row with padded_rows (16 bytes)
+constexpr int kTablePad = 3;     // entries after each row of a padded page table (outside its view)
+constexpr float kGarbage = 1e4f;  // in unused pages and tail rows: +kGarbage in k, -kGarbage in v
+
+constexpr Dtype kBf16 = Dtype::kBFloat16, kFp16 = Dtype::kFloat16;
+
+// One paged call. Dense q (varlen_q false) is (batch, seqlen_q, heads, d) with every len_q equal.
+struct PagedCase {
+  std::vector<int> len_q;  // query rows of each sequence
+  std::vector<int> len_k;  // keys of each sequence (its seqused_k entry)
+  bool varlen_q = false;
+  // Without seqused_k every sequence has pages_per_seq * page_size keys: len_k all equal, a multiple
+  // of page_size, and no extra table columns.
+  bool with_seqused_k = true;
+  int page_size = 64;
+  int extra_columns = 1;  // table columns past the longest sequence's pages (valid, wrong entries)
+  int spare_pages = 7;    // pages of the pool past batch * pages_per_seq (garbage, never in use)
+  bool padded_table = false;  // the table a (batch, pages_per_seq) view of (batch, pages_per_seq + 3)
+  int heads_q = 4, heads_kv = 4, head_dim = 128;
+  Dtype dtype = kBf16;  // float8_e4m3 only in the refusal test (out then bf16)
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  std::optional<float> softmax_scale;
+  bool with_lse = true;
+  float amplitude = 1.0f;    // q is drawn from amplitude * N(0, 1): larger = peakier softmax
+  bool padded_rows = false;  // q, k, v and out: kRowPad spare elements after each head
+  KernelOptions options;
+
+  int batch() const { return static_cast<int>(len_q.size()); }
+  int pages_for(int b) const { return (len_k[b] + page_size - 1) / page_size; }
+  int pages_per_seq() const {
+    if (!with_seqused_k) return len_k[0] / page_size;
+    int most = 0;
+    for (int b = 0; b < batch(); ++b) most = std::max(most, pages_for(b));
+    return std::max(1, most + extra_columns);
+  }
+  int num_pages() const { return batch() * pages_per_seq() + spare_pages; }
+  double work() const {
+    double pairs = 0;
+    for (int b = 0; b < batch(); ++b) pairs += double(len_q[b]) * len_k[b];
+    return pairs * heads_q * head_dim;
+  }
+  std::string describe() const;
+};
+
+std::string join(const std::vector<int>& values) {
+  std::ostringstream s;
+  s << "[";
+  for (std::size_t i = 0; i < values.size(); ++i) s << (i ? " " : "") << values[i];
+  s << "]";
+  return s.str();
+}
+
+std::string PagedCase::describe() const {
+  std::ostringstream s;
+  s << (varlen_q ? "varlen q " : "dense q ") << join(len_q) << (with_seqused_k ? " seqused_k " : " full pages ")
+    << join(len_k) << " page_size " << page_size << " pages_per_seq " << pages_per_seq() << " num_pages "
+    << num_pages() << (padded_table ? " padded-table" : "") << " hq " << heads_q << " hkv " << heads_kv << " d "
+    << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "");
+  if (window_left >= 0 || window_right >= 0) s << " window (" << window_left << ", " << window_right << ")";
+  if (softcap > 0.0f) s << " softcap " << softcap;
+  if (softmax_scale) s << " scale " << *softmax_scale;
+  s << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << (padded_rows ? " padded-rows" : "");
+  if (!options.warp_specialized) s << " no-warp-specialized";
+  return s.str();
+}
+
+void check_case_shape(const PagedCase& c) {
+  const auto all_equal = [](const std::vector<int>& v) {
+    return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) == v.end();
+  };
+  if (c.batch() < 1 || c.len_k.size() != c.len_q.size())
+    throw std::invalid_argument("test case: one length per sequence on each side");
+  if (c.page_size < 1 || c.spare_pages < 0 || c.extra_columns < 0)
+    throw std::invalid_argument("test case: page_size >= 1, spare_pages and extra_columns >= 0");
+  if (!c.varlen_q && (!all_equal(c.len_q) || c.len_q[0] < 1))
+    throw std::invalid_argument("test case: dense q needs equal lengths >= 1");
+  if (std::accumulate(c.len_q.begin(), c.len_q.end(), 0) < 1)
+    throw std::invalid_argument("test case: CUDA tensors need at least one query row");
+  if (*std::min_element(c.len_k.begin(), c.len_k.end()) < 0) throw std::invalid_argument("test case: len_k < 0");
+  if (!c.with_seqused_k && (!all_equal(c.len_k) || c.len_k[0] < c.page_size || c.len_k[0] % c.page_size != 0 ||
+                            c.extra_columns != 0))
+    throw std::invalid_argument("test case: without seqused_k every sequence fills its pages_per_seq pages");
+}
+
+// Entry b is where sequence b's rows start; the last entry is the row count.
+std::vector<int> prefix_sums(const std::vector<int>& lengths) {
+  std::vector<int> sums(1, 0);
+  for (int n : lengths) sums.push_back(sums.back() + n);
+  return sums;
+}
+
+Tensor cuda_view(void* data, Dtype dtype, std::initializer_list<std::int64_t> shape,
+                 std::initializer_list<std::int64_t> stride) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = DeviceType::kCuda;
+  t.rank = static_cast<int>(shape.size());
+  std::copy(shape.begin(), shape.end(), t.shape);
+  std::copy(stride.begin(), stride.end(), t.stride);
+  return t;
+}
+
+// Rows of (heads, d) elements: head h of row r starts at row(r) + h * head_stride elements.
+struct RowView {
+  char* base = nullptr;
+  Dtype dtype = kBf16;
+  int heads = 0, head_dim = 0;
+  std::int64_t row_stride = 0, head_stride = 0;
+
+  char* row(std::int64_t r) const { return base + r * row_stride * std::int64_t(dtype_size(dtype)); }
+  // q and out as forward takes them: (total, heads, d) varlen, (batch, seqlen, heads, d) dense.
+  Tensor api_tensor(const std::vector<int>& starts, bool varlen) const {
+    const std::int64_t total = starts.back(), batch = std::int64_t(starts.size()) - 1;
+    if (varlen) return cuda_view(base, dtype, {total, heads, head_dim}, {row_stride, head_stride, 1});
+    const std::int64_t seqlen = total / batch;
+    return cuda_view(base, dtype, {batch, seqlen, heads, head_dim}, {seqlen * row_stride, row_stride, head_stride, 1});
+  }
+  // The rows as a pool of pages (num_pages, page_size, heads, d): page p is rows [p, p + 1) * page_size.
+  Tensor pages(int num_pages, int page_size) const {
+    return cuda_view(base, dtype, {num_pages, page_size, heads, head_dim},
+                     {page_size * row_stride, row_stride, head_stride, 1});
+  }
+  // Rows [start, start + len) as a batch-1 (1, len, heads, d) view: one sequence for the reference.
+  Tensor sequence(int start, int len) const {
+    return cuda_view(row(start), dtype, {1, len, heads, head_dim}, {len * row_stride, row_stride, head_stride, 1});
+  }
+};
+
+// An allocation of `rows` rows with `guard` spare rows before and after them.
+struct RowBuffer {
+  DeviceBuffer storage;
+  std::int64_t elements = 0;
+  RowView view;  // row 0 is the first row after the leading guard
+};
+
+RowBuffer make_rows(Dtype dtype, std::int64_t rows, int heads, int head_dim, bool padded, int guard) {
+  RowBuffer b;
+  b.view.dtype = dtype;
+  b.view.heads = heads;
+  b.view.head_dim = head_dim;
+  b.view.head_stride = head_dim + (padded ? kRowPad : 0);
+  b.view.row_stride = heads * b.view.head_stride;
+  b.elements = (rows + 2 * guard) * b.view.row_stride;
+  b.storage = DeviceBuffer(b.elements * dtype_size(dtype));
+  b.view.base = b.storage.as<char>() + guard * b.view.row_stride * std::int64_t(dtype_size(dtype));
+  return b;
+}
+
+// The float32 LSE, (heads_q, total_q) for varlen q or (batch, heads_q, seqlen_q) for dense q, each
+// head's row followed by kLsePad poisoned entries and the first preceded by as many.
+struct LseBuffer {
+  DeviceBuffer storage;
+  std::int64_t elements = 0;
+  float* base = nullptr;
+  std::int64_t head_stride = 0;
+  std::vector<std::int64_t> sequence_offset;  // of entry (sequence b, head 0, row 0) from base
+  Tensor api_tensor;
+
+  LseBuffer(const std::vector<int>& starts_q, bool varlen_q, int heads_q) {
+    const std::int64_t total = starts_q.back(), batch = std::int64_t(starts_q.size()) - 1;
+    const std::int64_t row = (varlen_q ? total : total / batch) + kLsePad;
+    head_stride = row;
+    elements = kLsePad + (varlen_q ? 1 : batch) * heads_q * row;
+    storage = DeviceBuffer(elements * sizeof(float));
+    base = storage.as<float>() + kLsePad;
+    for (std::int64_t b = 0; b < batch; ++b) sequence_offset.push_back(varlen_q ? starts_q[b] : b * heads_q * row);
+    api_tensor = varlen_q ? cuda_view(base, Dtype::kFloat32, {heads_q, total}, {row, 1})
+                          : cuda_view(base, Dtype::kFloat32, {batch, heads_q, total / batch}, {heads_q * row, row, 1});
+  }
+  // Sequence b's entries as a (1, 1, heads_q, len) view, the layout of the reference's LSE.
+  Tensor sequence(int b, int heads_q, int len) const {
+    return cuda_view(base + sequence_offset[b], Dtype::kFloat32, {1, 1, heads_q, len}, {0, 0, head_stride, 1});
+  }
+};
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& values) {
+  DeviceBuffer b(values.size() * sizeof(T));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(b.data(), values.data(), b.bytes(), cudaMemcpyHostToDevice));
+  return b;
+}
+
+// Every element of a row flagged in `flags` (rows of row_elements elements) set to `value`.
+template <typename T>
+__global__ void fill_flagged_rows_kernel(T* data, std::int64_t n, std::int64_t row_elements,
+                                         const std::uint8_t* flags, float value) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    if (flags[i / row_elements]) data[i] = from_float<T>(value);
+}
+
+void fill_flagged_rows(const RowBuffer& rows, const DeviceBuffer& flags, float value) {
+  dispatch_float_dtype(rows.view.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    fill_flagged_rows_kernel<T><<<grid_for(rows.elements), 256>>>(
+        rows.storage.as<T>(), rows.elements, rows.view.row_stride, flags.as<std::uint8_t>(), value);
+  });
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+}
+
+// dst row r = src row pages[r / page_size] * page_size + r % page_size, for the `rows` rows of one
+// sequence (16-bit elements, row_elements per row, padding included).
+__global__ void gather_pages_kernel(const std::uint16_t* src, std::uint16_t* dst, const std::int32_t* pages,
+                                    int page_size, std::int64_t row_elements, std::int64_t rows) {
+  const std::int64_t n = rows * row_elements;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / row_elements, col = i % row_elements;
+    const std::int64_t src_row = std::int64_t(pages[r / page_size]) * page_size + r % page_size;
+    dst[i] = src[src_row * row_elements + col];
+  }
+}
+
+// Sequence b's keys (or values) out of the pool into rows [start, start + len) of `dst`.
+void gather_sequence(const RowView& pool, const RowView& dst, int start, int len, const std::int32_t* pages,
+                     int page_size) {
+  if (len == 0) return;
+  gather_pages_kernel<<<grid_for(std::int64_t(len) * pool.row_stride), 256>>>(
+      reinterpret_cast<const std::uint16_t*>(pool.base), reinterpret_cast<std::uint16_t*>(dst.row(start)), pages,
+      page_size, pool.row_stride, len);
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+}
+
+float device_element(const void* p, Dtype dtype) {
+  unsigned char bytes[4] = {};
+  HOPATTN_CUDA_CHECK(cudaMemcpy(bytes, p, dtype_size(dtype), cudaMemcpyDeviceToHost));
+  switch (dtype) {
+    case Dtype::kFloat16: return __half2float(*reinterpret_cast<const __half*>(bytes));
+    case Dtype::kBFloat16: return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(bytes));
+    default: return *reinterpret_cast<const float*>(bytes);
+  }
+}
+
+// " at (row i, head h, col c): out .. ref ..": where the worst element of a sequence sits, to tell a
+// masking or paging bug (a few rows far off, or garbage of the order of 1e4) from a rounding one.
+std::string locate_worst(const Tensor& out, const float* ref, std::int64_t worst) {
+  if (worst < 0) return "";
+  const std::int64_t d = out.shape[3], heads = out.shape[2];
+  const std::int64_t col = worst % d, h = worst / d % heads, i = worst / (d * heads);
+  const std::int64_t offset = i * out.stride[1] + h * out.stride[2] + col;
+  const float o = device_element(static_cast<const char*>(out.data) + offset * dtype_size(out.dtype), out.dtype);
+  std::ostringstream s;
+  s << " at (row " << i << ", head " << h << ", col " << col << "): out " << o << " ref "
+    << device_element(ref + worst, Dtype::kFloat32);
+  return s.str();
+}
+
+// Everything one call needs: the pool, the table, q, poisoned out and LSE, and the FwdArgs over them.
+struct PagedCall {
+  std::vector<int> starts_q;
+  std::vector<std::int32_t> table;  // host copy: batch rows of table_stride entries
+  int table_stride = 0;
+  RowBuffer q, k, v, out;
+  std::optional<LseBuffer> lse;
+  DeviceBuffer table_dev;
+  std::optional<DeviceBuffer> cu_q, seqused;
+  FwdArgs args;
+
+  PagedCall(const PagedCase& c, std::uint64_t seed);
+  // Sequence b's row of the table on the device.
+  const std::int32_t* device_pages(int b) const {
+    return table_dev.as<std::int32_t>() + std::int64_t(b) * table_stride;
+  }
+};
+
+PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
+  check_case_shape(c);
+  const int batch = c.batch(), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim, ps = c.page_size;
+  const int pages_per_seq = c.pages_per_seq(), num_pages = c.num_pages();
+  const bool fp8 = c.dtype == Dtype::kFloat8E4M3;
+  starts_q = prefix_sums(c.len_q);
+
+  // Pages: every id once, shuffled; sequence b takes the next pages_for(b) of them, in that order.
+  // Every other entry, past a sequence's used pages or in a padded row's spare columns, is a valid
+  // id drawn at random (often a garbage page, sometimes another sequence's): never to be used.
+  std::mt19937_64 rng(splitmix64(seed ^ 4));
+  std::vector<int> order(num_pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::uniform_int_distribution<int> any_page(0, num_pages - 1);
+  table_stride = pages_per_seq + (c.padded_table ? kTablePad : 0);
+  table.assign(std::size_t(batch) * table_stride, 0);
+  std::vector<std::uint8_t> garbage(std::size_t(num_pages) * ps, 1);  // per pool row: not a key of anyone
+  int next = 0;
+  for (int b = 0; b < batch; ++b) {
+    for (int p = 0; p < table_stride; ++p) {
+      const bool used = p < c.pages_for(b);
+      const int page = used ? order[next++] : any_page(rng);
+      table[std::size_t(b) * table_stride + p] = page;
+      if (!used) continue;
+      const int keys_here = std::min(ps, c.len_k[b] - p * ps);
+      std::fill_n(garbage.begin() + std::int64_t(page) * ps, keys_here, std::uint8_t{0});
+    }
+  }
+
+  // Inputs: fresh normal values (e4m3: 1.0), then +-kGarbage in every pool row that is no key.
+  q = make_rows(c.dtype, starts_q.back(), hq, d, c.padded_rows, 0);
+  k = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
+  v = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
+  if (fp8) {
+    for (RowBuffer* t : {&q, &k, &v})  // 0x38 is 1.0 in e4m3: valid inputs, should a kernel read them
+      HOPATTN_CUDA_CHECK(cudaMemset(t->storage.data(), 0x38, t->storage.bytes()));
+  } else {
+    fill_normal(q.storage.data(), c.dtype, q.elements, splitmix64(seed ^ 1), c.amplitude);
+    fill_normal(k.storage.data(), c.dtype, k.elements, splitmix64(seed ^ 2));
+    fill_normal(v.storage.data(), c.dtype, v.elements, splitmix64(seed ^ 3));
+    const DeviceBuffer flags = upload(garbage);
+    fill_flagged_rows(k, flags, kGarbage);
+    fill_flagged_rows(v, flags, -kGarbage);
+  }
+
+  // Outputs: poisoned with NaN, guards and padding included.
+  const Dtype out_dtype = fp8 ? kBf16 : c.dtype;
+  out = make_rows(out_dtype, starts_q.back(), hq, d, c.padded_rows, kGuardRows);
+  poison_nan(out.storage.data(), out_dtype, out.elements);
+  if (c.with_lse) {
+    lse.emplace(starts_q, c.varlen_q, hq);
+    poison_nan(lse->storage.data(), Dtype::kFloat32, lse->elements);
+  }
+
+  table_dev = upload(table);
+  if (c.varlen_q) cu_q = upload(starts_q);
+  if (c.with_seqused_k) seqused = upload(c.len_k);
+  args.q = q.view.api_tensor(starts_q, c.varlen_q);
+  args.k = k.view.pages(num_pages, ps);
+  args.v = v.view.pages(num_pages, ps);
+  args.out = out.view.api_tensor(starts_q, c.varlen_q);
+  if (lse) args.lse = lse->api_tensor;
+  args.page_table = cuda_view(table_dev.data(), Dtype::kInt32, {batch, pages_per_seq}, {table_stride, 1});
+  if (cu_q) args.cu_seqlens_q = make_tensor(cu_q->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
+  if (seqused) args.seqused_k = make_tensor(seqused->data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+  // The true maxima (validation takes seqlen_q from a dense q and pages_per_seq * page_size for k).
+  args.max_seqlen_q = *std::max_element(c.len_q.begin(), c.len_q.end());
+  args.max_seqlen_k = *std::max_element(c.len_k.begin(), c.len_k.end());
+  args.softmax_scale = c.softmax_scale;
+  args.causal = c.causal;
+  args.window_left = c.window_left;
+  args.window_right = c.window_right;
+  args.softcap = c.softcap;
+  args.options = c.options;
+}
+
+// Runs `c` on data drawn from `seed` and returns what is wrong (empty when nothing is): forward must
+// return Ok; per sequence, out within 2 max|naive - ref| + 1e-5 of the reference and the LSE within
+// 1e-3 with -inf exactly where the reference has it (a sequence without keys: out 0, LSE -inf); no NaN
+// left in out or the LSE; nothing written outside their views.
+std::string run_paged_case(const PagedCase& c, std::uint64_t seed) {
+  try {
+    PagedCall call(c, seed);
+    const Status status = forward(call.args);
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    if (!status.ok()) return "forward returned code " + std::to_string(int(status.code())) + ": " + status.message();
+
+    const int batch = c.batch(), hq = c.heads_q, d = c.head_dim;
+    const std::vector<int>& starts_q = call.starts_q;
+    const int total_q = starts_q.back();
+
+    // Each sequence's keys and values gathered out of the pool through its table row, one sequence
+    // after the other (rows laid out like the pool's, padding included).
+    const std::vector<int> starts_k = prefix_sums(c.len_k);
+    const RowBuffer keys = make_rows(c.dtype, starts_k.back(), c.heads_kv, d, c.padded_rows, 0);
+    const RowBuffer values = make_rows(c.dtype, starts_k.back(), c.heads_kv, d, c.padded_rows, 0);
+    for (int b = 0; b < batch; ++b) {
+      gather_sequence(call.k.view, keys.view, starts_k[b], c.len_k[b], call.device_pages(b), c.page_size);
+      gather_sequence(call.v.view, values.view, starts_k[b], c.len_k[b], call.device_pages(b), c.page_size);
+    }
+
+    // The reference, sequence by sequence, into dense float32 rows laid out like out's (sequence b
+    // at row starts_q[b]); a sequence without keys keeps the initial out 0 and LSE -inf.
+    const std::int64_t ref_rows = std::int64_t(total_q) * hq;
+    DeviceBuffer ref(ref_rows * d * sizeof(float)), naive(ref_rows * d * sizeof(float));
+    DeviceBuffer lse_ref(ref_rows * sizeof(float));
+    HOPATTN_CUDA_CHECK(cudaMemset(ref.data(), 0, ref.bytes()));
+    HOPATTN_CUDA_CHECK(cudaMemset(naive.data(), 0, naive.bytes()));
+    fill_pattern_kernel<<<grid_for(ref_rows), 256>>>(lse_ref.as<std::uint32_t>(), ref_rows, 0xFF800000u);  // -inf
+    HOPATTN_CUDA_CHECK(cudaGetLastError());
+    for (int b = 0; b < batch; ++b) {
+      if (c.len_q[b] == 0 || c.len_k[b] == 0) continue;
+      GpuReferenceArgs ra;
+      ra.q = call.q.view.sequence(starts_q[b], c.len_q[b]);
+      ra.k = keys.view.sequence(starts_k[b], c.len_k[b]);
+      ra.v = values.view.sequence(starts_k[b], c.len_k[b]);
+      ra.softmax_scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
+      ra.causal = c.causal;
+      ra.window_left = c.window_left;
+      ra.window_right = c.window_right;
+      ra.softcap = c.softcap;
+      const std::int64_t first = std::int64_t(starts_q[b]) * hq;  // sequence b's first (row, head)
+      ra.out = ref.as<float>() + first * d;
+      ra.out_naive = naive.as<float>() + first * d;
+      ra.lse = lse_ref.as<float>() + first;
+      if (const Status s = gpu_reference_forward(ra); !s.ok()) return "reference: " + s.message();
+    }
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+
+    std::ostringstream problems;
+    std::int64_t out_nans = 0, lse_nans = 0;
+    for (int b = 0; b < batch; ++b) {
+      if (c.len_q[b] == 0) continue;
+      std::ostringstream seq;
+      const std::int64_t first = std::int64_t(starts_q[b]) * hq;
+      const Tensor out_b = call.out.view.sequence(starts_q[b], c.len_q[b]);
+      const float* ref_b = ref.as<float>() + first * d;
+      const OutputDiff diff = output_diff(out_b, ref_b, naive.as<float>() + first * d);
+      const float bound = 2.0f * diff.max_naive_err + 1e-5f;
+      out_nans += diff.nan_count;
+      if (diff.nan_count) seq << diff.nan_count << " NaN in out (unwritten or computed); ";
+      if (!(diff.max_err <= bound))
+        seq << "max|out-ref| " << diff.max_err << " > 2*max|naive-ref| + 1e-5 = " << bound
+            << locate_worst(out_b, ref_b, diff.worst) << "; ";
+      if (call.lse) {
+        const LseDiff ld = lse_diff(call.lse->sequence(b, hq, c.len_q[b]), lse_ref.as<float>() + first);
+        lse_nans += ld.nan_count;
+        if (ld.nan_count) seq << ld.nan_count << " NaN in lse; ";
+        if (ld.inf_mismatch) seq << ld.inf_mismatch << " lse entries disagree on -inf; ";
+        if (!(ld.max_err <= 1e-3f)) seq << "max|lse-ref| " << ld.max_err << " > 1e-3; ";
+      }
+      if (!seq.str().empty())
+        problems << "sequence " << b << " (len_q " << c.len_q[b] << ", len_k " << c.len_k[b] << "): " << seq.str();
+    }
+
+    // Elements of the storage that lost their poison, less the view's elements that did (those not
+    // NaN): what was written outside the view, into the guards, padding or between LSE rows.
+    const std::int64_t out_numel = ref_rows * d;
+    const std::int64_t out_outside =
+        count_unpoisoned(call.out.storage.data(), c.dtype, call.out.elements) - (out_numel - out_nans);
+    if (out_outside != 0) problems << "out: " << out_outside << " elements outside its view were written; ";
+    if (call.lse) {
+      const std::int64_t lse_outside =
+          count_unpoisoned(call.lse->storage.data(), Dtype::kFloat32, call.lse->elements) - (ref_rows - lse_nans);
+      if (lse_outside != 0) problems << "lse: " << lse_outside << " entries outside its view were written; ";
+    }
+    return problems.str();
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  }
+}
+
+// A case of dense q (every len_q equal) over seqused_k; the tests then change what they need.
+PagedCase paged(std::vector<int> len_q, std::vector<int> len_k, int page_size, int heads_q, int heads_kv,
+                int head_dim, Dtype dtype) {
+  PagedCase c;
+  c.len_q = std::move(len_q);
+  c.len_k = std::move(len_k);
+  c.page_size = page_size;
+  c.heads_q = heads_q, c.heads_kv = heads_kv, c.head_dim = head_dim, c.dtype = dtype;
+  return c;
+}
+
+std::vector<int> same(int count, int value) { return std::vector<int>(count, value); }
+
+struct NamedCase {
+  std::string name;
+  PagedCase c;
+};
+
+void PrintTo(const NamedCase& n, std::ostream* os) { *os << n.name << ": " << n.c.describe(); }
+
+constexpr int kPageSizes[] = {16, 32, 64, 128, 256};  // what the sm_90a kernel takes (and larger powers)
+constexpr int kHeadDims[] = {64, 128, 256};
+
+std::string suffix(const PagedCase& c) {
+  return "_p" + std::to_string(c.page_size) + "_d" + std::to_string(c.head_dim) + "_" + dtype_name(c.dtype);
+}
+
+std::vector<NamedCase> corner_cases() {
+  std::vector<NamedCase> cases;
+  const auto add = [&](const std::string& name, const PagedCase& c) { cases.push_back({name + suffix(c), c}); };
+
+  // Key counts either side of page edges (16 ... 256) and 64-, 128- and 192-key block edges, and a
+  // sequence without keys (out 0, LSE -inf), at every page size, head dim and dtype.
+  const std::vector<int> edge_keys = {1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 191, 192, 193, 1000, 0};
+  const int edge_batch = static_cast<int>(edge_keys.size());
+  for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
+    for (int j = 0; j < static_cast<int>(std::size(kHeadDims)); ++j) {
+      for (const Dtype dtype : {kBf16, kFp16}) {
+        const int heads_q = j == 0 ? 8 : 4, heads_kv = j == 0 ? 2 : j == 1 ? 1 : 4;
+        PagedCase c = paged(same(edge_batch, 80), edge_keys, kPageSizes[i], heads_q, heads_kv, kHeadDims[j], dtype);
+        c.causal = (i + j) % 2 == 0;  // causal: the rows of the first 80 - len_k see no key
+        c.padded_table = i % 2 == 1;
+        c.extra_columns = i % 3;
+        add(c.causal ? "KeyEdges_causal" : "KeyEdges", c);
+      }
+    }
+  }
+
+  // Each serving shape at every page size, head dim and dtype rotating along.
+  for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
+    const int ps = kPageSizes[i];
+    int f = 0;  // feature index: shifts the rotation so that each feature meets every head dim
+    const auto d = [&] { return kHeadDims[(i + f) % 3]; };
+    const auto dtype = [&] { return (i + f) % 2 ? kFp16 : kBf16; };
+    {
+      // Decode: one query row against a long cache, GQA 8/1 (causal or not: the same mask at one row).
+      PagedCase c = paged(same(3, 1), {4000, 1, 2049}, ps, 8, 1, d(), dtype());
+      c.causal = i % 2 == 1;
+      add("Decode", c);
+    }
+    ++f;
+    {
+      // Speculative decoding: 4 query rows, causal; 3 keys leave the first row without a key.
+      PagedCase c = paged(same(5, 4), {1000, 3, 4, 129, 0}, ps, 8, 2, d(), dtype());
+      c.causal = true;
+      add("SpeculativeDecode_causal", c);
+    }
+    ++f;
+    {
+      // Prefill of a 300-token chunk onto a cache: every query sees the cache and its own prefix.
+      PagedCase c = paged(same(2, 300), {1000, 513}, ps, 4, 2, d(), dtype());
+      c.causal = true;
+      add("PrefillWithCache_causal", c);
+    }
+    ++f;
+    {
+      PagedCase c = paged(same(4, 200), {1000, 129, 64, 200}, ps, 4, 4, d(), dtype());
+      c.window_left = 100, c.window_right = 0, c.padded_table = true;
+      add("Window100_0", c);
+    }
+    ++f;
+    {
+      PagedCase c = paged(same(3, 129), {513, 1, 256}, ps, 6, 2, d(), dtype());
+      c.softcap = 30.0f, c.amplitude = 3.0f;
+      add("Softcap30", c);
+    }
+    ++f;
+    {
+      // Varlen q: an empty query sequence, a sequence without keys, lengths around the tile edges.
+      PagedCase c = paged({1, 300, 0, 64, 129, 4}, {1000, 300, 50, 0, 129, 2000}, ps, 8, 2, d(), dtype());
+      c.varlen_q = true, c.causal = true, c.padded_table = i % 2 == 0;
+      add("VarlenQ_causal", c);
+    }
+    ++f;
+    {
+      // No seqused_k: every sequence has all pages_per_seq * page_size keys; padded q/k/v/out rows.
+      const int keys = (600 + ps - 1) / ps * ps;
+      PagedCase c = paged(same(3, 100), same(3, keys), ps, 4, 1, d(), dtype());
+      c.with_seqused_k = false, c.extra_columns = 0, c.padded_rows = true, c.with_lse = i % 2 == 0;
+      add("FullPagesWithoutSequsedK", c);
+    }
+  }
+
+  {
+    // A power of two beyond 256: allowed by the rule (powers of two >= 16).
+    PagedCase c = paged(same(4, 4), {4000, 511, 513, 0}, 512, 8, 2, 128, kBf16);
+    c.causal = true;
+    add("PageSize512_causal", c);
+  }
+  return cases;
+}
+
+class ForwardPagedCorners : public HopperTest, public ::testing::WithParamInterface<NamedCase> {};
+
+TEST_P(ForwardPagedCorners, EverySequenceMatchesReference) {
+  const std::uint64_t seed = run_seed();
+  const PagedCase& c = GetParam().c;
+  const std::string problems = run_paged_case(c, seed);
+  EXPECT_TRUE(problems.empty()) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << problems;
+}
+
+INSTANTIATE_TEST_SUITE_P(Corners, ForwardPagedCorners, ::testing::ValuesIn(corner_cases()),
+                         [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
+
+class ForwardPaged : public HopperTest {};
+
+constexpr int kMaxKeys = 4000;
+constexpr int kMaxQueries = 1000;
+constexpr int kRandomCases = 30;
+// Bound on heads_q * d * sum_b len_q * len_k (most draws are far below).
+constexpr double kMaxWork = 2e10;
+
+// Batch 1-6, a page size of kPageSizes; query lengths mostly decode-like (1, 2-8) else log-uniform in
+// [1, 1000], key lengths log-uniform in [1, 4000] or at a page or block edge, sometimes 0; varlen q and
+// seqused_k at random (without it, full pages); spare pages, extra table columns and a padded table;
+// every head dim, dtype and GQA ratio; causal, windows, softcap, scale, LSE and padded rows at random.
+PagedCase random_paged_case(std::mt19937_64& rng) {
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  const auto log_uniform = [&](int most) {
+    const double x = std::exp(std::uniform_real_distribution<double>(0.0, std::log(double(most)))(rng));
+    return std::clamp(static_cast<int>(std::lround(x)), 1, most);
+  };
+
+  PagedCase c;
+  c.page_size = kPageSizes[pick(0, static_cast<int>(std::size(kPageSizes)) - 1)];
+  const int ps = c.page_size;
+  const auto query_length = [&] { return chance(0.3) ? 1 : chance(0.3) ? pick(2, 8) : log_uniform(kMaxQueries); };
+  const auto key_length = [&] {
+    const int edges[] = {ps - 1, ps, ps + 1, 2 * ps - 1, 2 * ps + 1, 63, 64, 65, 127, 128, 129, 191, 192, 193};
+    return chance(0.25) ? edges[pick(0, static_cast<int>(std::size(edges)) - 1)] : log_uniform(kMaxKeys);
+  };
+  const int batch = pick(1, 6);
+  c.varlen_q = chance(0.5);
+  c.with_seqused_k = chance(0.85);
+  const int dense_q = query_length(), full_keys = (key_length() + ps - 1) / ps * ps;
+  for (int b = 0; b < batch; ++b) {
+    c.len_q.push_back(!c.varlen_q ? dense_q : chance(0.08) ? 0 : query_length());
+    c.len_k.push_back(!c.with_seqused_k ? full_keys : chance(0.08) ? 0 : key_length());
+  }
+  if (prefix_sums(c.len_q).back() == 0) c.len_q[0] = 1;  // CUDA tensors may not be empty
+  c.extra_columns = c.with_seqused_k ? pick(0, 3) : 0;
+  c.spare_pages = pick(1, 16);
+  c.padded_table = chance(0.5);
+
+  constexpr int kRatios[] = {1, 2, 4, 8};
+  c.heads_kv = pick(1, 4);
+  c.heads_q = c.heads_kv * kRatios[pick(0, 3)];
+  c.head_dim = kHeadDims[pick(0, 2)];
+  c.dtype = chance(0.5) ? kBf16 : kFp16;
+  c.causal = chance(0.5);
+  if (chance(0.25)) {
+    c.window_left = chance(0.8) ? pick(0, *std::max_element(c.len_k.begin(), c.len_k.end())) : -1;
+    c.window_right = c.causal ? -1 : pick(0, 64);
+  }
+  if (chance(0.2)) c.softcap = std::uniform_real_distribution<float>(5.0f, 50.0f)(rng);
+  if (chance(0.2)) c.softmax_scale = std::uniform_real_distribution<float>(0.02f, 0.5f)(rng);
+  c.with_lse = chance(0.85);
+  c.amplitude = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng);
+  c.padded_rows = chance(0.2);
+
+  // Fewer heads first, then every length by a quarter (full pages stay whole pages), until the work fits.
+  while (c.work() > kMaxWork) {
+    if (c.heads_q > c.heads_kv) {
+      c.heads_q /= 2;  // the ratio is a power of two
+    } else if (c.heads_kv > 1) {
+      c.heads_q = --c.heads_kv;
+    } else {
+      for (int& n : c.len_q) n = n == 0 ? 0 : std::max(1, n * 3 / 4);
+      for (int& n : c.len_k)
+        n = c.with_seqused_k ? (n == 0 ? 0 : std::max(1, n * 3 / 4)) : std::max(ps, n * 3 / 4 / ps * ps);
+    }
+  }
+  return c;
+}
+
+TEST_F(ForwardPaged, RandomBatchesMatchReference) {
+  const std::uint64_t seed = run_seed();
+  RecordProperty("seed", std::to_string(seed));
+  std::cout << "[ seed     ] HOPATTN_TEST_SEED=" << seed << std::endl;
+  std::mt19937_64 rng(seed);
+  const auto start = std::chrono::steady_clock::now();
+  int failed = 0;
+  for (int i = 0; i < kRandomCases; ++i) {
+    const PagedCase c = random_paged_case(rng);
+    const std::string problems = run_paged_case(c, splitmix64(seed + i));
+    if (problems.empty()) continue;
+    ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  " << problems;
+    if (++failed == 10) {
+      ADD_FAILURE() << "stopping after 10 failing cases";
+      break;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "[ sweep    ] " << kRandomCases << " cases, " << failed << " failed, in " << seconds << " s"
+            << std::endl;
+}
+
+// Runs `c`, which forward must refuse with kUnsupported and a message (containing `must_mention` when
+// given) before writing anything; returns what is wrong.
+std::string expect_refused(const PagedCase& c, const char* must_mention) {
+  try {
+    PagedCall call(c, 1);
+    const Status status = forward(call.args);
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::ostringstream problems;
+    if (status.code() != StatusCode::kUnsupported)
+      problems << "expected kUnsupported, got code " << int(status.code()) << ": " << status.message() << "; ";
+    if (status.message().empty()) problems << "kUnsupported must say what is unsupported; ";
+    if (must_mention && status.message().find(must_mention) == std::string::npos)
+      problems << "the message does not mention " << must_mention << ": " << status.message() << "; ";
+    if (const std::int64_t n = count_unpoisoned(call.out.storage.data(), call.out.view.dtype, call.out.elements))
+      problems << "out: " << n << " elements written; ";
+    if (call.lse) {
+      if (const std::int64_t n = count_unpoisoned(call.lse->storage.data(), Dtype::kFloat32, call.lse->elements))
+        problems << "lse: " << n << " entries written; ";
+    }
+    return problems.str();
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  }
+}
+
+// A small paged call to be refused, dense or varlen q.
+PagedCase refusal_case(int page_size, bool varlen_q, Dtype dtype) {
+  PagedCase c = varlen_q ? paged({3, 0, 5}, {40, 17, 0}, page_size, 4, 2, 128, dtype)
+                         : paged(same(3, 4), {40, 17, 0}, page_size, 4, 2, 128, dtype);
+  c.varlen_q = varlen_q;
+  c.causal = true;
+  return c;
+}
+
+// The kernel takes page sizes that are powers of two >= 16; any other is refused, naming page_size.
+TEST_F(ForwardPaged, OtherPageSizesAreUnsupported) {
+  for (const int page_size : {1, 8, 24, 48, 96, 200}) {
+    for (const bool varlen_q : {false, true}) {
+      for (const Dtype dtype : {kBf16, kFp16}) {
+        const PagedCase c = refusal_case(page_size, varlen_q, dtype);
+        const std::string problems = expect_refused(c, "page_size");
+        EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
+      }
+    }
+  }
+}
+
+TEST_F(ForwardPaged, Fp8IsUnsupported) {
+  for (const bool varlen_q : {false, true}) {
+    const PagedCase c = refusal_case(64, varlen_q, Dtype::kFloat8E4M3);
+    const std::string problems = expect_refused(c, nullptr);
+    EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
+  }
+}
+
+TEST_F(ForwardPaged, WithoutWarpSpecializationIsUnsupported) {
+  for (const bool varlen_q : {false, true}) {
+    for (const Dtype dtype : {kBf16, kFp16}) {
+      PagedCase c = refusal_case(64, varlen_q, dtype);
+      c.options.warp_specialized = false;
+      const std::string problems = expect_refused(c, nullptr);
+      EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hopattn::test
