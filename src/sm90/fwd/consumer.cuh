@@ -9,6 +9,8 @@
 //  - sequential: S_j, softmax_j, O += P_j V_j, one after the other.
 // Ping-pong (KernelOptions::pingpong): the two consumer warpgroups take turns to issue their GEMMs
 // (named barriers), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
+// A variable-length kernel (Traits::kVarlen) masks each tile by its own sequence's lengths
+// (sequence.cuh) and stores it through store_varlen_tile.
 #pragma once
 
 #include "sm90/arch/convert.cuh"

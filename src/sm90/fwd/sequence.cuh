@@ -41,28 +41,27 @@ struct VarlenSequence {
   SequenceRows rows;
 };
 
+// One side (q or k) of sequence `batch`: in a packed tensor (its cu_seqlens given) from row
+// cu_seqlens[batch], at TMA batch 0; else in a dense one, from row 0 of batch entry `batch`.
+__device__ __forceinline__ void locate_sequence(const int* cu_seqlens, int batch, int dense_length, int* row0,
+                                                int* tma_batch, int* length) {
+  if (cu_seqlens != nullptr) {
+    *row0 = __ldg(cu_seqlens + batch);
+    *tma_batch = 0;
+    *length = __ldg(cu_seqlens + batch + 1) - *row0;
+  } else {
+    *row0 = 0;
+    *tma_batch = batch;
+    *length = dense_length;
+  }
+}
+
 // Sequence `batch` of a variable-length launch. Every thread that needs it reads the few ints itself
 // (one L1/L2 line per tile, shared by the CTA) rather than waiting on a shared-memory hand-over.
 __device__ __forceinline__ VarlenSequence varlen_sequence(const FwdParams& p, int batch) {
   VarlenSequence s;
-  if (p.cu_seqlens_q != nullptr) {
-    s.rows.q_row0 = __ldg(p.cu_seqlens_q + batch);
-    s.rows.q_batch = 0;
-    s.bounds.seqlen_q = __ldg(p.cu_seqlens_q + batch + 1) - s.rows.q_row0;
-  } else {
-    s.rows.q_row0 = 0;
-    s.rows.q_batch = batch;
-    s.bounds.seqlen_q = p.seqlen_q;
-  }
-  if (p.cu_seqlens_k != nullptr) {
-    s.rows.k_row0 = __ldg(p.cu_seqlens_k + batch);
-    s.rows.k_batch = 0;
-    s.bounds.seqlen_k = __ldg(p.cu_seqlens_k + batch + 1) - s.rows.k_row0;
-  } else {
-    s.rows.k_row0 = 0;
-    s.rows.k_batch = batch;
-    s.bounds.seqlen_k = p.seqlen_k;
-  }
+  locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.bounds.seqlen_q);
+  locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &s.rows.k_row0, &s.rows.k_batch, &s.bounds.seqlen_k);
   if (p.seqused_k != nullptr) s.bounds.seqlen_k = __ldg(p.seqused_k + batch);
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
