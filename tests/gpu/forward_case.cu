@@ -56,16 +56,6 @@ ViewedBuffer make_viewed(Dtype dtype, const std::int64_t (&shape)[4], const std:
   return b;
 }
 
-float element_as_float(const void* device_ptr, Dtype dtype) {
-  unsigned char bytes[4] = {};
-  HOPATTN_CUDA_CHECK(cudaMemcpy(bytes, device_ptr, dtype_size(dtype), cudaMemcpyDeviceToHost));
-  switch (dtype) {
-    case Dtype::kFloat16: return __half2float(*reinterpret_cast<const __half*>(bytes));
-    case Dtype::kBFloat16: return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(bytes));
-    default: return *reinterpret_cast<const float*>(bytes);
-  }
-}
-
 // "(b, i, h, c) out=.. ref=..": where the largest error sits, to tell a mask bug from a rounding one.
 std::string locate_worst(const ForwardCase& c, const Tensor& out, const float* ref, std::int64_t worst) {
   if (worst < 0) return "";

@@ -256,6 +256,18 @@ inline std::int64_t count_unpoisoned(const void* data, Dtype dtype, std::int64_t
   return static_cast<std::int64_t>(count.to_host<unsigned long long>()[0]);
 }
 
+// One element at device address `device_ptr` as a float (float16, bfloat16, else float32): for the
+// failure messages that show where the worst element sits.
+inline float element_as_float(const void* device_ptr, Dtype dtype) {
+  unsigned char bytes[4] = {};
+  HOPATTN_CUDA_CHECK(cudaMemcpy(bytes, device_ptr, dtype_size(dtype), cudaMemcpyDeviceToHost));
+  switch (dtype) {
+    case Dtype::kFloat16: return __half2float(*reinterpret_cast<const __half*>(bytes));
+    case Dtype::kBFloat16: return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(bytes));
+    default: return *reinterpret_cast<const float*>(bytes);
+  }
+}
+
 // Statistics of an output tensor against two dense float32 tensors of the same logical shape.
 struct OutputDiff {
   float max_err = 0.0f;        // max |out - ref|

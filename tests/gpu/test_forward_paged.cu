@@ -8,16 +8,13 @@
 // and sometimes table rows padded (a view of a wider table). Each sequence is an ordinary attention
 // problem of its own lengths (masks bottom-right aligned with its key count): its keys are gathered
 // into contiguous buffers and the float32 GPU reference runs on batch-1 views, judged by the rule of
-// the dense tests (forward_case.cu), with outputs poisoned with NaN and bracketed by poisoned guards,
-// as in test_forward_varlen.cu. Page sizes other than powers of two >= 16, FP8 and the
-// warp_specialized = false ablation are refused with kUnsupported.
+// the dense tests (forward_case.cu), with outputs poisoned with NaN and bracketed by poisoned guards
+// (the helpers and checks of sequence_checks.cuh, shared with test_forward_varlen.cu). Page sizes other
+// than powers of two >= 16, FP8 and the warp_specialized = false ablation are refused with kUnsupported.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
-#include <iostream>
 #include <iterator>
 #include <numeric>
 #include <optional>
@@ -27,22 +24,18 @@
 #include <string>
 #include <vector>
 
-#include "gpu/gpu_reference.cuh"
 #include "gpu/gpu_test_util.cuh"
+#include "gpu/sequence_checks.cuh"
 
 namespace hopattn::test {
 namespace {
 
-constexpr int kGuardRows = 192;  // poisoned rows before and after out: more than one 128-row tile
-constexpr int kLsePad = 192;     // poisoned LSE entries before the first head's row and after each
-constexpr int kRowPad = 8;       // elements added after each head of a row with padded_rows (16 bytes)
 constexpr int kTablePad = 3;     // entries after each row of a padded page table (outside its view)
 constexpr float kGarbage = 1e4f;  // in unused pages and tail rows: +kGarbage in k, -kGarbage in v
 
-constexpr Dtype kBf16 = Dtype::kBFloat16, kFp16 = Dtype::kFloat16;
-
-// One paged call. Dense q (varlen_q false) is (batch, seqlen_q, heads, d) with every len_q equal.
-struct PagedCase {
+// One paged call. Dense q (varlen_q false) is (batch, seqlen_q, heads, d) with every len_q equal. The
+// dtype is float8_e4m3 only in the refusal tests (out then bf16).
+struct PagedCase : CallSettings {
   std::vector<int> len_q;  // query rows of each sequence
   std::vector<int> len_k;  // keys of each sequence (its seqused_k entry)
   bool varlen_q = false;
@@ -53,15 +46,6 @@ struct PagedCase {
   int extra_columns = 1;  // table columns past the longest sequence's pages (valid, wrong entries)
   int spare_pages = 7;    // pages of the pool past batch * pages_per_seq (garbage, never in use)
   bool padded_table = false;  // the table a (batch, pages_per_seq) view of (batch, pages_per_seq + 3)
-  int heads_q = 4, heads_kv = 4, head_dim = 128;
-  Dtype dtype = kBf16;  // float8_e4m3 only in the refusal test (out then bf16)
-  bool causal = false;
-  int window_left = -1, window_right = -1;
-  float softcap = 0.0f;
-  std::optional<float> softmax_scale;
-  bool with_lse = true;
-  float amplitude = 1.0f;    // q is drawn from amplitude * N(0, 1): larger = peakier softmax
-  bool padded_rows = false;  // q, k, v and out: kRowPad spare elements after each head
   KernelOptions options;
 
   int batch() const { return static_cast<int>(len_q.size()); }
@@ -81,32 +65,17 @@ struct PagedCase {
   std::string describe() const;
 };
 
-std::string join(const std::vector<int>& values) {
-  std::ostringstream s;
-  s << "[";
-  for (std::size_t i = 0; i < values.size(); ++i) s << (i ? " " : "") << values[i];
-  s << "]";
-  return s.str();
-}
-
 std::string PagedCase::describe() const {
   std::ostringstream s;
   s << (varlen_q ? "varlen q " : "dense q ") << join(len_q) << (with_seqused_k ? " seqused_k " : " full pages ")
     << join(len_k) << " page_size " << page_size << " pages_per_seq " << pages_per_seq() << " num_pages "
-    << num_pages() << (padded_table ? " padded-table" : "") << " hq " << heads_q << " hkv " << heads_kv << " d "
-    << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "");
-  if (window_left >= 0 || window_right >= 0) s << " window (" << window_left << ", " << window_right << ")";
-  if (softcap > 0.0f) s << " softcap " << softcap;
-  if (softmax_scale) s << " scale " << *softmax_scale;
-  s << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << (padded_rows ? " padded-rows" : "");
+    << num_pages() << (padded_table ? " padded-table" : "");
+  describe_to(s);
   if (!options.warp_specialized) s << " no-warp-specialized";
   return s.str();
 }
 
 void check_case_shape(const PagedCase& c) {
-  const auto all_equal = [](const std::vector<int>& v) {
-    return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) == v.end();
-  };
   if (c.batch() < 1 || c.len_k.size() != c.len_q.size())
     throw std::invalid_argument("test case: one length per sequence on each side");
   if (c.page_size < 1 || c.spare_pages < 0 || c.extra_columns < 0)
@@ -119,105 +88,6 @@ void check_case_shape(const PagedCase& c) {
   if (!c.with_seqused_k && (!all_equal(c.len_k) || c.len_k[0] < c.page_size || c.len_k[0] % c.page_size != 0 ||
                             c.extra_columns != 0))
     throw std::invalid_argument("test case: without seqused_k every sequence fills its pages_per_seq pages");
-}
-
-// Entry b is where sequence b's rows start; the last entry is the row count.
-std::vector<int> prefix_sums(const std::vector<int>& lengths) {
-  std::vector<int> sums(1, 0);
-  for (int n : lengths) sums.push_back(sums.back() + n);
-  return sums;
-}
-
-Tensor cuda_view(void* data, Dtype dtype, std::initializer_list<std::int64_t> shape,
-                 std::initializer_list<std::int64_t> stride) {
-  Tensor t;
-  t.data = data;
-  t.dtype = dtype;
-  t.device = DeviceType::kCuda;
-  t.rank = static_cast<int>(shape.size());
-  std::copy(shape.begin(), shape.end(), t.shape);
-  std::copy(stride.begin(), stride.end(), t.stride);
-  return t;
-}
-
-// Rows of (heads, d) elements: head h of row r starts at row(r) + h * head_stride elements.
-struct RowView {
-  char* base = nullptr;
-  Dtype dtype = kBf16;
-  int heads = 0, head_dim = 0;
-  std::int64_t row_stride = 0, head_stride = 0;
-
-  char* row(std::int64_t r) const { return base + r * row_stride * std::int64_t(dtype_size(dtype)); }
-  // q and out as forward takes them: (total, heads, d) varlen, (batch, seqlen, heads, d) dense.
-  Tensor api_tensor(const std::vector<int>& starts, bool varlen) const {
-    const std::int64_t total = starts.back(), batch = std::int64_t(starts.size()) - 1;
-    if (varlen) return cuda_view(base, dtype, {total, heads, head_dim}, {row_stride, head_stride, 1});
-    const std::int64_t seqlen = total / batch;
-    return cuda_view(base, dtype, {batch, seqlen, heads, head_dim}, {seqlen * row_stride, row_stride, head_stride, 1});
-  }
-  // The rows as a pool of pages (num_pages, page_size, heads, d): page p is rows [p, p + 1) * page_size.
-  Tensor pages(int num_pages, int page_size) const {
-    return cuda_view(base, dtype, {num_pages, page_size, heads, head_dim},
-                     {page_size * row_stride, row_stride, head_stride, 1});
-  }
-  // Rows [start, start + len) as a batch-1 (1, len, heads, d) view: one sequence for the reference.
-  Tensor sequence(int start, int len) const {
-    return cuda_view(row(start), dtype, {1, len, heads, head_dim}, {len * row_stride, row_stride, head_stride, 1});
-  }
-};
-
-// An allocation of `rows` rows with `guard` spare rows before and after them.
-struct RowBuffer {
-  DeviceBuffer storage;
-  std::int64_t elements = 0;
-  RowView view;  // row 0 is the first row after the leading guard
-};
-
-RowBuffer make_rows(Dtype dtype, std::int64_t rows, int heads, int head_dim, bool padded, int guard) {
-  RowBuffer b;
-  b.view.dtype = dtype;
-  b.view.heads = heads;
-  b.view.head_dim = head_dim;
-  b.view.head_stride = head_dim + (padded ? kRowPad : 0);
-  b.view.row_stride = heads * b.view.head_stride;
-  b.elements = (rows + 2 * guard) * b.view.row_stride;
-  b.storage = DeviceBuffer(b.elements * dtype_size(dtype));
-  b.view.base = b.storage.as<char>() + guard * b.view.row_stride * std::int64_t(dtype_size(dtype));
-  return b;
-}
-
-// The float32 LSE, (heads_q, total_q) for varlen q or (batch, heads_q, seqlen_q) for dense q, each
-// head's row followed by kLsePad poisoned entries and the first preceded by as many.
-struct LseBuffer {
-  DeviceBuffer storage;
-  std::int64_t elements = 0;
-  float* base = nullptr;
-  std::int64_t head_stride = 0;
-  std::vector<std::int64_t> sequence_offset;  // of entry (sequence b, head 0, row 0) from base
-  Tensor api_tensor;
-
-  LseBuffer(const std::vector<int>& starts_q, bool varlen_q, int heads_q) {
-    const std::int64_t total = starts_q.back(), batch = std::int64_t(starts_q.size()) - 1;
-    const std::int64_t row = (varlen_q ? total : total / batch) + kLsePad;
-    head_stride = row;
-    elements = kLsePad + (varlen_q ? 1 : batch) * heads_q * row;
-    storage = DeviceBuffer(elements * sizeof(float));
-    base = storage.as<float>() + kLsePad;
-    for (std::int64_t b = 0; b < batch; ++b) sequence_offset.push_back(varlen_q ? starts_q[b] : b * heads_q * row);
-    api_tensor = varlen_q ? cuda_view(base, Dtype::kFloat32, {heads_q, total}, {row, 1})
-                          : cuda_view(base, Dtype::kFloat32, {batch, heads_q, total / batch}, {heads_q * row, row, 1});
-  }
-  // Sequence b's entries as a (1, 1, heads_q, len) view, the layout of the reference's LSE.
-  Tensor sequence(int b, int heads_q, int len) const {
-    return cuda_view(base + sequence_offset[b], Dtype::kFloat32, {1, 1, heads_q, len}, {0, 0, head_stride, 1});
-  }
-};
-
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& values) {
-  DeviceBuffer b(values.size() * sizeof(T));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(b.data(), values.data(), b.bytes(), cudaMemcpyHostToDevice));
-  return b;
 }
 
 // Every element of a row flagged in `flags` (rows of row_elements elements) set to `value`.
@@ -261,37 +131,13 @@ void gather_sequence(const RowView& pool, const RowView& dst, int start, int len
   HOPATTN_CUDA_CHECK(cudaGetLastError());
 }
 
-float device_element(const void* p, Dtype dtype) {
-  unsigned char bytes[4] = {};
-  HOPATTN_CUDA_CHECK(cudaMemcpy(bytes, p, dtype_size(dtype), cudaMemcpyDeviceToHost));
-  switch (dtype) {
-    case Dtype::kFloat16: return __half2float(*reinterpret_cast<const __half*>(bytes));
-    case Dtype::kBFloat16: return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(bytes));
-    default: return *reinterpret_cast<const float*>(bytes);
-  }
-}
-
-// " at (row i, head h, col c): out .. ref ..": where the worst element of a sequence sits, to tell a
-// masking or paging bug (a few rows far off, or garbage of the order of 1e4) from a rounding one.
-std::string locate_worst(const Tensor& out, const float* ref, std::int64_t worst) {
-  if (worst < 0) return "";
-  const std::int64_t d = out.shape[3], heads = out.shape[2];
-  const std::int64_t col = worst % d, h = worst / d % heads, i = worst / (d * heads);
-  const std::int64_t offset = i * out.stride[1] + h * out.stride[2] + col;
-  const float o = device_element(static_cast<const char*>(out.data) + offset * dtype_size(out.dtype), out.dtype);
-  std::ostringstream s;
-  s << " at (row " << i << ", head " << h << ", col " << col << "): out " << o << " ref "
-    << device_element(ref + worst, Dtype::kFloat32);
-  return s.str();
-}
-
 // Everything one call needs: the pool, the table, q, poisoned out and LSE, and the FwdArgs over them.
 struct PagedCall {
   std::vector<int> starts_q;
   std::vector<std::int32_t> table;  // host copy: batch rows of table_stride entries
   int table_stride = 0;
-  RowBuffer q, k, v, out;
-  std::optional<LseBuffer> lse;
+  RowBuffer q, k, v;
+  PoisonedOutputs outputs;
   DeviceBuffer table_dev;
   std::optional<DeviceBuffer> cu_q, seqused;
   FwdArgs args;
@@ -338,25 +184,15 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
   k = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
   v = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
   if (fp8) {
-    for (RowBuffer* t : {&q, &k, &v})  // 0x38 is 1.0 in e4m3: valid inputs, should a kernel read them
-      HOPATTN_CUDA_CHECK(cudaMemset(t->storage.data(), 0x38, t->storage.bytes()));
+    fill_e4m3_ones({&q, &k, &v});
   } else {
-    fill_normal(q.storage.data(), c.dtype, q.elements, splitmix64(seed ^ 1), c.amplitude);
-    fill_normal(k.storage.data(), c.dtype, k.elements, splitmix64(seed ^ 2));
-    fill_normal(v.storage.data(), c.dtype, v.elements, splitmix64(seed ^ 3));
+    fill_inputs(q, k, v, seed, c.amplitude);
     const DeviceBuffer flags = upload(garbage);
     fill_flagged_rows(k, flags, kGarbage);
     fill_flagged_rows(v, flags, -kGarbage);
   }
 
-  // Outputs: poisoned with NaN, guards and padding included.
-  const Dtype out_dtype = fp8 ? kBf16 : c.dtype;
-  out = make_rows(out_dtype, starts_q.back(), hq, d, c.padded_rows, kGuardRows);
-  poison_nan(out.storage.data(), out_dtype, out.elements);
-  if (c.with_lse) {
-    lse.emplace(starts_q, c.varlen_q, hq);
-    poison_nan(lse->storage.data(), Dtype::kFloat32, lse->elements);
-  }
+  outputs = PoisonedOutputs(fp8 ? kBf16 : c.dtype, starts_q, c.varlen_q, hq, d, c.padded_rows, c.with_lse);
 
   table_dev = upload(table);
   if (c.varlen_q) cu_q = upload(starts_q);
@@ -364,36 +200,25 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
   args.q = q.view.api_tensor(starts_q, c.varlen_q);
   args.k = k.view.pages(num_pages, ps);
   args.v = v.view.pages(num_pages, ps);
-  args.out = out.view.api_tensor(starts_q, c.varlen_q);
-  if (lse) args.lse = lse->api_tensor;
+  outputs.set_args(args, starts_q, c.varlen_q);
   args.page_table = cuda_view(table_dev.data(), Dtype::kInt32, {batch, pages_per_seq}, {table_stride, 1});
   if (cu_q) args.cu_seqlens_q = make_tensor(cu_q->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
   if (seqused) args.seqused_k = make_tensor(seqused->data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
   // The true maxima (validation takes seqlen_q from a dense q and pages_per_seq * page_size for k).
   args.max_seqlen_q = *std::max_element(c.len_q.begin(), c.len_q.end());
   args.max_seqlen_k = *std::max_element(c.len_k.begin(), c.len_k.end());
-  args.softmax_scale = c.softmax_scale;
-  args.causal = c.causal;
-  args.window_left = c.window_left;
-  args.window_right = c.window_right;
-  args.softcap = c.softcap;
+  c.set_args(args);
   args.options = c.options;
 }
 
 // Runs `c` on data drawn from `seed` and returns what is wrong (empty when nothing is): forward must
-// return Ok; per sequence, out within 2 max|naive - ref| + 1e-5 of the reference and the LSE within
-// 1e-3 with -inf exactly where the reference has it (a sequence without keys: out 0, LSE -inf); no NaN
-// left in out or the LSE; nothing written outside their views.
+// return Ok, and each sequence pass check_sequences on its keys gathered out of the pool.
 std::string run_paged_case(const PagedCase& c, std::uint64_t seed) {
   try {
     PagedCall call(c, seed);
-    const Status status = forward(call.args);
-    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    if (!status.ok()) return "forward returned code " + std::to_string(int(status.code())) + ": " + status.message();
+    if (std::string why = forward_problem(call.args); !why.empty()) return why;
 
-    const int batch = c.batch(), hq = c.heads_q, d = c.head_dim;
-    const std::vector<int>& starts_q = call.starts_q;
-    const int total_q = starts_q.back();
+    const int batch = c.batch(), d = c.head_dim;
 
     // Each sequence's keys and values gathered out of the pool through its table row, one sequence
     // after the other (rows laid out like the pool's, padding included).
@@ -405,72 +230,10 @@ std::string run_paged_case(const PagedCase& c, std::uint64_t seed) {
       gather_sequence(call.v.view, values.view, starts_k[b], c.len_k[b], call.device_pages(b), c.page_size);
     }
 
-    // The reference, sequence by sequence, into dense float32 rows laid out like out's (sequence b
-    // at row starts_q[b]); a sequence without keys keeps the initial out 0 and LSE -inf.
-    const std::int64_t ref_rows = std::int64_t(total_q) * hq;
-    DeviceBuffer ref(ref_rows * d * sizeof(float)), naive(ref_rows * d * sizeof(float));
-    DeviceBuffer lse_ref(ref_rows * sizeof(float));
-    HOPATTN_CUDA_CHECK(cudaMemset(ref.data(), 0, ref.bytes()));
-    HOPATTN_CUDA_CHECK(cudaMemset(naive.data(), 0, naive.bytes()));
-    fill_pattern_kernel<<<grid_for(ref_rows), 256>>>(lse_ref.as<std::uint32_t>(), ref_rows, 0xFF800000u);  // -inf
-    HOPATTN_CUDA_CHECK(cudaGetLastError());
-    for (int b = 0; b < batch; ++b) {
-      if (c.len_q[b] == 0 || c.len_k[b] == 0) continue;
-      GpuReferenceArgs ra;
-      ra.q = call.q.view.sequence(starts_q[b], c.len_q[b]);
-      ra.k = keys.view.sequence(starts_k[b], c.len_k[b]);
-      ra.v = values.view.sequence(starts_k[b], c.len_k[b]);
-      ra.softmax_scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
-      ra.causal = c.causal;
-      ra.window_left = c.window_left;
-      ra.window_right = c.window_right;
-      ra.softcap = c.softcap;
-      const std::int64_t first = std::int64_t(starts_q[b]) * hq;  // sequence b's first (row, head)
-      ra.out = ref.as<float>() + first * d;
-      ra.out_naive = naive.as<float>() + first * d;
-      ra.lse = lse_ref.as<float>() + first;
-      if (const Status s = gpu_reference_forward(ra); !s.ok()) return "reference: " + s.message();
-    }
-    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-
-    std::ostringstream problems;
-    std::int64_t out_nans = 0, lse_nans = 0;
-    for (int b = 0; b < batch; ++b) {
-      if (c.len_q[b] == 0) continue;
-      std::ostringstream seq;
-      const std::int64_t first = std::int64_t(starts_q[b]) * hq;
-      const Tensor out_b = call.out.view.sequence(starts_q[b], c.len_q[b]);
-      const float* ref_b = ref.as<float>() + first * d;
-      const OutputDiff diff = output_diff(out_b, ref_b, naive.as<float>() + first * d);
-      const float bound = 2.0f * diff.max_naive_err + 1e-5f;
-      out_nans += diff.nan_count;
-      if (diff.nan_count) seq << diff.nan_count << " NaN in out (unwritten or computed); ";
-      if (!(diff.max_err <= bound))
-        seq << "max|out-ref| " << diff.max_err << " > 2*max|naive-ref| + 1e-5 = " << bound
-            << locate_worst(out_b, ref_b, diff.worst) << "; ";
-      if (call.lse) {
-        const LseDiff ld = lse_diff(call.lse->sequence(b, hq, c.len_q[b]), lse_ref.as<float>() + first);
-        lse_nans += ld.nan_count;
-        if (ld.nan_count) seq << ld.nan_count << " NaN in lse; ";
-        if (ld.inf_mismatch) seq << ld.inf_mismatch << " lse entries disagree on -inf; ";
-        if (!(ld.max_err <= 1e-3f)) seq << "max|lse-ref| " << ld.max_err << " > 1e-3; ";
-      }
-      if (!seq.str().empty())
-        problems << "sequence " << b << " (len_q " << c.len_q[b] << ", len_k " << c.len_k[b] << "): " << seq.str();
-    }
-
-    // Elements of the storage that lost their poison, less the view's elements that did (those not
-    // NaN): what was written outside the view, into the guards, padding or between LSE rows.
-    const std::int64_t out_numel = ref_rows * d;
-    const std::int64_t out_outside =
-        count_unpoisoned(call.out.storage.data(), c.dtype, call.out.elements) - (out_numel - out_nans);
-    if (out_outside != 0) problems << "out: " << out_outside << " elements outside its view were written; ";
-    if (call.lse) {
-      const std::int64_t lse_outside =
-          count_unpoisoned(call.lse->storage.data(), Dtype::kFloat32, call.lse->elements) - (ref_rows - lse_nans);
-      if (lse_outside != 0) problems << "lse: " << lse_outside << " entries outside its view were written; ";
-    }
-    return problems.str();
+    SequenceRows rows;
+    rows.len_q = c.len_q, rows.starts_q = call.starts_q, rows.len_k = c.len_k, rows.starts_k = starts_k;
+    rows.q = call.q.view, rows.k = keys.view, rows.v = values.view;
+    return check_sequences(c, rows, call.outputs);
   } catch (const std::exception& e) {
     return std::string("exception: ") + e.what();
   }
@@ -489,22 +252,14 @@ PagedCase paged(std::vector<int> len_q, std::vector<int> len_k, int page_size, i
 
 std::vector<int> same(int count, int value) { return std::vector<int>(count, value); }
 
-struct NamedCase {
-  std::string name;
-  PagedCase c;
-};
-
-void PrintTo(const NamedCase& n, std::ostream* os) { *os << n.name << ": " << n.c.describe(); }
-
 constexpr int kPageSizes[] = {16, 32, 64, 128, 256};  // what the sm_90a kernel takes (and larger powers)
-constexpr int kHeadDims[] = {64, 128, 256};
 
 std::string suffix(const PagedCase& c) {
   return "_p" + std::to_string(c.page_size) + "_d" + std::to_string(c.head_dim) + "_" + dtype_name(c.dtype);
 }
 
-std::vector<NamedCase> corner_cases() {
-  std::vector<NamedCase> cases;
+std::vector<NamedCase<PagedCase>> corner_cases() {
+  std::vector<NamedCase<PagedCase>> cases;
   const auto add = [&](const std::string& name, const PagedCase& c) { cases.push_back({name + suffix(c), c}); };
 
   // Key counts either side of page edges (16 ... 256) and 64-, 128- and 192-key block edges, and a
@@ -588,7 +343,7 @@ std::vector<NamedCase> corner_cases() {
   return cases;
 }
 
-class ForwardPagedCorners : public HopperTest, public ::testing::WithParamInterface<NamedCase> {};
+class ForwardPagedCorners : public HopperTest, public ::testing::WithParamInterface<NamedCase<PagedCase>> {};
 
 TEST_P(ForwardPagedCorners, EverySequenceMatchesReference) {
   const std::uint64_t seed = run_seed();
@@ -597,8 +352,7 @@ TEST_P(ForwardPagedCorners, EverySequenceMatchesReference) {
   EXPECT_TRUE(problems.empty()) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << problems;
 }
 
-INSTANTIATE_TEST_SUITE_P(Corners, ForwardPagedCorners, ::testing::ValuesIn(corner_cases()),
-                         [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Corners, ForwardPagedCorners, ::testing::ValuesIn(corner_cases()), CaseName());
 
 class ForwardPaged : public HopperTest {};
 
@@ -641,29 +395,11 @@ PagedCase random_paged_case(std::mt19937_64& rng) {
   c.spare_pages = pick(1, 16);
   c.padded_table = chance(0.5);
 
-  constexpr int kRatios[] = {1, 2, 4, 8};
-  c.heads_kv = pick(1, 4);
-  c.heads_q = c.heads_kv * kRatios[pick(0, 3)];
-  c.head_dim = kHeadDims[pick(0, 2)];
-  c.dtype = chance(0.5) ? kBf16 : kFp16;
-  c.causal = chance(0.5);
-  if (chance(0.25)) {
-    c.window_left = chance(0.8) ? pick(0, *std::max_element(c.len_k.begin(), c.len_k.end())) : -1;
-    c.window_right = c.causal ? -1 : pick(0, 64);
-  }
-  if (chance(0.2)) c.softcap = std::uniform_real_distribution<float>(5.0f, 50.0f)(rng);
-  if (chance(0.2)) c.softmax_scale = std::uniform_real_distribution<float>(0.02f, 0.5f)(rng);
-  c.with_lse = chance(0.85);
-  c.amplitude = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng);
-  c.padded_rows = chance(0.2);
+  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()));
 
   // Fewer heads first, then every length by a quarter (full pages stay whole pages), until the work fits.
   while (c.work() > kMaxWork) {
-    if (c.heads_q > c.heads_kv) {
-      c.heads_q /= 2;  // the ratio is a power of two
-    } else if (c.heads_kv > 1) {
-      c.heads_q = --c.heads_kv;
-    } else {
+    if (!shrink_heads(c)) {
       for (int& n : c.len_q) n = n == 0 ? 0 : std::max(1, n * 3 / 4);
       for (int& n : c.len_k)
         n = c.with_seqused_k ? (n == 0 ? 0 : std::max(1, n * 3 / 4)) : std::max(ps, n * 3 / 4 / ps * ps);
@@ -673,25 +409,7 @@ PagedCase random_paged_case(std::mt19937_64& rng) {
 }
 
 TEST_F(ForwardPaged, RandomBatchesMatchReference) {
-  const std::uint64_t seed = run_seed();
-  RecordProperty("seed", std::to_string(seed));
-  std::cout << "[ seed     ] HOPATTN_TEST_SEED=" << seed << std::endl;
-  std::mt19937_64 rng(seed);
-  const auto start = std::chrono::steady_clock::now();
-  int failed = 0;
-  for (int i = 0; i < kRandomCases; ++i) {
-    const PagedCase c = random_paged_case(rng);
-    const std::string problems = run_paged_case(c, splitmix64(seed + i));
-    if (problems.empty()) continue;
-    ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  " << problems;
-    if (++failed == 10) {
-      ADD_FAILURE() << "stopping after 10 failing cases";
-      break;
-    }
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "[ sweep    ] " << kRandomCases << " cases, " << failed << " failed, in " << seconds << " s"
-            << std::endl;
+  random_sweep(kRandomCases, random_paged_case, run_paged_case);
 }
 
 // Runs `c`, which forward must refuse with kUnsupported and a message (containing `must_mention` when
@@ -707,10 +425,11 @@ std::string expect_refused(const PagedCase& c, const char* must_mention) {
     if (status.message().empty()) problems << "kUnsupported must say what is unsupported; ";
     if (must_mention && status.message().find(must_mention) == std::string::npos)
       problems << "the message does not mention " << must_mention << ": " << status.message() << "; ";
-    if (const std::int64_t n = count_unpoisoned(call.out.storage.data(), call.out.view.dtype, call.out.elements))
+    const PoisonedOutputs& o = call.outputs;
+    if (const std::int64_t n = count_unpoisoned(o.out.storage.data(), o.out.view.dtype, o.out.elements))
       problems << "out: " << n << " elements written; ";
-    if (call.lse) {
-      if (const std::int64_t n = count_unpoisoned(call.lse->storage.data(), Dtype::kFloat32, call.lse->elements))
+    if (o.lse) {
+      if (const std::int64_t n = count_unpoisoned(o.lse->storage.data(), Dtype::kFloat32, o.lse->elements))
         problems << "lse: " << n << " entries written; ";
     }
     return problems.str();
