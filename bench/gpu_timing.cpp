@@ -33,34 +33,34 @@ struct InputSet {
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// A device copy of `values` in `buffer`.
+template <class T>
+Status upload(const std::vector<T>& values, DeviceBuffer* buffer) {
+  if (Status st = buffer->allocate(values.size() * sizeof(T)); !st.ok()) return st;
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), values.data(), buffer->bytes(), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
 // A float32 buffer of `count` ones: descales that leave the values as they are but take the kernel's
 // block-scale path.
 Status make_ones(std::int64_t count, DeviceBuffer* buffer) {
-  if (Status st = buffer->allocate(count * sizeof(float)); !st.ok()) return st;
-  const std::vector<float> ones(static_cast<std::size_t>(count), 1.0f);
-  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), ones.data(), buffer->bytes(), cudaMemcpyHostToDevice));
-  return Status::Ok();
+  return upload(std::vector<float>(static_cast<std::size_t>(count), 1.0f), buffer);
 }
 
 // A (batch, pages_per_seq) int32 table over batch * pages_per_seq pages in shuffled order, as a cache
 // that has allocated and freed pages for a while hands them out.
 Status make_page_table(int batch, int pages_per_seq, std::uint64_t seed, DeviceBuffer* buffer) {
-  const std::size_t pages = static_cast<std::size_t>(batch) * pages_per_seq;
-  if (Status st = buffer->allocate(pages * sizeof(int)); !st.ok()) return st;
-  std::vector<int> table(pages);
-  for (std::size_t i = 0; i < pages; ++i) table[i] = static_cast<int>(i);
+  std::vector<int> table(static_cast<std::size_t>(batch) * pages_per_seq);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
   std::shuffle(table.begin(), table.end(), std::mt19937_64(seed));
-  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), table.data(), buffer->bytes(), cudaMemcpyHostToDevice));
-  return Status::Ok();
+  return upload(table, buffer);
 }
 
 // int32 prefix sums 0, seqlen, 2 seqlen, ..., batch seqlen: a packed batch of equal lengths.
 Status make_cu_seqlens(int batch, int seqlen, DeviceBuffer* buffer) {
-  if (Status st = buffer->allocate((batch + 1) * sizeof(int)); !st.ok()) return st;
   std::vector<int> sums(static_cast<std::size_t>(batch) + 1);
   for (int b = 0; b <= batch; ++b) sums[b] = b * seqlen;
-  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(buffer->get(), sums.data(), buffer->bytes(), cudaMemcpyHostToDevice));
-  return Status::Ok();
+  return upload(sums, buffer);
 }
 
 struct Extents {

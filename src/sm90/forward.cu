@@ -30,16 +30,18 @@ bool takes_varlen_kernels(const detail::Problem& pr) {
 // starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
 bool page_size_supported(int page_size) { return page_size >= 16 && (page_size & (page_size - 1)) == 0; }
 
+template <int kHeadDim, typename Element>
+Status launch(const FwdArgs& args, const detail::Problem& pr) {
+  return takes_varlen_kernels(pr) ? launch_shipped_varlen_forward<kHeadDim, Element>(args, pr)
+                                  : launch_shipped_forward<kHeadDim, Element>(args, pr);
+}
+
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
-  const bool varlen = takes_varlen_kernels(pr);
   switch (pr.head_dim) {
-    case 64: return varlen ? launch_shipped_varlen_forward<64, Element>(args, pr)
-                           : launch_shipped_forward<64, Element>(args, pr);
-    case 128: return varlen ? launch_shipped_varlen_forward<128, Element>(args, pr)
-                            : launch_shipped_forward<128, Element>(args, pr);
-    case 256: return varlen ? launch_shipped_varlen_forward<256, Element>(args, pr)
-                            : launch_shipped_forward<256, Element>(args, pr);
+    case 64: return launch<64, Element>(args, pr);
+    case 128: return launch<128, Element>(args, pr);
+    case 256: return launch<256, Element>(args, pr);
     default: return unsupported("head dim " + std::to_string(pr.head_dim));
   }
 }

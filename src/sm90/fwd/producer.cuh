@@ -74,7 +74,8 @@ class TileLoader {
   // powers of two from 16, so a chunk never straddles a page and, a multiple of 8 rows, starts on a
   // 1024-byte swizzle atom). A chunk past the sequence's last key reads the last key's page from that
   // key's row on (the consumers mask those keys; rows past the page end are TMA's zero fill), never a
-  // table entry past the keys in use.
+  // table entry past the keys in use. V reads the table again rather than keeping K's pages: the
+  // producer runs on 24 registers, and the repeated reads hit L1.
   __device__ void load_paged_kv(const FwdParams& p, const VarlenVisit& v, int kv_head, int n) {
     const int stage = ring_.index();
     mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
