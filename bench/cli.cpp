@@ -1,5 +1,6 @@
 #include "cli.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -40,15 +41,34 @@ bool takes_value(const std::string& flag) {
   return false;
 }
 
+// --backward times hopattn::backward, which takes bf16/fp16 dense tensors and none of the forward's
+// kernel switches: say which flag does not go with it rather than time something else.
+bool check_backward_shape(const Shape& s, std::string* error) {
+  const char* clash = nullptr;
+  if (s.dtype == Dtype::kFloat8E4M3) clash = "--dtype fp8 (the backward takes bf16 or fp16)";
+  else if (s.varlen) clash = "--varlen (the sm_90a backward takes dense layouts only)";
+  else if (s.page_size > 0) clash = "--page-size (the backward takes dense k and v, no paged cache)";
+  else if (s.fp8_block_rows > 0) clash = "--fp8-block-rows (an fp8 forward option)";
+  else if (s.v_keys_contiguous) clash = "--v-keys-contiguous (an fp8 forward option)";
+  else if (s.num_splits != 0) clash = "--num-splits (a forward option)";
+  else if (!s.options.pingpong || !s.options.intra_wg_overlap || !s.options.persistent)
+    clash = "--no-pingpong/--no-overlap/--no-persistent (forward kernel switches)";
+  if (clash == nullptr) return true;
+  *error = std::string("--backward is not supported with ") + clash;
+  return false;
+}
+
 }  // namespace
 
 std::string usage_text() {
   return std::string(
              "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--json PATH]\n"
-             "Times hopattn::forward (CUDA events, median) and prints TFLOP/s per shape.\n"
+             "Times hopattn::forward, or hopattn::backward with --backward / --grid bwd (CUDA events, median),\n"
+             "and prints TFLOP/s per shape.\n"
              "  --grid NAME      one of: ") +
          grid_names() +
-         " (default quick)\n"
+         " (default quick;\n"
+         "                   bwd: the backward on the paper grid's shapes at head dims 64 and 128)\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
@@ -56,6 +76,9 @@ std::string usage_text() {
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (bf16/fp16: the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --page-size N (bf16/fp16: k and v as a paged cache of N-key pages in shuffled order)\n"
+         "    --backward (bf16/fp16 dense: time hopattn::backward (dq, dk, dv) after one forward that writes\n"
+         "               out and the LSE; FLOPs 2.5x the forward's; not with fp8, --varlen, --page-size,\n"
+         "               --no-lse, --num-splits or the --no-* switches)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -63,7 +86,8 @@ std::string usage_text() {
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
          "  --json PATH      also write every row, the device, date and git commit as JSON\n"
-         "Without a Hopper GPU it says so and times the CPU reference on a small problem.\n";
+         "Without a Hopper GPU it says so and times the CPU reference on a small problem (its backward with\n"
+         "--backward or --grid bwd).\n";
 }
 
 bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
@@ -99,6 +123,14 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
     if (flag == "--no-lse") {
       options->write_lse = false;
+      continue;
+    }
+    if (flag == "--backward") {
+      if (has_inline_value) {
+        *error = "--backward takes no value; got '" + value + "'";
+        return false;
+      }
+      single.backward = single_given = true;
       continue;
     }
     // One speed technique off for the single shape (the ablation grid does all of them at one shape).
@@ -180,13 +212,19 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
   }
   if (single_given && grid_given) {
-    *error = "--grid and the shape flags (--batch, --heads, --seqlen-q, ...) exclude each other: pick one";
+    *error = single.backward
+                 ? "--backward times one shape and excludes --grid (--grid bwd: the backward grid)"
+                 : "--grid and the shape flags (--batch, --heads, --seqlen-q, ...) exclude each other: pick one";
     return false;
   }
   if (single_given) {
     // Unless given, heads_kv follows heads and seqlen_k follows seqlen_q (plain self-attention).
     if (!heads_kv_given) single.heads_kv = single.heads_q;
     if (!seqlen_k_given) single.seqlen_k = single.seqlen_q;
+    if (single.backward) {
+      if (!check_backward_shape(single, error)) return false;
+      single.variant = backward_variant(single.variant);
+    }
     if (single.page_size > 0 && single.seqlen_k % single.page_size != 0) {
       *error = "--page-size " + std::to_string(single.page_size) + " must divide seqlen_k " +
                std::to_string(single.seqlen_k) + " (the bench fills every page)";
@@ -196,6 +234,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     options->grid = "single";
   } else {
     make_grid(options->grid, &options->shapes);
+  }
+  if (!options->write_lse &&
+      std::any_of(options->shapes.begin(), options->shapes.end(), [](const Shape& s) { return s.backward; })) {
+    *error = "--no-lse does not apply to the backward (--backward, --grid bwd): it needs the forward's LSE";
+    return false;
   }
   return true;
 }

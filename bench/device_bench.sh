@@ -3,10 +3,11 @@
 # (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then
 # bench/report.py to merge them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
 #
-#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8] [--flex] [--build DIR] [--peers PATH]
+#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd] [--flex] [--build DIR] [--peers PATH]
 #
 #   --grid   default paper. The peers only run the FlashAttention papers' shapes (16k tokens, hidden
-#            2048, bf16), so they are timed for paper and quick; long, ablation and fp8 time hopattn alone.
+#            2048, bf16), so they are timed for paper, quick and bwd (the backward: peers.py --bwd, which
+#            also times their forward); long, ablation and fp8 time hopattn alone.
 #   --flex   also time FlexAttention (its Triton compile adds minutes).
 #   --build  build folder holding bench/hopattn-bench (default build); configured and built here
 #            (HOPATTN_SM90=ON, tests off) when the binary is missing.
@@ -26,15 +27,17 @@ while [ $# -gt 0 ]; do
     --flex) flex=1; shift ;;
     --build) build="$2"; shift 2 ;;
     --peers) peers="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "device_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+peer_pass=()
 case "$grid" in
   paper) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384 ;;
   quick) peer_hdims=64,128,256; peer_seqlens=8192 ;;
+  bwd) peer_hdims=64,128; peer_seqlens=512,1024,2048,4096,8192,16384; peer_pass=(--bwd) ;;
   long|ablation|fp8) peer_hdims="" ;;
-  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation or fp8, got '$grid'" >&2; exit 2 ;;
+  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8 or bwd, got '$grid'" >&2; exit 2 ;;
 esac
 
 out="${OUT:-/tmp/hopattn-bench-out}"
@@ -69,7 +72,7 @@ else
   [ "$flex" = 1 ] && impls="$impls,flex"
   echo "== peers ($impls)"
   python3 "$peers" --impl "$impls" --hdim "$peer_hdims" --seqlens "$peer_seqlens" --causal both \
-    --json "$out/peers.json" 2>&1 | tee "$out/peers.txt"
+    "${peer_pass[@]}" --json "$out/peers.json" 2>&1 | tee "$out/peers.txt"
   [ -f "$out/peers.json" ] && peers_args=(--peers "$out/peers.json")
 fi
 

@@ -16,7 +16,7 @@ namespace hopattn::bench {
 namespace {
 
 // Inputs are rotated until together they exceed twice the H100/H200 L2 (50-60 MB), so every call
-// reads q, k and v from HBM as it would in a real model.
+// reads q, k and v (and a backward out, dout and the LSE) from HBM as it would in a real model.
 constexpr std::size_t kRotationBytes = std::size_t{128} << 20;
 constexpr int kMaxInputSets = 64;
 // Long shapes (a 128k-token causal call takes ~0.5 s) get fewer calls, so a grid stays minutes long.
@@ -29,6 +29,7 @@ struct InputSet {
   DeviceBuffer q_block_descale, k_block_descale, v_block_descale;  // Shape::fp8_block_rows > 0
   DeviceBuffer cu_seqlens_q, cu_seqlens_k;                           // Shape::varlen
   DeviceBuffer page_table;                                           // Shape::page_size > 0
+  DeviceBuffer dout, dq, dk, dv;                                     // Shape::backward
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -81,13 +82,18 @@ Extents extents_of(const Shape& s) {
   return e;
 }
 
-std::size_t set_bytes(const Extents& e, Dtype in, bool write_lse) {
-  return static_cast<std::size_t>(e.q + e.kv + e.v) * dtype_size(in) +
-         static_cast<std::size_t>(e.q) * dtype_size(e.out_dtype) + (write_lse ? static_cast<std::size_t>(e.lse) * 4 : 0);
+// The bytes of one input set: what a call reads and writes. A backward (write_lse true) also has dout
+// and dq like q, dk and dv like k and v, all in the inputs' dtype.
+std::size_t set_bytes(const Extents& e, Dtype in, bool write_lse, bool backward) {
+  const std::size_t forward = static_cast<std::size_t>(e.q + e.kv + e.v) * dtype_size(in) +
+                              static_cast<std::size_t>(e.q) * dtype_size(e.out_dtype) +
+                              (write_lse ? static_cast<std::size_t>(e.lse) * 4 : 0);
+  return backward ? forward + static_cast<std::size_t>(2 * e.q + 2 * e.kv) * dtype_size(in) : forward;
 }
 
 // q, k, v random; out and lse poisoned with all-ones bytes (NaN in every float dtype), so output the
-// kernel failed to write shows up in check_outputs.
+// kernel failed to write shows up in check_outputs. A backward set also gets dout random (seed + 3)
+// and dq, dk, dv poisoned the same way (check_gradients).
 Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uint64_t seed, InputSet* set) {
   const std::size_t in_size = dtype_size(s.dtype);
   if (Status st = set->q.allocate(e.q * in_size); !st.ok()) return st;
@@ -115,6 +121,14 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
   }
   if (s.page_size > 0) {
     if (Status st = make_page_table(s.batch, s.seqlen_k / s.page_size, seed, &set->page_table); !st.ok()) return st;
+  }
+  if (s.backward) {
+    if (Status st = set->dout.allocate(e.q * in_size); !st.ok()) return st;
+    if (Status st = fill_random_device(set->dout.get(), s.dtype, e.q, seed + 3); !st.ok()) return st;
+    for (DeviceBuffer* grad : {&set->dq, &set->dk, &set->dv}) {
+      if (Status st = grad->allocate((grad == &set->dq ? e.q : e.kv) * in_size); !st.ok()) return st;
+      HOPATTN_BENCH_CHECK_CUDA(cudaMemset(grad->get(), 0xFF, grad->bytes()));
+    }
   }
   return Status::Ok();
 }
@@ -174,18 +188,45 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   return args;
 }
 
+// BwdArgs over the set's buffers: q, k, v, out and lse as the forward pre-pass saw them (`fwd`), dout,
+// and dq, dk, dv shaped like q, k and v.
+BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, const TimingOptions& options) {
+  const DeviceType cuda = DeviceType::kCuda;
+  BwdArgs args;
+  args.q = fwd.q;
+  args.k = fwd.k;
+  args.v = fwd.v;
+  args.out = fwd.out;
+  args.lse = *fwd.lse;
+  args.dout = make_tensor(set.dout.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
+  args.dq = make_tensor(set.dq.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
+  args.dk = make_tensor(set.dk.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
+  args.dv = make_tensor(set.dv.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
+  args.causal = s.causal;
+  args.softcap = s.softcap;
+  args.stream = options.stream;
+  return args;
+}
+
+// A 16-bit float buffer (`dtype`: float16 or bfloat16) with every element finite, else an error
+// naming `name` and the first bad flat index. The 0xFF poison bytes count as bad: unwritten.
+Status check_finite_16bit(const DeviceBuffer& buffer, Dtype dtype, const char* name) {
+  std::vector<std::uint16_t> codes(buffer.bytes() / 2);
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(codes.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost));
+  const std::uint16_t exponent_mask = dtype == Dtype::kFloat16 ? 0x7C00 : 0x7F80;  // all ones: inf/NaN
+  const auto bad = std::find_if(codes.begin(), codes.end(),
+                                [&](std::uint16_t code) { return (code & exponent_mask) == exponent_mask; });
+  if (bad != codes.end()) {
+    return Status(StatusCode::kCudaError, std::string(name) + " has a NaN/Inf (or unwritten element) at flat index " +
+                                              std::to_string(bad - codes.begin()));
+  }
+  return Status::Ok();
+}
+
 // The first set's output after the warm-up: every element finite; LSE may be -inf (a row that sees no
 // key) but never NaN or +inf. A time measured on a kernel that writes garbage is not reported.
 Status check_outputs(const InputSet& set, Dtype out_dtype) {
-  std::vector<std::uint16_t> out(set.out.bytes() / 2);
-  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(out.data(), set.out.get(), set.out.bytes(), cudaMemcpyDeviceToHost));
-  const std::uint16_t exponent_mask = out_dtype == Dtype::kFloat16 ? 0x7C00 : 0x7F80;  // all ones: inf/NaN
-  const auto bad_out = std::find_if(out.begin(), out.end(),
-                                    [&](std::uint16_t code) { return (code & exponent_mask) == exponent_mask; });
-  if (bad_out != out.end()) {
-    return Status(StatusCode::kCudaError, "out has a NaN/Inf (or unwritten element) at flat index " +
-                                              std::to_string(bad_out - out.begin()));
-  }
+  if (Status st = check_finite_16bit(set.out, out_dtype, "out"); !st.ok()) return st;
   if (set.lse.get() == nullptr) return Status::Ok();
   std::vector<float> lse(set.lse.bytes() / sizeof(float));
   HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(lse.data(), set.lse.get(), set.lse.bytes(), cudaMemcpyDeviceToHost));
@@ -195,6 +236,13 @@ Status check_outputs(const InputSet& set, Dtype out_dtype) {
                                               std::to_string(bad_lse - lse.begin()));
   }
   return Status::Ok();
+}
+
+// The first set's gradients after the backward's warm-up: dq, dk and dv finite (and written).
+Status check_gradients(const InputSet& set, Dtype dtype) {
+  if (Status st = check_finite_16bit(set.dq, dtype, "dq"); !st.ok()) return st;
+  if (Status st = check_finite_16bit(set.dk, dtype, "dk"); !st.ok()) return st;
+  return check_finite_16bit(set.dv, dtype, "dv");
 }
 
 class EventList {
@@ -223,17 +271,19 @@ Status elapsed_ms(cudaEvent_t start, cudaEvent_t stop, double* ms) {
   return Status::Ok();
 }
 
-// Runs the warm-up and the timed calls; fills m->median_ms and m->iters.
-Status warm_up_and_time(const std::vector<FwdArgs>& args, const std::vector<InputSet>& sets, Dtype out_dtype,
-                        const TimingOptions& options, Measurement* m) {
+// Runs the warm-up and the timed calls of `call` (Status(int set): one hopattn call on input set `set`
+// of n_sets, queued on options.stream), with check_warmed_up() (Status()) between them; fills
+// m->median_ms and m->iters. The same path times the forward and the backward.
+template <class Call, class Check>
+Status warm_up_and_time(int n_sets, const Call& call, const Check& check_warmed_up, const TimingOptions& options,
+                        Measurement* m) {
   const auto stream = static_cast<cudaStream_t>(options.stream);
-  const std::size_t n_sets = args.size();
   EventList bracket(2);
   if (Status st = bracket.create(); !st.ok()) return st;
 
   // First call alone: it pays one-time setup and tells how long a call takes.
   HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[0], stream));
-  if (Status st = forward(args[0]); !st.ok()) return st;
+  if (Status st = call(0); !st.ok()) return st;
   HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[1], stream));
   HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
   double estimate_ms = 0.0;
@@ -243,14 +293,14 @@ Status warm_up_and_time(const std::vector<FwdArgs>& args, const std::vector<Inpu
   if (more_warmup > 0) {
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[0], stream));
     for (int i = 1; i <= more_warmup; ++i) {
-      if (Status st = forward(args[i % n_sets]); !st.ok()) return st;
+      if (Status st = call(i % n_sets); !st.ok()) return st;
     }
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(bracket[1], stream));
     HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
     if (Status st = elapsed_ms(bracket[0], bracket[1], &estimate_ms); !st.ok()) return st;
     estimate_ms /= more_warmup;
   }
-  if (Status st = check_outputs(sets[0], out_dtype); !st.ok()) return st;
+  if (Status st = check_warmed_up(); !st.ok()) return st;
 
   const int iters = std::min(options.iters, std::max(kMinTimedIters, static_cast<int>(kTimedBudgetMs / std::max(estimate_ms, 1e-3))));
   EventList events(2 * static_cast<std::size_t>(iters));
@@ -258,7 +308,7 @@ Status warm_up_and_time(const std::vector<FwdArgs>& args, const std::vector<Inpu
   // Calls are queued back to back; each is bracketed by its own pair of events.
   for (int i = 0; i < iters; ++i) {
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i], stream));
-    if (Status st = forward(args[(i + 1) % n_sets]); !st.ok()) return st;
+    if (Status st = call((i + 1) % n_sets); !st.ok()) return st;
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i + 1], stream));
   }
   HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -270,6 +320,37 @@ Status warm_up_and_time(const std::vector<FwdArgs>& args, const std::vector<Inpu
   m->median_ms = times[times.size() / 2];
   m->iters = iters;
   return Status::Ok();
+}
+
+// One forward per set writes the out and LSE its backward reads; the first set's are checked as
+// after a forward's warm-up. A failure says it came from this forward.
+Status forward_before_backward(const std::vector<FwdArgs>& args, const InputSet& first_set, Dtype out_dtype,
+                               const TimingOptions& options) {
+  Status status;
+  for (std::size_t i = 0; i < args.size() && status.ok(); ++i) status = forward(args[i]);
+  if (status.ok()) {
+    status = cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(options.stream)), "cudaStreamSynchronize");
+  }
+  if (status.ok()) status = check_outputs(first_set, out_dtype);
+  if (status.ok()) return status;
+  return Status(status.code(), "the forward before the backward: " + status.message());
+}
+
+// The number of input sets whose bytes together pass kRotationBytes (1 to kMaxInputSets).
+int input_sets_for(std::size_t set_bytes) {
+  return static_cast<int>(std::clamp<std::size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 1, kMaxInputSets));
+}
+
+// m with the outcome `status` says: ok, unsupported (this build or device lacks it) or an error.
+void set_outcome(const Status& status, Measurement* m) {
+  if (status.ok()) {
+    m->outcome = Outcome::kOk;
+    return;
+  }
+  const bool unsupported = status.code() == StatusCode::kUnsupported || status.code() == StatusCode::kNoDevice;
+  m->outcome = unsupported ? Outcome::kUnsupported : Outcome::kError;
+  m->message = status.message();
+  m->median_ms = 0.0;
 }
 
 }  // namespace
@@ -286,8 +367,7 @@ const char* outcome_name(Outcome outcome) {
 Measurement time_forward(const Shape& shape, const TimingOptions& options, std::uint64_t seed) {
   Measurement m;
   const Extents extents = extents_of(shape);
-  const std::size_t bytes = set_bytes(extents, shape.dtype, options.write_lse);
-  m.input_sets = static_cast<int>(std::clamp<std::size_t>((kRotationBytes + bytes - 1) / bytes, 1, kMaxInputSets));
+  m.input_sets = input_sets_for(set_bytes(extents, shape.dtype, options.write_lse, /*backward=*/false));
 
   Status status;
   std::vector<InputSet> sets(m.input_sets);
@@ -296,16 +376,43 @@ Measurement time_forward(const Shape& shape, const TimingOptions& options, std::
     status = make_input_set(shape, extents, options.write_lse, seed + 3 * i, &sets[i]);
     args.push_back(forward_args(shape, extents, sets[i], options));
   }
-  if (status.ok()) status = warm_up_and_time(args, sets, extents.out_dtype, options, &m);
   if (status.ok()) {
-    m.outcome = Outcome::kOk;
-  } else {
-    const bool unsupported = status.code() == StatusCode::kUnsupported || status.code() == StatusCode::kNoDevice;
-    m.outcome = unsupported ? Outcome::kUnsupported : Outcome::kError;
-    m.message = status.message();
-    m.median_ms = 0.0;
+    status = warm_up_and_time(
+        m.input_sets, [&](int set) { return forward(args[set]); },
+        [&] { return check_outputs(sets[0], extents.out_dtype); }, options, &m);
   }
+  set_outcome(status, &m);
   return m;
+}
+
+Measurement time_backward(const Shape& shape, const TimingOptions& options_in, std::uint64_t seed) {
+  TimingOptions options = options_in;
+  options.write_lse = true;  // the backward reads the forward's LSE
+  Measurement m;
+  const Extents extents = extents_of(shape);
+  m.input_sets = input_sets_for(set_bytes(extents, shape.dtype, /*write_lse=*/true, /*backward=*/true));
+
+  Status status;
+  std::vector<InputSet> sets(m.input_sets);
+  std::vector<FwdArgs> fwd_args;
+  std::vector<BwdArgs> bwd_args;
+  for (int i = 0; i < m.input_sets && status.ok(); ++i) {
+    status = make_input_set(shape, extents, /*write_lse=*/true, seed + 4 * i, &sets[i]);
+    fwd_args.push_back(forward_args(shape, extents, sets[i], options));
+    bwd_args.push_back(backward_args(shape, fwd_args.back(), sets[i], options));
+  }
+  if (status.ok()) status = forward_before_backward(fwd_args, sets[0], extents.out_dtype, options);
+  if (status.ok()) {
+    status = warm_up_and_time(
+        m.input_sets, [&](int set) { return backward(bwd_args[set]); },
+        [&] { return check_gradients(sets[0], shape.dtype); }, options, &m);
+  }
+  set_outcome(status, &m);
+  return m;
+}
+
+Measurement time_shape(const Shape& shape, const TimingOptions& options, std::uint64_t seed) {
+  return shape.backward ? time_backward(shape, options, seed) : time_forward(shape, options, seed);
 }
 
 }  // namespace hopattn::bench

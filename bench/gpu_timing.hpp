@@ -1,5 +1,5 @@
-// Times hopattn::forward on one shape: fresh random inputs on the GPU, CUDA events around each call,
-// warm-up first, median over many calls.
+// Times hopattn::forward or hopattn::backward on one shape: fresh random inputs on the GPU, CUDA
+// events around each call, warm-up first, median over many calls.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,19 @@ struct Measurement {
   Outcome outcome = Outcome::kError;
   double median_ms = 0.0;
   int iters = 0;       // timed calls actually made (fewer than asked when one call takes long)
-  int input_sets = 0;  // distinct q/k/v/out sets rotated through so that L2 never holds the inputs
+  int input_sets = 0;  // distinct q/k/v/out (and backward) sets rotated through so that L2 never holds them
   std::string message;  // why the row is unsupported or failed
 };
 
 Measurement time_forward(const Shape& shape, const TimingOptions& options, std::uint64_t seed);
+
+// Times hopattn::backward: per input set, q, k, v and dout random, one hopattn::forward writes out
+// and the LSE (whatever options.write_lse says), then the backward calls rotate over the sets as the
+// forward's do. dq, dk and dv are checked for NaN/Inf after the warm-up.
+Measurement time_backward(const Shape& shape, const TimingOptions& options, std::uint64_t seed);
+
+// time_backward when shape.backward, else time_forward.
+Measurement time_shape(const Shape& shape, const TimingOptions& options, std::uint64_t seed);
 
 const char* outcome_name(Outcome outcome);
 

@@ -7,9 +7,12 @@ in the same session, into one dated result file; print the side-by-side table; p
 Writes <out-dir>/<date>-<gpu>.json (<date>-<gpu>-<grid>.json for grids other than paper) and, when
 matplotlib is installed, the same name with .png. Standard library only, matplotlib optional.
 
-Shapes are matched on (batch, heads_q, heads_kv, seqlen_q, seqlen_k, hdim, causal). The peers run
-bf16 only, so only our bf16 rows with the default kernel options get peer columns. Both sides count
-FLOPs the same way (4*b*h*sq*sk*d, halved when causal), so TFLOP/s ratios are time ratios.
+Shapes are matched on (batch, heads_q, heads_kv, seqlen_q, seqlen_k, hdim, causal) and the pass: our
+forward rows against the peers' "pass_": "fwd" rows, our backward rows ("backward": true, variant
+"backward": hopattn-bench --grid bwd) against their "bwd" rows (peers.py --bwd). The peers run bf16
+only, so only our bf16 rows with the default kernel options get peer columns. Both sides count FLOPs
+the same way (4*b*h*sq*sk*d, halved when causal; a backward 2.5x that), so TFLOP/s ratios are time
+ratios.
 """
 import argparse
 import json
@@ -32,14 +35,17 @@ def load_json(path, what):
         sys.exit(f"report.py: cannot read {what} JSON '{path}': {e}")
 
 
+def pass_of(row):
+    """"bwd" for a row of ours that timed hopattn::backward, else "fwd" (rows from before the field)."""
+    return "bwd" if row.get("backward", False) else "fwd"
+
+
 def peer_rows_by_shape(peers):
-    """{shape key: {impl: row}} over the forward rows of the peers JSON."""
+    """{(pass, shape key): {impl: row}} over the rows of the peers JSON ("fwd" and, with --bwd, "bwd")."""
     table = {}
     for r in peers.get("rows", []):
-        if r.get("pass_", "fwd") != "fwd":
-            continue
         key = shape_key(r["b"], r["hq"], r["hk"], r["s"], r["s"], r["d"], r["causal"])
-        table.setdefault(key, {})[r["impl"]] = {"ms": r["ms"], "tflops": r["tflops"]}
+        table.setdefault((r.get("pass_", "fwd"), key), {})[r["impl"]] = {"ms": r["ms"], "tflops": r["tflops"]}
     return table
 
 
@@ -52,29 +58,32 @@ def merge(ours, peers):
     by_shape = peer_rows_by_shape(peers) if peers else {}
     all_on = {}  # ablation baseline per shape: the row with every kernel option on
     for r in ours["rows"]:
-        if r["variant"] == "all_on" and r["status"] == "ok":
+        if r["variant"] == "all_on" and r["status"] == "ok" and pass_of(r) == "fwd":
             all_on[shape_key(r["batch"], r["heads_q"], r["heads_kv"], r["seqlen_q"], r["seqlen_k"], r["hdim"],
                              r["causal"])] = r["tflops"]
     entries, matched = [], set()
     for r in ours["rows"]:
         key = shape_key(r["batch"], r["heads_q"], r["heads_kv"], r["seqlen_q"], r["seqlen_k"], r["hdim"], r["causal"])
-        comparable = r["dtype"] == "bf16" and r["variant"] in ("default", "all_on")
-        peer = by_shape.get(key, {}) if comparable else {}
+        comparable = r["dtype"] == "bf16" and r["variant"] in ("default", "all_on", "backward")
+        peer = by_shape.get((pass_of(r), key), {}) if comparable else {}
         if peer:
-            matched.add(key)
+            matched.add((pass_of(r), key))
         entry = dict(zip(("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "hdim", "causal"), key))
-        entry.update(dtype=r["dtype"], variant=r["variant"], status=r["status"], message=r.get("message", ""),
-                     ours_ms=r["ms"], ours_tflops=r["tflops"], peers=peer,
+        entry.update(dtype=r["dtype"], variant=r["variant"], backward=pass_of(r) == "bwd", status=r["status"],
+                     message=r.get("message", ""), ours_ms=r["ms"], ours_tflops=r["tflops"], peers=peer,
                      ratio_to_sdpa_cudnn=ratio(r["tflops"], peer.get(REFERENCE_PEER, {}).get("tflops")))
-        if r["variant"] not in ("default", "all_on") and key in all_on:
+        if r["variant"] not in ("default", "all_on") and pass_of(r) == "fwd" and key in all_on:
             entry["ratio_to_all_on"] = ratio(r["tflops"], all_on[key])
         entries.append(entry)
-    for key, peer in by_shape.items():
-        if key in matched:
+    # Peer-only shapes, of the passes we timed (peers.py --bwd also times the forward).
+    our_passes = {pass_of(r) for r in ours["rows"]} or {"fwd"}
+    for (pass_, key), peer in by_shape.items():
+        if (pass_, key) in matched or pass_ not in our_passes:
             continue
         entry = dict(zip(("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "hdim", "causal"), key))
-        entry.update(dtype="bf16", variant="default", status="not run", message="", ours_ms=None, ours_tflops=None,
-                     peers=peer, ratio_to_sdpa_cudnn=None)
+        entry.update(dtype="bf16", variant="backward" if pass_ == "bwd" else "default", backward=pass_ == "bwd",
+                     status="not run", message="", ours_ms=None, ours_tflops=None, peers=peer,
+                     ratio_to_sdpa_cudnn=None)
         entries.append(entry)
     return entries
 
@@ -127,7 +136,9 @@ def plot(entries, impls, path, title):
     except ImportError:
         print("matplotlib not installed: no plot")
         return False
-    points = [e for e in entries if e["dtype"] == "bf16" and e["variant"] == "default" and e["seqlen_q"] == e["seqlen_k"]
+    # The forward rows; a backward-only run (--grid bwd) plots its backward rows.
+    variant = "default" if any(e["variant"] == "default" for e in entries) else "backward"
+    points = [e for e in entries if e["dtype"] == "bf16" and e["variant"] == variant and e["seqlen_q"] == e["seqlen_k"]
               and e["heads_q"] == e["heads_kv"] and e["heads_q"] * e["hdim"] == 2048]
     panels = sorted({(e["hdim"], e["causal"]) for e in points})
     if not panels:
@@ -149,7 +160,8 @@ def plot(entries, impls, path, title):
             ax.set_xscale("log", base=2)
             seqlens = [e["seqlen_q"] for e in sel]
             ax.set_xticks(seqlens, [f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens])
-            ax.set_title(f"hdim {hdim}, {'causal' if causal else 'non-causal'}")
+            ax.set_title(f"hdim {hdim}, {'causal' if causal else 'non-causal'}"
+                         f"{', backward' if variant == 'backward' else ''}")
             ax.set_xlabel("seqlen")
             ax.set_ylabel("TFLOP/s")
             ax.grid(True, alpha=0.3)
@@ -192,7 +204,8 @@ def main():
     result = {
         "date": ours.get("date"), "device": ours.get("device"), "git_commit": ours.get("git_commit"),
         "grid": grid, "backend": ours.get("backend"), "iters": ours.get("iters"), "write_lse": ours.get("write_lse"),
-        "flops": "4*batch*heads_q*seqlen_q*seqlen_k*hdim, halved when causal (papers' convention)",
+        "flops": "4*batch*heads_q*seqlen_q*seqlen_k*hdim, halved when causal (papers' convention); "
+                 "backward rows 2.5x that",
         "reference_peer": REFERENCE_PEER, "ceilings": ceilings, "peers": impls, "shapes": entries,
     }
     json_path = os.path.join(a.out_dir, name + ".json")

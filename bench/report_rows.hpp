@@ -34,6 +34,9 @@ void print_table_header();
 void print_row(const Row& row);
 
 // Writes {"tool", "device", ..., "rows": [...]} to path; false (with *error) if the file can't be written.
+// Each row has the shape, "variant", "backward" (true: the row timed hopattn::backward, its TFLOP/s
+// counting backward_flops), the kernel options, "status", "ms", "tflops", "iters", "input_sets" and
+// "message".
 bool write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows, std::string* error);
 
 }  // namespace hopattn::bench

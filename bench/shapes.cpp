@@ -7,11 +7,12 @@
 namespace hopattn::bench {
 namespace {
 
-// The FlashAttention papers' grid: 16k tokens per batch, hidden 2048, every head dim, causal and not,
-// at the given sequence lengths.
-std::vector<Shape> flash_papers_grid(Dtype dtype, std::initializer_list<int> seqlens) {
+// The FlashAttention papers' grid: 16k tokens per batch, hidden 2048, causal and not, at the given
+// head dims and sequence lengths.
+std::vector<Shape> flash_papers_grid(Dtype dtype, std::initializer_list<int> hdims,
+                                     std::initializer_list<int> seqlens) {
   std::vector<Shape> shapes;
-  for (int hdim : {64, 128, 256}) {
+  for (int hdim : hdims) {
     for (bool causal : {false, true}) {
       for (int seqlen : seqlens) {
         Shape s;
@@ -30,7 +31,18 @@ std::vector<Shape> flash_papers_grid(Dtype dtype, std::initializer_list<int> seq
 
 // FlashAttention-3 grid in bf16.
 std::vector<Shape> paper_grid() {
-  return flash_papers_grid(Dtype::kBFloat16, {512, 1024, 2048, 4096, 8192, 16384});
+  return flash_papers_grid(Dtype::kBFloat16, {64, 128, 256}, {512, 1024, 2048, 4096, 8192, 16384});
+}
+
+// The papers' backward grid: the paper grid's shapes at the head dims the sm_90a backward kernel
+// takes (64 and 128; FlashAttention-2/3 report their backward at those too), timing hopattn::backward.
+std::vector<Shape> bwd_grid() {
+  std::vector<Shape> shapes = flash_papers_grid(Dtype::kBFloat16, {64, 128}, {512, 1024, 2048, 4096, 8192, 16384});
+  for (Shape& s : shapes) {
+    s.backward = true;
+    s.variant = backward_variant(s.variant);
+  }
+  return shapes;
 }
 
 // One KernelOptions switch, for ablation rows.
@@ -116,7 +128,7 @@ std::vector<Shape> ablation_grid() {
 // loaded by TMA, no transpose; 8k too, and causal); then the d256 16k shape with each speed technique
 // switched off alone (the FP8 kernel is always warp-specialized).
 std::vector<Shape> fp8_grid() {
-  std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {2048, 4096, 8192, 16384});
+  std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {64, 128, 256}, {2048, 4096, 8192, 16384});
   const std::size_t plain = shapes.size();
   std::vector<Shape> long_non_causal;
   for (std::size_t i = 0; i < plain; ++i) {
@@ -160,7 +172,7 @@ const char* dtype_short_name(Dtype dtype) {
   }
 }
 
-const char* grid_names() { return "quick, paper, long, ablation, fp8"; }
+const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd"; }
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   if (name == "quick") *shapes = quick_grid();
@@ -168,6 +180,7 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   else if (name == "long") *shapes = long_grid();
   else if (name == "ablation") *shapes = ablation_grid();
   else if (name == "fp8") *shapes = fp8_grid();
+  else if (name == "bwd") *shapes = bwd_grid();
   else return false;
   return true;
 }
@@ -184,6 +197,14 @@ double forward_flops(const Shape& shape) {
     pairs += static_cast<double>(std::clamp<std::int64_t>(visible, 0, shape.seqlen_k));
   }
   return per_pair * pairs;
+}
+
+double backward_flops(const Shape& shape) { return 2.5 * forward_flops(shape); }
+
+double timed_flops(const Shape& shape) { return shape.backward ? backward_flops(shape) : forward_flops(shape); }
+
+std::string backward_variant(const std::string& forward_variant) {
+  return forward_variant == "default" ? "backward" : "backward_" + forward_variant;
 }
 
 }  // namespace hopattn::bench

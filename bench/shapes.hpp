@@ -1,5 +1,5 @@
-// One benchmarked attention shape, the named grids of them, and the FLOP count that turns a time
-// into TFLOP/s.
+// One benchmarked attention shape, the named grids of them, and the FLOP counts (forward and backward)
+// that turn a time into TFLOP/s.
 #pragma once
 
 #include <string>
@@ -33,13 +33,18 @@ struct Shape {
   // 16-bit only, > 0: k and v passed as a paged cache of pages of this many keys (seqlen_k a multiple of
   // it), each sequence's pages in shuffled order through a page table.
   int page_size = 0;
-  std::string variant = "default";  // names the KernelOptions setting (ablation rows) or the descales
+  // Times hopattn::backward (dq, dk, dv from q, k, v, out, dout and the forward's LSE) instead of the
+  // forward: bf16/fp16 dense layouts only; KernelOptions and num_splits do not apply to it.
+  bool backward = false;
+  // Names the KernelOptions setting (ablation rows) or the descales; backward rows are "backward" or
+  // "backward_<what the forward row would be called>" (backward_variant).
+  std::string variant = "default";
 };
 
 // Short dtype names used on the command line and in the table: bf16, fp16, fp8.
 const char* dtype_short_name(Dtype dtype);
 
-// The grid called `name` (quick, paper, long, ablation); false if there is no such grid.
+// The grid called `name` (quick, paper, long, ablation, fp8, bwd); false if there is no such grid.
 bool make_grid(const std::string& name, std::vector<Shape>* shapes);
 // The names make_grid accepts, for usage text and error messages.
 const char* grid_names();
@@ -48,5 +53,17 @@ const char* grid_names();
 // For causal with sq != sk the halving is wrong, so the unmasked (i, j) pairs of the bottom-right
 // aligned mask are counted instead.
 double forward_flops(const Shape& shape);
+
+// Backward FLOPs as the FlashAttention papers count them: 2.5 x forward_flops. The forward has 2
+// matmuls per (query, key) tile (S = QK^T, O = PV), the backward 5 (S = QK^T recomputed, dP = dO V^T,
+// dV = P^T dO, dQ = dS K, dK = dS^T Q); the recomputation counts, so that TFLOP/s of both passes
+// (and of the peers, which count the same way) compare.
+double backward_flops(const Shape& shape);
+
+// The FLOPs of the pass the shape times: backward_flops when shape.backward, else forward_flops.
+double timed_flops(const Shape& shape);
+
+// The variant name of a backward row: "backward" for "default", else "backward_" + forward_variant.
+std::string backward_variant(const std::string& forward_variant);
 
 }  // namespace hopattn::bench
