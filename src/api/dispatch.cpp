@@ -19,9 +19,8 @@ Status backward(const BwdArgs& args) {
   detail::Problem problem;
   if (Status s = detail::validate_backward(args, &problem); !s.ok()) return s;
   if (problem.device == DeviceType::kHost) return reference::backward(args, problem);
-  return Status(StatusCode::kUnsupported,
-                "backward: CUDA tensors are not supported yet; the backward pass runs on host tensors "
-                "(CPU reference backend)");
+  if (Status s = detail::require_hopper(problem.device_index); !s.ok()) return s;
+  return sm90::backward(args, problem);
 }
 
 }  // namespace hopattn

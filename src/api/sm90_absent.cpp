@@ -4,10 +4,15 @@
 
 namespace hopattn::sm90 {
 
-Status forward(const FwdArgs&, const detail::Problem&) {
+namespace {
+Status no_kernels() {
   return Status(StatusCode::kUnsupported,
                 "this build of hopattn has no sm_90a kernels (configured with HOPATTN_SM90=OFF)");
 }
+}  // namespace
+
+Status forward(const FwdArgs&, const detail::Problem&) { return no_kernels(); }
+Status backward(const BwdArgs&, const detail::Problem&) { return no_kernels(); }
 
 }  // namespace hopattn::sm90
 #endif

@@ -31,4 +31,13 @@ __device__ __forceinline__ void stmatrix_x4(std::uint32_t address, const std::ui
                : "memory");
 }
 
+// The store counterpart of ldmatrix_x4_trans: lanes 8i .. 8i+7 address the 8 rows of matrix i in
+// memory, and lane t writes in[i]'s low half to (row 2 (t % 4), column t / 4) and its high half to
+// (row 2 (t % 4) + 1, column t / 4): a register fragment stored transposed.
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t address, const std::uint32_t (&in)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(in[0]), "r"(in[1]), "r"(in[2]), "r"(in[3])
+               : "memory");
+}
+
 }  // namespace hopattn::sm90

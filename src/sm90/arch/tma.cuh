@@ -38,6 +38,16 @@ __device__ __forceinline__ void tma_load_5d(void* smem_dst, const CUtensorMap* m
       : "memory");
 }
 
+// Bulk copy of `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global
+// to shared memory, completing tx on `bar` like the tiled loads.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, std::uint32_t bytes,
+                                          std::uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_address(smem_dst)),
+               "l"(reinterpret_cast<std::uint64_t>(gmem_src)), "r"(bytes), "r"(smem_address(bar))
+               : "memory");
+}
+
 // 4D tiled store of a whole box from shared memory (swizzled as the tensor map says); elements whose
 // coordinates fall outside the tensor are not written. Tracked by the issuing thread's bulk groups.
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem_src, int c0, int c1, int c2,

@@ -15,41 +15,12 @@
 #include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd/traits.cuh"
 #include "sm90/host/device_guard.hpp"
+#include "sm90/host/launch_support.hpp"
 #include "sm90/host/tensor_map.hpp"
 #include "sm90/host/split_workspace.hpp"
 #include "sm90/host/tile_counters.hpp"
 
 namespace hopattn::sm90 {
-
-inline BshdView bshd_view(const Tensor& t, CUtensorMapDataType dtype) {
-  // Dense layout (batch, rows, heads, dim), or a packed variable-length one (total rows, heads, dim) as
-  // a single batch entry (sequence.cuh addresses its sequences by row).
-  if (t.rank == 3) {
-    return BshdView{t.data, dtype, 2, 1, t.shape[0], t.shape[1], t.shape[2],
-                    t.shape[0] * t.stride[0], t.stride[0], t.stride[1]};
-  }
-  return BshdView{t.data, dtype, 2, t.shape[0], t.shape[1], t.shape[2], t.shape[3],
-                  t.stride[0], t.stride[1], t.stride[2]};
-}
-
-// Whether TMA can address the view: base and every stride 16-byte aligned (cuTensorMapEncodeTiled's
-// rule). q, k and v must be; out may have any 4-byte-aligned strides, and gets register stores if not.
-inline bool tma_addressable(const BshdView& v) {
-  const auto aligned = [](std::int64_t bytes) { return bytes % 16 == 0; };
-  return reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0 && aligned(v.row_stride * v.element_bytes) &&
-         aligned(v.head_stride * v.element_bytes) && aligned(v.batch_stride * v.element_bytes);
-}
-
-inline Status cuda_status(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Status(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-inline int device_attribute(cudaDeviceAttr attr, int device, int fallback) {
-  int value = 0;
-  if (cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) return fallback;
-  return value;
-}
 
 // How many (batch, head) pairs the scheduler interleaves: about as many as keep their K/V within half
 // of L2 and never fewer than the query heads that share one K/V head (GQA), which read the same K/V;

@@ -11,6 +11,7 @@
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
+#include "sm90/pipeline/tile_load.cuh"
 
 namespace hopattn::sm90 {
 
@@ -20,16 +21,6 @@ struct TensorMaps {
   const CUtensorMap* v;
   const CUtensorMap* o;  // stores; read only when FwdParams::store_o_by_tma
 };
-
-// Loads the kColumnBlocks 64-column boxes of one tile (rows [row0, row0 + box rows)) into smem.
-template <class Tile, int kColsPerBlock>
-__device__ __forceinline__ void load_tile(std::uint8_t* smem, const CUtensorMap* map, std::uint64_t* full,
-                                          int row0, int head, int batch) {
-#pragma unroll
-  for (int cb = 0; cb < Tile::kColumnBlocks; ++cb) {
-    tma_load_4d(smem + cb * Tile::kColumnBlockBytes, map, full, cb * kColsPerBlock, row0, head, batch);
-  }
-}
 
 template <class Traits>
 class TileLoader {

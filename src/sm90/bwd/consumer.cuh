@@ -1,0 +1,269 @@
+// A consumer warpgroup of the backward: 64 keys of the CTA's key block. For each q block (64 rows of
+// one q head) the producer stages, it
+//   1. issues S^T = K Q^T and dP^T = V dO^T (SS-wgmma, keys as M: both are 64 keys x 64 q rows);
+//   2. recomputes P^T = exp2(S^T * scale - lse) from the forward's LSE (no running max: the row sums
+//      are already known), and dS^T = P^T (dP^T - D) (times 1 - tanh^2 under the softcap);
+//   3. issues dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A fragments (RS-wgmma; the
+//      accumulator of S^T columns [16k, 16k + 16) is, in order, the A fragment of step k) and dO, Q read
+//      MN-major: no transposes;
+//   4. stores dS^T transposed (stmatrix.trans) into the dS tile (q rows x keys), and once both
+//      warpgroups have stored their keys, issues its half of dQ's columns: dQ = dS K (SS-wgmma, dS
+//      K-major, K MN-major), and adds it into the float32 dq workspace (red.global.add.v2.f32).
+// dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
+#pragma once
+
+#include <cmath>
+
+#include "sm90/arch/convert.cuh"
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/reduce.cuh"
+#include "sm90/arch/shared_access.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/arch/wgmma.cuh"
+#include "sm90/bwd/block_range.hpp"
+#include "sm90/bwd/params.hpp"
+#include "sm90/bwd/producer.cuh"
+#include "sm90/fwd/softmax.cuh"
+#include "sm90/pipeline/stage_ring.cuh"
+#include "sm90/pipeline/warpgroup_turns.cuh"
+#include "sm90/tile/fragment.hpp"
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+template <class Traits>
+class BwdConsumer {
+  using QTile = typename Traits::QTile;
+  using KTile = typename Traits::KTile;
+  using DsTile = typename Traits::DsTile;
+  static constexpr int kS = Traits::kSRegisters;
+  static constexpr int kG = Traits::kGradRegisters;
+  static constexpr int kDq = Traits::kDqRegisters;
+  static constexpr int kQSteps = Traits::kQSteps;
+  using Fragments = std::uint32_t[kQSteps][4];
+
+ public:
+  __device__ BwdConsumer(typename Traits::SharedStorage& s, const BwdParams& p, const KeyBlock& block, int warpgroup)
+      : s_(s),
+        p_(p),
+        block_(block),
+        warpgroup_(warpgroup),
+        thread_(threadIdx.x % Traits::kWarpgroupThreads),
+        key0_(block.n_block * Traits::kBlockN + warpgroup * Traits::kKeysPerWarpgroup) {}
+
+  __device__ void run() {
+    float dk[kG], dv[kG];
+#pragma unroll
+    for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.0f;
+    const int n0 = block_.n_block * Traits::kBlockN;
+    const QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, p_.seqlen_q, p_.seqlen_k,
+                                                                               p_.window_left, p_.window_right);
+    mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
+    StageRing<Traits::kStages> ring;
+    int ds_buffer = 0;
+    const int first_head = block_.kv_head * p_.head_ratio;
+    for (int head = first_head; head < first_head + p_.head_ratio; ++head) {
+      for (int m = range.begin; m < range.end; ++m) {
+        step(head, m * Traits::kBlockM, ring, ds_buffer, dk, dv);
+        ring.advance();
+        ds_buffer ^= 1;
+      }
+    }
+    store_gradients(dk, dv);
+  }
+
+ private:
+  __device__ void step(int head, int m0, const StageRing<Traits::kStages>& ring, int ds_buffer, float (&dk)[kG],
+                       float (&dv)[kG]) {
+    const int stage = ring.index();
+    mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
+    float s[kS], dp[kS];
+    issue_scores(s, smem_address(s_.k), smem_address(s_.q[stage]));
+    issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
+    const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
+        m0, block_.n_block * Traits::kBlockN, p_.seqlen_q, p_.seqlen_k, p_.window_left, p_.window_right);
+    if (p_.softcap > 0.0f) {
+      wgmma_wait<0>();
+      pin_registers(s);
+      pin_registers(dp);
+      softcapped_gradients(s, dp, stage, m0, masked);
+    } else {
+      wgmma_wait<1>();  // S^T done; dP^T may still run under the exponentials
+      pin_registers(s);
+      probabilities(s, stage, m0, masked);
+      wgmma_wait<0>();
+      pin_registers(dp);
+      score_gradients(s, dp, stage);
+    }
+    Fragments p_frag, ds_frag;
+    to_a_fragments(s, p_frag);
+    to_a_fragments(dp, ds_frag);
+    wgmma_fence();
+    issue_key_gradient(dv, p_frag, smem_address(s_.dout[stage]));
+    issue_key_gradient(dk, ds_frag, smem_address(s_.q[stage]));
+    wgmma_commit();
+
+    // dS through shared memory for dQ = dS K: each warpgroup stores its 64 keys, then both read all 128.
+    const std::uint32_t ds_tile = smem_address(s_.ds[ds_buffer]);
+    store_ds_transposed(ds_frag, ds_tile);
+    fence_proxy_async_shared();  // generic-proxy stores -> the wgmma (async proxy) reads below
+    named_barrier_sync(Traits::kDsReadyBarrier, Traits::kConsumerThreads);
+    float dq[kDq];
+    issue_dq(dq, ds_tile);
+    wgmma_wait<0>();
+    pin_registers(dk);
+    pin_registers(dv);
+    pin_registers(dq);
+    pin_registers(p_frag);
+    pin_registers(ds_frag);
+    release_from_warp(&s_.q_empty[stage], thread_);  // every GEMM reading Q and dO is done
+    add_dq(dq, head, m0);
+  }
+
+  // D(64 keys x 64 q rows) = A(64 keys of K or V, K-major) B(Q or dO, K-major) over the head dim,
+  // committed as one group.
+  __device__ void issue_scores(float (&d)[kS], std::uint32_t keys_tile, std::uint32_t rows_tile) {
+    const std::uint32_t a_base = keys_tile + warpgroup_ * Traits::kKeysPerWarpgroup * kSwizzleBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < Traits::kDSteps; ++step) {
+      // 16 columns = 32 bytes; four steps per 128-byte column block.
+      const int block = step / 4;
+      const std::uint32_t in_row = (step % 4) * 32;
+      const std::uint64_t desc_a = kmajor_descriptor(a_base + block * KTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_b = kmajor_descriptor(rows_tile + block * QTile::kColumnBlockBytes + in_row);
+      wgmma_ss<Traits::kBlockM, Traits::kIsBf16>(d, desc_a, desc_b, step > 0);
+    }
+    wgmma_commit();
+  }
+
+  // Key of accumulator i of this thread (its q row within the block is accumulator_col(thread_, i)).
+  __device__ int key_of(int i) const { return key0_ + accumulator_row(thread_, i); }
+
+  __device__ bool visible(int i, int m0) const {
+    const int key = key_of(i);
+    const int diagonal = m0 + accumulator_col(thread_, i) + p_.seqlen_k - p_.seqlen_q;
+    if (key >= p_.seqlen_k) return false;
+    if (p_.window_right >= 0 && key > diagonal + p_.window_right) return false;
+    if (p_.window_left >= 0 && key < diagonal - p_.window_left) return false;
+    return true;
+  }
+
+  // s: raw scores -> P^T. Rows past seqlen_q and rows that saw no key have lse_log2 = +inf (P = 0).
+  __device__ void probabilities(float (&s)[kS], int stage, int m0, bool masked) {
+    const float* lse_log2 = s_.lse_log2[stage];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      const float p = fast_exp2(fmaf(s[i], p_.score_scale_log2, -lse_log2[accumulator_col(thread_, i)]));
+      s[i] = masked && !visible(i, m0) ? 0.0f : p;
+    }
+  }
+
+  // dp: dP^T -> dS^T = P^T (dP^T - D).
+  __device__ void score_gradients(const float (&p)[kS], float (&dp)[kS], int stage) {
+    const float* dout_dot_out = s_.dout_dot_out[stage];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) dp[i] = p[i] * (dp[i] - dout_dot_out[accumulator_col(thread_, i)]);
+  }
+
+  // Both at once under the softcap, where the score is t = tanh(raw * softmax_scale / softcap) and the
+  // gradient of the raw score carries the tanh's slope 1 - t^2 (the factor softmax_scale comes later).
+  __device__ void softcapped_gradients(float (&s)[kS], float (&dp)[kS], int stage, int m0, bool masked) {
+    const float* lse_log2 = s_.lse_log2[stage];
+    const float* dout_dot_out = s_.dout_dot_out[stage];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      const int column = accumulator_col(thread_, i);
+      const float t = fast_tanh(s[i] * p_.softcap_input_scale);
+      float p = fast_exp2(fmaf(t, p_.score_scale_log2, -lse_log2[column]));
+      if (masked && !visible(i, m0)) p = 0.0f;
+      s[i] = p;
+      dp[i] = p * (dp[i] - dout_dot_out[column]) * (1.0f - t * t);
+    }
+  }
+
+  __device__ static void to_a_fragments(const float (&acc)[kS], Fragments& frag) {
+#pragma unroll
+    for (int step = 0; step < kQSteps; ++step) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) frag[step][j] = pack_pair<Traits::kIsBf16>(acc[8 * step + 2 * j], acc[8 * step + 2 * j + 1]);
+    }
+  }
+
+  // grad(64 keys x d) += A(64 keys x 64 q rows, registers) B(dO or Q: q rows x d, MN-major).
+  __device__ void issue_key_gradient(float (&grad)[kG], const Fragments& a, std::uint32_t rows_tile) {
+#pragma unroll
+    for (int step = 0; step < kQSteps; ++step) {
+      // 16 q rows = 16 rows of 128 bytes down every column block.
+      const std::uint64_t desc_b = mnmajor_descriptor(rows_tile + step * 16 * kSwizzleBytes, QTile::kColumnBlockBytes);
+      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(grad, a[step], desc_b, 1);
+    }
+  }
+
+  // ds (A fragments of dS^T: keys x q rows) -> the dS tile (q rows x keys). Matrix i of step k is keys
+  // 8 (i % 2) .. + 7 of the warp's 16 by q rows 16 k + 8 (i / 2) .. + 7; stored transposed, each lane
+  // addresses one q row's 16 bytes of those keys.
+  __device__ void store_ds_transposed(const Fragments& ds, std::uint32_t ds_tile) const {
+    const int lane = thread_ % 32, matrix = lane / 8;
+    const int key = warpgroup_ * Traits::kKeysPerWarpgroup + 16 * (thread_ / 32) + 8 * (matrix % 2);
+#pragma unroll
+    for (int step = 0; step < kQSteps; ++step) {
+      const int row = 16 * step + 8 * (matrix / 2) + lane % 8;
+      stmatrix_x4_trans(ds_tile + DsTile::offset(row, key), ds[step]);
+    }
+  }
+
+  // This warpgroup's kDqCols columns of dQ (64 q rows) = dS (64 q rows x 128 keys, K-major) K (MN-major).
+  __device__ void issue_dq(float (&dq)[kDq], std::uint32_t ds_tile) {
+    const int first_col = warpgroup_ * Traits::kDqCols;
+    const std::uint32_t k_base = smem_address(s_.k) + (first_col / KTile::kColsPerBlock) * KTile::kColumnBlockBytes +
+                                 (first_col % KTile::kColsPerBlock) * Traits::kElementBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < Traits::kKeySteps; ++step) {
+      const int block = step / 4;
+      const std::uint32_t in_row = (step % 4) * 32;
+      const std::uint64_t desc_a = kmajor_descriptor(ds_tile + block * DsTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_b = mnmajor_descriptor(k_base + step * 16 * kSwizzleBytes, KTile::kColumnBlockBytes);
+      wgmma_ss<Traits::kDqCols, Traits::kIsBf16, /*kBMNMajor=*/true>(dq, desc_a, desc_b, step > 0);
+    }
+    wgmma_commit();
+  }
+
+  // Rows past seqlen_q land in the workspace's padding rows (their dS is 0).
+  __device__ void add_dq(const float (&dq)[kDq], int head, int m0) const {
+    float* rows = p_.dq_accum + workspace_row(p_, block_.batch, head, m0) * Traits::kHeadDim +
+                  warpgroup_ * Traits::kDqCols;
+#pragma unroll
+    for (int i = 0; i < kDq; i += 2) {
+      red_add_pair(rows + accumulator_row(thread_, i) * Traits::kHeadDim + accumulator_col(thread_, i), dq[i],
+                   dq[i + 1]);
+    }
+  }
+
+  // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers.
+  __device__ void store_gradients(const float (&dk)[kG], const float (&dv)[kG]) const {
+    using Element = typename Traits::Element;
+    Element* dk_out = static_cast<Element*>(p_.dk) + block_.batch * p_.dk_batch_stride + block_.kv_head * p_.dk_head_stride;
+    Element* dv_out = static_cast<Element*>(p_.dv) + block_.batch * p_.dv_batch_stride + block_.kv_head * p_.dv_head_stride;
+#pragma unroll
+    for (int i = 0; i < kG; i += 2) {
+      const int key = key_of(i);
+      if (key >= p_.seqlen_k) continue;
+      const int col = accumulator_col(thread_, i);
+      *reinterpret_cast<std::uint32_t*>(dk_out + key * p_.dk_row_stride + col) =
+          pack_pair<Traits::kIsBf16>(dk[i] * p_.softmax_scale, dk[i + 1] * p_.softmax_scale);
+      *reinterpret_cast<std::uint32_t*>(dv_out + key * p_.dv_row_stride + col) =
+          pack_pair<Traits::kIsBf16>(dv[i], dv[i + 1]);
+    }
+  }
+
+  typename Traits::SharedStorage& s_;
+  const BwdParams& p_;
+  const KeyBlock block_;
+  const int warpgroup_;
+  const int thread_;
+  const int key0_;  // first key of this warpgroup's 64
+};
+
+}  // namespace hopattn::sm90

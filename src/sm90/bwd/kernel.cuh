@@ -1,0 +1,53 @@
+// The backward's main kernel: one CTA per (key block, K/V head, batch entry). Warpgroup 0 is the
+// producer (setmaxnreg.dec; one elected thread issues every load, producer.cuh), warpgroups 1 and 2
+// the consumers (setmaxnreg.inc; 64 keys each, consumer.cuh).
+#pragma once
+
+#include <cuda.h>
+
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/bwd/consumer.cuh"
+#include "sm90/bwd/params.hpp"
+#include "sm90/bwd/producer.cuh"
+
+namespace hopattn::sm90 {
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    attention_backward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                              const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_dout,
+                              const __grid_constant__ BwdParams params) {
+  // No static shared memory: the dynamic block starts the CTA's window, 1024-byte aligned as the
+  // 128B swizzle needs (checked below).
+  extern __shared__ __align__(kSwizzleAtomBytes) std::uint8_t dynamic_smem[];
+  auto& s = *reinterpret_cast<typename Traits::SharedStorage*>(dynamic_smem);
+  if (threadIdx.x == 0) {
+    if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();
+    tma_prefetch_descriptor(&tm_q);
+    tma_prefetch_descriptor(&tm_k);
+    tma_prefetch_descriptor(&tm_v);
+    tma_prefetch_descriptor(&tm_dout);
+    mbarrier_init(&s.kv_full, 1);  // the producer's arrive_expect_tx
+    for (int i = 0; i < Traits::kStages; ++i) {
+      mbarrier_init(&s.q_full[i], 1);
+      mbarrier_init(&s.q_empty[i], Traits::kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const KeyBlock block{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+  const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
+  if (warpgroup == 0) {
+    warpgroup_release_registers<Traits::kProducerRegisters>();
+    const BwdTensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_dout};
+    if (threadIdx.x / 32 == 0 && elect_one_lane()) run_backward_producer<Traits>(s, maps, params, block);
+  } else {
+    warpgroup_claim_registers<Traits::kConsumerRegisters>();
+    BwdConsumer<Traits>(s, params, block, warpgroup - 1).run();
+  }
+}
+
+}  // namespace hopattn::sm90

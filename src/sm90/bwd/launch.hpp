@@ -1,0 +1,12 @@
+// Host entry of the backward kernels for one (head dim, element type); each instantiation lives in
+// its own .cu file in src/sm90/instantiations so the build compiles them in parallel.
+#pragma once
+
+#include "api/problem.hpp"
+
+namespace hopattn::sm90 {
+
+template <int kHeadDim, typename Element>
+Status launch_backward(const BwdArgs& args, const detail::Problem& problem);
+
+}  // namespace hopattn::sm90

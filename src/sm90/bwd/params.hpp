@@ -1,0 +1,55 @@
+// Everything the backward kernels need besides the TMA tensor maps; built on the host by
+// src/sm90/bwd/launch.cuh from the validated Problem.
+#pragma once
+
+#include <cstdint>
+
+namespace hopattn::sm90 {
+
+struct BwdParams {
+  int batch;
+  int heads_q;
+  int heads_kv;
+  int head_ratio;  // heads_q / heads_kv: the q heads whose gradients a K/V head sums
+  int seqlen_q;
+  int seqlen_k;
+  int head_dim;
+  // Rows of the per-row workspaces: seqlen_q rounded up to whole 64-row q blocks, so the main kernel
+  // reads and adds whole blocks without bounds checks (the padding rows have P = 0).
+  int seqlen_q_padded;
+  int num_m_blocks;
+
+  // Scores: raw q.k, or t = tanh(q.k * softcap_input_scale) when softcap > 0. P = exp2(score *
+  // score_scale_log2 - lse_log2) with score_scale_log2 = softmax_scale * log2(e), or softcap * log2(e).
+  float softcap;
+  float softcap_input_scale;  // softmax_scale / softcap
+  float score_scale_log2;
+  float softmax_scale;  // dq and dk are softmax_scale * (dS K) and softmax_scale * (dS^T Q)
+  // Visible keys of row i: [i + seqlen_k - seqlen_q - window_left, i + seqlen_k - seqlen_q +
+  // window_right], -1 = unbounded on that side (causal is window_right = 0).
+  int window_left;
+  int window_right;
+
+  // Inputs of the row statistics (bwd/row_stats.cuh).
+  const void* out;
+  std::int64_t out_batch_stride, out_row_stride, out_head_stride;  // elements
+  const void* dout;
+  std::int64_t dout_batch_stride, dout_row_stride, dout_head_stride;
+  const float* lse;
+  std::int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+
+  // Workspaces, (batch, heads_q, seqlen_q_padded[, head_dim]) float32, contiguous:
+  float* lse_log2;     // lse * log2(e); +inf for padding rows and rows that saw no key (P = 0)
+  float* dout_dot_out; // D_i = sum_c dout_ic out_ic (0 for padding rows)
+  float* dq_accum;     // dS K summed over key blocks by atomic adds (zeroed before the main kernel)
+
+  // Outputs.
+  void* dq;
+  std::int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+  void* dk;
+  std::int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+  void* dv;
+  std::int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+};
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,68 @@
+// The backward's producer: one elected thread of warpgroup 0 loads the CTA's K and V block once, then
+// for every (q head of the group, q block) the consumers will visit, in their order, Q and dO by TMA
+// and the block's two row statistics by bulk copy, through a ring of kStages stages.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/bwd/block_range.hpp"
+#include "sm90/bwd/params.hpp"
+#include "sm90/pipeline/stage_ring.cuh"
+#include "sm90/pipeline/tile_load.cuh"
+
+namespace hopattn::sm90 {
+
+struct BwdTensorMaps {
+  const CUtensorMap* q;
+  const CUtensorMap* k;
+  const CUtensorMap* v;
+  const CUtensorMap* dout;
+};
+
+// The CTA's work: key block n_block of K/V head kv_head of batch entry `batch`.
+struct KeyBlock {
+  int n_block, kv_head, batch;
+};
+
+// Offset of q block m of q head `head` in the per-row workspaces (rows of BwdParams::seqlen_q_padded).
+__device__ __forceinline__ std::int64_t workspace_row(const BwdParams& p, int batch, int head, int m0) {
+  return (std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + m0;
+}
+
+template <class Traits>
+__device__ void run_backward_producer(typename Traits::SharedStorage& s, const BwdTensorMaps& maps,
+                                      const BwdParams& p, const KeyBlock& block) {
+  using QTile = typename Traits::QTile;
+  using KTile = typename Traits::KTile;
+  constexpr int kCols = Traits::kColsPerBlock;
+  constexpr std::uint32_t kRowBytes = Traits::kBlockM * sizeof(float);
+  const int n0 = block.n_block * Traits::kBlockN;
+  mbarrier_arrive_expect_tx(&s.kv_full, 2 * KTile::kBytes);
+  load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, n0, block.kv_head, block.batch);
+  load_tile<KTile, kCols>(s.v, maps.v, &s.kv_full, n0, block.kv_head, block.batch);
+
+  const QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, p.seqlen_q, p.seqlen_k,
+                                                                             p.window_left, p.window_right);
+  StageRing<Traits::kStages> ring;
+  const int first_head = block.kv_head * p.head_ratio;
+  for (int head = first_head; head < first_head + p.head_ratio; ++head) {
+    for (int m = range.begin; m < range.end; ++m) {
+      const int stage = ring.index();
+      mbarrier_wait(&s.q_empty[stage], ring.phase() ^ 1);  // the consumers are done with the stage
+      mbarrier_arrive_expect_tx(&s.q_full[stage], 2 * QTile::kBytes + 2 * kRowBytes);
+      const int m0 = m * Traits::kBlockM;
+      load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], m0, head, block.batch);
+      load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], m0, head, block.batch);
+      const std::int64_t row = workspace_row(p, block.batch, head, m0);
+      bulk_load(s.lse_log2[stage], p.lse_log2 + row, kRowBytes, &s.q_full[stage]);
+      bulk_load(s.dout_dot_out[stage], p.dout_dot_out + row, kRowBytes, &s.q_full[stage]);
+      ring.advance();
+    }
+  }
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,47 @@
+// The backward's first kernel: per q row, the two statistics the main kernel reads for each q block
+// it visits, written to float32 workspaces of seqlen_q_padded rows (whole 64-row blocks, so the main
+// kernel loads them with one bulk copy and no bounds checks):
+//   dout_dot_out = sum_c dout_c out_c (D_i: dS = P (dP - D), since sum_j P_ij dP_ij = dout_i . out_i);
+//   lse_log2 = lse * log2(e), the exponent's reference for P = exp2(score * scale - lse_log2).
+// Padding rows and rows that saw no key (lse -inf) get lse_log2 = +inf, so their P is exactly 0.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "sm90/bwd/params.hpp"
+
+namespace hopattn::sm90 {
+
+constexpr int kRowStatsWarps = 8;  // one warp per row
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kRowStatsWarps * 32) backward_row_stats_kernel(const BwdParams p) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRowStatsWarps + threadIdx.x / 32;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  if (row >= p.seqlen_q_padded) return;
+  float dot = 0.0f;
+  float lse_log2 = INFINITY;
+  if (row < p.seqlen_q) {
+    const Element* out = static_cast<const Element*>(p.out) + batch * p.out_batch_stride + row * p.out_row_stride +
+                         head * p.out_head_stride;
+    const Element* dout = static_cast<const Element*>(p.dout) + batch * p.dout_batch_stride +
+                          row * p.dout_row_stride + head * p.dout_head_stride;
+#pragma unroll
+    for (int c = 2 * lane; c < kHeadDim; c += 64) {
+      dot += float(out[c]) * float(dout[c]) + float(out[c + 1]) * float(dout[c + 1]);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    const float lse = p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride];
+    if (lse != -INFINITY) lse_log2 = lse * 1.4426950408889634f;
+  }
+  if (lane == 0) {
+    const std::int64_t at = (std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + row;
+    p.dout_dot_out[at] = dot;
+    p.lse_log2[at] = lse_log2;
+  }
+}
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,82 @@
+// Tile shapes, roles, register budgets and the shared-memory plan of the backward kernel, per (head
+// dim, element type).
+//
+// A CTA owns kBlockN = 128 keys of one K/V head; each of the two consumer warpgroups owns 64 of them
+// (one m64 wgmma row block), and keeps their dK and dV accumulators (64 x d f32 each) in registers for
+// the whole CTA. The CTA walks q blocks of kBlockM = 64 rows of every q head that reads the K/V head:
+// per q block it computes S^T = K Q^T and dP^T = V dO^T (keys as the wgmma M, so that dV += P^T dO and
+// dK += dS^T Q take P^T and dS^T straight from the accumulators as A fragments), and dQ = dS K (dS
+// through shared memory), added into a float32 workspace. At head dim 256 dK and dV alone would take
+// 256 registers a thread: not shipped.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+template <int kHeadDim_, typename Element_>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
+  static constexpr int kElementBytes = 2;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "backward head dims: 64, 128");
+
+  static constexpr int kBlockM = 64;   // q rows per step
+  static constexpr int kBlockN = 128;  // keys per CTA
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;
+  static constexpr int kStages = 2;  // q-block stages (Q, dO, their row statistics) in flight
+
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
+  static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
+  static constexpr int kConsumerThreads = kConsumerWarpgroups * kWarpgroupThreads;
+  // setmaxnreg budgets (see FwdTraits): 24 + 2 x 240 per thread of a warpgroup fits the 168 x 3 the
+  // CTA is launched with.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+
+  using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;   // Q and dO
+  using KTile = SwizzledTile<kBlockN, kHeadDim, kElementBytes>;   // K and V
+  using DsTile = SwizzledTile<kBlockM, kBlockN, kElementBytes>;   // dS, q rows x keys (K-major A of dQ)
+  static constexpr int kColsPerBlock = QTile::kColsPerBlock;      // TMA box width (128 bytes)
+
+  // Accumulator registers per consumer thread (m64 x N f32 over 128 threads).
+  static constexpr int kSRegisters = kBlockM / 2;          // S^T and dP^T: 64 keys x 64 q rows
+  static constexpr int kGradRegisters = kHeadDim / 2;      // dK and dV: 64 keys x d
+  static constexpr int kDqCols = kHeadDim / kConsumerWarpgroups;  // each warpgroup's share of dQ's columns
+  static constexpr int kDqRegisters = kDqCols / 2;
+  static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
+  static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
+  static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
+
+  // Named barrier (id 0 is __syncthreads): both consumer warpgroups have stored their half of dS.
+  static constexpr int kDsReadyBarrier = 1;
+
+  struct alignas(kSwizzleAtomBytes) SharedStorage {
+    alignas(kSwizzleAtomBytes) std::uint8_t k[KTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t v[KTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t q[kStages][QTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t dout[kStages][QTile::kBytes];
+    // Double-buffered by step parity: a warpgroup writes the next dS while the other may still be
+    // reading this one in its dQ GEMM.
+    alignas(kSwizzleAtomBytes) std::uint8_t ds[2][DsTile::kBytes];
+    alignas(16) float lse_log2[kStages][kBlockM];
+    alignas(16) float dout_dot_out[kStages][kBlockM];
+    std::uint64_t kv_full;
+    std::uint64_t q_full[kStages];
+    std::uint64_t q_empty[kStages];
+  };
+  static constexpr int kSharedBytes = sizeof(SharedStorage);
+  static_assert(kSharedBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB an sm_90 CTA may use");
+};
+
+}  // namespace hopattn::sm90

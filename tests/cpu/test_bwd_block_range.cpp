@@ -1,0 +1,85 @@
+// The backward's q-block range and mask test (src/sm90/bwd/block_range.hpp) against brute force over
+// every (row, key) pair: the range must hold exactly the q blocks with a row that sees a key of the
+// key block, and the mask test must be true whenever some pair of the block pair is not visible.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "sm90/bwd/block_range.hpp"
+
+namespace hopattn::sm90 {
+namespace {
+
+constexpr int kM = 64, kN = 128;
+
+bool visible(int row, int key, int sq, int sk, int wl, int wr) {
+  const int diagonal = row + sk - sq;
+  if (key < 0 || key >= sk) return false;
+  if (wr >= 0 && key > diagonal + wr) return false;
+  if (wl >= 0 && key < diagonal - wl) return false;
+  return true;
+}
+
+void check(int sq, int sk, int wl, int wr) {
+  SCOPED_TRACE(::testing::Message() << "sq " << sq << " sk " << sk << " window (" << wl << ", " << wr << ")");
+  const int m_blocks = (sq + kM - 1) / kM;
+  for (int n0 = 0; n0 < sk; n0 += kN) {
+    int want_begin = -1, want_end = -1;
+    for (int m = 0; m < m_blocks; ++m) {
+      bool any = false;
+      for (int row = m * kM; row < std::min(sq, (m + 1) * kM) && !any; ++row)
+        for (int key = n0; key < n0 + kN && !any; ++key) any = visible(row, key, sq, sk, wl, wr);
+      if (any) {
+        if (want_begin < 0) want_begin = m;
+        ASSERT_EQ(want_end < 0 || want_end == m, true) << "visible q blocks of key block " << n0 << " not contiguous";
+        want_end = m + 1;
+      }
+    }
+    const QBlockRange got = q_blocks_seeing<kM, kN>(n0, sq, sk, wl, wr);
+    if (want_begin < 0) {
+      EXPECT_EQ(got.begin, got.end) << "key block " << n0 << ": no row sees it";
+    } else {
+      EXPECT_EQ(got.begin, want_begin) << "key block " << n0;
+      EXPECT_EQ(got.end, want_end) << "key block " << n0;
+    }
+    for (int m = got.begin; m < got.end; ++m) {
+      bool any_hidden = false;
+      for (int row = m * kM; row < (m + 1) * kM && !any_hidden; ++row)
+        for (int key = n0; key < n0 + kN && !any_hidden; ++key) any_hidden = !visible(row, key, sq, sk, wl, wr);
+      if (any_hidden) {
+        EXPECT_TRUE((block_pair_needs_mask<kM, kN>(m * kM, n0, sq, sk, wl, wr)))
+            << "q block " << m << ", key block " << n0 << " has hidden pairs but is not masked";
+      }
+    }
+  }
+}
+
+TEST(BwdBlockRange, CausalAndDense) {
+  for (int sq : {1, 63, 64, 65, 200, 511})
+    for (int sk : {1, 100, 128, 129, 400}) {
+      check(sq, sk, -1, -1);
+      check(sq, sk, -1, 0);
+    }
+}
+
+TEST(BwdBlockRange, RandomWindows) {
+  std::mt19937 rng(20261202);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int sq = 1 + int(rng() % 600), sk = 1 + int(rng() % 600);
+    const int wl = int(rng() % 5) == 0 ? -1 : int(rng() % 300);
+    const int wr = int(rng() % 5) == 0 ? -1 : int(rng() % 300);
+    check(sq, sk, wl, wr);
+  }
+}
+
+TEST(BwdBlockRange, InteriorBlocksAreNotMasked) {
+  // Dense 1024 x 1024: every key block is whole, and no window: nothing to mask.
+  for (int n0 = 0; n0 < 1024; n0 += kN)
+    for (int m0 = 0; m0 < 1024; m0 += kM) EXPECT_FALSE((block_pair_needs_mask<kM, kN>(m0, n0, 1024, 1024, -1, -1)));
+  // Causal: the block pair above the diagonal band is whole too.
+  EXPECT_FALSE((block_pair_needs_mask<kM, kN>(512, 0, 1024, 1024, -1, 0)));
+  EXPECT_TRUE((block_pair_needs_mask<kM, kN>(0, 0, 1024, 1024, -1, 0)));
+}
+
+}  // namespace
+}  // namespace hopattn::sm90
