@@ -1,8 +1,13 @@
 """torch operators hopattn::fwd and hopattn::bwd (torch.library custom ops).
 
 Each has a fake (meta) kernel, so torch.compile traces calls without graph breaks, and fwd's autograd
-formula calls bwd. The backward runs wherever the C++ library implements it: on host tensors (CPU
-reference); on CUDA tensors the library answers NotImplementedError until the GPU backward exists.
+formula calls bwd, which runs where the C++ library has a backward pass:
+- host tensors: the CPU reference, dense and variable-length, float32/float16/bfloat16;
+- CUDA tensors: the sm_90a backward kernel, bfloat16/float16 dense q/k/v (batch, seqlen, heads,
+  head_dim) at head dim 64 or 128, with causal, window, softcap, GQA/MQA and softmax_scale. It sums
+  dq with float atomics, so dq may differ in its last bits from run to run (dk and dv do not).
+Head dim 256 and variable lengths (cu_seqlens, seqused_k / cache_seqlens) on CUDA, and paged KV
+caches and FP8 inputs anywhere, have no backward: NotImplementedError, naming what is supported.
 Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
 kernel directly where the dispatcher would do nothing else (plain eager calls with nothing for
 autograd to record), which saves its host overhead. Importing this module imports torch;
@@ -20,6 +25,24 @@ def _last_dim_contiguous(x):
     # The library takes any strides with a contiguous last dimension; copy only when that fails,
     # as flash-attention's wrappers do.
     return x if x is None or x.stride(-1) == 1 else x.contiguous()
+
+
+def _tma_addressable(x):
+    """Whether the sm_90a kernels can read x through TMA as it is: last dimension contiguous, data
+    16-byte aligned and every other stride a multiple of 16 bytes (the C++ library's rule for CUDA
+    tensors), and no stride 0 where the extent is over 1 (a broadcast is copied rather than handed
+    to TMA with a zero stride)."""
+    if x.stride(-1) != 1 or x.data_ptr() % 16:
+        return False
+    size = x.element_size()
+    return all(n == 1 or (s != 0 and s * size % 16 == 0)
+               for n, s in zip(x.shape[:-1], x.stride()[:-1]))
+
+
+def _tma_ready(x):
+    # clone, not contiguous(): a contiguous tensor may still start at an address that is not
+    # 16-byte aligned (a view at an odd offset); a fresh allocation is aligned.
+    return x if _tma_addressable(x) else x.clone(memory_format=torch.contiguous_format)
 
 
 def _v_layout(v, dense_kv):
@@ -71,7 +94,15 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
          window_right: int, softcap: float, cu_seqlens_q: Optional[torch.Tensor],
          cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
          seqused_k: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _core.backward(_last_dim_contiguous(dout), q, k, v, out, lse,
+    # dout is the one input that autograd, not hopattn's forward, lays out: .sum() hands over an
+    # expanded tensor (stride 0 everywhere), a user's grad_outputs may be any view. The host backend
+    # takes any strides with a contiguous last dimension; the GPU kernel reads dout through TMA, so
+    # on CUDA it gets a copy unless it already qualifies. q, k, v passed the library's checks for
+    # CUDA tensors in the forward (aligned strides, no empty extent), out and lse are the forward's
+    # own contiguous outputs, and _core.backward allocates dq, dk, dv with torch.empty in q's, k's
+    # and v's shapes: contiguous, aligned (d 64 and 128 rows are 128 or 256 bytes), non-empty.
+    dout = _tma_ready(dout) if dout.is_cuda else _last_dim_contiguous(dout)
+    return _core.backward(dout, q, k, v, out, lse,
                           softmax_scale=softmax_scale, causal=causal, window_left=window_left,
                           window_right=window_right, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
                           cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
@@ -99,8 +130,10 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dout, dlse):
     if ctx.unsupported is not None:
-        raise NotImplementedError(f"hopattn has no backward pass for {ctx.unsupported}; "
-                                  "it differentiates dense and varlen bf16/fp16/fp32 attention")
+        raise NotImplementedError(f"hopattn has no backward pass for {ctx.unsupported}; it "
+                                  "differentiates dense and varlen float32/float16/bfloat16 "
+                                  "attention on host tensors and, on CUDA tensors, dense "
+                                  "bfloat16/float16 attention at head dim 64 or 128")
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
     softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k = ctx.params
     dq, dk, dv = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left,

@@ -1,6 +1,7 @@
 """torch tensors: the custom operators (fake kernels, autograd, torch.compile) and, on a Hopper GPU,
-the sm_90a kernels against float64 attention with flash-attention's tolerance rule.
-Skipped without torch; the GPU tests are skipped without a Hopper GPU and a build with kernels."""
+the sm_90a forward and backward kernels against float64 attention with flash-attention's tolerance
+rule. Skipped without torch; the GPU tests (named test_gpu_*, selected with `-k gpu`) are skipped
+without a Hopper GPU and a build with kernels."""
 
 import numpy as np
 import pytest
@@ -36,21 +37,72 @@ def attention_math(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, softm
         allowed &= j >= i - left
     scores = scores.masked_fill(~allowed, float("-inf"))
     lse = torch.logsumexp(scores.float() if scores.dtype != torch.float64 else scores, dim=-1)
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
+    # Rows that see no key give 0. Their scores are set to a finite value before the softmax and
+    # their weights zeroed after it, so that autograd gives them 0 rather than NaN gradients (a
+    # softmax over -inf alone is NaN, and NaN * 0 stays NaN in its backward).
+    seen = allowed.any(dim=-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
     return torch.einsum("bhij,bjhd->bihd", probs, v), lse
 
 
-def assert_within_rule(out, ref, naive, what="out"):
-    """flash-attention's rule: max|out - ref| <= 2 * max|naive - ref| + 1e-5."""
+def assert_within_rule(out, ref, naive, what="out", atol=1e-5):
+    """flash-attention's rule: max|out - ref| <= 2 * max|naive - ref| + atol."""
     assert not out.isnan().any(), f"{what}: NaN"
+    assert out.isfinite().all(), f"{what}: inf"
     error = (out.double() - ref).abs().max().item()
     baseline = (naive.double() - ref).abs().max().item()
-    assert error <= 2 * baseline + 1e-5, f"{what}: max error {error:.3g} > 2 * naive {baseline:.3g} + 1e-5"
+    assert error <= 2 * baseline + atol, \
+        f"{what}: max error {error:.3g} > 2 * naive {baseline:.3g} + {atol:.3g}"
 
 
-def random_qkv(shape_q, shape_kv, dtype, device, requires_grad=False):
-    return [torch.randn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+def random_qkv(shape_q, shape_kv, dtype, device, requires_grad=False, generator=None):
+    return [torch.randn(shape, dtype=dtype, device=device, requires_grad=requires_grad,
+                        generator=generator)
             for shape in (shape_q, shape_kv, shape_kv)]
+
+
+def torch_generator(rng, device):
+    """A torch generator on `device` seeded from the rng fixture (HOPATTN_TEST_SEED replays it)."""
+    return torch.Generator(device=device).manual_seed(int(rng.integers(2**62)))
+
+
+def math_options(causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None):
+    """flash_attn_func's masking and scaling options as attention_math's."""
+    return dict(causal=causal, window=window_size, softcap=softcap, softmax_scale=softmax_scale)
+
+
+def reference_gradients(dout, q, k, v, **options):
+    """(dq, dk, dv) of attention_math's out against dout, twice: through float64 math on the same
+    values upcast (the reference), and through the same math in the inputs' own dtype (the
+    baseline of flash-attention's rule)."""
+    results = []
+    for dtype in (torch.float64, q.dtype):
+        leaves = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]
+        out, _ = attention_math(*leaves, **options)
+        results.append(torch.autograd.grad(out, leaves, dout.detach().to(dtype)))
+    return results
+
+
+def assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=0.0, names="qkv"):
+    """flash-attention's rule for gradients (as in its own tests):
+    max|hopattn - ref| <= 2 * max|naive - ref| + atol, where ref is the float64 gradient of the
+    same bf16/fp16 values and naive the gradient of the same math run in bf16/fp16: every matmul
+    and the softmax round their result to the input type once, as the kernel rounds P and dS for
+    its wgmma (it keeps S and dP in float32). The kernel's rounding is of that kind and size, so
+    its error should be within the naive one; twice that leaves room for the different order of
+    its float32 sums (for dq also of its atomic adds). atol, one unit in the last place of the
+    largest reference gradient, is the rounding of the result itself, for the rare case where the
+    naive error happens to be smaller; with softcap, flash-attention's extra 3e-4 for the
+    approximate tanh (tanh.approx.f32, relative error ~2^-11) that the kernel evaluates in both
+    passes: its error in the slope 1 - t^2 counts where the tanh saturates, and the math in
+    float16 does not have it. (A float32 simulation of the kernel's roundings with that tanh error,
+    on these tests' shapes and softcaps over 40 seeds, exceeded twice the naive error by at most a
+    quarter of this allowance.)"""
+    for name, actual, ref, naive in zip(names, grads, ref_grads, naive_grads):
+        assert actual.shape == ref.shape and actual.dtype == naive.dtype, f"d{name}"
+        assert ref.isfinite().all(), f"d{name}: the reference itself is not finite"
+        atol = torch.finfo(actual.dtype).eps * ref.abs().max().item() + (3e-4 if softcap else 0.0)
+        assert_within_rule(actual, ref, naive, what=f"d{name}", atol=atol)
 
 
 # ---- host tensors: operator registration and autograd through the CPU reference --------------
@@ -202,6 +254,75 @@ def test_paged_backward_is_not_implemented():
                                           page_table=torch.tensor([[1, 0]], dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="paged KV cache"):
         out.sum().backward()
+
+
+def test_cpu_not_implemented_from_the_library_reaches_the_backward_caller(monkeypatch):
+    # On CUDA the library answers kUnsupported for what the GPU backward lacks; the error must come
+    # out of the custom op and the autograd engine as the NotImplementedError it was, message kept.
+    message = "head dim 256 is not supported by the sm_90a backward kernel yet"
+
+    def unsupported(*args, **kwargs):
+        raise NotImplementedError(message)
+
+    q, k, v = random_qkv((1, 4, 2, 16), (1, 6, 2, 16), torch.float32, "cpu", requires_grad=True)
+    out = hopattn.flash_attn_func(q, k, v)
+    monkeypatch.setattr(hopattn._core, "backward", unsupported)
+    with pytest.raises(NotImplementedError, match=f"^{message}$"):
+        out.sum().backward()
+
+
+def test_tma_addressable_dout_is_passed_on_and_any_other_copied():
+    # What the backward does with dout on CUDA, checked on host tensors (the test is on strides
+    # and addresses only): kept when TMA can read it, else cloned into a fresh contiguous tensor.
+    buffer = torch.randn(2 * 4 * 100 * 64 + 1, dtype=torch.bfloat16)
+    dense = buffer[:-1].view(2, 100, 4, 64)
+    permuted = buffer[:-1].view(2, 4, 100, 64).permute(0, 2, 1, 3)  # aligned, not contiguous
+    unaligned = buffer[1:].view(2, 100, 4, 64)  # contiguous, 2 bytes off
+    broadcast = torch.randn(1, 100, 1, 64, dtype=torch.bfloat16).expand(2, 100, 4, 64)
+    scalar = torch.ones((), dtype=torch.bfloat16).expand(2, 100, 4, 64)  # what .sum() hands back
+    narrow_rows = torch.randn(2, 100, 4, 65, dtype=torch.bfloat16)[..., :64]  # 130-byte rows
+    assert dense.data_ptr() % 16 == 0  # torch's allocators align to 64 bytes or more
+    for kept in (dense, permuted, dense[:, :, :1]):
+        assert hopattn.torch._tma_ready(kept) is kept
+    for copied in (unaligned, broadcast, scalar, narrow_rows):
+        ready = hopattn.torch._tma_ready(copied)
+        assert ready is not copied and ready.is_contiguous() and ready.data_ptr() % 16 == 0
+        assert torch.equal(ready, copied)
+
+
+@pytest.mark.parametrize("case", ["gqa causal 7x20", "mqa window 20x7", "softcap scale 1x9"])
+def test_cpu_bf16_gradients_within_flash_attention_rule(rng, case):
+    # The GPU tests' reference and rule, run against the CPU reference backend (float64 inside,
+    # rounded once), so that they are known to work before they meet the kernel; also covers rows
+    # that see no key (mqa window 20x7: the first rows see none).
+    options = {"gqa causal 7x20": dict(causal=True), "mqa window 20x7": dict(window_size=(3, 2)),
+               "softcap scale 1x9": dict(softcap=2.0, softmax_scale=0.3)}[case]
+    seqlen_q, seqlen_k = map(int, case.split()[-1].split("x"))
+    heads_kv = {"gqa": 2, "mqa": 1}.get(case.split()[0], 4)
+    check_gradients(rng, "cpu", torch.bfloat16, 32, seqlen_q, seqlen_k, 4, heads_kv, options)
+
+
+def check_gradients(rng, device, dtype, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv, options):
+    """flash_attn_func's forward and backward on fresh random inputs against float64 math with
+    flash-attention's rule (assert_gradients_within_rule)."""
+    generator = torch_generator(rng, device)
+    batch = 2
+    q, k, v = random_qkv((batch, seqlen_q, heads_q, head_dim), (batch, seqlen_k, heads_kv, head_dim),
+                         dtype, device, generator=generator)
+    if options.get("softcap"):
+        q = q * 3  # scores of a few units, where the softcap's tanh bends (as flash-attention's tests)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = hopattn.flash_attn_func(q, k, v, **options)
+    dout = torch.randn(out.shape, dtype=dtype, device=device, generator=generator)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_out, _ = attention_math(q.detach().double(), k.detach().double(), v.detach().double(),
+                                **math_options(**options))
+    naive_out, _ = attention_math(q.detach(), k.detach(), v.detach(), **math_options(**options))
+    softcap_atol = 3e-4 if options.get("softcap") else 0.0  # as assert_gradients_within_rule's
+    assert_within_rule(out, ref_out, naive_out,
+                       atol=torch.finfo(dtype).eps * ref_out.abs().max().item() + softcap_atol)
+    ref_grads, naive_grads = reference_gradients(dout, q, k, v, **math_options(**options))
+    assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=options.get("softcap", 0.0))
 
 
 # ---- plain eager calls skip the dispatcher: same results, errors and observers ----------------
@@ -394,22 +515,153 @@ def test_gpu_compile_fullgraph():
     torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), rtol=0, atol=0)
 
 
+# The GPU backward: bf16/fp16 dense q/k/v at head dim 64 and 128, with every masking and scaling
+# option, MHA, GQA and MQA, and query/key lengths that are not multiples of the kernel's blocks,
+# shorter and longer than each other (causal with more queries than keys leaves rows that see no
+# key: their dq must be 0, not NaN) or a single query.
+GRADIENT_FEATURES = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "window": dict(window_size=(64, 16)),
+    "causal_window": dict(causal=True, window_size=(40, -1)),
+    "softcap": dict(softcap=5.0),
+    "scale_softcap_causal": dict(softmax_scale=0.07, softcap=2.0, causal=True),
+}
+# With softcap, q is scaled by 3 (check_gradients), so that scores reach the tanh's bend: s / softcap
+# of standard deviation 0.6 to 1.2 here. Much further into saturation, the kernel's approximate tanh
+# (see assert_gradients_within_rule) costs float16 gradients more than the rule's allowance.
+
+
 @needs_hopper
-def test_gpu_backward_is_correct_or_clearly_not_implemented():
-    q, k, v = random_qkv((1, 128, 2, 64), (1, 128, 2, 64), torch.bfloat16, "cuda", requires_grad=True)
+@pytest.mark.parametrize("feature", GRADIENT_FEATURES)
+@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(100, 300), (300, 100), (1, 239)],
+                         ids=["100x300", "300x100", "1x239"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_gradients_match_float64_within_flash_attention_rule(rng, dtype, head_dim, seqlen_q,
+                                                                 seqlen_k, heads_q, heads_kv,
+                                                                 feature):
+    check_gradients(rng, "cuda", getattr(torch, dtype), head_dim, seqlen_q, seqlen_k, heads_q,
+                    heads_kv, GRADIENT_FEATURES[feature])
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_gradients_of_packed_inputs_reach_the_packed_tensor(rng, dtype):
+    # q, k, v as strided views of one packed tensor (row strides 3 or 2 times heads x d): the
+    # kernel reads them in place, and autograd adds dq, dk, dv into the packed gradient.
+    dtype, generator = getattr(torch, dtype), torch_generator(rng, "cuda")
+    qkv = torch.randn(2, 200, 3, 4, 128, dtype=dtype, device="cuda", generator=generator,
+                      requires_grad=True)
+    out = hopattn.flash_attn_qkvpacked_func(qkv, causal=True)
+    dout = torch.randn(out.shape, dtype=dtype, device="cuda", generator=generator)
+    (dqkv,) = torch.autograd.grad(out, qkv, dout)
+    ref_grads, naive_grads = reference_gradients(dout, *qkv.unbind(dim=2), causal=True)
+    assert_gradients_within_rule(dqkv.unbind(dim=2), ref_grads, naive_grads)
+
+    q = torch.randn(2, 100, 6, 64, dtype=dtype, device="cuda", generator=generator,
+                    requires_grad=True)
+    kv = torch.randn(2, 301, 2, 2, 64, dtype=dtype, device="cuda", generator=generator,
+                     requires_grad=True)
+    out = hopattn.flash_attn_kvpacked_func(q, kv, window_size=(64, 16))
+    dout = torch.randn(out.shape, dtype=dtype, device="cuda", generator=generator)
+    dq, dkv = torch.autograd.grad(out, (q, kv), dout)
+    ref_grads, naive_grads = reference_gradients(dout, q, *kv.unbind(dim=2), window=(64, 16))
+    assert_gradients_within_rule((dq, *dkv.unbind(dim=2)), ref_grads, naive_grads)
+
+
+@needs_hopper
+@pytest.mark.parametrize("layout", ["contiguous", "permuted", "unaligned", "broadcast", "sum"])
+def test_gpu_backward_takes_any_dout_layout(rng, layout):
+    # dout as autograd or a caller may hand it over: strided views TMA can read go in as they are,
+    # the rest (an unaligned start, stride 0) are copied first; the gradients are the same either way.
+    generator = torch_generator(rng, "cuda")
+    shape = (2, 150, 4, 128)
+    q, k, v = random_qkv(shape, (2, 170, 2, 128), torch.bfloat16, "cuda", requires_grad=True,
+                         generator=generator)
     out = hopattn.flash_attn_func(q, k, v, causal=True)
-    grad = torch.randn_like(out)
-    try:
-        grads = torch.autograd.grad(out, (q, k, v), grad)
-    except NotImplementedError as error:
-        assert "backward" in str(error)
-        return
-    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
-    ref_grads = torch.autograd.grad(attention_math(q64, k64, v64, causal=True)[0], (q64, k64, v64), grad.double())
-    qn, kn, vn = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    naive_grads = torch.autograd.grad(attention_math(qn, kn, vn, causal=True)[0], (qn, kn, vn), grad)
-    for name, actual, ref, naive in zip("qkv", grads, ref_grads, naive_grads):
-        assert_within_rule(actual, ref, naive, what=f"d{name}")
+
+    def randn(*size):
+        return torch.randn(size, dtype=torch.bfloat16, device="cuda", generator=generator)
+
+    if layout == "contiguous":
+        dout = randn(*shape)
+    elif layout == "permuted":  # (batch, heads, seqlen, d) in memory
+        dout = randn(2, 4, 150, 128).permute(0, 2, 1, 3)
+    elif layout == "unaligned":  # contiguous, but 2 bytes past an aligned address
+        dout = randn(2 * 150 * 4 * 128 + 1)[1:].view(shape)
+    elif layout == "broadcast":  # stride 0 along the batch and the heads
+        dout = randn(1, 150, 1, 128).expand(shape)
+    else:  # what out.sum().backward() hands the backward: a scalar expanded
+        dout = torch.ones((), dtype=torch.bfloat16, device="cuda").expand(shape)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_grads, naive_grads = reference_gradients(dout, q, k, v, causal=True)
+    assert_gradients_within_rule(grads, ref_grads, naive_grads)
+
+
+@needs_hopper
+def test_gpu_dk_dv_are_reproducible_and_dq_within_rounding(rng):
+    # dq is summed with float atomics, whose order varies: only its last bits may differ.
+    generator = torch_generator(rng, "cuda")
+    q, k, v = random_qkv((2, 333, 8, 128), (2, 517, 2, 128), torch.bfloat16, "cuda",
+                         requires_grad=True, generator=generator)
+    out = hopattn.flash_attn_func(q, k, v, causal=True)
+    dout = torch.randn(out.shape, dtype=out.dtype, device="cuda", generator=generator)
+    first = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    second = torch.autograd.grad(out, (q, k, v), dout)
+    assert torch.equal(first[1], second[1]) and torch.equal(first[2], second[2])
+    torch.testing.assert_close(first[0], second[0])  # bf16 defaults: rtol 1.6e-2, atol 1e-5
+
+
+@needs_hopper
+def test_gpu_compile_fullgraph_backward(rng):
+    def attend(q, k, v):
+        return hopattn.flash_attn_func(q, k, v, causal=True, softcap=10.0) * 2.0
+
+    generator = torch_generator(rng, "cuda")
+    q, k, v = random_qkv((2, 256, 8, 64), (2, 200, 2, 64), torch.bfloat16, "cuda",
+                         requires_grad=True, generator=generator)
+    compiled = torch.compile(attend, fullgraph=True)
+    out = compiled(q, k, v)
+    dout = torch.randn(out.shape, dtype=out.dtype, device="cuda", generator=generator)
+    compiled_grads = torch.autograd.grad(out, (q, k, v), dout)
+    eager_grads = torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
+    for name, actual, expected in zip("qkv", compiled_grads, eager_grads):
+        # Same kernels on the same values; dq may differ in its last bits (atomic adds).
+        torch.testing.assert_close(actual, expected, msg=f"d{name}")
+
+
+@needs_hopper
+@pytest.mark.parametrize("case", ["head_dim_256", "varlen", "cache_seqlens", "paged"])
+def test_gpu_backward_without_a_kernel_is_not_implemented(case):
+    # The forward runs on the GPU; the backward has no kernel for these and says so (C++
+    # kUnsupported, or the Python layer for paged caches) instead of computing anything.
+    dtype, heads_kv = torch.bfloat16, 2
+    head_dim = 256 if case == "head_dim_256" else 128
+    q, k, v = random_qkv((2, 100, 4, head_dim), (2, 130, heads_kv, head_dim), dtype, "cuda",
+                         requires_grad=True)
+    if case == "head_dim_256":
+        out = hopattn.flash_attn_func(q, k, v, causal=True)
+        match = "head dim 256 is not supported by the sm_90a backward kernel.*head dim 64 or 128"
+    elif case == "varlen":
+        cu_q = torch.tensor([0, 100, 200], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, 130, 260], dtype=torch.int32, device="cuda")
+        out = hopattn.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
+                                             cu_q, cu_k, 100, 130, causal=True)
+        match = "variable-length .* is not supported by the sm_90a backward kernel"
+    elif case == "cache_seqlens":  # a dense cache with keys in use per sequence: seqused_k
+        out = hopattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=120, causal=True)
+        match = "variable-length .*seqused_k.* is not supported by the sm_90a backward kernel"
+    else:
+        pages = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device="cuda")
+        cache = torch.randn(6, 64, heads_kv, head_dim, dtype=dtype, device="cuda")
+        out = hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=130,
+                                              page_table=pages)
+        match = "no backward pass for a paged KV cache"
+    assert out.requires_grad
+    with pytest.raises(NotImplementedError, match=match):
+        torch.autograd.grad(out, q, torch.randn_like(out))
 
 
 @needs_hopper
