@@ -48,6 +48,16 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
                : "memory");
 }
 
+// Bulk reduction of `bytes` contiguous bytes of float32 (a multiple of 16, both addresses 16-byte
+// aligned) from shared memory into global memory: global[i] += shared[i], performed in L2. Tracked by
+// the issuing thread's bulk groups, like the tiled stores.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float* smem_src, std::uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(gmem_dst)),
+               "r"(smem_address(smem_src)), "r"(bytes)
+               : "memory");
+}
+
 // 4D tiled store of a whole box from shared memory (swizzled as the tensor map says); elements whose
 // coordinates fall outside the tensor are not written. Tracked by the issuing thread's bulk groups.
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem_src, int c0, int c1, int c2,

@@ -8,7 +8,8 @@
 //      MN-major: no transposes;
 //   4. stores dS^T transposed (stmatrix.trans) into the dS tile (q rows x keys), and once both
 //      warpgroups have stored their keys, issues its half of dQ's columns: dQ = dS K (SS-wgmma, dS
-//      K-major, K MN-major), and adds it into the float32 dq workspace (red.global.add.v2.f32).
+//      K-major, K MN-major), and stores it to shared memory, from where one thread adds the block
+//      into the float32 dq workspace with a bulk reduction.
 // dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
 #pragma once
 
@@ -16,9 +17,9 @@
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/mbarrier.cuh"
-#include "sm90/arch/reduce.cuh"
 #include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/sync.cuh"
+#include "sm90/arch/tma.cuh"
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/bwd/block_range.hpp"
 #include "sm90/bwd/params.hpp"
@@ -55,26 +56,24 @@ class BwdConsumer {
     float dk[kG], dv[kG];
 #pragma unroll
     for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.0f;
-    const int n0 = block_.n_block * Traits::kBlockN;
-    const QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, p_.seqlen_q, p_.seqlen_k,
-                                                                               p_.window_left, p_.window_right);
+    const StepList<Traits> steps(p_, block_);
     mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
     StageRing<Traits::kStages> ring;
     int ds_buffer = 0;
-    const int first_head = block_.kv_head * p_.head_ratio;
-    for (int head = first_head; head < first_head + p_.head_ratio; ++head) {
-      for (int m = range.begin; m < range.end; ++m) {
-        step(head, m * Traits::kBlockM, ring, ds_buffer, dk, dv);
+    for (int head = steps.first_head; head < steps.first_head + p_.head_ratio; ++head) {
+      for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
+        run_step(head, m * Traits::kBlockM, ring, ds_buffer, dk, dv);
         ring.advance();
         ds_buffer ^= 1;
       }
     }
     store_gradients(dk, dv);
+    if (issues_dq_reductions()) tma_store_wait_all();  // the reductions read shared memory until they finish
   }
 
  private:
-  __device__ void step(int head, int m0, const StageRing<Traits::kStages>& ring, int ds_buffer, float (&dk)[kG],
-                       float (&dv)[kG]) {
+  __device__ void run_step(int head, int m0, const StageRing<Traits::kStages>& ring, int ds_buffer,
+                           float (&dk)[kG], float (&dv)[kG]) {
     const int stage = ring.index();
     mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
     float s[kS], dp[kS];
@@ -83,8 +82,12 @@ class BwdConsumer {
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
         m0, block_.n_block * Traits::kBlockN, p_.seqlen_q, p_.seqlen_k, p_.window_left, p_.window_right);
     if (p_.softcap > 0.0f) {
-      wgmma_wait<0>();
+      wgmma_wait<1>();
       pin_registers(s);
+      // The tanh in place while dP^T runs (one pass over the scores, their tanh and dP^T spilled).
+#pragma unroll
+      for (int i = 0; i < kS; ++i) s[i] = fast_tanh(s[i] * p_.softcap_input_scale);
+      wgmma_wait<0>();
       pin_registers(dp);
       softcapped_gradients(s, dp, stage, m0, masked);
     } else {
@@ -107,6 +110,8 @@ class BwdConsumer {
     const std::uint32_t ds_tile = smem_address(s_.ds[ds_buffer]);
     store_ds_transposed(ds_frag, ds_tile);
     fence_proxy_async_shared();  // generic-proxy stores -> the wgmma (async proxy) reads below
+    // The dQ tile is written after this barrier: the previous step's reduction must have read it.
+    if (issues_dq_reductions()) tma_store_wait_read();
     named_barrier_sync(Traits::kDsReadyBarrier, Traits::kConsumerThreads);
     float dq[kDq];
     issue_dq(dq, ds_tile);
@@ -117,7 +122,7 @@ class BwdConsumer {
     pin_registers(p_frag);
     pin_registers(ds_frag);
     release_from_warp(&s_.q_empty[stage], thread_);  // every GEMM reading Q and dO is done
-    add_dq(dq, head, m0);
+    store_dq(dq, head, m0);
   }
 
   // D(64 keys x 64 q rows) = A(64 keys of K or V, K-major) B(Q or dO, K-major) over the head dim,
@@ -166,15 +171,15 @@ class BwdConsumer {
     for (int i = 0; i < kS; ++i) dp[i] = p[i] * (dp[i] - dout_dot_out[accumulator_col(thread_, i)]);
   }
 
-  // Both at once under the softcap, where the score is t = tanh(raw * softmax_scale / softcap) and the
-  // gradient of the raw score carries the tanh's slope 1 - t^2 (the factor softmax_scale comes later).
+  // Both at once under the softcap, where s holds the scores t = tanh(raw * softmax_scale / softcap) and
+  // the gradient of the raw score carries the tanh's slope 1 - t^2 (the factor softmax_scale comes later).
   __device__ void softcapped_gradients(float (&s)[kS], float (&dp)[kS], int stage, int m0, bool masked) {
     const float* lse_log2 = s_.lse_log2[stage];
     const float* dout_dot_out = s_.dout_dot_out[stage];
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
       const int column = accumulator_col(thread_, i);
-      const float t = fast_tanh(s[i] * p_.softcap_input_scale);
+      const float t = s[i];
       float p = fast_exp2(fmaf(t, p_.score_scale_log2, -lse_log2[column]));
       if (masked && !visible(i, m0)) p = 0.0f;
       s[i] = p;
@@ -230,14 +235,26 @@ class BwdConsumer {
     wgmma_commit();
   }
 
-  // Rows past seqlen_q land in the workspace's padding rows (their dS is 0).
-  __device__ void add_dq(const float (&dq)[kDq], int head, int m0) const {
-    float* rows = p_.dq_accum + workspace_row(p_, block_.batch, head, m0) * Traits::kHeadDim +
-                  warpgroup_ * Traits::kDqCols;
+  // One thread issues the CTA's dQ reductions and waits for them.
+  __device__ bool issues_dq_reductions() const { return warpgroup_ == 0 && thread_ == 0; }
+
+  // This warpgroup's share of the step's dQ into shared memory (in the order of Traits::kDqTileFloats);
+  // once both warpgroups have stored theirs, one thread adds the tile into the workspace with a bulk
+  // reduction, which runs while the consumers go on (it must have read the tile by the next step's
+  // dS barrier).
+  __device__ void store_dq(const float (&dq)[kDq], int head, int m0) {
+    float* share = s_.dq + warpgroup_ * (Traits::kDqTileFloats / Traits::kConsumerWarpgroups);
 #pragma unroll
-    for (int i = 0; i < kDq; i += 2) {
-      red_add_pair(rows + accumulator_row(thread_, i) * Traits::kHeadDim + accumulator_col(thread_, i), dq[i],
-                   dq[i + 1]);
+    for (int j = 0; j < kDq / 4; ++j) {
+      *reinterpret_cast<float4*>(share + (j * Traits::kWarpgroupThreads + thread_) * 4) =
+          make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    }
+    fence_proxy_async_shared();  // generic-proxy stores -> the bulk reduction (async proxy)
+    named_barrier_sync(Traits::kDqReadyBarrier, Traits::kConsumerThreads);
+    if (issues_dq_reductions()) {
+      bulk_reduce_add_f32(p_.dq_accum + workspace_row(p_, block_.batch, head, m0) * Traits::kHeadDim, s_.dq,
+                          Traits::kDqTileFloats * sizeof(float));
+      tma_store_commit();
     }
   }
 

@@ -1,29 +1,48 @@
 // The backward's last kernel: dq = softmax_scale * dq_accum, from the float32 workspace the main
-// kernel's CTAs added their dS K shares into, to q's dtype in dq's layout.
+// kernel's dQ writers added their blocks into, to q's dtype in dq's layout. The workspace holds each
+// (batch, head, 64-row q block) as one block of kBlockM x kHeadDim floats in the main kernel's
+// accumulator order (BwdTraits::kDqTileFloats): per consumer warpgroup w, 8-column block j and thread t,
+// the four floats of rows r, r + 8 (r = 16 (t / 32) + (t % 32) / 4) at columns c, c + 1
+// (c = w * kHeadDim / 2 + 8 j + 2 (t % 4)), as the m64 accumulator fragment lays them out.
 #pragma once
 
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/bwd/params.hpp"
+#include "sm90/tile/fragment.hpp"
 
 namespace hopattn::sm90 {
 
 constexpr int kDqConvertThreads = 256;
 
-// One thread per pair of columns; blockIdx.y: head, blockIdx.z: batch, rows x pairs over blockIdx.x.
-template <bool kBf16, int kHeadDim>
+// One thread per 4 floats of a block (two column pairs, rows r and r + 8); blockIdx.x: q block,
+// blockIdx.y: head, blockIdx.z: batch.
+template <bool kBf16, int kHeadDim, int kBlockM, int kConsumerWarpgroups>
 __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(const BwdParams p) {
-  constexpr int kPairs = kHeadDim / 2;
-  const int index = blockIdx.x * kDqConvertThreads + threadIdx.x;
-  const int row = index / kPairs, col = 2 * (index % kPairs);
-  const int head = blockIdx.y, batch = blockIdx.z;
-  if (row >= p.seqlen_q) return;
-  const float2 sum = *reinterpret_cast<const float2*>(
-      p.dq_accum + ((std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + row) * kHeadDim + col);
-  std::uint16_t* dq = static_cast<std::uint16_t*>(p.dq) + batch * p.dq_batch_stride + row * p.dq_row_stride +
-                      head * p.dq_head_stride + col;
-  *reinterpret_cast<std::uint32_t*>(dq) = pack_pair<kBf16>(sum.x * p.softmax_scale, sum.y * p.softmax_scale);
+  constexpr int kWarpgroupThreads = 128;
+  constexpr int kShareFloats = kBlockM * kHeadDim / kConsumerWarpgroups;
+  constexpr int kQuads = kBlockM * kHeadDim / 4;
+  const int head = blockIdx.y, batch = blockIdx.z, m0 = blockIdx.x * kBlockM;
+  const float* block = p.dq_accum + ((std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + m0) * kHeadDim;
+  for (int quad = threadIdx.x; quad < kQuads; quad += kDqConvertThreads) {
+    const int offset = 4 * quad;
+    const int warpgroup = offset / kShareFloats;
+    const int j = offset % kShareFloats / (4 * kWarpgroupThreads);
+    const int t = quad % kWarpgroupThreads;
+    const int row = m0 + accumulator_row(t, 0);
+    const int col = warpgroup * (kHeadDim / kConsumerWarpgroups) + accumulator_col(t, 4 * j);
+    const float4 sum = *reinterpret_cast<const float4*>(block + offset);
+    std::uint16_t* dq = static_cast<std::uint16_t*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride + col;
+    if (row < p.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(dq + row * p.dq_row_stride) =
+          pack_pair<kBf16>(sum.x * p.softmax_scale, sum.y * p.softmax_scale);
+    }
+    if (row + 8 < p.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(dq + (row + 8) * p.dq_row_stride) =
+          pack_pair<kBf16>(sum.z * p.softmax_scale, sum.w * p.softmax_scale);
+    }
+  }
 }
 
 }  // namespace hopattn::sm90

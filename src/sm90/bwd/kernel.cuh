@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       mbarrier_init(&s.q_full[i], 1);
       mbarrier_init(&s.q_empty[i], Traits::kConsumerWarps);
     }
+
     fence_barrier_init();
   }
   __syncthreads();

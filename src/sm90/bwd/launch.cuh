@@ -100,9 +100,9 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
     launched = cuda_status(cudaGetLastError(), "launching the backward kernel");
   }
   if (launched.ok()) {
-    const int pairs = p.seqlen_q * (kHeadDim / 2);
-    const dim3 grid((pairs + kDqConvertThreads - 1) / kDqConvertThreads, p.heads_q, p.batch);
-    backward_dq_convert_kernel<Traits::kIsBf16, kHeadDim><<<grid, kDqConvertThreads, 0, stream>>>(p);
+    const dim3 grid(p.num_m_blocks, p.heads_q, p.batch);
+    backward_dq_convert_kernel<Traits::kIsBf16, kHeadDim, Traits::kBlockM, Traits::kConsumerWarpgroups>
+        <<<grid, kDqConvertThreads, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward dq conversion");
   }
   Status released = release_split_workspace(workspace, stream);

@@ -41,7 +41,8 @@ struct BwdParams {
   // Workspaces, (batch, heads_q, seqlen_q_padded[, head_dim]) float32, contiguous:
   float* lse_log2;     // lse * log2(e); +inf for padding rows and rows that saw no key (P = 0)
   float* dout_dot_out; // D_i = sum_c dout_ic out_ic (0 for padding rows)
-  float* dq_accum;     // dS K summed over key blocks by atomic adds (zeroed before the main kernel)
+  float* dq_accum;     // dS K summed over key blocks by bulk reductions (zeroed before the main kernel),
+                       // each 64-row q block in the main kernel's accumulator order (dq_convert.cuh)
 
   // Outputs.
   void* dq;

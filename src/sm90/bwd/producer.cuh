@@ -1,6 +1,6 @@
 // The backward's producer: one elected thread of warpgroup 0 loads the CTA's K and V block once, then
-// for every (q head of the group, q block) the consumers will visit, in their order, Q and dO by TMA
-// and the block's two row statistics by bulk copy, through a ring of kStages stages.
+// for every step the consumers will take, in their order, Q and dO by TMA and the block's two row
+// statistics by bulk copy, through a ring of kStages stages.
 #pragma once
 
 #include <cuda.h>
@@ -33,6 +33,21 @@ __device__ __forceinline__ std::int64_t workspace_row(const BwdParams& p, int ba
   return (std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + m0;
 }
 
+// The CTA's steps: every q block that sees one of its keys (block_range.hpp), for each q head that
+// reads its K/V head, head by head. Producer and consumers walk the same list.
+template <class Traits>
+struct StepList {
+  int first_head, m_begin, m_blocks;
+
+  __device__ StepList(const BwdParams& p, const KeyBlock& block) {
+    const QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(
+        block.n_block * Traits::kBlockN, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+    first_head = block.kv_head * p.head_ratio;
+    m_begin = range.begin;
+    m_blocks = range.end - range.begin;
+  }
+};
+
 template <class Traits>
 __device__ void run_backward_producer(typename Traits::SharedStorage& s, const BwdTensorMaps& maps,
                                       const BwdParams& p, const KeyBlock& block) {
@@ -45,21 +60,27 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
   load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, n0, block.kv_head, block.batch);
   load_tile<KTile, kCols>(s.v, maps.v, &s.kv_full, n0, block.kv_head, block.batch);
 
-  const QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, p.seqlen_q, p.seqlen_k,
-                                                                             p.window_left, p.window_right);
+  // The steps' row statistics lie back to back in the workspaces within a head (whole q blocks),
+  // seqlen_q_padded rows apart from head to head: pointers advanced rather than recomputed keep the
+  // producer within its 24 registers.
+  const StepList<Traits> steps(p, block);
+  const std::int64_t first_row = workspace_row(p, block.batch, steps.first_head, steps.m_begin * Traits::kBlockM);
   StageRing<Traits::kStages> ring;
-  const int first_head = block.kv_head * p.head_ratio;
-  for (int head = first_head; head < first_head + p.head_ratio; ++head) {
-    for (int m = range.begin; m < range.end; ++m) {
+  for (int head = steps.first_head; head < steps.first_head + p.head_ratio; ++head) {
+    const std::int64_t head_row = first_row + std::int64_t(head - steps.first_head) * p.seqlen_q_padded;
+    const float* lse_log2 = p.lse_log2 + head_row;
+    const float* dout_dot_out = p.dout_dot_out + head_row;
+    for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
       const int stage = ring.index();
       mbarrier_wait(&s.q_empty[stage], ring.phase() ^ 1);  // the consumers are done with the stage
       mbarrier_arrive_expect_tx(&s.q_full[stage], 2 * QTile::kBytes + 2 * kRowBytes);
       const int m0 = m * Traits::kBlockM;
       load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], m0, head, block.batch);
       load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], m0, head, block.batch);
-      const std::int64_t row = workspace_row(p, block.batch, head, m0);
-      bulk_load(s.lse_log2[stage], p.lse_log2 + row, kRowBytes, &s.q_full[stage]);
-      bulk_load(s.dout_dot_out[stage], p.dout_dot_out + row, kRowBytes, &s.q_full[stage]);
+      bulk_load(s.lse_log2[stage], lse_log2, kRowBytes, &s.q_full[stage]);
+      bulk_load(s.dout_dot_out[stage], dout_dot_out, kRowBytes, &s.q_full[stage]);
+      lse_log2 += Traits::kBlockM;
+      dout_dot_out += Traits::kBlockM;
       ring.advance();
     }
   }

@@ -6,7 +6,8 @@
 // the whole CTA. The CTA walks q blocks of kBlockM = 64 rows of every q head that reads the K/V head:
 // per q block it computes S^T = K Q^T and dP^T = V dO^T (keys as the wgmma M, so that dV += P^T dO and
 // dK += dS^T Q take P^T and dS^T straight from the accumulators as A fragments), and dQ = dS K (dS
-// through shared memory), added into a float32 workspace. At head dim 256 dK and dV alone would take
+// through shared memory), added into a float32 workspace by one bulk reduction per step
+// (cp.reduce.async.bulk). At head dim 256 dK and dV alone would take
 // 256 registers a thread: not shipped.
 #pragma once
 
@@ -43,6 +44,8 @@ struct BwdTraits {
   // CTA is launched with.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
+  static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <= 65536 / kThreads / 8 * 8 * 3,
+                "register budgets exceed what the CTA is launched with");
 
   using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;   // Q and dO
   using KTile = SwizzledTile<kBlockN, kHeadDim, kElementBytes>;   // K and V
@@ -58,8 +61,15 @@ struct BwdTraits {
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
   static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
 
-  // Named barrier (id 0 is __syncthreads): both consumer warpgroups have stored their half of dS.
+  // Named barriers (id 0 is __syncthreads): both consumer warpgroups have stored their half of dS, and
+  // of dQ.
   static constexpr int kDsReadyBarrier = 1;
+  static constexpr int kDqReadyBarrier = 2;
+  // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
+  // warpgroup: element i of thread t's share at ((i / 4) * kWarpgroupThreads + t) * 4 + i % 4, so each
+  // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one
+  // contiguous bulk reduction; the workspace keeps this order (dq_convert.cuh maps it back).
+  static constexpr int kDqTileFloats = kBlockM * kHeadDim;
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t k[KTile::kBytes];
@@ -69,6 +79,7 @@ struct BwdTraits {
     // Double-buffered by step parity: a warpgroup writes the next dS while the other may still be
     // reading this one in its dQ GEMM.
     alignas(kSwizzleAtomBytes) std::uint8_t ds[2][DsTile::kBytes];
+    alignas(128) float dq[kDqTileFloats];
     alignas(16) float lse_log2[kStages][kBlockM];
     alignas(16) float dout_dot_out[kStages][kBlockM];
     std::uint64_t kv_full;
