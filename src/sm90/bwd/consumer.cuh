@@ -121,7 +121,9 @@ class BwdConsumer {
     pin_registers(dq);
     pin_registers(p_frag);
     pin_registers(ds_frag);
-    release_from_warp(&s_.q_empty[stage], thread_);  // every GEMM reading Q and dO is done
+    // Every GEMM reading Q and dO is done; the row statistics were read by generic loads, which the
+    // producer's next bulk copy (async proxy) must not overtake: proxy fence, then release.
+    release_ldmatrix_reads_to_tma(&s_.q_empty[stage], thread_);
     store_dq(dq, head, m0);
   }
 
