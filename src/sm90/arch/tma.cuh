@@ -38,16 +38,6 @@ __device__ __forceinline__ void tma_load_5d(void* smem_dst, const CUtensorMap* m
       : "memory");
 }
 
-// Bulk copy of `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global
-// to shared memory, completing tx on `bar` like the tiled loads.
-__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, std::uint32_t bytes,
-                                          std::uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_address(smem_dst)),
-               "l"(reinterpret_cast<std::uint64_t>(gmem_src)), "r"(bytes), "r"(smem_address(bar))
-               : "memory");
-}
-
 // Bulk reduction of `bytes` contiguous bytes of float32 (a multiple of 16, both addresses 16-byte
 // aligned) from shared memory into global memory: global[i] += shared[i], performed in L2. Tracked by
 // the issuing thread's bulk groups, like the tiled stores.

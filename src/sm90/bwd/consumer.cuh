@@ -122,7 +122,7 @@ class BwdConsumer {
     pin_registers(p_frag);
     pin_registers(ds_frag);
     // Every GEMM reading Q and dO is done; the row statistics were read by generic loads, which the
-    // producer's next bulk copy (async proxy) must not overtake: proxy fence, then release.
+    // producer's next TMA load (async proxy) must not overtake: proxy fence, then release.
     release_ldmatrix_reads_to_tma(&s_.q_empty[stage], thread_);
     store_dq(dq, head, m0);
   }
@@ -158,7 +158,7 @@ class BwdConsumer {
 
   // s: raw scores -> P^T. Rows past seqlen_q and rows that saw no key have lse_log2 = +inf (P = 0).
   __device__ void probabilities(float (&s)[kS], int stage, int m0, bool masked) {
-    const float* lse_log2 = s_.lse_log2[stage];
+    const float* lse_log2 = s_.row_stats[stage][0];
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
       const float p = fast_exp2(fmaf(s[i], p_.score_scale_log2, -lse_log2[accumulator_col(thread_, i)]));
@@ -168,7 +168,7 @@ class BwdConsumer {
 
   // dp: dP^T -> dS^T = P^T (dP^T - D).
   __device__ void score_gradients(const float (&p)[kS], float (&dp)[kS], int stage) {
-    const float* dout_dot_out = s_.dout_dot_out[stage];
+    const float* dout_dot_out = s_.row_stats[stage][1];
 #pragma unroll
     for (int i = 0; i < kS; ++i) dp[i] = p[i] * (dp[i] - dout_dot_out[accumulator_col(thread_, i)]);
   }
@@ -176,8 +176,8 @@ class BwdConsumer {
   // Both at once under the softcap, where s holds the scores t = tanh(raw * softmax_scale / softcap) and
   // the gradient of the raw score carries the tanh's slope 1 - t^2 (the factor softmax_scale comes later).
   __device__ void softcapped_gradients(float (&s)[kS], float (&dp)[kS], int stage, int m0, bool masked) {
-    const float* lse_log2 = s_.lse_log2[stage];
-    const float* dout_dot_out = s_.dout_dot_out[stage];
+    const float* lse_log2 = s_.row_stats[stage][0];
+    const float* dout_dot_out = s_.row_stats[stage][1];
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
       const int column = accumulator_col(thread_, i);

@@ -18,7 +18,7 @@ template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_dout,
-                              const __grid_constant__ BwdParams params) {
+                              const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params) {
   // No static shared memory: the dynamic block starts the CTA's window, 1024-byte aligned as the
   // 128B swizzle needs (checked below).
   extern __shared__ __align__(kSwizzleAtomBytes) std::uint8_t dynamic_smem[];
@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tma_prefetch_descriptor(&tm_k);
     tma_prefetch_descriptor(&tm_v);
     tma_prefetch_descriptor(&tm_dout);
+    tma_prefetch_descriptor(&tm_row_stats);
     mbarrier_init(&s.kv_full, 1);  // the producer's arrive_expect_tx
     for (int i = 0; i < Traits::kStages; ++i) {
       mbarrier_init(&s.q_full[i], 1);
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
   if (warpgroup == 0) {
     warpgroup_release_registers<Traits::kProducerRegisters>();
-    const BwdTensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_dout};
+    const BwdTensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_dout, &tm_row_stats};
     if (threadIdx.x / 32 == 0 && elect_one_lane()) run_backward_producer<Traits>(s, maps, params, block);
   } else {
     warpgroup_claim_registers<Traits::kConsumerRegisters>();

@@ -81,13 +81,19 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
       !st.ok())
     return st;
   p.dq_accum = static_cast<float*>(workspace);
-  p.lse_log2 = p.dq_accum + rows * kHeadDim;
-  p.dout_dot_out = p.lse_log2 + rows;
+  p.row_stats = p.dq_accum + rows * kHeadDim;
+  // The row statistics as a float32 matrix of one row per (batch, head, q block): lse_log2 then D.
+  CUtensorMap tm_row_stats;
+  const std::int64_t stats_blocks = std::int64_t(p.batch) * p.heads_q * p.num_m_blocks, stats_cols = 2 * Traits::kBlockM;
+  const BshdView stats_view{p.row_stats, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, 1, stats_blocks, 1, stats_cols,
+                            stats_blocks * stats_cols, stats_cols, stats_blocks * stats_cols};
+  Status launched = make_tensor_map(&tm_row_stats, stats_view, stats_cols, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
 
   auto main_kernel = attention_backward_kernel<Traits>;
-  Status launched =
-      cuda_status(cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes),
-                  "raising the backward kernel's shared-memory limit");
+  if (launched.ok())
+    launched = cuda_status(
+        cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes),
+        "raising the backward kernel's shared-memory limit");
   if (launched.ok()) launched = cuda_status(cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream), "zeroing the dq workspace");
   if (launched.ok()) {
     const dim3 grid((p.seqlen_q_padded + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
@@ -96,7 +102,7 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   }
   if (launched.ok()) {
     const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
-    main_kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_dout, p);
+    main_kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_dout, tm_row_stats, p);
     launched = cuda_status(cudaGetLastError(), "launching the backward kernel");
   }
   if (launched.ok()) {

@@ -38,9 +38,10 @@ struct BwdParams {
   const float* lse;
   std::int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
 
-  // Workspaces, (batch, heads_q, seqlen_q_padded[, head_dim]) float32, contiguous:
-  float* lse_log2;     // lse * log2(e); +inf for padding rows and rows that saw no key (P = 0)
-  float* dout_dot_out; // D_i = sum_c dout_ic out_ic (0 for padding rows)
+  // Workspaces, float32, contiguous. row_stats: per (batch, head, 64-row q block), 64 values of
+  // lse * log2(e) (+inf for padding rows and rows that saw no key: P = 0), then 64 of
+  // D_i = sum_c dout_ic out_ic (0 for padding rows): one TMA box per step.
+  float* row_stats;
   float* dq_accum;     // dS K summed over key blocks by bulk reductions (zeroed before the main kernel),
                        // each 64-row q block in the main kernel's accumulator order (dq_convert.cuh)
 

@@ -1,6 +1,6 @@
 // The backward's producer: one elected thread of warpgroup 0 loads the CTA's K and V block once, then
-// for every step the consumers will take, in their order, Q and dO by TMA and the block's two row
-// statistics by bulk copy, through a ring of kStages stages.
+// for every step the consumers will take, in their order, Q, dO and the block's two row statistics by
+// TMA, through a ring of kStages stages.
 #pragma once
 
 #include <cuda.h>
@@ -21,6 +21,7 @@ struct BwdTensorMaps {
   const CUtensorMap* k;
   const CUtensorMap* v;
   const CUtensorMap* dout;
+  const CUtensorMap* row_stats;
 };
 
 // The CTA's work: key block n_block of K/V head kv_head of batch entry `batch`.
@@ -54,33 +55,24 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
   using QTile = typename Traits::QTile;
   using KTile = typename Traits::KTile;
   constexpr int kCols = Traits::kColsPerBlock;
-  constexpr std::uint32_t kRowBytes = Traits::kBlockM * sizeof(float);
   const int n0 = block.n_block * Traits::kBlockN;
   mbarrier_arrive_expect_tx(&s.kv_full, 2 * KTile::kBytes);
   load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, n0, block.kv_head, block.batch);
   load_tile<KTile, kCols>(s.v, maps.v, &s.kv_full, n0, block.kv_head, block.batch);
 
-  // The steps' row statistics lie back to back in the workspaces within a head (whole q blocks),
-  // seqlen_q_padded rows apart from head to head: pointers advanced rather than recomputed keep the
-  // producer within its 24 registers.
   const StepList<Traits> steps(p, block);
-  const std::int64_t first_row = workspace_row(p, block.batch, steps.first_head, steps.m_begin * Traits::kBlockM);
   StageRing<Traits::kStages> ring;
   for (int head = steps.first_head; head < steps.first_head + p.head_ratio; ++head) {
-    const std::int64_t head_row = first_row + std::int64_t(head - steps.first_head) * p.seqlen_q_padded;
-    const float* lse_log2 = p.lse_log2 + head_row;
-    const float* dout_dot_out = p.dout_dot_out + head_row;
     for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
       const int stage = ring.index();
       mbarrier_wait(&s.q_empty[stage], ring.phase() ^ 1);  // the consumers are done with the stage
-      mbarrier_arrive_expect_tx(&s.q_full[stage], 2 * QTile::kBytes + 2 * kRowBytes);
+      mbarrier_arrive_expect_tx(&s.q_full[stage], 2 * QTile::kBytes + sizeof(s.row_stats[0]));
       const int m0 = m * Traits::kBlockM;
       load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], m0, head, block.batch);
       load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], m0, head, block.batch);
-      bulk_load(s.lse_log2[stage], lse_log2, kRowBytes, &s.q_full[stage]);
-      bulk_load(s.dout_dot_out[stage], dout_dot_out, kRowBytes, &s.q_full[stage]);
-      lse_log2 += Traits::kBlockM;
-      dout_dot_out += Traits::kBlockM;
+      // The row statistics as rows of 2 x 64 floats, one per (batch, head, q block).
+      tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0,
+                  (block.batch * p.heads_q + head) * p.num_m_blocks + m, 0, 0);
       ring.advance();
     }
   }

@@ -1,6 +1,7 @@
 // The backward's first kernel: per q row, the two statistics the main kernel reads for each q block
-// it visits, written to float32 workspaces of seqlen_q_padded rows (whole 64-row blocks, so the main
-// kernel loads them with one bulk copy and no bounds checks):
+// it visits, written to a float32 workspace in whole 64-row blocks (BwdParams::row_stats: each block's
+// lse values, then its D values, so that the main kernel loads a step's with one TMA box and no bounds
+// checks):
 //   dout_dot_out = sum_c dout_c out_c (D_i: dS = P (dP - D), since sum_j P_ij dP_ij = dout_i . out_i);
 //   lse_log2 = lse * log2(e), the exponent's reference for P = exp2(score * scale - lse_log2).
 // Padding rows and rows that saw no key (lse -inf) get lse_log2 = +inf, so their P is exactly 0.
@@ -14,6 +15,12 @@
 namespace hopattn::sm90 {
 
 constexpr int kRowStatsWarps = 8;  // one warp per row
+constexpr int kRowStatsBlock = 64;  // rows per block: BwdTraits::kBlockM
+
+// Offset of the statistics of the q block starting at row m0 of q head `head`.
+__host__ __device__ inline std::int64_t row_stats_offset(const BwdParams& p, int batch, int head, int m0) {
+  return ((std::int64_t(batch) * p.heads_q + head) * p.num_m_blocks + m0 / kRowStatsBlock) * 2 * kRowStatsBlock;
+}
 
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kRowStatsWarps * 32) backward_row_stats_kernel(const BwdParams p) {
@@ -38,9 +45,9 @@ __global__ void __launch_bounds__(kRowStatsWarps * 32) backward_row_stats_kernel
     if (lse != -INFINITY) lse_log2 = lse * 1.4426950408889634f;
   }
   if (lane == 0) {
-    const std::int64_t at = (std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + row;
-    p.dout_dot_out[at] = dot;
-    p.lse_log2[at] = lse_log2;
+    float* block = p.row_stats + row_stats_offset(p, batch, head, row - row % kRowStatsBlock);
+    block[row % kRowStatsBlock] = lse_log2;
+    block[kRowStatsBlock + row % kRowStatsBlock] = dot;
   }
 }
 

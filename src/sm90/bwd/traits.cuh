@@ -70,6 +70,7 @@ struct BwdTraits {
   // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one
   // contiguous bulk reduction; the workspace keeps this order (dq_convert.cuh maps it back).
   static constexpr int kDqTileFloats = kBlockM * kHeadDim;
+  static_assert(kBlockM == 64, "row_stats.cuh writes the row statistics in 64-row blocks");
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t k[KTile::kBytes];
@@ -80,8 +81,7 @@ struct BwdTraits {
     // reading this one in its dQ GEMM.
     alignas(kSwizzleAtomBytes) std::uint8_t ds[2][DsTile::kBytes];
     alignas(128) float dq[kDqTileFloats];
-    alignas(16) float lse_log2[kStages][kBlockM];
-    alignas(16) float dout_dot_out[kStages][kBlockM];
+    alignas(128) float row_stats[kStages][2][kBlockM];  // lse * log2(e), then D (BwdParams::row_stats)
     std::uint64_t kv_full;
     std::uint64_t q_full[kStages];
     std::uint64_t q_empty[kStages];
