@@ -6,10 +6,11 @@
 //   3. issues dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A fragments (RS-wgmma; the
 //      accumulator of S^T columns [16k, 16k + 16) is, in order, the A fragment of step k) and dO, Q read
 //      MN-major: no transposes;
-//   4. stores dS^T transposed (stmatrix.trans) into the dS tile (q rows x keys), and once both
-//      warpgroups have stored their keys, issues its half of dQ's columns: dQ = dS K (SS-wgmma, dS
-//      K-major, K MN-major), and stores it to shared memory, from where one thread adds the block
-//      into the float32 dq workspace with a bulk reduction.
+//   4. stores dS^T transposed (stmatrix.trans) into the dS tile (q rows x keys); once both
+//      warpgroups have stored their keys, the next step (PendingDq) issues this warpgroup's half of
+//      dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own S^T, and stores it to
+//      shared memory, from where one thread adds the block into the float32 dq workspace with a bulk
+//      reduction.
 // dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
 #pragma once
 
@@ -58,27 +59,74 @@ class BwdConsumer {
     for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.0f;
     const StepList<Traits> steps(p_, block_);
     mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
+    Turns::open_first_turn(true, warpgroup_);
     StageRing<Traits::kStages> ring;
-    int ds_buffer = 0;
+    PendingDq pending;
     for (int head = steps.first_head; head < steps.first_head + p_.head_ratio; ++head) {
       for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
-        run_step(head, m * Traits::kBlockM, ring, ds_buffer, dk, dv);
+        run_step(head, m * Traits::kBlockM, ring, pending, dk, dv);
         ring.advance();
-        ds_buffer ^= 1;
       }
+    }
+    if (pending.head >= 0) {
+      float dq[kDq];
+      Turns::begin(true, warpgroup_);
+      issue_pending_dq(dq, pending);
+      Turns::end(true, warpgroup_);
+      wgmma_wait<0>();
+      pin_registers(dq);
+      store_dq(dq, pending.head, pending.m0);
     }
     store_gradients(dk, dv);
     if (issues_dq_reductions()) tma_store_wait_all();  // the reductions read shared memory until they finish
   }
 
  private:
-  __device__ void run_step(int head, int m0, const StageRing<Traits::kStages>& ring, int ds_buffer,
+  using Turns = WarpgroupTurns<Traits::kTurnBarrierBase, Traits::kConsumerThreads, Traits::kConsumerWarpgroups>;
+
+  // The step whose dS is in shared memory and whose dQ GEMM the next step issues (head -1: none): a
+  // step carries its dS, as the forward carries P into the next block's turn, so that nothing stays in
+  // flight across steps and neither consumer waits for the other's dS inside a step. `uses` counts the
+  // steps, for the phase of ds_ready.
+  struct PendingDq {
+    int head = -1, m0 = 0, uses = -1;
+    __device__ int buffer() const { return uses % 2; }
+    __device__ std::uint32_t phase() const { return (uses / 2) % 2; }
+  };
+
+  // Waits until both consumers have stored their halves of the pending dS, then issues this
+  // consumer's columns of its dQ.
+  __device__ void issue_pending_dq(float (&dq)[kDq], const PendingDq& pending) {
+#pragma unroll
+    for (int w = 0; w < Traits::kConsumerWarpgroups; ++w) mbarrier_wait(&s_.ds_ready[w][pending.buffer()], pending.phase());
+    issue_dq(dq, smem_address(s_.ds[pending.buffer()]));
+  }
+
+  // One step. Its GEMMs are issued in two turns (ping-pong with the other consumer, as in the forward:
+  // one consumer's exponentials and dS run while the other's GEMMs occupy the tensor cores): the
+  // previous step's dQ with this step's S^T and dP^T, then dV and dK.
+  __device__ void run_step(int head, int m0, const StageRing<Traits::kStages>& ring, PendingDq& pending,
                            float (&dk)[kG], float (&dv)[kG]) {
     const int stage = ring.index();
     mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
     float s[kS], dp[kS];
-    issue_scores(s, smem_address(s_.k), smem_address(s_.q[stage]));
-    issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
+    if (pending.head >= 0) {
+      float dq[kDq];
+      Turns::begin(true, warpgroup_);
+      issue_pending_dq(dq, pending);
+      issue_scores(s, smem_address(s_.k), smem_address(s_.q[stage]));
+      if constexpr (Traits::kDpBesideDq) issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
+      Turns::end(true, warpgroup_);
+      wgmma_wait<Traits::kDpBesideDq ? 2 : 1>();  // the previous step's dQ done; S^T (and dP^T) may still run
+      pin_registers(dq);
+      store_dq(dq, pending.head, pending.m0);
+      if constexpr (!Traits::kDpBesideDq) issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
+    } else {
+      Turns::begin(true, warpgroup_);
+      issue_scores(s, smem_address(s_.k), smem_address(s_.q[stage]));
+      issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
+      Turns::end(true, warpgroup_);
+    }
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
         m0, block_.n_block * Traits::kBlockN, p_.seqlen_q, p_.seqlen_k, p_.window_left, p_.window_right);
     if (p_.softcap > 0.0f) {
@@ -101,30 +149,29 @@ class BwdConsumer {
     Fragments p_frag, ds_frag;
     to_a_fragments(s, p_frag);
     to_a_fragments(dp, ds_frag);
+    Turns::begin(true, warpgroup_);
     wgmma_fence();
     issue_key_gradient(dv, p_frag, smem_address(s_.dout[stage]));
     issue_key_gradient(dk, ds_frag, smem_address(s_.q[stage]));
     wgmma_commit();
+    Turns::end(true, warpgroup_);
 
-    // dS through shared memory for dQ = dS K: each warpgroup stores its 64 keys, then both read all 128.
-    const std::uint32_t ds_tile = smem_address(s_.ds[ds_buffer]);
-    store_ds_transposed(ds_frag, ds_tile);
-    fence_proxy_async_shared();  // generic-proxy stores -> the wgmma (async proxy) reads below
-    // The dQ tile is written after this barrier: the previous step's reduction must have read it.
-    if (issues_dq_reductions()) tma_store_wait_read();
-    named_barrier_sync(Traits::kDsReadyBarrier, Traits::kConsumerThreads);
-    float dq[kDq];
-    issue_dq(dq, ds_tile);
+    // This consumer's keys of dS into the step's buffer, for both consumers' dQ GEMMs of the next step.
+    // A buffer is written again two steps later: by then the other consumer has issued and waited for
+    // its dQ GEMM reading it (it did so before storing its own dS of the step in between, which this
+    // consumer's next step waits for).
+    pending = PendingDq{head, m0, pending.uses + 1};
+    store_ds_transposed(ds_frag, smem_address(s_.ds[pending.buffer()]));
+    fence_proxy_async_shared();  // generic-proxy stores -> the wgmma (async proxy) reads of the next step
+    release_from_warp(&s_.ds_ready[warpgroup_][pending.buffer()], thread_);
     wgmma_wait<0>();
     pin_registers(dk);
     pin_registers(dv);
-    pin_registers(dq);
     pin_registers(p_frag);
     pin_registers(ds_frag);
     // Every GEMM reading Q and dO is done; the row statistics were read by generic loads, which the
     // producer's next TMA load (async proxy) must not overtake: proxy fence, then release.
     release_ldmatrix_reads_to_tma(&s_.q_empty[stage], thread_);
-    store_dq(dq, head, m0);
   }
 
   // D(64 keys x 64 q rows) = A(64 keys of K or V, K-major) B(Q or dO, K-major) over the head dim,
@@ -237,25 +284,28 @@ class BwdConsumer {
     wgmma_commit();
   }
 
-  // One thread issues the CTA's dQ reductions and waits for them.
-  __device__ bool issues_dq_reductions() const { return warpgroup_ == 0 && thread_ == 0; }
+  // Thread 0 of each consumer issues the reductions of its dQ share and waits for them.
+  __device__ bool issues_dq_reductions() const { return thread_ == 0; }
 
-  // This warpgroup's share of the step's dQ into shared memory (in the order of Traits::kDqTileFloats);
-  // once both warpgroups have stored theirs, one thread adds the tile into the workspace with a bulk
-  // reduction, which runs while the consumers go on (it must have read the tile by the next step's
-  // dS barrier).
+  // This consumer's share of a step's dQ (its kHeadDim / 2 columns, in the order of
+  // Traits::kDqTileFloats) into shared memory, then into the workspace by one bulk reduction, which
+  // runs while the consumer goes on. The shares are contiguous, so each consumer reduces its own.
   __device__ void store_dq(const float (&dq)[kDq], int head, int m0) {
-    float* share = s_.dq + warpgroup_ * (Traits::kDqTileFloats / Traits::kConsumerWarpgroups);
+    constexpr int kShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
+    const int barrier = Traits::kDqShareBarrierBase + warpgroup_;
+    float* share = s_.dq + warpgroup_ * kShareFloats;
+    if (issues_dq_reductions()) tma_store_wait_read();  // the previous reduction has read the share
+    named_barrier_sync(barrier, Traits::kWarpgroupThreads);
 #pragma unroll
     for (int j = 0; j < kDq / 4; ++j) {
       *reinterpret_cast<float4*>(share + (j * Traits::kWarpgroupThreads + thread_) * 4) =
           make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     }
     fence_proxy_async_shared();  // generic-proxy stores -> the bulk reduction (async proxy)
-    named_barrier_sync(Traits::kDqReadyBarrier, Traits::kConsumerThreads);
+    named_barrier_sync(barrier, Traits::kWarpgroupThreads);
     if (issues_dq_reductions()) {
-      bulk_reduce_add_f32(p_.dq_accum + workspace_row(p_, block_.batch, head, m0) * Traits::kHeadDim, s_.dq,
-                          Traits::kDqTileFloats * sizeof(float));
+      float* tile = p_.dq_accum + workspace_row(p_, block_.batch, head, m0) * Traits::kHeadDim;
+      bulk_reduce_add_f32(tile + warpgroup_ * kShareFloats, share, kShareFloats * sizeof(float));
       tma_store_commit();
     }
   }

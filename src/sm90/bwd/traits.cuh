@@ -6,7 +6,7 @@
 // the whole CTA. The CTA walks q blocks of kBlockM = 64 rows of every q head that reads the K/V head:
 // per q block it computes S^T = K Q^T and dP^T = V dO^T (keys as the wgmma M, so that dV += P^T dO and
 // dK += dS^T Q take P^T and dS^T straight from the accumulators as A fragments), and dQ = dS K (dS
-// through shared memory), added into a float32 workspace by one bulk reduction per step
+// through shared memory), added into a float32 workspace by one bulk reduction per consumer and step
 // (cp.reduce.async.bulk). At head dim 256 dK and dV alone would take
 // 256 registers a thread: not shipped.
 #pragma once
@@ -60,11 +60,15 @@ struct BwdTraits {
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
   static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
+  // A step's first GEMM turn issues the previous step's dQ with this step's S^T and dP^T (consumer.cuh);
+  // at head dim 128 dP^T follows once that dQ has left the registers (dK, dV, dQ, S^T and dP^T together
+  // spill).
+  static constexpr bool kDpBesideDq = kHeadDim <= 64;
 
-  // Named barriers (id 0 is __syncthreads): both consumer warpgroups have stored their half of dS, and
-  // of dQ.
-  static constexpr int kDsReadyBarrier = 1;
-  static constexpr int kDqReadyBarrier = 2;
+  // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
+  // forward), and each consumer's own dQ share hand-off to its reducing thread (ids 3 and 4).
+  static constexpr int kTurnBarrierBase = 1;
+  static constexpr int kDqShareBarrierBase = 3;
   // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
   // warpgroup: element i of thread t's share at ((i / 4) * kWarpgroupThreads + t) * 4 + i % 4, so each
   // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one
@@ -85,6 +89,8 @@ struct BwdTraits {
     std::uint64_t kv_full;
     std::uint64_t q_full[kStages];
     std::uint64_t q_empty[kStages];
+    // ds_ready[w][b]: consumer w's 4 warps stored their keys' half of the dS in buffer b.
+    std::uint64_t ds_ready[kConsumerWarpgroups][2];
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
   static_assert(kSharedBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB an sm_90 CTA may use");
