@@ -6,11 +6,12 @@
 //   3. issues dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A fragments (RS-wgmma; the
 //      accumulator of S^T columns [16k, 16k + 16) is, in order, the A fragment of step k) and dO, Q read
 //      MN-major: no transposes;
-//   4. stores dS^T transposed (stmatrix.trans) into the dS tile (q rows x keys); once both
-//      warpgroups have stored their keys, the next step (PendingDq) issues this warpgroup's half of
-//      dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own S^T, and stores it to
-//      shared memory, from where one thread adds the block into the float32 dq workspace with a bulk
-//      reduction.
+//   4. stores dS^T transposed (stmatrix.trans) into the step's dS buffer (q rows x keys); once both
+//      warpgroups have stored their keys (ds_ready), the next step (PendingDq) issues this
+//      warpgroup's half of dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own
+//      S^T, and stores it to shared memory, from where one of its threads adds it into the float32 dq
+//      workspace with a bulk reduction.
+// The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do.
 // dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
 #pragma once
 
