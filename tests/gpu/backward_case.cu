@@ -160,12 +160,7 @@ __global__ void scatter_kernel(const float* dense, std::int64_t n, T* view, Inde
 
 std::string BackwardCase::describe() const {
   std::ostringstream s;
-  s << "batch " << batch << " heads_q " << heads_q << " heads_kv " << heads_kv << " seqlen_q " << seqlen_q
-    << " seqlen_k " << seqlen_k << " d " << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "");
-  if (window_left >= 0 || window_right >= 0) s << " window (" << window_left << ", " << window_right << ")";
-  if (softcap > 0.0f) s << " softcap " << softcap;
-  if (softmax_scale) s << " scale " << *softmax_scale;
-  s << " amplitude " << amplitude << " " << layout_name(layout);
+  s << AttentionProblem::describe() << " amplitude " << amplitude << " " << layout_name(layout);
   return s.str();
 }
 
@@ -244,18 +239,12 @@ BackwardCall::BackwardCall(const BackwardCase& c, std::uint64_t seed) : c_(c) {
   args.lse.stride[0] = hq * lse_row, args.lse.stride[1] = lse_row;
 
   args.softmax_scale = c.softmax_scale;
-  args.causal = c.causal;
-  args.window_left = c.window_left;
-  args.window_right = c.window_right;
-  args.softcap = c.softcap;
+  set_mask(args, c);
 
   FwdArgs fwd;
   fwd.q = args.q, fwd.k = args.k, fwd.v = args.v, fwd.out = args.out, fwd.lse = args.lse;
   fwd.softmax_scale = c.softmax_scale;
-  fwd.causal = c.causal;
-  fwd.window_left = c.window_left;
-  fwd.window_right = c.window_right;
-  fwd.softcap = c.softcap;
+  set_mask(fwd, c);
   const Status status = forward(fwd);
   if (!status.ok()) throw std::runtime_error("forward (for out and lse) failed: " + status.message());
 
@@ -298,11 +287,8 @@ ReferenceGradients BackwardCall::reference() const {
                        ReferenceGradient(args.dv.numel())};
   GpuReferenceBackwardArgs a;
   a.q = args.q, a.k = args.k, a.v = args.v, a.dout = args.dout;
-  a.softmax_scale = c_.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c_.head_dim)));
-  a.causal = c_.causal;
-  a.window_left = c_.window_left;
-  a.window_right = c_.window_right;
-  a.softcap = c_.softcap;
+  a.softmax_scale = c_.resolved_scale();
+  set_mask(a, c_);
   a.dq = r.dq.buffers(), a.dk = r.dk.buffers(), a.dv = r.dv.buffers();
   if (const Status s = gpu_reference_backward(a); !s.ok()) throw std::runtime_error("reference: " + s.message());
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -383,13 +369,7 @@ BackwardCase random_backward_case(std::mt19937_64& rng, double max_pairs) {
 
   // Shrink batch, then the GQA ratio, then heads_kv, then the longer sequence until it fits.
   while (c.pairs() > max_pairs) {
-    if (c.batch > 1) {
-      --c.batch;
-    } else if (c.heads_q > c.heads_kv) {
-      c.heads_q /= 2;  // the ratio is a power of two
-    } else if (c.heads_kv > 1) {
-      c.heads_q = --c.heads_kv;
-    } else {
+    if (!shrink_batch_or_heads(c)) {
       int& longer = c.seqlen_q >= c.seqlen_k ? c.seqlen_q : c.seqlen_k;
       longer = std::max(1, longer * 3 / 4);
     }

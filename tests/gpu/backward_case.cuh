@@ -4,12 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gpu/attention_problem.cuh"
 #include "gpu/gpu_reference_backward.cuh"
 #include "gpu/gpu_test_util.cuh"
 #include "hopattn/hopattn.hpp"
@@ -25,13 +25,7 @@ enum class BackwardLayout {
                  // (b, s, hq + 2 hkv, d + 8) buffer, as flash-attention's qkvpacked backward; sq == sk
 };
 
-struct BackwardCase {
-  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 64;
-  Dtype dtype = Dtype::kBFloat16;
-  bool causal = false;
-  int window_left = -1, window_right = -1;
-  float softcap = 0.0f;
-  std::optional<float> softmax_scale;
+struct BackwardCase : AttentionProblem {
   float amplitude = 1.0f;  // q (all of a packed qkv buffer) = amplitude * N(0, 1); k, v, dout N(0, 1)
   BackwardLayout layout = BackwardLayout::kContiguous;
 

@@ -74,13 +74,8 @@ std::string locate_worst(const ForwardCase& c, const Tensor& out, const float* r
 
 std::string ForwardCase::describe() const {
   std::ostringstream s;
-  s << "batch " << batch << " heads_q " << heads_q << " heads_kv " << heads_kv << " seqlen_q " << seqlen_q
-    << " seqlen_k " << seqlen_k << " d " << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "");
-  if (window_left >= 0 || window_right >= 0) s << " window (" << window_left << ", " << window_right << ")";
-  if (softcap > 0.0f) s << " softcap " << softcap;
-  if (softmax_scale) s << " scale " << *softmax_scale;
-  s << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << " " << layout_name(layout)
-    << (packed_qkv ? " packed-qkv" : "");
+  s << AttentionProblem::describe() << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << " "
+    << layout_name(layout) << (packed_qkv ? " packed-qkv" : "");
   if (num_splits != 0) s << " num_splits " << num_splits;
   return s.str();
 }
@@ -128,13 +123,7 @@ ForwardCase random_case(std::mt19937_64& rng, double max_work, bool extra_featur
   // Shrink batch, then the GQA ratio, then heads_kv, then the longer drawn (not forced) sequence until
   // the work fits.
   while (c.work() > max_work) {
-    if (c.batch > 1) {
-      --c.batch;
-    } else if (c.heads_q > c.heads_kv) {
-      c.heads_q /= 2;  // the ratio is a power of two
-    } else if (c.heads_kv > 1) {
-      c.heads_q = --c.heads_kv;
-    } else {
+    if (!shrink_batch_or_heads(c)) {
       const bool shrink_q = forced_seqlen_q <= 0 && (c.seqlen_q >= c.seqlen_k || forced_seqlen_k > 0);
       if (!shrink_q && forced_seqlen_k > 0) break;  // both forced: accept the work
       int& longer = shrink_q ? c.seqlen_q : c.seqlen_k;
@@ -202,10 +191,7 @@ CaseResult run_forward_case(const ForwardCase& c, const KernelOptions& options, 
       args.lse = lse3;
     }
     args.softmax_scale = c.softmax_scale;
-    args.causal = c.causal;
-    args.window_left = c.window_left;
-    args.window_right = c.window_right;
-    args.softcap = c.softcap;
+    set_mask(args, c);
     args.options = options;
     args.num_splits = c.num_splits;
     const Status status = forward(args);
@@ -223,11 +209,8 @@ CaseResult run_forward_case(const ForwardCase& c, const KernelOptions& options, 
     DeviceBuffer lse_ref(std::int64_t(b) * hq * sq * sizeof(float));
     GpuReferenceArgs ra;
     ra.q = q.view, ra.k = k.view, ra.v = v.view;
-    ra.softmax_scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
-    ra.causal = c.causal;
-    ra.window_left = c.window_left;
-    ra.window_right = c.window_right;
-    ra.softcap = c.softcap;
+    ra.softmax_scale = c.resolved_scale();
+    set_mask(ra, c);
     ra.out = ref.as<float>(), ra.out_naive = naive.as<float>(), ra.lse = lse_ref.as<float>();
     if (Status s = gpu_reference_forward(ra); !s.ok()) return fail("reference: " + s.message());
     HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());

@@ -3,10 +3,10 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <random>
 #include <string>
 
+#include "gpu/attention_problem.cuh"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn::test {
@@ -18,13 +18,7 @@ enum class Layout {
   kPaddedRows,  // (b, s, h, d + 8): rows 16 bytes longer than they need to be
 };
 
-struct ForwardCase {
-  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 64;
-  Dtype dtype = Dtype::kBFloat16;
-  bool causal = false;
-  int window_left = -1, window_right = -1;
-  float softcap = 0.0f;
-  std::optional<float> softmax_scale;
+struct ForwardCase : AttentionProblem {
   bool with_lse = true;
   float amplitude = 1.0f;  // q is drawn from amplitude * N(0, 1): larger = peakier softmax
   Layout layout = Layout::kContiguous;  // q, k, v, out (lse rows are padded with kPaddedRows)

@@ -3,60 +3,20 @@
 #include <cmath>
 #include <string>
 
+#include "gpu/gpu_reference_common.cuh"
 #include "gpu/gpu_test_util.cuh"
 
 namespace hopattn::test {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
+using namespace gpu_reference_detail;
 
-struct View {
-  const void* data;
-  std::int64_t stride[4];
-};
-
-struct Params {
+struct Params : Problem {
   View q, k, v;
-  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
-  float scale, softcap;
-  int window_left, window_right;  // causal already folded in
   float* out;
   float* out_naive;
   float* lse;
 };
-
-template <typename T>
-__device__ float load(const View& t, int b, int s, int h, int c) {
-  const T* p = static_cast<const T*>(t.data);
-  return to_float(p[b * t.stride[0] + s * t.stride[1] + h * t.stride[2] + c * t.stride[3]]);
-}
-
-template <typename T>
-__device__ float round_to(float x) {
-  return to_float(from_float<T>(x));
-}
-
-// Key j is visible from query i (bottom-right aligned window).
-__device__ bool visible(const Params& p, int i, int j) {
-  const int diagonal = i + p.seqlen_k - p.seqlen_q;
-  if (p.window_left >= 0 && j < diagonal - p.window_left) return false;
-  if (p.window_right >= 0 && j > diagonal + p.window_right) return false;
-  return true;
-}
-
-// Reduces `value` over the block with `op`; every thread gets the result.
-template <typename Op>
-__device__ float block_reduce(float value, Op op, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  float result = scratch[0];
-  for (int w = 1; w < kWarps; ++w) result = op(result, scratch[w]);
-  return result;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) reference_forward_kernel(Params p) {
@@ -77,14 +37,14 @@ __global__ void __launch_bounds__(kThreads) reference_forward_kernel(Params p) {
   for (int j = warp; j < p.seqlen_k; j += kWarps) {
     float dot = 0.0f;
     for (int c = lane; c < p.head_dim; c += 32) dot += q_row[c] * load<T>(p.k, b, j, h_kv, c);
-    for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    dot = warp_sum(dot);
     float s = dot * p.scale;
     if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
     if (!visible(p, i, j)) s = -INFINITY;
     if (lane == 0) scores[j] = s;
     local_max = fmaxf(local_max, s);
   }
-  const float row_max = block_reduce(local_max, [](float a, float c) { return fmaxf(a, c); }, scratch);
+  const float row_max = block_max(local_max, scratch);
 
   const std::int64_t out_row = ((std::int64_t(b) * p.seqlen_q + i) * p.heads_q + h) * p.head_dim;
   const std::int64_t lse_index = (std::int64_t(b) * p.heads_q + h) * p.seqlen_q + i;
@@ -104,7 +64,7 @@ __global__ void __launch_bounds__(kThreads) reference_forward_kernel(Params p) {
     scores[j] = prob;
     local_sum += prob;
   }
-  const float row_sum = block_reduce(local_sum, [](float a, float c) { return a + c; }, scratch);
+  const float row_sum = block_sum(local_sum, scratch);
 
   for (int c = threadIdx.x; c < p.head_dim; c += kThreads) {
     float acc = 0.0f, acc_naive = 0.0f;
@@ -121,12 +81,6 @@ __global__ void __launch_bounds__(kThreads) reference_forward_kernel(Params p) {
 
 Status invalid(const std::string& message) {
   return Status(StatusCode::kInvalidArgument, "gpu_reference_forward: " + message);
-}
-
-View view_of(const Tensor& t) {
-  View v{t.data, {}};
-  for (int d = 0; d < 4; ++d) v.stride[d] = t.stride[d];
-  return v;
 }
 
 }  // namespace
@@ -147,20 +101,10 @@ Status gpu_reference_forward(const GpuReferenceArgs& args) {
   if (k.shape[2] < 1 || q.shape[2] % k.shape[2] != 0) return invalid("heads_q must be a multiple of heads_kv");
   if (args.out == nullptr) return invalid("out is required");
 
-  Params p{};
+  Params p{problem_of(args)};
   p.q = view_of(q);
   p.k = view_of(k);
   p.v = view_of(v);
-  p.batch = static_cast<int>(q.shape[0]);
-  p.seqlen_q = static_cast<int>(q.shape[1]);
-  p.heads_q = static_cast<int>(q.shape[2]);
-  p.head_dim = static_cast<int>(q.shape[3]);
-  p.seqlen_k = static_cast<int>(k.shape[1]);
-  p.heads_kv = static_cast<int>(k.shape[2]);
-  p.scale = args.softmax_scale;
-  p.softcap = args.softcap;
-  p.window_left = args.window_left;
-  p.window_right = args.causal ? 0 : args.window_right;
   p.out = args.out;
   p.out_naive = args.out_naive;
   p.lse = args.lse;
@@ -171,12 +115,8 @@ Status gpu_reference_forward(const GpuReferenceArgs& args) {
   Status status;
   dispatch_float_dtype(q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    // Scores live in shared memory: above the default 48 KiB the kernel must opt in.
-    if (cudaFuncSetAttribute(reference_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) != cudaSuccess) {
-      cudaGetLastError();
-      status = invalid("seqlen_k " + std::to_string(p.seqlen_k) + " needs " + std::to_string(smem) +
-                       " bytes of shared memory, more than the device allows");
+    if (std::string why = opt_in_shared_memory(reference_forward_kernel<T>, smem, p.seqlen_k); !why.empty()) {
+      status = invalid(why);
       return;
     }
     const dim3 grid(p.seqlen_q, p.heads_q, p.batch);

@@ -3,18 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "gpu/gpu_reference_common.cuh"
 #include "gpu/gpu_test_util.cuh"
 
 namespace hopattn::test {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-
-struct View {
-  const void* data;
-  std::int64_t stride[4];
-};
+using namespace gpu_reference_detail;
 
 // Per (batch, head, query, key), written by the row kernel and summed by the key kernel.
 struct Scratch {
@@ -24,55 +19,11 @@ struct Scratch {
   float* ds_abs;    // |dS|_ij = P_ij (|dP|_ij + |D|_i) * slope
 };
 
-struct Params {
+struct Params : Problem {
   View q, k, v, dout;
-  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
-  float scale, softcap;
-  int window_left, window_right;  // causal already folded in
   Scratch scratch;
   GradientBuffers dq, dk, dv;
 };
-
-template <typename T>
-__device__ float load(const View& t, int b, int s, int h, int c) {
-  const T* p = static_cast<const T*>(t.data);
-  return to_float(p[b * t.stride[0] + s * t.stride[1] + h * t.stride[2] + c * t.stride[3]]);
-}
-
-template <typename T>
-__device__ float round_to(float x) {
-  return to_float(from_float<T>(x));
-}
-
-// Key j is visible from query i (bottom-right aligned window), as in gpu_reference.cu.
-__device__ bool visible(const Params& p, int i, int j) {
-  const int diagonal = i + p.seqlen_k - p.seqlen_q;
-  if (p.window_left >= 0 && j < diagonal - p.window_left) return false;
-  if (p.window_right >= 0 && j > diagonal + p.window_right) return false;
-  return true;
-}
-
-__device__ float warp_sum(float value) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
-
-// Reduces `value` over the block with `op`; every thread gets the result.
-template <typename Op>
-__device__ float block_reduce(float value, Op op, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  float result = scratch[0];
-  for (int w = 1; w < kWarps; ++w) result = op(result, scratch[w]);
-  return result;
-}
-
-__device__ float block_sum(float value, float* scratch) {
-  return block_reduce(value, [](float a, float c) { return a + c; }, scratch);
-}
 
 // One block per (query row i, head h, batch b): the row's P and dS into the scratch, and dq_i.
 template <typename T>
@@ -119,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) row_kernel(Params p) {
     if (lane == 0) prob[j] = s, slope[j] = cap_slope, ds[j] = dp, ds_abs[j] = dp_abs;
     local_max = fmaxf(local_max, s);
   }
-  const float row_max = block_reduce(local_max, [](float a, float c) { return fmaxf(a, c); }, scratch);
+  const float row_max = block_max(local_max, scratch);
 
   const std::int64_t row = ((std::int64_t(b) * p.heads_q + h) * p.seqlen_q + i) * sk;  // scratch row
   const std::int64_t dq_row = ((std::int64_t(b) * p.seqlen_q + i) * p.heads_q + h) * d;
@@ -226,12 +177,6 @@ Status cuda_failure(const char* what, cudaError_t err) {
                 std::string("gpu_reference_backward: ") + what + ": " + cudaGetErrorString(err));
 }
 
-View view_of(const Tensor& t) {
-  View v{t.data, {}};
-  for (int d = 0; d < 4; ++d) v.stride[d] = t.stride[d];
-  return v;
-}
-
 bool complete(const GradientBuffers& g) { return g.exact && g.naive && g.magnitude; }
 
 }  // namespace
@@ -255,18 +200,8 @@ Status gpu_reference_backward(const GpuReferenceBackwardArgs& args) {
   if (!complete(args.dq) || !complete(args.dk) || !complete(args.dv))
     return invalid("every exact, naive and magnitude buffer of dq, dk and dv is required");
 
-  Params p{};
+  Params p{problem_of(args)};
   p.q = view_of(q), p.k = view_of(k), p.v = view_of(v), p.dout = view_of(dout);
-  p.batch = static_cast<int>(q.shape[0]);
-  p.seqlen_q = static_cast<int>(q.shape[1]);
-  p.heads_q = static_cast<int>(q.shape[2]);
-  p.head_dim = static_cast<int>(q.shape[3]);
-  p.seqlen_k = static_cast<int>(k.shape[1]);
-  p.heads_kv = static_cast<int>(k.shape[2]);
-  p.scale = args.softmax_scale;
-  p.softcap = args.softcap;
-  p.window_left = args.window_left;
-  p.window_right = args.causal ? 0 : args.window_right;
   p.dq = args.dq, p.dk = args.dk, p.dv = args.dv;
 
   const std::size_t smem = (3 * std::size_t(p.head_dim) + 5 * std::size_t(p.seqlen_k)) * sizeof(float);
@@ -280,12 +215,8 @@ Status gpu_reference_backward(const GpuReferenceBackwardArgs& args) {
   Status status;
   dispatch_float_dtype(q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    // The row's keys live in shared memory: above the default 48 KiB the kernel must opt in.
-    if (cudaFuncSetAttribute(row_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      status = invalid("seqlen_k " + std::to_string(p.seqlen_k) + " needs " + std::to_string(smem) +
-                       " bytes of shared memory, more than the device allows");
+    if (std::string why = opt_in_shared_memory(row_kernel<T>, smem, p.seqlen_k); !why.empty()) {
+      status = invalid(why);
       return;
     }
     row_kernel<T><<<dim3(p.seqlen_q, p.heads_q, p.batch), kThreads, smem, args.stream>>>(p);

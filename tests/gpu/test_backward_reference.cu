@@ -9,14 +9,10 @@
 #include "gpu/backward_case.cuh"
 #include "gpu/gpu_reference_backward.cuh"
 #include "gpu/gpu_test_util.cuh"
+#include "gpu/small_case.cuh"
 
 namespace hopattn::test {
 namespace {
-
-// Unit roundoff of the input types: |round(x) - x| <= u |x|.
-double unit_roundoff(Dtype dtype) {
-  return dtype == Dtype::kBFloat16 ? 0x1p-8 : dtype == Dtype::kFloat16 ? 0x1p-11 : 0x1p-24;
-}
 
 // A float32 host copy of a dense device tensor of `dtype` (exact: every input dtype widens to float32),
 // so that the CPU backend computes in float64 and rounds only its result, to float32.
@@ -26,16 +22,6 @@ HostTensor host_float32(const DeviceBuffer& buffer, Dtype dtype, std::vector<std
   for (std::int64_t i = 0; i < raw.numel(); ++i) wide.set(i, raw.get(i));
   return wide;
 }
-
-struct SmallCase {
-  Dtype dtype;
-  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
-  bool causal = false;
-  int window_left = -1, window_right = -1;
-  float softcap = 0.0f;
-  float scale = 0.0f;  // 0 = 1/sqrt(d)
-  float amplitude = 1.0f;
-};
 
 class GpuReferenceBackwardVsCpu : public HopperTest, public ::testing::WithParamInterface<SmallCase> {};
 
@@ -53,27 +39,19 @@ TEST_P(GpuReferenceBackwardVsCpu, MatchesFloat64) {
   const std::uint64_t seed = run_seed();
   const std::vector<std::int64_t> q_shape = {sc.batch, sc.seqlen_q, sc.heads_q, sc.head_dim};
   const std::vector<std::int64_t> kv_shape = {sc.batch, sc.seqlen_k, sc.heads_kv, sc.head_dim};
-  const std::int64_t nq = std::int64_t(sc.batch) * sc.seqlen_q * sc.heads_q * sc.head_dim;
-  const std::int64_t nkv = std::int64_t(sc.batch) * sc.seqlen_k * sc.heads_kv * sc.head_dim;
+  const std::int64_t nq = sc.q_numel(), nkv = sc.kv_numel();
   const std::size_t e = dtype_size(sc.dtype);
   DeviceBuffer q(nq * e), k(nkv * e), v(nkv * e), dout(nq * e);
   fill_normal(q.data(), sc.dtype, nq, splitmix64(seed ^ 1), sc.amplitude);
   fill_normal(k.data(), sc.dtype, nkv, splitmix64(seed ^ 2));
   fill_normal(v.data(), sc.dtype, nkv, splitmix64(seed ^ 3));
   fill_normal(dout.data(), sc.dtype, nq, splitmix64(seed ^ 4));
-  const float scale = sc.scale > 0.0f ? sc.scale : 1.0f / std::sqrt(float(sc.head_dim));
+  const float scale = sc.resolved_scale();
 
   ReferenceGradient dq(nq), dk(nkv), dv(nkv);
   GpuReferenceBackwardArgs a;
-  a.q = make_tensor(q.data(), sc.dtype, {sc.batch, sc.seqlen_q, sc.heads_q, sc.head_dim}, DeviceType::kCuda);
-  a.k = make_tensor(k.data(), sc.dtype, {sc.batch, sc.seqlen_k, sc.heads_kv, sc.head_dim}, DeviceType::kCuda);
-  a.v = make_tensor(v.data(), sc.dtype, {sc.batch, sc.seqlen_k, sc.heads_kv, sc.head_dim}, DeviceType::kCuda);
+  set_inputs(a, sc, q.data(), k.data(), v.data());
   a.dout = make_tensor(dout.data(), sc.dtype, {sc.batch, sc.seqlen_q, sc.heads_q, sc.head_dim}, DeviceType::kCuda);
-  a.softmax_scale = scale;
-  a.causal = sc.causal;
-  a.window_left = sc.window_left;
-  a.window_right = sc.window_right;
-  a.softcap = sc.softcap;
   a.dq = dq.buffers(), a.dk = dk.buffers(), a.dv = dv.buffers();
   const Status gpu = gpu_reference_backward(a);
   ASSERT_TRUE(gpu.ok()) << gpu.message();
@@ -120,12 +98,6 @@ TEST_P(GpuReferenceBackwardVsCpu, MatchesFloat64) {
   compare("dq", dq, dq_cpu);
   compare("dk", dk, dk_cpu);
   compare("dv", dv, dv_cpu);
-}
-
-SmallCase with(SmallCase c, bool causal, int left, int right, float softcap, float scale, float amplitude) {
-  c.causal = causal, c.window_left = left, c.window_right = right, c.softcap = softcap, c.scale = scale;
-  c.amplitude = amplitude;
-  return c;
 }
 
 INSTANTIATE_TEST_SUITE_P(

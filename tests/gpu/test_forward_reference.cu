@@ -9,14 +9,10 @@
 #include "common/host_tensor.hpp"
 #include "gpu/gpu_reference.cuh"
 #include "gpu/gpu_test_util.cuh"
+#include "gpu/small_case.cuh"
 
 namespace hopattn::test {
 namespace {
-
-// Unit roundoff of the input types: |round(x) - x| <= u |x|.
-double unit_roundoff(Dtype dtype) {
-  return dtype == Dtype::kBFloat16 ? 0x1p-8 : dtype == Dtype::kFloat16 ? 0x1p-11 : 0x1p-24;
-}
 
 // A host copy of a dense device tensor.
 HostTensor to_host(const DeviceBuffer& buffer, Dtype dtype, std::vector<std::int64_t> shape) {
@@ -25,55 +21,33 @@ HostTensor to_host(const DeviceBuffer& buffer, Dtype dtype, std::vector<std::int
   return host;
 }
 
-struct SmallCase {
-  Dtype dtype;
-  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
-  bool causal = false;
-  int window_left = -1, window_right = -1;
-  float softcap = 0.0f;
-  float scale = 0.0f;  // 0 = 1/sqrt(d)
-  float amplitude = 1.0f;
-};
-
 // A case's inputs on the device (contiguous), and the reference's outputs.
 struct SmallRun {
   SmallCase c;
   DeviceBuffer q, k, v, out, naive, lse;
-  float scale = 0.0f;
 
   explicit SmallRun(const SmallCase& sc, std::uint64_t seed) : c(sc) {
     const std::size_t e = dtype_size(c.dtype);
-    q = DeviceBuffer(q_numel() * e);
-    k = DeviceBuffer(kv_numel() * e);
-    v = DeviceBuffer(kv_numel() * e);
-    out = DeviceBuffer(q_numel() * sizeof(float));
-    naive = DeviceBuffer(q_numel() * sizeof(float));
-    lse = DeviceBuffer(lse_numel() * sizeof(float));
-    fill_normal(q.data(), c.dtype, q_numel(), splitmix64(seed ^ 1), c.amplitude);
-    fill_normal(k.data(), c.dtype, kv_numel(), splitmix64(seed ^ 2));
-    fill_normal(v.data(), c.dtype, kv_numel(), splitmix64(seed ^ 3));
-    poison_nan(out.data(), Dtype::kFloat32, q_numel());
-    poison_nan(naive.data(), Dtype::kFloat32, q_numel());
-    poison_nan(lse.data(), Dtype::kFloat32, lse_numel());
-    scale = c.scale > 0.0f ? c.scale : 1.0f / std::sqrt(float(c.head_dim));
+    q = DeviceBuffer(c.q_numel() * e);
+    k = DeviceBuffer(c.kv_numel() * e);
+    v = DeviceBuffer(c.kv_numel() * e);
+    out = DeviceBuffer(c.q_numel() * sizeof(float));
+    naive = DeviceBuffer(c.q_numel() * sizeof(float));
+    lse = DeviceBuffer(c.lse_numel() * sizeof(float));
+    fill_normal(q.data(), c.dtype, c.q_numel(), splitmix64(seed ^ 1), c.amplitude);
+    fill_normal(k.data(), c.dtype, c.kv_numel(), splitmix64(seed ^ 2));
+    fill_normal(v.data(), c.dtype, c.kv_numel(), splitmix64(seed ^ 3));
+    poison_nan(out.data(), Dtype::kFloat32, c.q_numel());
+    poison_nan(naive.data(), Dtype::kFloat32, c.q_numel());
+    poison_nan(lse.data(), Dtype::kFloat32, c.lse_numel());
 
     GpuReferenceArgs a;
-    a.q = make_tensor(q.data(), c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
-    a.k = make_tensor(k.data(), c.dtype, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
-    a.v = make_tensor(v.data(), c.dtype, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
-    a.softmax_scale = scale;
-    a.causal = c.causal;
-    a.window_left = c.window_left;
-    a.window_right = c.window_right;
-    a.softcap = c.softcap;
+    set_inputs(a, c, q.data(), k.data(), v.data());
     a.out = out.as<float>(), a.out_naive = naive.as<float>(), a.lse = lse.as<float>();
     const Status s = gpu_reference_forward(a);
     if (!s.ok()) throw std::runtime_error(s.message());
     HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  std::int64_t q_numel() const { return std::int64_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim; }
-  std::int64_t kv_numel() const { return std::int64_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim; }
-  std::int64_t lse_numel() const { return std::int64_t(c.batch) * c.heads_q * c.seqlen_q; }
 };
 
 class GpuReference : public HopperTest {};
@@ -108,7 +82,7 @@ TEST_F(GpuReference, SingleKeyGivesItsValueRow) {
           if (empty) {
             EXPECT_TRUE(std::isinf(l) && l < 0) << "lse " << l << " at b " << b << " i " << i << " h " << h;
           } else {
-            const double s = dot * run.scale;
+            const double s = dot * sc.resolved_scale();
             EXPECT_NEAR(l, s, 1e-5 * (1.0 + std::fabs(s))) << "b " << b << " i " << i << " h " << h;
           }
         }
@@ -145,10 +119,10 @@ TEST_P(GpuReferenceVsCpu, MatchesFloat64) {
 
   const auto out = run.out.to_host<float>(), naive = run.naive.to_host<float>(), lse = run.lse.to_host<float>();
   float max_abs_v = 0.0f;
-  for (std::int64_t i = 0; i < run.kv_numel(); ++i) max_abs_v = std::fmax(max_abs_v, std::fabs(float(v.get(i))));
+  for (std::int64_t i = 0; i < sc.kv_numel(); ++i) max_abs_v = std::fmax(max_abs_v, std::fabs(float(v.get(i))));
   const double u = unit_roundoff(sc.dtype);
   int reported = 0;
-  for (std::int64_t i = 0; i < run.q_numel() && reported < 10; ++i) {
+  for (std::int64_t i = 0; i < sc.q_numel() && reported < 10; ++i) {
     const float cpu = static_cast<float>(cpu_out.get(i));
     const bool bad_exact = !(std::fabs(cpu - out[i]) <= u * std::fabs(out[i]) + 2e-5);
     const bool bad_naive = !(reference::round_to_dtype(naive[i], sc.dtype) == naive[i]) ||
@@ -159,7 +133,7 @@ TEST_P(GpuReferenceVsCpu, MatchesFloat64) {
       ++reported;
     }
   }
-  for (std::int64_t i = 0; i < run.lse_numel() && reported < 10; ++i) {
+  for (std::int64_t i = 0; i < sc.lse_numel() && reported < 10; ++i) {
     const double cpu = cpu_lse.get(i);
     const bool both_empty = std::isinf(cpu) && cpu < 0 && cpu == lse[i];
     if (!both_empty && !(std::fabs(cpu - lse[i]) <= 5e-5 + 2e-6 * std::fabs(cpu))) {
@@ -167,12 +141,6 @@ TEST_P(GpuReferenceVsCpu, MatchesFloat64) {
       ++reported;
     }
   }
-}
-
-SmallCase with(SmallCase c, bool causal, int left, int right, float softcap, float scale, float amplitude) {
-  c.causal = causal, c.window_left = left, c.window_right = right, c.softcap = softcap, c.scale = scale;
-  c.amplitude = amplitude;
-  return c;
 }
 
 INSTANTIATE_TEST_SUITE_P(
