@@ -30,7 +30,6 @@ inline BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr, in
   p.head_ratio = pr.heads_q / pr.heads_kv;
   p.seqlen_q = pr.seqlen_q;
   p.seqlen_k = pr.seqlen_k;
-  p.head_dim = pr.head_dim;
   p.num_m_blocks = (pr.seqlen_q + block_m - 1) / block_m;
   p.seqlen_q_padded = p.num_m_blocks * block_m;
   constexpr float kLog2e = 1.4426950408889634f;

@@ -13,7 +13,6 @@ struct BwdParams {
   int head_ratio;  // heads_q / heads_kv: the q heads whose gradients a K/V head sums
   int seqlen_q;
   int seqlen_k;
-  int head_dim;
   // Rows of the per-row workspaces: seqlen_q rounded up to whole 64-row q blocks, so the main kernel
   // reads and adds whole blocks without bounds checks (the padding rows have P = 0).
   int seqlen_q_padded;
