@@ -44,7 +44,8 @@ struct BwdTraits {
   // CTA is launched with.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
-  static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <= 65536 / kThreads / 8 * 8 * 3,
+  static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
+                    65536 / kThreads / 8 * 8 * kThreads,
                 "register budgets exceed what the CTA is launched with");
 
   using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;   // Q and dO
