@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Checks the SASS of every forward-kernel instantiation in built objects or archives.
+"""Checks the SASS of every attention-kernel instantiation (forward, FP8 forward, backward) in built
+objects or archives.
 
   check_forward_sass.py [--cuda-bin-dir DIR] [--tools-dir DIR] FILE...   check; exit 0 pass, 1 fail
   check_forward_sass.py --tools-dir DIR --install-only                   make cuobjdump available
 
-Every function whose name contains `attention_forward_kernel` or `attention_forward_fp8_kernel` must issue its GEMMs on the Hopper tensor
+Every function whose name contains `attention_forward_kernel`, `attention_forward_fp8_kernel` or
+`attention_backward_kernel` must issue its GEMMs on the Hopper tensor
 cores (HGMMA; QGMMA for FP8 instantiations, named with fp8/e4m3), load through TMA (UTMALDG), and use
 no local memory (LDL/STL). A file without any forward kernel fails too, so a build that silently lost
 its kernels cannot pass. Exit 2: cuobjdump/nvdisasm not found.
@@ -23,8 +25,10 @@ import shutil
 import subprocess
 import sys
 
-# The 16-bit kernel (attention_forward_kernel) and the FP8 one (attention_forward_fp8_kernel).
+# The 16-bit kernel (attention_forward_kernel) and the FP8 one (attention_forward_fp8_kernel); the
+# backward (attention_backward_kernel) is checked alike where present.
 FORWARD_KERNEL = re.compile(r"attention_forward(?:_fp8)?_kernel")
+ATTENTION_KERNEL = re.compile(r"attention_(?:forward(?:_fp8)?|backward)_kernel")
 # Any 13.x disassembler reads the sm_90a cubins nvcc 13.0 writes; pinned so CI runs are repeatable.
 PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
 
@@ -106,7 +110,7 @@ def is_fp8(name):
 
 
 def problems(name, ops):
-    """What the forward kernel `name` lacks or must not have; empty when it passes."""
+    """What the attention kernel `name` lacks or must not have; empty when it passes."""
     gemm = "QGMMA" if is_fp8(name) else "HGMMA"
     missing = [op for op in (gemm, "UTMALDG") if ops[op] == 0]
     found = []
@@ -121,13 +125,15 @@ def check(paths, cuobjdump, nvdisasm_dir):
     failures = 0
     for path in paths:
         functions = opcode_counts(dump_sass(cuobjdump, nvdisasm_dir, path))
-        forward = sorted(n for n in functions if FORWARD_KERNEL.search(n))
-        pretty = demangle(forward)
-        print(f"{path}: {len(functions)} kernels, {len(forward)} forward instantiations")
+        kernels = sorted(n for n in functions if ATTENTION_KERNEL.search(n))
+        forward = [n for n in kernels if FORWARD_KERNEL.search(n)]
+        pretty = demangle(kernels)
+        print(f"{path}: {len(functions)} kernels, {len(forward)} forward and {len(kernels) - len(forward)} backward "
+              "instantiations")
         if not forward:
             print(f"FAIL  {path}: no {FORWARD_KERNEL.pattern} instantiation in its SASS")
             failures += 1
-        for name in forward:
+        for name in kernels:
             ops = functions[name]
             found = problems(name, ops)
             verdict = "FAIL" if found else "ok  "
