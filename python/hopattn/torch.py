@@ -5,7 +5,8 @@ formula calls bwd, which runs where the C++ library has a backward pass:
 - host tensors: the CPU reference, dense and variable-length, float32/float16/bfloat16;
 - CUDA tensors: the sm_90a backward kernel, bfloat16/float16 dense q/k/v (batch, seqlen, heads,
   head_dim) at head dim 64 or 128, with causal, window, softcap, GQA/MQA and softmax_scale. It sums
-  dq with float atomics, so dq may differ in its last bits from run to run (dk and dv do not).
+  dq over key blocks with float reductions in L2, so dq may differ in its last bits from run to run
+  (dk and dv do not).
 Head dim 256 and variable lengths (cu_seqlens, seqused_k / cache_seqlens) on CUDA, and paged KV
 caches and FP8 inputs anywhere, have no backward: NotImplementedError, naming what is supported.
 Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
