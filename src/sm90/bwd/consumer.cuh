@@ -91,8 +91,8 @@ class BwdConsumer {
   // steps, for the phase of ds_ready.
   struct PendingDq {
     int head = -1, m0 = 0, uses = -1;
-    __device__ int buffer() const { return uses % 2; }
-    __device__ std::uint32_t phase() const { return (uses / 2) % 2; }
+    __device__ int buffer() const { return uses % Traits::kDsBuffers; }
+    __device__ std::uint32_t phase() const { return (uses / Traits::kDsBuffers) % 2; }
   };
 
   // Waits until both consumers have stored their halves of the pending dS, then issues this

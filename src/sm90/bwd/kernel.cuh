@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       mbarrier_init(&s.q_empty[i], Traits::kConsumerWarps);
     }
     for (int w = 0; w < Traits::kConsumerWarpgroups; ++w) {
-      for (int b = 0; b < 2; ++b) mbarrier_init(&s.ds_ready[w][b], Traits::kConsumerWarps / Traits::kConsumerWarpgroups);
+      for (int b = 0; b < Traits::kDsBuffers; ++b) mbarrier_init(&s.ds_ready[w][b], Traits::kConsumerWarps / Traits::kConsumerWarpgroups);
     }
 
     fence_barrier_init();

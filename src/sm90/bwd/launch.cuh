@@ -106,8 +106,7 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   }
   if (launched.ok()) {
     const dim3 grid(p.num_m_blocks, p.heads_q, p.batch);
-    backward_dq_convert_kernel<Traits::kIsBf16, kHeadDim, Traits::kBlockM, Traits::kConsumerWarpgroups>
-        <<<grid, kDqConvertThreads, 0, stream>>>(p);
+    backward_dq_convert_kernel<Traits><<<grid, kDqConvertThreads, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward dq conversion");
   }
   Status released = release_split_workspace(workspace, stream);

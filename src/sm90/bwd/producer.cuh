@@ -11,6 +11,7 @@
 #include "sm90/arch/tma.cuh"
 #include "sm90/bwd/block_range.hpp"
 #include "sm90/bwd/params.hpp"
+#include "sm90/bwd/row_stats.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/tile_load.cuh"
 
@@ -70,9 +71,8 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
       const int m0 = m * Traits::kBlockM;
       load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], m0, head, block.batch);
       load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], m0, head, block.batch);
-      // The row statistics as rows of 2 x 64 floats, one per (batch, head, q block).
-      tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0,
-                  (block.batch * p.heads_q + head) * p.num_m_blocks + m, 0, 0);
+      tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0, row_stats_block(p, block.batch, head, m),
+                  0, 0);
       ring.advance();
     }
   }

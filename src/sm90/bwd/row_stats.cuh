@@ -17,9 +17,10 @@ namespace hopattn::sm90 {
 constexpr int kRowStatsWarps = 8;  // one warp per row
 constexpr int kRowStatsBlock = 64;  // rows per block: BwdTraits::kBlockM
 
-// Offset of the statistics of the q block starting at row m0 of q head `head`.
-__host__ __device__ inline std::int64_t row_stats_offset(const BwdParams& p, int batch, int head, int m0) {
-  return ((std::int64_t(batch) * p.heads_q + head) * p.num_m_blocks + m0 / kRowStatsBlock) * 2 * kRowStatsBlock;
+// The row of BwdParams::row_stats (2 x 64 floats) of q block m of q head `head`; the main kernel's
+// producer loads it by this index.
+__host__ __device__ inline int row_stats_block(const BwdParams& p, int batch, int head, int m) {
+  return (batch * p.heads_q + head) * p.num_m_blocks + m;
 }
 
 template <typename Element, int kHeadDim>
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kRowStatsWarps * 32) backward_row_stats_kernel
     if (lse != -INFINITY) lse_log2 = lse * 1.4426950408889634f;
   }
   if (lane == 0) {
-    float* block = p.row_stats + row_stats_offset(p, batch, head, row - row % kRowStatsBlock);
+    float* block = p.row_stats + std::int64_t(row_stats_block(p, batch, head, row / kRowStatsBlock)) * 2 * kRowStatsBlock;
     block[row % kRowStatsBlock] = lse_log2;
     block[kRowStatsBlock + row % kRowStatsBlock] = dot;
   }

@@ -35,6 +35,9 @@ struct BwdTraits {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;
   static constexpr int kStages = 2;  // q-block stages (Q, dO, their row statistics) in flight
+  // dS buffers, alternating by step: a consumer writes the next step's dS while the other may still
+  // be reading this one in its dQ GEMM (consumer.cuh, PendingDq).
+  static constexpr int kDsBuffers = 2;
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
@@ -82,16 +85,14 @@ struct BwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t v[KTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t q[kStages][QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t dout[kStages][QTile::kBytes];
-    // Double-buffered by step parity: a warpgroup writes the next dS while the other may still be
-    // reading this one in its dQ GEMM.
-    alignas(kSwizzleAtomBytes) std::uint8_t ds[2][DsTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t ds[kDsBuffers][DsTile::kBytes];
     alignas(128) float dq[kDqTileFloats];
     alignas(128) float row_stats[kStages][2][kBlockM];  // lse * log2(e), then D (BwdParams::row_stats)
     std::uint64_t kv_full;
     std::uint64_t q_full[kStages];
     std::uint64_t q_empty[kStages];
     // ds_ready[w][b]: consumer w's 4 warps stored their keys' half of the dS in buffer b.
-    std::uint64_t ds_ready[kConsumerWarpgroups][2];
+    std::uint64_t ds_ready[kConsumerWarpgroups][kDsBuffers];
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
   static_assert(kSharedBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB an sm_90 CTA may use");
