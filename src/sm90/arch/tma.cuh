@@ -62,10 +62,11 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void*
 // Closes the bulk group of the stores issued so far by this thread.
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
-// Waits until this thread's committed stores have finished reading shared memory (the source may be
-// overwritten); their global writes may still be in flight.
+// Waits until all but the kPending most recent of this thread's committed store groups have finished
+// reading shared memory (their sources may be overwritten); their global writes may still be in flight.
+template <int kPending = 0>
 __device__ __forceinline__ void tma_store_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Waits until this thread's committed stores are complete, writes included (before the CTA exits).

@@ -71,12 +71,15 @@ class BwdConsumer {
     }
     if (pending.head >= 0) {
       float dq[kDq];
+      wait_dq_share_free();
       Turns::begin(true, warpgroup_);
       issue_pending_dq(dq, pending);
       Turns::end(true, warpgroup_);
       wgmma_wait<0>();
       pin_registers(dq);
-      store_dq(dq, pending.head, pending.m0);
+      stage_dq_share(dq, pending);
+      named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+      reduce_dq_share(pending);
     }
     store_gradients(dk, dv);
     if (issues_dq_reductions()) tma_store_wait_all();  // the reductions read shared memory until they finish
@@ -112,7 +115,11 @@ class BwdConsumer {
     mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
     float s[kS], dp[kS];
     if (pending.head >= 0) {
-      float dq[kDq];
+      float dq_own[kDq];
+      // Without dP^T beside it, the dQ GEMM accumulates in dP^T's registers, which are free until dQ has
+      // been staged (ptxas gives separate arrays separate registers).
+      float (&dq)[kDq] = Traits::kDpBesideDq ? dq_own : *reinterpret_cast<float (*)[kDq]>(dp);
+      wait_dq_share_free();
       Turns::begin(true, warpgroup_);
       issue_pending_dq(dq, pending);
       issue_scores(s, smem_address(s_.k), smem_address(s_.q[stage]));
@@ -120,7 +127,11 @@ class BwdConsumer {
       Turns::end(true, warpgroup_);
       wgmma_wait<Traits::kDpBesideDq ? 2 : 1>();  // the previous step's dQ done; S^T (and dP^T) may still run
       pin_registers(dq);
-      store_dq(dq, pending.head, pending.m0);
+      stage_dq_share(dq, pending);  // frees dq's registers for dP^T at once
+      if constexpr (Traits::kDqReducedAtOnce) {
+        named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+        reduce_dq_share(pending);
+      }
       if constexpr (!Traits::kDpBesideDq) issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
     } else {
       Turns::begin(true, warpgroup_);
@@ -156,6 +167,9 @@ class BwdConsumer {
     issue_key_gradient(dk, ds_frag, smem_address(s_.q[stage]));
     wgmma_commit();
     Turns::end(true, warpgroup_);
+    // The turn's barrier synchronized this warpgroup: every thread's share of the previous step's dQ is
+    // in shared memory (stage_dq_share). Issued after the GEMMs, which wait for all four warps.
+    if (!Traits::kDqReducedAtOnce && pending.head >= 0) reduce_dq_share(pending);
 
     // This consumer's keys of dS into the step's buffer, for both consumers' dQ GEMMs of the next step.
     // A buffer is written again two steps later: by then the other consumer has issued and waited for
@@ -288,27 +302,41 @@ class BwdConsumer {
   // Thread 0 of each consumer issues the reductions of its dQ share and waits for them.
   __device__ bool issues_dq_reductions() const { return thread_ == 0; }
 
+  // A step's dQ share leaves in three parts:
+  //   1. before turn 1, thread 0 waits until the reduction that last read the step's buffer (two steps
+  //      back: kDqBuffers) is done reading, so that this wait finds it finished; the turn's named
+  //      barrier tells the warpgroup;
+  //   2. after the dQ GEMM, every thread stores its accumulators into the share;
+  //   3. thread 0 adds the share into the workspace by one bulk reduction, which runs while the
+  //      consumer goes on: after turn 2, whose barrier synchronized the warpgroup, or
+  //      (Traits::kDqReducedAtOnce) at once, behind a named barrier of its own.
+  __device__ void wait_dq_share_free() const {
+    if (issues_dq_reductions()) tma_store_wait_read<Traits::kDqBuffers - 1>();
+  }
+
   // This consumer's share of a step's dQ (its kHeadDim / 2 columns, in the order of
-  // Traits::kDqTileFloats) into shared memory, then into the workspace by one bulk reduction, which
-  // runs while the consumer goes on. The shares are contiguous, so each consumer reduces its own.
-  __device__ void store_dq(const float (&dq)[kDq], int head, int m0) {
-    constexpr int kShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
-    const int barrier = Traits::kDqShareBarrierBase + warpgroup_;
-    float* share = s_.dq + warpgroup_ * kShareFloats;
-    if (issues_dq_reductions()) tma_store_wait_read();  // the previous reduction has read the share
-    named_barrier_sync(barrier, Traits::kWarpgroupThreads);
+  // Traits::kDqTileFloats) in the step's buffer; the shares are contiguous, so each consumer reduces its
+  // own.
+  static constexpr int kDqShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
+  __device__ float* dq_share(const PendingDq& pending) const {
+    return s_.dq[pending.uses % Traits::kDqBuffers] + warpgroup_ * kDqShareFloats;
+  }
+
+  __device__ void stage_dq_share(const float (&dq)[kDq], const PendingDq& pending) const {
+    float* share = dq_share(pending);
 #pragma unroll
     for (int j = 0; j < kDq / 4; ++j) {
       *reinterpret_cast<float4*>(share + (j * Traits::kWarpgroupThreads + thread_) * 4) =
           make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     }
     fence_proxy_async_shared();  // generic-proxy stores -> the bulk reduction (async proxy)
-    named_barrier_sync(barrier, Traits::kWarpgroupThreads);
-    if (issues_dq_reductions()) {
-      float* tile = p_.dq_accum + workspace_row(p_, block_.batch, head, m0) * Traits::kHeadDim;
-      bulk_reduce_add_f32(tile + warpgroup_ * kShareFloats, share, kShareFloats * sizeof(float));
-      tma_store_commit();
-    }
+  }
+
+  __device__ void reduce_dq_share(const PendingDq& pending) const {
+    if (!issues_dq_reductions()) return;
+    float* tile = p_.dq_accum + workspace_row(p_, block_.batch, pending.head, pending.m0) * Traits::kHeadDim;
+    bulk_reduce_add_f32(tile + warpgroup_ * kDqShareFloats, dq_share(pending), kDqShareFloats * sizeof(float));
+    tma_store_commit();
   }
 
   // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers.

@@ -30,7 +30,7 @@ struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "backward head dims: 64, 128");
 
-  static constexpr int kBlockM = 64;   // q rows per step
+  static constexpr int kBlockM = 64;   // q rows per step (128 at d 64 was 20% slower: perf-notes v54)
   static constexpr int kBlockN = 128;  // keys per CTA
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;
@@ -38,6 +38,9 @@ struct BwdTraits {
   // dS buffers, alternating by step: a consumer writes the next step's dS while the other may still
   // be reading this one in its dQ GEMM (consumer.cuh, PendingDq).
   static constexpr int kDsBuffers = 2;
+  // dQ shares, alternating by step: a step's bulk reduction may still be reading its share while the
+  // next step stores its own (consumer.cuh, stage_dq_share).
+  static constexpr int kDqBuffers = 2;
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
@@ -66,11 +69,16 @@ struct BwdTraits {
   static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
   // A step's first GEMM turn issues the previous step's dQ with this step's S^T and dP^T (consumer.cuh);
   // at head dim 128 dP^T follows once that dQ has left the registers (dK, dV, dQ, S^T and dP^T together
-  // spill).
+  // spill), and the dQ GEMM accumulates in dP^T's registers.
   static constexpr bool kDpBesideDq = kHeadDim <= 64;
+  // Where a step's dQ share leaves for the workspace (consumer.cuh, reduce_dq_share): after the step's
+  // second GEMM turn (no barrier of its own: +8% at d 128), or at once behind a named barrier, which
+  // measured 4% faster at d 64 (perf-notes v55).
+  static constexpr bool kDqReducedAtOnce = kHeadDim == 64;
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
-  // forward), and each consumer's own dQ share hand-off to its reducing thread (ids 3 and 4).
+  // forward), which also hand each step's dQ share to its reducing thread, and each consumer's own
+  // hand-off of a share (kDqReducedAtOnce, and the last step's after the loop; ids 3 and 4).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
   // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
@@ -86,7 +94,7 @@ struct BwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t q[kStages][QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t dout[kStages][QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t ds[kDsBuffers][DsTile::kBytes];
-    alignas(128) float dq[kDqTileFloats];
+    alignas(128) float dq[kDqBuffers][kDqTileFloats];
     alignas(128) float row_stats[kStages][2][kBlockM];  // lse * log2(e), then D (BwdParams::row_stats)
     std::uint64_t kv_full;
     std::uint64_t q_full[kStages];
