@@ -41,12 +41,11 @@ bool takes_value(const std::string& flag) {
   return false;
 }
 
-// --backward times hopattn::backward, which takes bf16/fp16 dense tensors and none of the forward's
-// kernel switches: say which flag does not go with it rather than time something else.
+// --backward times hopattn::backward, which takes bf16/fp16 dense or variable-length tensors and none of
+// the forward's kernel switches: say which flag does not go with it rather than time something else.
 bool check_backward_shape(const Shape& s, std::string* error) {
   const char* clash = nullptr;
   if (s.dtype == Dtype::kFloat8E4M3) clash = "--dtype fp8 (the backward takes bf16 or fp16)";
-  else if (s.varlen) clash = "--varlen (the sm_90a backward takes dense layouts only)";
   else if (s.page_size > 0) clash = "--page-size (the backward takes dense k and v, no paged cache)";
   else if (s.fp8_block_rows > 0) clash = "--fp8-block-rows (an fp8 forward option)";
   else if (s.v_keys_contiguous) clash = "--v-keys-contiguous (an fp8 forward option)";
@@ -76,8 +75,8 @@ std::string usage_text() {
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (bf16/fp16: the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --page-size N (bf16/fp16: k and v as a paged cache of N-key pages in shuffled order)\n"
-         "    --backward (bf16/fp16 dense: time hopattn::backward (dq, dk, dv) after one forward that writes\n"
-         "               out and the LSE; FLOPs 2.5x the forward's; not with fp8, --varlen, --page-size,\n"
+         "    --backward (bf16/fp16, dense or --varlen: time hopattn::backward (dq, dk, dv) after one forward\n"
+         "               that writes out and the LSE; FLOPs 2.5x the forward's; not with fp8, --page-size,\n"
          "               --no-lse, --num-splits or the --no-* switches)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"

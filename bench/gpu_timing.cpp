@@ -188,20 +188,27 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   return args;
 }
 
-// BwdArgs over the set's buffers: q, k, v, out and lse as the forward pre-pass saw them (`fwd`), dout,
-// and dq, dk, dv shaped like q, k and v.
+// BwdArgs over the set's buffers: q, k, v, out, lse and (--varlen) the sequence arrays as the forward
+// pre-pass saw them (`fwd`), dout and dq shaped like q, dk and dv like k (packed with --varlen).
 BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, const TimingOptions& options) {
-  const DeviceType cuda = DeviceType::kCuda;
   BwdArgs args;
   args.q = fwd.q;
   args.k = fwd.k;
   args.v = fwd.v;
   args.out = fwd.out;
   args.lse = *fwd.lse;
-  args.dout = make_tensor(set.dout.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
-  args.dq = make_tensor(set.dq.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
-  args.dk = make_tensor(set.dk.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
-  args.dv = make_tensor(set.dv.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
+  const auto like = [](Tensor t, const DeviceBuffer& buffer) {
+    t.data = buffer.get();
+    return t;
+  };
+  args.dout = like(fwd.q, set.dout);
+  args.dq = like(fwd.q, set.dq);
+  args.dk = like(fwd.k, set.dk);
+  args.dv = like(fwd.k, set.dv);
+  args.cu_seqlens_q = fwd.cu_seqlens_q;
+  args.cu_seqlens_k = fwd.cu_seqlens_k;
+  args.max_seqlen_q = fwd.max_seqlen_q;
+  args.max_seqlen_k = fwd.max_seqlen_k;
   args.causal = s.causal;
   args.softcap = s.softcap;
   args.stream = options.stream;

@@ -34,7 +34,7 @@ struct Shape {
   // it), each sequence's pages in shuffled order through a page table.
   int page_size = 0;
   // Times hopattn::backward (dq, dk, dv from q, k, v, out, dout and the forward's LSE) instead of the
-  // forward: bf16/fp16 dense layouts only; KernelOptions and num_splits do not apply to it.
+  // forward: bf16/fp16, dense or varlen; KernelOptions and num_splits do not apply to it.
   bool backward = false;
   // Names the KernelOptions setting (ablation rows) or the descales; backward rows are "backward" or
   // "backward_<what the forward row would be called>" (backward_variant).

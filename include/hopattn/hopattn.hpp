@@ -143,6 +143,10 @@ struct BwdArgs {
   int window_right = -1;
   float softcap = 0.0f;
 
+  // Variable-length batches, as in FwdArgs (the layouts at the top: lse (heads_q, total_q) for varlen
+  // q). On CUDA tensors the values are trusted as there; with cu_seqlens_k the backward also needs
+  // every key length <= max_seqlen_k (its grid covers that many keys per sequence). Keys past
+  // seqused_k[b] get dk = dv = 0.
   std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Tensor> seqused_k;

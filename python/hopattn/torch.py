@@ -3,12 +3,12 @@
 Each has a fake (meta) kernel, so torch.compile traces calls without graph breaks, and fwd's autograd
 formula calls bwd, which runs where the C++ library has a backward pass:
 - host tensors: the CPU reference, dense and variable-length, float32/float16/bfloat16;
-- CUDA tensors: the sm_90a backward kernel, bfloat16/float16 dense q/k/v (batch, seqlen, heads,
-  head_dim) at head dim 64 or 128, with causal, window, softcap, GQA/MQA and softmax_scale. It sums
-  dq over key blocks with float reductions in L2, so dq may differ in its last bits from run to run
-  (dk and dv do not).
-Head dim 256 and variable lengths (cu_seqlens, seqused_k / cache_seqlens) on CUDA, and paged KV
-caches and FP8 inputs anywhere, have no backward: NotImplementedError, naming what is supported.
+- CUDA tensors: the sm_90a backward kernel, bfloat16/float16 q/k/v, dense (batch, seqlen, heads,
+  head_dim) or variable-length (cu_seqlens, seqused_k / cache_seqlens), at head dim 64 or 128, with
+  causal, window, softcap, GQA/MQA and softmax_scale. It sums dq over key blocks with float
+  reductions in L2, so dq may differ in its last bits from run to run (dk and dv do not).
+Head dim 256 on CUDA, and paged KV caches and FP8 inputs anywhere, have no backward:
+NotImplementedError, naming what is supported.
 Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
 kernel directly where the dispatcher would do nothing else (plain eager calls with nothing for
 autograd to record), which saves its host overhead. Importing this module imports torch;
@@ -133,8 +133,8 @@ def _backward(ctx, dout, dlse):
     if ctx.unsupported is not None:
         raise NotImplementedError(f"hopattn has no backward pass for {ctx.unsupported}; it "
                                   "differentiates dense and varlen float32/float16/bfloat16 "
-                                  "attention on host tensors and, on CUDA tensors, dense "
-                                  "bfloat16/float16 attention at head dim 64 or 128")
+                                  "attention on host tensors and, on CUDA tensors, dense and "
+                                  "varlen bfloat16/float16 attention at head dim 64 or 128")
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
     softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k = ctx.params
     dq, dk, dv = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left,

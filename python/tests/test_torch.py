@@ -633,26 +633,23 @@ def test_gpu_compile_fullgraph_backward(rng):
 
 
 @needs_hopper
-@pytest.mark.parametrize("case", ["head_dim_256", "varlen", "cache_seqlens", "paged"])
+@pytest.mark.parametrize("case", ["head_dim_256", "varlen_head_dim_256", "paged"])
 def test_gpu_backward_without_a_kernel_is_not_implemented(case):
     # The forward runs on the GPU; the backward has no kernel for these and says so (C++
     # kUnsupported, or the Python layer for paged caches) instead of computing anything.
     dtype, heads_kv = torch.bfloat16, 2
-    head_dim = 256 if case == "head_dim_256" else 128
+    head_dim = 256 if "head_dim_256" in case else 128
     q, k, v = random_qkv((2, 100, 4, head_dim), (2, 130, heads_kv, head_dim), dtype, "cuda",
                          requires_grad=True)
     if case == "head_dim_256":
         out = hopattn.flash_attn_func(q, k, v, causal=True)
         match = "head dim 256 is not supported by the sm_90a backward kernel.*head dim 64 or 128"
-    elif case == "varlen":
+    elif case == "varlen_head_dim_256":
         cu_q = torch.tensor([0, 100, 200], dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0, 130, 260], dtype=torch.int32, device="cuda")
         out = hopattn.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
                                              cu_q, cu_k, 100, 130, causal=True)
-        match = "variable-length .* is not supported by the sm_90a backward kernel"
-    elif case == "cache_seqlens":  # a dense cache with keys in use per sequence: seqused_k
-        out = hopattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=120, causal=True)
-        match = "variable-length .*seqused_k.* is not supported by the sm_90a backward kernel"
+        match = "head dim 256 is not supported by the sm_90a backward kernel.*variable-length"
     else:
         pages = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device="cuda")
         cache = torch.randn(6, 64, heads_kv, head_dim, dtype=dtype, device="cuda")
@@ -662,6 +659,88 @@ def test_gpu_backward_without_a_kernel_is_not_implemented(case):
     assert out.requires_grad
     with pytest.raises(NotImplementedError, match=match):
         torch.autograd.grad(out, q, torch.randn_like(out))
+
+
+def cumulative(lengths, device):
+    """int32 cu_seqlens of `lengths` on `device`."""
+    return torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32, device=device)
+
+
+def varlen_reference_gradients(dout, q, k, v, lengths_q, lengths_k, used_k=None, **options):
+    """reference_gradients of packed sequences, each its own attention problem: sequence b's q, dout
+    rows cu_q[b]..cu_q[b + 1] against its first used_k[b] (default: all) k, v rows from cu_k[b].
+    Gradients no query or key reaches (empty sequences, keys past used_k) are 0 in both."""
+    used_k = lengths_k if used_k is None else used_k
+    ref = [torch.zeros(x.shape, dtype=torch.float64, device=x.device) for x in (q, k, v)]
+    naive = [torch.zeros(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v)]
+    starts_q, starts_k = np.cumsum([0, *lengths_q]), np.cumsum([0, *lengths_k])
+    for b, (len_q, used) in enumerate(zip(lengths_q, used_k)):
+        if len_q == 0 or used == 0:
+            continue
+        rows_q = slice(int(starts_q[b]), int(starts_q[b]) + len_q)
+        rows_k = slice(int(starts_k[b]), int(starts_k[b]) + used)
+        sequence = [x[rows][None] for x, rows in ((dout, rows_q), (q, rows_q), (k, rows_k), (v, rows_k))]
+        ref_b, naive_b = reference_gradients(*sequence, **options)
+        for total, grads in ((ref, ref_b), (naive, naive_b)):
+            for gradient, rows, part in zip(total, (rows_q, rows_k, rows_k), grads):
+                gradient[rows] = part[0]
+    return ref, naive
+
+
+# Per sequence: the 64- and 128-row block edges, 300, and empty sequences on either side (a
+# sequence without keys: dq 0; without queries: dk = dv = 0); queries and keys of different
+# lengths, so causal aligns each sequence's diagonal on its own.
+VARLEN_LENGTHS_Q = [1, 63, 0, 129, 300, 64, 65]
+VARLEN_LENGTHS_K = [65, 128, 17, 0, 300, 127, 1]
+
+
+@needs_hopper
+@pytest.mark.parametrize("feature", GRADIENT_FEATURES)
+@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_varlen_gradients_match_float64_within_flash_attention_rule(rng, dtype, head_dim,
+                                                                        heads_q, heads_kv, feature):
+    # flash_attn_varlen_func's forward and backward on packed sequences, each against float64 math
+    # on its own rows, with flash-attention's rule over the whole packed gradients.
+    options = GRADIENT_FEATURES[feature]
+    dtype, generator = getattr(torch, dtype), torch_generator(rng, "cuda")
+    total_q, total_k = sum(VARLEN_LENGTHS_Q), sum(VARLEN_LENGTHS_K)
+    q, k, v = random_qkv((total_q, heads_q, head_dim), (total_k, heads_kv, head_dim), dtype, "cuda",
+                         generator=generator)
+    if options.get("softcap"):
+        q = q * 3  # as check_gradients: scores where the tanh bends
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = hopattn.flash_attn_varlen_func(q, k, v, cumulative(VARLEN_LENGTHS_Q, "cuda"),
+                                         cumulative(VARLEN_LENGTHS_K, "cuda"), max(VARLEN_LENGTHS_Q),
+                                         max(VARLEN_LENGTHS_K), **options)
+    dout = torch.randn(out.shape, dtype=dtype, device="cuda", generator=generator)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_grads, naive_grads = varlen_reference_gradients(dout, q, k, v, VARLEN_LENGTHS_Q,
+                                                        VARLEN_LENGTHS_K, **math_options(**options))
+    assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=options.get("softcap", 0.0))
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_kvcache_gradients_stop_at_cache_seqlens(rng, dtype):
+    # A dense cache with keys in use per sequence (seqused_k): keys past cache_seqlens get exactly
+    # zero gradients; the used ones match float64 math on the used keys.
+    dtype, generator = getattr(torch, dtype), torch_generator(rng, "cuda")
+    batch, seqlen_q, seqlen_cache, used = 3, 100, 300, [170, 300, 1]
+    q, k_cache, v_cache = random_qkv((batch, seqlen_q, 4, 128), (batch, seqlen_cache, 2, 128), dtype,
+                                     "cuda", requires_grad=True, generator=generator)
+    cache_seqlens = torch.tensor(used, dtype=torch.int32, device="cuda")
+    out = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, causal=True)
+    dout = torch.randn(out.shape, dtype=dtype, device="cuda", generator=generator)
+    grads = torch.autograd.grad(out, (q, k_cache, v_cache), dout)
+    ref_grads, naive_grads = varlen_reference_gradients(
+        dout.flatten(0, 1), q.flatten(0, 1), k_cache.flatten(0, 1), v_cache.flatten(0, 1),
+        [seqlen_q] * batch, [seqlen_cache] * batch, used, causal=True)
+    for b in range(batch):
+        assert not grads[1][b, used[b]:].any() and not grads[2][b, used[b]:].any(), \
+            f"sequence {b}: keys past cache_seqlens got gradients"
+    assert_gradients_within_rule([g.flatten(0, 1) for g in grads], ref_grads, naive_grads)
 
 
 @needs_hopper

@@ -13,17 +13,26 @@ namespace {
 
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
-                what + " is not supported by the sm_90a backward kernel yet; it supports bf16/fp16 dense q/k/v "
-                       "(batch, seqlen, heads, head_dim) with head dim 64 or 128, causal or not, sliding window, "
-                       "softcap, GQA/MQA and softmax_scale (the CPU reference backend supports every feature on "
-                       "host tensors)");
+                what + " is not supported by the sm_90a backward kernel yet; it supports bf16/fp16 q/k/v, dense "
+                       "(batch, seqlen, heads, head_dim) or variable-length (cu_seqlens_q, cu_seqlens_k, "
+                       "seqused_k), with head dim 64 or 128, causal or not, sliding window, softcap, GQA/MQA and "
+                       "softmax_scale (the CPU reference backend supports every feature on host tensors)");
+}
+
+// Batches whose sequences differ in length or location take the variable-length kernels.
+bool takes_varlen_kernels(const detail::Problem& pr) { return pr.varlen_q || pr.varlen_k || pr.has_seqused_k; }
+
+template <int kHeadDim, typename Element>
+Status launch(const BwdArgs& args, const detail::Problem& pr) {
+  return takes_varlen_kernels(pr) ? launch_backward<kHeadDim, Element, true>(args, pr)
+                                  : launch_backward<kHeadDim, Element>(args, pr);
 }
 
 template <typename Element>
 Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
   switch (pr.head_dim) {
-    case 64: return launch_backward<64, Element>(args, pr);
-    case 128: return launch_backward<128, Element>(args, pr);
+    case 64: return launch<64, Element>(args, pr);
+    case 128: return launch<128, Element>(args, pr);
     default: return unsupported("head dim " + std::to_string(pr.head_dim));
   }
 }
@@ -31,8 +40,13 @@ Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
 }  // namespace
 
 Status backward(const BwdArgs& args, const detail::Problem& pr) {
-  if (pr.varlen_q || pr.varlen_k || pr.has_seqused_k)
-    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k)");
+  // The grid covers max_seqlen_k keys of every sequence (the forward takes the key lengths from
+  // cu_seqlens_k alone); CUDA tensors have at least one key row, so some sequence has keys.
+  if (pr.varlen_k && pr.seqlen_k < 1)
+    return Status(StatusCode::kInvalidArgument,
+                  "max_seqlen_k: " + std::to_string(pr.seqlen_k) +
+                      "; the backward on CUDA tensors needs the length of the longest key sequence (>= 1) with "
+                      "cu_seqlens_k");
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);

@@ -46,10 +46,12 @@ class BwdConsumer {
   using Fragments = std::uint32_t[kQSteps][4];
 
  public:
-  __device__ BwdConsumer(typename Traits::SharedStorage& s, const BwdParams& p, const KeyBlock& block, int warpgroup)
+  __device__ BwdConsumer(typename Traits::SharedStorage& s, const BwdParams& p, const KeyBlock& block,
+                         const BwdSequence& seq, int warpgroup)
       : s_(s),
         p_(p),
         block_(block),
+        seq_(seq),
         warpgroup_(warpgroup),
         thread_(threadIdx.x % Traits::kWarpgroupThreads),
         key0_(block.n_block * Traits::kBlockN + warpgroup * Traits::kKeysPerWarpgroup) {}
@@ -58,7 +60,7 @@ class BwdConsumer {
     float dk[kG], dv[kG];
 #pragma unroll
     for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.0f;
-    const StepList<Traits> steps(p_, block_);
+    const StepList<Traits> steps(p_, block_, bounds());
     mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
     Turns::open_first_turn(true, warpgroup_);
     StageRing<Traits::kStages> ring;
@@ -139,8 +141,9 @@ class BwdConsumer {
       issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
       Turns::end(true, warpgroup_);
     }
+    const auto& b = bounds();
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
-        m0, block_.n_block * Traits::kBlockN, p_.seqlen_q, p_.seqlen_k, p_.window_left, p_.window_right);
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right);
     if (p_.softcap > 0.0f) {
       wgmma_wait<1>();
       pin_registers(s);
@@ -206,15 +209,25 @@ class BwdConsumer {
     wgmma_commit();
   }
 
+  // What the step list and masks see: the dense kernels read BwdParams as they always did
+  // (sequence_bounds; taking seq_'s address here changes their code).
+  __device__ const auto& bounds() const {
+    if constexpr (Traits::kVarlen) return seq_.bounds;
+    else return p_;
+  }
+
   // Key of accumulator i of this thread (its q row within the block is accumulator_col(thread_, i)).
   __device__ int key_of(int i) const { return key0_ + accumulator_row(thread_, i); }
 
+  // Keys past seqlen_k (the sequence's keys in use) are hidden; q rows past its seqlen_q need no mask
+  // (their P is 0 through the row statistics).
   __device__ bool visible(int i, int m0) const {
+    const auto& b = bounds();
     const int key = key_of(i);
-    const int diagonal = m0 + accumulator_col(thread_, i) + p_.seqlen_k - p_.seqlen_q;
-    if (key >= p_.seqlen_k) return false;
-    if (p_.window_right >= 0 && key > diagonal + p_.window_right) return false;
-    if (p_.window_left >= 0 && key < diagonal - p_.window_left) return false;
+    const int diagonal = m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q;
+    if (key >= b.seqlen_k) return false;
+    if (b.window_right >= 0 && key > diagonal + b.window_right) return false;
+    if (b.window_left >= 0 && key < diagonal - b.window_left) return false;
     return true;
   }
 
@@ -334,20 +347,25 @@ class BwdConsumer {
 
   __device__ void reduce_dq_share(const PendingDq& pending) const {
     if (!issues_dq_reductions()) return;
-    float* tile = p_.dq_accum + workspace_row(p_, block_.batch, pending.head, pending.m0) * Traits::kHeadDim;
+    const std::int64_t row = workspace_row<Traits::kBlockM, Traits::kVarlen>(p_, seq_, pending.head, pending.m0);
+    float* tile = p_.dq_accum + row * Traits::kHeadDim;
     bulk_reduce_add_f32(tile + warpgroup_ * kDqShareFloats, dq_share(pending), kDqShareFloats * sizeof(float));
     tma_store_commit();
   }
 
-  // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers.
+  // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers: every key
+  // row stored for the sequence (key_rows), so those past the keys it uses get their 0.
   __device__ void store_gradients(const float (&dk)[kG], const float (&dv)[kG]) const {
     using Element = typename Traits::Element;
-    Element* dk_out = static_cast<Element*>(p_.dk) + block_.batch * p_.dk_batch_stride + block_.kv_head * p_.dk_head_stride;
-    Element* dv_out = static_cast<Element*>(p_.dv) + block_.batch * p_.dv_batch_stride + block_.kv_head * p_.dv_head_stride;
+    const std::int64_t row0 = seq_.rows.k_row0;
+    Element* dk_out = static_cast<Element*>(p_.dk) + seq_.rows.k_batch * p_.dk_batch_stride +
+                      row0 * p_.dk_row_stride + block_.kv_head * p_.dk_head_stride;
+    Element* dv_out = static_cast<Element*>(p_.dv) + seq_.rows.k_batch * p_.dv_batch_stride +
+                      row0 * p_.dv_row_stride + block_.kv_head * p_.dv_head_stride;
 #pragma unroll
     for (int i = 0; i < kG; i += 2) {
       const int key = key_of(i);
-      if (key >= p_.seqlen_k) continue;
+      if (key >= seq_.key_rows) continue;
       const int col = accumulator_col(thread_, i);
       *reinterpret_cast<std::uint32_t*>(dk_out + key * p_.dk_row_stride + col) =
           pack_pair<Traits::kIsBf16>(dk[i] * p_.softmax_scale, dk[i + 1] * p_.softmax_scale);
@@ -359,6 +377,7 @@ class BwdConsumer {
   typename Traits::SharedStorage& s_;
   const BwdParams& p_;
   const KeyBlock block_;
+  const BwdSequence seq_;
   const int warpgroup_;
   const int thread_;
   const int key0_;  // first key of this warpgroup's 64

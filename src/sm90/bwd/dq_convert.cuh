@@ -10,6 +10,7 @@
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/bwd/params.hpp"
+#include "sm90/bwd/sequence.cuh"
 #include "sm90/bwd/traits.cuh"
 #include "sm90/tile/fragment.hpp"
 
@@ -18,15 +19,21 @@ namespace hopattn::sm90 {
 constexpr int kDqConvertThreads = 256;
 
 // One thread per 4 floats of a block (two column pairs, rows r and r + 8); blockIdx.x: q block,
-// blockIdx.y: head, blockIdx.z: batch.
+// blockIdx.y: head, blockIdx.z: batch entry or sequence. Writes exactly the sequence's rows; the blocks
+// of a variable-length batch past its rows (the grid has the longest sequence's) leave at once.
 template <class Traits>
 __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(const BwdParams p) {
   constexpr int kHeadDim = Traits::kHeadDim, kBlockM = Traits::kBlockM;
   constexpr int kWarpgroupThreads = Traits::kWarpgroupThreads;
   constexpr int kShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
   constexpr int kQuads = Traits::kDqTileFloats / 4;
-  const int head = blockIdx.y, batch = blockIdx.z, m0 = blockIdx.x * kBlockM;
-  const float* block = p.dq_accum + ((std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + m0) * kHeadDim;
+  const int head = blockIdx.y, m0 = blockIdx.x * kBlockM;
+  const BwdSequence seq = backward_sequence<kBlockM, Traits::kVarlen>(p, blockIdx.z);
+  const int seqlen_q = seq.bounds.seqlen_q;
+  if constexpr (Traits::kVarlen) {
+    if (m0 >= seqlen_q) return;
+  }
+  const float* block = p.dq_accum + workspace_row<kBlockM, Traits::kVarlen>(p, seq, head, m0) * kHeadDim;
   for (int quad = threadIdx.x; quad < kQuads; quad += kDqConvertThreads) {
     const int offset = 4 * quad;
     const int warpgroup = offset / kShareFloats;
@@ -35,12 +42,13 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
     const int row = m0 + accumulator_row(t, 0);
     const int col = warpgroup * Traits::kDqCols + accumulator_col(t, 4 * j);
     const float4 sum = *reinterpret_cast<const float4*>(block + offset);
-    std::uint16_t* dq = static_cast<std::uint16_t*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride + col;
-    if (row < p.seqlen_q) {
+    std::uint16_t* dq = static_cast<std::uint16_t*>(p.dq) + seq.rows.q_batch * p.dq_batch_stride +
+                        std::int64_t(seq.rows.q_row0) * p.dq_row_stride + head * p.dq_head_stride + col;
+    if (row < seqlen_q) {
       *reinterpret_cast<std::uint32_t*>(dq + row * p.dq_row_stride) =
           pack_pair<Traits::kIsBf16>(sum.x * p.softmax_scale, sum.y * p.softmax_scale);
     }
-    if (row + 8 < p.seqlen_q) {
+    if (row + 8 < seqlen_q) {
       *reinterpret_cast<std::uint32_t*>(dq + (row + 8) * p.dq_row_stride) =
           pack_pair<Traits::kIsBf16>(sum.z * p.softmax_scale, sum.w * p.softmax_scale);
     }

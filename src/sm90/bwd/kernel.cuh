@@ -1,6 +1,6 @@
-// The backward's main kernel: one CTA per (key block, K/V head, batch entry). Warpgroup 0 is the
-// producer (setmaxnreg.dec; one elected thread issues every load, producer.cuh), warpgroups 1 and 2
-// the consumers (setmaxnreg.inc; 64 keys each, consumer.cuh).
+// The backward's main kernel: one CTA per (key block, K/V head, batch entry or sequence). Warpgroup 0
+// is the producer (setmaxnreg.dec; one elected thread issues every load, producer.cuh), warpgroups 1
+// and 2 the consumers (setmaxnreg.inc; 64 keys each, consumer.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -19,6 +19,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_dout,
                               const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params) {
+  const KeyBlock block{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+  const BwdSequence seq = backward_sequence<Traits::kBlockM, Traits::kVarlen>(params, block.batch);
+  if constexpr (Traits::kVarlen) {
+    // The grid has the longest sequence's key blocks for every sequence: the whole CTA leaves, before
+    // any barrier, when its block starts past its sequence's keys (whose CTAs store all its dk, dv).
+    if (block.n_block * Traits::kBlockN >= seq.key_rows) return;
+  }
   // No static shared memory: the dynamic block starts the CTA's window, 1024-byte aligned as the
   // 128B swizzle needs (checked below).
   extern __shared__ __align__(kSwizzleAtomBytes) std::uint8_t dynamic_smem[];
@@ -43,15 +50,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
 
-  const KeyBlock block{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
   if (warpgroup == 0) {
     warpgroup_release_registers<Traits::kProducerRegisters>();
     const BwdTensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_dout, &tm_row_stats};
-    if (threadIdx.x / 32 == 0 && elect_one_lane()) run_backward_producer<Traits>(s, maps, params, block);
+    if (threadIdx.x / 32 == 0 && elect_one_lane()) run_backward_producer<Traits>(s, maps, params, block, seq);
   } else {
     warpgroup_claim_registers<Traits::kConsumerRegisters>();
-    BwdConsumer<Traits>(s, params, block, warpgroup - 1).run();
+    BwdConsumer<Traits>(s, params, block, seq, warpgroup - 1).run();
   }
 }
 

@@ -11,7 +11,7 @@
 #include "sm90/arch/tma.cuh"
 #include "sm90/bwd/block_range.hpp"
 #include "sm90/bwd/params.hpp"
-#include "sm90/bwd/row_stats.cuh"
+#include "sm90/bwd/sequence.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/tile_load.cuh"
 
@@ -30,49 +30,54 @@ struct KeyBlock {
   int n_block, kv_head, batch;
 };
 
-// Offset of q block m of q head `head` in the per-row workspaces (rows of BwdParams::seqlen_q_padded).
-__device__ __forceinline__ std::int64_t workspace_row(const BwdParams& p, int batch, int head, int m0) {
-  return (std::int64_t(batch) * p.heads_q + head) * p.seqlen_q_padded + m0;
-}
-
 // The CTA's steps: every q block that sees one of its keys (block_range.hpp), for each q head that
-// reads its K/V head, head by head. Producer and consumers walk the same list.
+// reads its K/V head, head by head. Producer and consumers walk the same list. b: the sequence's
+// bounds (sequence_bounds); a key block of a variable-length batch past the keys its sequence uses
+// (seqused_k) is seen by no row.
 template <class Traits>
 struct StepList {
   int first_head, m_begin, m_blocks;
 
-  __device__ StepList(const BwdParams& p, const KeyBlock& block) {
-    const QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(
-        block.n_block * Traits::kBlockN, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+  template <class Bounds>
+  __device__ StepList(const BwdParams& p, const KeyBlock& block, const Bounds& b) {
+    const int n0 = block.n_block * Traits::kBlockN;
+    QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, b.seqlen_q, b.seqlen_k,
+                                                                         b.window_left, b.window_right);
+    if constexpr (Traits::kVarlen) {
+      if (n0 >= b.seqlen_k) range = QBlockRange{0, 0};
+    }
     first_head = block.kv_head * p.head_ratio;
     m_begin = range.begin;
     m_blocks = range.end - range.begin;
   }
 };
 
+// Tiles start at the sequence's first rows (rows.q_row0, rows.k_row0; 0 in a dense batch). A tile that
+// runs past its sequence loads the next one's rows (or TMA's zero fill past the tensor's end): keys
+// there are masked, q rows there have P = 0 (their row statistics say lse = +inf).
 template <class Traits>
 __device__ void run_backward_producer(typename Traits::SharedStorage& s, const BwdTensorMaps& maps,
-                                      const BwdParams& p, const KeyBlock& block) {
+                                      const BwdParams& p, const KeyBlock& block, const BwdSequence& seq) {
   using QTile = typename Traits::QTile;
   using KTile = typename Traits::KTile;
   constexpr int kCols = Traits::kColsPerBlock;
-  const int n0 = block.n_block * Traits::kBlockN;
+  const int k_row = seq.rows.k_row0 + block.n_block * Traits::kBlockN;
   mbarrier_arrive_expect_tx(&s.kv_full, 2 * KTile::kBytes);
-  load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, n0, block.kv_head, block.batch);
-  load_tile<KTile, kCols>(s.v, maps.v, &s.kv_full, n0, block.kv_head, block.batch);
+  load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
+  load_tile<KTile, kCols>(s.v, maps.v, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
 
-  const StepList<Traits> steps(p, block);
+  const StepList<Traits> steps(p, block, sequence_bounds<Traits::kVarlen>(p, seq));
   StageRing<Traits::kStages> ring;
   for (int head = steps.first_head; head < steps.first_head + p.head_ratio; ++head) {
     for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
       const int stage = ring.index();
       mbarrier_wait(&s.q_empty[stage], ring.phase() ^ 1);  // the consumers are done with the stage
       mbarrier_arrive_expect_tx(&s.q_full[stage], 2 * QTile::kBytes + sizeof(s.row_stats[0]));
-      const int m0 = m * Traits::kBlockM;
-      load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], m0, head, block.batch);
-      load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], m0, head, block.batch);
-      tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0, row_stats_block(p, block.batch, head, m),
-                  0, 0);
+      const int q_row = seq.rows.q_row0 + m * Traits::kBlockM;
+      load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], q_row, head, seq.rows.q_batch);
+      load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], q_row, head, seq.rows.q_batch);
+      tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0,
+                  workspace_block<Traits::kVarlen>(p, seq, head, m), 0, 0);
       ring.advance();
     }
   }

@@ -9,6 +9,10 @@
 // through shared memory), added into a float32 workspace by one bulk reduction per consumer and step
 // (cp.reduce.async.bulk). At head dim 256 dK and dV alone would take
 // 256 registers a thread: not shipped.
+//
+// kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k): each CTA reads its
+// sequence's lengths and first rows (bwd/sequence.cuh); its own instantiation, so that the dense
+// kernels' code is what it was before variable lengths.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,9 +25,10 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim_, typename Element_>
+template <int kHeadDim_, typename Element_, bool kVarlen_ = false>
 struct BwdTraits {
   using Element = Element_;
+  static constexpr bool kVarlen = kVarlen_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
   static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
   static constexpr int kElementBytes = 2;

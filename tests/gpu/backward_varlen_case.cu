@@ -1,0 +1,315 @@
+#include "gpu/backward_varlen_case.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "gpu/backward_case.cuh"
+#include "gpu/gpu_reference_backward.cuh"
+
+namespace hopattn::test {
+namespace {
+
+void check_case_shape(const VarlenBackwardCase& c) {
+  if (c.batch() < 1 || c.len_k.size() != c.len_q.size() || (c.seqused_k && int(c.seqused_k->size()) != c.batch()))
+    throw std::invalid_argument("test case: one length per sequence on each side");
+  if ((!c.varlen_q && !all_equal(c.len_q)) || (!c.varlen_k && !all_equal(c.len_k)))
+    throw std::invalid_argument("test case: a dense side needs equal lengths");
+  if (c.packed_qkv && (!c.varlen_q || !c.varlen_k || c.len_q != c.len_k))
+    throw std::invalid_argument("test case: packed qkv needs varlen q and k of equal lengths");
+  for (int b = 0; b < c.batch(); ++b)
+    if (c.used_k(b) < 0 || c.used_k(b) > c.len_k[b]) throw std::invalid_argument("test case: seqused_k > len_k");
+  if (prefix_sums(c.len_q).back() == 0 || prefix_sums(c.len_k).back() == 0)
+    throw std::invalid_argument("test case: CUDA tensors need at least one row on each side");
+}
+
+// Stored elements of `view`'s rows that are not 0 (NaN included), read back through the view.
+std::int64_t nonzero_elements(const Tensor& view) {
+  const std::vector<float> values = read_view(view);
+  return std::count_if(values.begin(), values.end(), [](float x) { return !(x == 0.0f); });
+}
+
+// "name: n of m not 0 (why); " when some element of view is not 0, else "".
+std::string expect_zero(const char* name, const Tensor& view, const char* why) {
+  const std::int64_t n = nonzero_elements(view);
+  if (n == 0) return "";
+  std::ostringstream s;
+  s << name << ": " << n << " of " << view.numel() << " elements not 0 (" << why << "); ";
+  return s.str();
+}
+
+// The buffers of one call of a case, and its judgement.
+class VarlenBackwardCall {
+ public:
+  VarlenBackwardCall(const VarlenBackwardCase& c, std::uint64_t seed)
+      : c_(c), starts_q_(prefix_sums(c.len_q)), starts_k_(prefix_sums(c.len_k)) {
+    check_case_shape(c);
+    const int hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
+    const Dtype dt = c.dtype;
+    const int total_q = starts_q_.back(), total_k = starts_k_.back();
+    if (c.packed_qkv) {
+      q_rows_ = make_rows(dt, total_q, hq + 2 * hkv, d, c.padded_rows, 0);
+      fill_normal(q_rows_.storage.data(), dt, q_rows_.elements, splitmix64(seed ^ 1), c.amplitude);
+      q_ = q_rows_.view.heads_slice(0, hq);
+      k_ = q_rows_.view.heads_slice(hq, hkv);
+      v_ = q_rows_.view.heads_slice(hq + hkv, hkv);
+    } else {
+      q_rows_ = make_rows(dt, total_q, hq, d, c.padded_rows, 0);
+      k_rows_ = make_rows(dt, total_k, hkv, d, c.padded_rows, 0);
+      v_rows_ = make_rows(dt, total_k, hkv, d, c.padded_rows, 0);
+      fill_inputs(q_rows_, k_rows_, v_rows_, seed, c.amplitude);
+      q_ = q_rows_.view, k_ = k_rows_.view, v_ = v_rows_.view;
+    }
+    dout_ = make_rows(dt, total_q, hq, d, c.padded_rows, 0);
+    fill_normal(dout_.storage.data(), dt, dout_.elements, splitmix64(seed ^ 4));
+    out_ = make_rows(dt, total_q, hq, d, c.padded_rows, 0);
+    lse_.emplace(starts_q_, c.varlen_q, hq);
+    if (c.varlen_q) cu_q_ = upload(starts_q_);
+    if (c.varlen_k) cu_k_ = upload(starts_k_);
+    if (c.seqused_k) seqused_ = upload(*c.seqused_k);
+
+    // out and lse from the GPU forward, as training has them.
+    FwdArgs fwd;
+    fwd.q = q_.api_tensor(starts_q_, c.varlen_q);
+    fwd.k = k_.api_tensor(starts_k_, c.varlen_k);
+    fwd.v = v_.api_tensor(starts_k_, c.varlen_k);
+    fwd.out = out_.view.api_tensor(starts_q_, c.varlen_q);
+    fwd.lse = lse_->api_tensor;
+    set_lengths(fwd);
+    c.set_args(fwd);
+    if (std::string why = forward_problem(fwd); !why.empty()) throw std::runtime_error(why);
+
+    dq_ = make_rows(dt, total_q, hq, d, c.padded_rows, kGuardRows);
+    dk_ = make_rows(dt, total_k, hkv, d, c.padded_rows, kGuardRows);
+    dv_ = make_rows(dt, total_k, hkv, d, c.padded_rows, kGuardRows);
+    args.q = fwd.q, args.k = fwd.k, args.v = fwd.v, args.out = fwd.out, args.lse = *fwd.lse;
+    args.dout = dout_.view.api_tensor(starts_q_, c.varlen_q);
+    args.dq = dq_.view.api_tensor(starts_q_, c.varlen_q);
+    args.dk = dk_.view.api_tensor(starts_k_, c.varlen_k);
+    args.dv = dv_.view.api_tensor(starts_k_, c.varlen_k);
+    set_lengths(args);
+    args.softmax_scale = c.softmax_scale;
+    args.causal = c.causal;
+    args.window_left = c.window_left;
+    args.window_right = c.window_right;
+    args.softcap = c.softcap;
+    poison_gradients();
+  }
+
+  BwdArgs args;
+
+  void poison_gradients() const {
+    for (const RowBuffer* g : {&dq_, &dk_, &dv_}) poison_nan(g->storage.data(), c_.dtype, g->elements);
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // Calls backward and waits for it; what is wrong with its status (empty when Ok).
+  std::string call_backward() const {
+    const Status status = backward(args);
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    if (status.ok()) return "";
+    return "backward returned code " + std::to_string(int(status.code())) + ": " + status.message();
+  }
+
+  // Judges the gradients of a finished call (the checks of backward_varlen_case.cuh).
+  std::string check() const {
+    std::ostringstream problems;
+    for (int b = 0; b < c_.batch(); ++b) {
+      const std::string seq = check_sequence(b);
+      if (!seq.empty())
+        problems << "sequence " << b << " (len_q " << c_.len_q[b] << ", len_k " << c_.len_k[b] << ", used "
+                 << c_.used_k(b) << "): " << seq;
+    }
+    // Exactly the views' elements written: with no NaN left inside them (checked above), any other
+    // element that lost its poison lies outside, in the guards or the padding.
+    const struct {
+      const char* name;
+      const RowBuffer* buffer;
+      const Tensor& view;
+    } gradients[] = {{"dq", &dq_, args.dq}, {"dk", &dk_, args.dk}, {"dv", &dv_, args.dv}};
+    for (const auto& g : gradients) {
+      const std::int64_t written = count_unpoisoned(g.buffer->storage.data(), c_.dtype, g.buffer->elements);
+      if (written != g.view.numel())
+        problems << g.name << ": " << written << " stored elements changed, expected the " << g.view.numel()
+                 << " of its view; ";
+    }
+    return problems.str();
+  }
+
+  const RowBuffer& dq() const { return dq_; }
+  const RowBuffer& dk() const { return dk_; }
+  const RowBuffer& dv() const { return dv_; }
+  int first_k_row(int b) const { return starts_k_[b]; }
+
+ private:
+  template <class Args>
+  void set_lengths(Args& a) const {
+    const int batch = c_.batch();
+    if (cu_q_) a.cu_seqlens_q = make_tensor(cu_q_->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
+    if (cu_k_) a.cu_seqlens_k = make_tensor(cu_k_->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
+    if (seqused_) a.seqused_k = make_tensor(seqused_->data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+    // The true maxima, also on a dense side (where validation reads the length from the shape).
+    a.max_seqlen_q = *std::max_element(c_.len_q.begin(), c_.len_q.end());
+    a.max_seqlen_k = *std::max_element(c_.len_k.begin(), c_.len_k.end());
+  }
+
+  std::string check_sequence(int b) const {
+    const int len_q = c_.len_q[b], len_k = c_.len_k[b], used = c_.used_k(b);
+    const int q0 = starts_q_[b], k0 = starts_k_[b];
+    std::string problems;
+    if (len_q > 0 && used > 0) {
+      const int hq = c_.heads_q, hkv = c_.heads_kv, d = c_.head_dim;
+      ReferenceGradient dq(std::int64_t(len_q) * hq * d), dk(std::int64_t(used) * hkv * d),
+          dv(std::int64_t(used) * hkv * d);
+      GpuReferenceBackwardArgs a;
+      a.q = q_.sequence(q0, len_q), a.dout = dout_.view.sequence(q0, len_q);
+      a.k = k_.sequence(k0, used), a.v = v_.sequence(k0, used);
+      a.softmax_scale = c_.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
+      a.causal = c_.causal;
+      a.window_left = c_.window_left;
+      a.window_right = c_.window_right;
+      a.softcap = c_.softcap;
+      a.dq = dq.buffers(), a.dk = dk.buffers(), a.dv = dv.buffers();
+      if (const Status s = gpu_reference_backward(a); !s.ok()) throw std::runtime_error("reference: " + s.message());
+      HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      problems += check_gradient("dq", dq_.view.sequence(q0, len_q), dq);
+      problems += check_gradient("dk", dk_.view.sequence(k0, used), dk);
+      problems += check_gradient("dv", dv_.view.sequence(k0, used), dv);
+    } else {
+      if (len_q > 0) problems += expect_zero("dq", dq_.view.sequence(q0, len_q), "its queries see no key");
+      for (const auto& [name, g] : {std::pair{"dk", &dk_}, std::pair{"dv", &dv_}})
+        if (used > 0) problems += expect_zero(name, g->view.sequence(k0, used), "its keys see no query");
+    }
+    for (const auto& [name, g] : {std::pair{"dk", &dk_}, std::pair{"dv", &dv_}})
+      if (len_k > used) problems += expect_zero(name, g->view.sequence(k0 + used, len_k - used), "keys past seqused_k");
+    return problems;
+  }
+
+  VarlenBackwardCase c_;
+  std::vector<int> starts_q_, starts_k_;
+  RowBuffer q_rows_, k_rows_, v_rows_, dout_, out_;
+  RowView q_, k_, v_;
+  std::optional<LseBuffer> lse_;
+  std::optional<DeviceBuffer> cu_q_, cu_k_, seqused_;
+  RowBuffer dq_, dk_, dv_;
+};
+
+}  // namespace
+
+double VarlenBackwardCase::pairs() const {
+  double pairs = 0;
+  for (int b = 0; b < batch(); ++b) pairs += double(len_q[b]) * used_k(b);
+  return pairs * heads_q;
+}
+
+VarlenBackwardCase VarlenBackwardCase::prefix(int n) const {
+  VarlenBackwardCase c = *this;
+  c.len_q.resize(n);
+  c.len_k.resize(n);
+  if (c.seqused_k) c.seqused_k->resize(n);
+  return c;
+}
+
+std::string VarlenBackwardCase::describe() const {
+  std::ostringstream s;
+  s << (varlen_q ? "varlen q " : "dense q ") << join(len_q) << (varlen_k ? " varlen k " : " dense k ") << join(len_k);
+  if (seqused_k) s << " seqused_k " << join(*seqused_k);
+  describe_to(s);
+  s << (packed_qkv ? " packed-qkv" : "");
+  return s.str();
+}
+
+std::string run_varlen_backward_case(const VarlenBackwardCase& c, std::uint64_t seed) {
+  try {
+    const VarlenBackwardCall call(c, seed);
+    if (std::string why = call.call_backward(); !why.empty()) return why;
+    return call.check();
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  }
+}
+
+std::vector<std::string> spoiled_gradient_reports(const VarlenBackwardCase& c, std::uint64_t seed) {
+  const VarlenBackwardCall call(c, seed);
+  std::vector<std::string> reports;
+  const auto rerun = [&] {
+    call.poison_gradients();
+    if (std::string why = call.call_backward(); !why.empty()) throw std::runtime_error(why);
+  };
+  rerun();
+  reports.push_back(call.check());  // unspoiled: must pass
+
+  const RowView& dv = call.dv().view;  // sequence 1's first key row zeroed
+  write_view(std::vector<float>(std::size_t(dv.heads) * dv.head_dim, 0.0f), dv.sequence(call.first_k_row(1), 1));
+  reports.push_back(call.check());
+
+  rerun();  // the first key past sequence 0's seqused_k gets a gradient
+  const RowView& dk = call.dk().view;
+  const Tensor unused_key = dk.sequence(call.first_k_row(0) + c.used_k(0), 1);
+  std::vector<float> ones(std::size_t(dk.heads) * dk.head_dim, 1.0f);
+  write_view(ones, unused_key);
+  reports.push_back(call.check());
+
+  rerun();  // one element written into dq's trailing guard
+  const RowView& dq = call.dq().view;
+  HOPATTN_CUDA_CHECK(cudaMemset(dq.row(prefix_sums(c.len_q).back()), 0, dtype_size(dq.dtype)));
+  reports.push_back(call.check());
+  return reports;
+}
+
+VarlenBackwardCase random_varlen_backward_case(std::mt19937_64& rng, double max_pairs) {
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  constexpr int kEdgeLengths[] = {1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300};
+  constexpr int kMaxLength = 700;
+  const auto length = [&] {
+    if (chance(0.3)) return kEdgeLengths[pick(0, static_cast<int>(std::size(kEdgeLengths)) - 1)];
+    const double x = std::exp(std::uniform_real_distribution<double>(0.0, std::log(double(kMaxLength)))(rng));
+    return std::clamp(static_cast<int>(std::lround(x)), 1, kMaxLength);
+  };
+
+  VarlenBackwardCase c;
+  const int batch = pick(1, 6);
+  c.varlen_q = chance(0.8);
+  c.varlen_k = chance(0.75);
+  const bool seqused = chance(0.35) || (!c.varlen_q && !c.varlen_k);
+  const int dense_q = length(), dense_k = length();
+  for (int b = 0; b < batch; ++b) {
+    const int lq = !c.varlen_q ? dense_q : chance(0.08) ? 0 : length();
+    const int lk = !c.varlen_k ? dense_k : chance(0.08) ? 0 : chance(0.25) && lq > 0 ? lq : length();
+    c.len_q.push_back(lq);
+    c.len_k.push_back(lk);
+  }
+  if (prefix_sums(c.len_q).back() == 0) c.len_q[0] = 1;
+  if (prefix_sums(c.len_k).back() == 0) c.len_k[0] = 1;
+  c.packed_qkv = c.varlen_q && c.varlen_k && chance(0.15);
+  if (c.packed_qkv) c.len_k = c.len_q;
+  if (seqused) {
+    c.seqused_k.emplace();
+    for (int lk : c.len_k) c.seqused_k->push_back(chance(0.3) ? lk : pick(0, lk));
+  }
+
+  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()));
+  c.head_dim = chance(0.5) ? 64 : 128;  // the backward kernel's head dims
+  c.with_lse = true;
+  if (c.softcap > 0.0f) c.amplitude = std::uniform_real_distribution<float>(3.0f, 8.0f)(rng);  // tanh bends
+
+  // Fewer heads first, then every length (used keys too) by a quarter, until it fits.
+  while (c.pairs() > max_pairs) {
+    if (!shrink_heads(c)) {
+      // Monotone, so used keys stay <= stored keys; 0 stays 0 and nothing else reaches it.
+      const auto shrink = [](std::vector<int>& lengths) {
+        for (int& n : lengths) n = n == 0 ? 0 : std::max(1, n * 3 / 4);
+      };
+      shrink(c.len_q);
+      shrink(c.len_k);
+      if (c.seqused_k) shrink(*c.seqused_k);
+    }
+  }
+  return c;
+}
+
+}  // namespace hopattn::test

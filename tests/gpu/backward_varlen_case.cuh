@@ -1,0 +1,55 @@
+// One variable-length backward call of the GPU tests (test_backward_varlen.cu): cu_seqlens_q,
+// cu_seqlens_k and seqused_k alone and combined, with dense q or k where the API allows it. Its buffers
+// (fresh inputs, out and lse from hopattn::forward on the GPU, dq/dk/dv poisoned with NaN and bracketed
+// by poisoned guard rows), the call to hopattn::backward, and the judgement: each sequence is an
+// ordinary attention problem of its own lengths (masks bottom-right aligned per sequence), so its dq,
+// dk and dv are judged against the float32 GPU reference backward run on that sequence alone, through
+// batch-1 views, by the dense tests' rule (check_gradient, backward_case.cuh); gradients no query or key
+// reaches (a sequence without queries or without keys, keys past seqused_k) must be exactly 0; every
+// row of the views must be written and nothing around or between them.
+#pragma once
+
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/sequence_checks.cuh"
+
+namespace hopattn::test {
+
+struct VarlenBackwardCase : CallSettings {  // with_lse unused: the backward always reads the LSE
+  std::vector<int> len_q;                     // query rows of each sequence
+  std::vector<int> len_k;                     // key rows stored for each sequence
+  std::optional<std::vector<int>> seqused_k;  // keys each sequence uses (<= len_k), when given
+  bool varlen_q = true, varlen_k = true;
+  // q, k, v as head slices of one (total, hq + 2 hkv, d) buffer (flash_attn_varlen_qkvpacked_func's
+  // inputs); needs varlen q and k with equal lengths.
+  bool packed_qkv = false;
+
+  int batch() const { return static_cast<int>(len_q.size()); }
+  int used_k(int b) const { return seqused_k ? (*seqused_k)[b] : len_k[b]; }
+  // (head, query, key) pairs over the sequences: what the reference's time and scratch grow with.
+  double pairs() const;
+  // The first `n` sequences as a batch of their own.
+  VarlenBackwardCase prefix(int n) const;
+  std::string describe() const;
+};
+
+// Runs `c` on data drawn from `seed` and returns what is wrong (empty when nothing is): backward must
+// return Ok, and every sequence's gradients pass the checks above.
+std::string run_varlen_backward_case(const VarlenBackwardCase& c, std::uint64_t seed);
+
+// The harness must be able to fail: runs `c`, then spoils its gradients one way at a time (a dv row of
+// a sequence zeroed, a nonzero dk entry for a key past seqused_k, a write into dq's trailing guard) and
+// returns, for each, what the checks said (each must be non-empty). c needs a second sequence with
+// queries and keys and keys past seqused_k in its first.
+std::vector<std::string> spoiled_gradient_reports(const VarlenBackwardCase& c, std::uint64_t seed);
+
+// Batch 1-6; varlen q, varlen k and seqused_k drawn independently (at least one); lengths log-uniform
+// in [1, 700], often an edge of the 64- and 128-row blocks, sometimes 0 on a varlen side; d 64 or 128,
+// either dtype, GQA ratio 1-8; causal, windows, softcap, scale, padded rows and packed qkv at random;
+// heads then lengths shrunk until pairs() <= max_pairs.
+VarlenBackwardCase random_varlen_backward_case(std::mt19937_64& rng, double max_pairs);
+
+}  // namespace hopattn::test

@@ -1,0 +1,251 @@
+// The sm_90a backward on variable-length batches: cu_seqlens_q, cu_seqlens_k and seqused_k, alone and
+// combined, with dense q or k where the API allows it, each sequence judged against the float32 GPU
+// reference on that sequence alone (backward_varlen_case.cuh). Lengths on both sides of the 64-row q
+// blocks and 128-key blocks, empty sequences on either side, causal with more or fewer queries than
+// keys per sequence, windows, softcap, GQA/MQA, both head dims and dtypes; the batch cut after each
+// sequence (so a block that wrote past its sequence's rows would hit the guard, not the next sequence);
+// a random sweep; checks that the harness fails spoiled gradients; and the refusals.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu/backward_varlen_case.cuh"
+#include "gpu/gpu_test_util.cuh"
+
+namespace hopattn::test {
+namespace {
+
+VarlenBackwardCase varlen(std::vector<int> len_q, std::vector<int> len_k, int heads_q, int heads_kv, int head_dim,
+                          Dtype dtype) {
+  VarlenBackwardCase c;
+  c.len_q = std::move(len_q);
+  c.len_k = std::move(len_k);
+  c.heads_q = heads_q, c.heads_kv = heads_kv, c.head_dim = head_dim, c.dtype = dtype;
+  return c;
+}
+
+// The lengths the brief of the backward's varlen tests names: the 64- and 128-row edges, 300 and 0,
+// with the keys in another order than the queries.
+const std::vector<int> kEdgesQ = {1, 63, 64, 65, 127, 128, 129, 300, 0};
+const std::vector<int> kEdgesK = {129, 0, 300, 63, 1, 65, 128, 64, 127};
+
+std::vector<NamedCase<VarlenBackwardCase>> corner_cases() {
+  std::vector<NamedCase<VarlenBackwardCase>> cases;
+  const auto add = [&](std::string name, VarlenBackwardCase c) { cases.push_back({std::move(name), std::move(c)}); };
+
+  add("Edges_d64_bf16_gqa", varlen(kEdgesQ, kEdgesK, 8, 2, 64, kBf16));
+  add("Edges_d128_fp16_mha", varlen(kEdgesQ, kEdgesK, 2, 2, 128, kFp16));
+  {
+    VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 4, 1, 64, kFp16);
+    c.causal = true;  // bottom-right per sequence: where len_q > len_k the first rows see no key
+    add("Edges_d64_fp16_causal_mqa", c);
+  }
+  {
+    VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 4, 2, 128, kBf16);
+    c.causal = true;
+    add("Edges_d128_bf16_causal_gqa", c);
+  }
+  {
+    VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 4, 2, 128, kBf16);
+    c.window_left = 37, c.window_right = 11;
+    add("Edges_d128_bf16_window37_11", c);
+  }
+  {
+    VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 2, 1, 64, kFp16);
+    c.window_left = 100, c.window_right = 0;
+    add("Edges_d64_fp16_window100_0", c);
+  }
+  {
+    VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 4, 2, 64, kBf16);
+    c.softcap = 30.0f, c.amplitude = 8.0f;
+    add("Edges_d64_bf16_softcap30", c);
+  }
+  {
+    VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 8, 2, 128, kFp16);
+    c.causal = true, c.softcap = 30.0f, c.amplitude = 6.0f, c.softmax_scale = 0.2f;
+    add("Edges_d128_fp16_causal_softcap30_scale", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({300, 129, 7, 65}, {100, 1, 7, 64}, 8, 2, 128, kBf16);
+    c.causal = true;  // the first len_q - len_k rows of each sequence see no key: dq 0
+    add("CausalMoreQueriesThanKeys", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({1, 64, 129, 17}, {700, 513, 257, 130}, 4, 2, 64, kBf16);
+    c.causal = true;  // keys before the diagonal band of the few queries
+    add("CausalFewerQueriesThanKeys", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({200, 0, 129, 0}, {300, 77, 0, 0}, 8, 2, 128, kFp16);
+    c.causal = true;  // no queries: dk = dv = 0; no keys: dq = 0
+    add("EmptySequencesOnEitherSide", c);
+  }
+  add("SingleSequence", varlen({777}, {555}, 4, 4, 128, kBf16));
+  {
+    VarlenBackwardCase c = varlen({100, 128, 5, 300}, {300, 300, 300, 300}, 4, 1, 128, kBf16);
+    c.varlen_k = false, c.seqused_k = {{300, 1, 0, 171}}, c.causal = true;
+    add("SequsedK_VarlenQ_DenseK_causal", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({129, 129, 129}, {300, 300, 300}, 4, 2, 64, kFp16);
+    c.varlen_q = false, c.varlen_k = false, c.seqused_k = {{300, 129, 0}};
+    c.window_left = 37, c.window_right = 11;
+    add("SequsedK_DenseQ_DenseK_window37_11", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({256, 1, 130, 64}, {400, 300, 130, 65}, 4, 2, 128, kBf16);
+    c.seqused_k = {{257, 0, 130, 1}}, c.softcap = 30.0f, c.amplitude = 6.0f;
+    add("SequsedK_VarlenQ_VarlenK_softcap30", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({100, 333, 1}, {333, 333, 333}, 8, 2, 64, kFp16);
+    c.varlen_k = false, c.causal = true;
+    add("VarlenQ_DenseK_causal", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({200, 200, 200}, {1, 500, 129}, 4, 4, 128, kBf16);
+    c.varlen_q = false, c.window_left = 100, c.window_right = 0;
+    add("DenseQ_VarlenK_window100_0", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({129, 1, 300}, {129, 1, 300}, 4, 2, 128, kBf16);
+    c.packed_qkv = true, c.causal = true;
+    add("PackedQkv_d128_bf16_causal", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({64, 0, 257}, {64, 0, 257}, 3, 1, 64, kFp16);
+    c.packed_qkv = true, c.padded_rows = true, c.causal = true, c.window_left = 100;
+    add("PackedQkv_PaddedRows_d64_fp16_mqa_causal_window100", c);
+  }
+  return cases;
+}
+
+class BackwardVarlenCorners : public HopperTest,
+                              public ::testing::WithParamInterface<NamedCase<VarlenBackwardCase>> {};
+
+TEST_P(BackwardVarlenCorners, EverySequenceMatchesReference) {
+  const std::uint64_t seed = run_seed();
+  const VarlenBackwardCase& c = GetParam().c;
+  const std::string problems = run_varlen_backward_case(c, seed);
+  EXPECT_TRUE(problems.empty()) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << problems;
+}
+
+INSTANTIATE_TEST_SUITE_P(Corners, BackwardVarlenCorners, ::testing::ValuesIn(corner_cases()), CaseName());
+
+// Small batches for compute-sanitizer (scripts/device_tests.sh): sequences cut inside a q block and a
+// key block, an empty one on each side, causal GQA, softcap, a window, seqused_k.
+std::vector<NamedCase<VarlenBackwardCase>> sanitizer_cases() {
+  std::vector<NamedCase<VarlenBackwardCase>> cases;
+  {
+    VarlenBackwardCase c = varlen({65, 0, 130}, {129, 40, 0}, 4, 2, 64, kBf16);
+    c.causal = true;
+    cases.push_back({"Causal_d64_bf16_gqa", c});
+  }
+  {
+    VarlenBackwardCase c = varlen({1, 100}, {70, 130}, 2, 1, 128, kFp16);
+    c.softcap = 30.0f, c.amplitude = 6.0f, c.window_left = 16, c.window_right = 4, c.seqused_k = {{33, 130}};
+    cases.push_back({"SoftcapWindowSeqused_d128_fp16", c});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(SanitizerSmall, BackwardVarlenCorners, ::testing::ValuesIn(sanitizer_cases()), CaseName());
+
+class BackwardVarlen : public HopperTest {};
+
+// Each sequence in turn is the last of the batch (the batch cut after it), so that dq, dk or dv rows
+// written past its end land in the trailing guard, where they show, instead of in the next sequence's
+// rows, where its own (correct) stores may hide them.
+TEST_F(BackwardVarlen, NoSequenceWritesPastItsEnd) {
+  const std::uint64_t seed = run_seed();
+  const std::vector<int> len_q = {129, 63, 1, 257, 128, 0, 127, 65}, len_k = {129, 300, 5, 257, 128, 40, 1, 64};
+  int index = 0;
+  for (const auto& [d, dtype] : {std::pair{64, kFp16}, std::pair{128, kBf16}}) {
+    VarlenBackwardCase full = varlen(len_q, len_k, 4, 2, d, dtype);
+    full.causal = d == 128;
+    for (int n = 1; n <= full.batch(); ++n) {
+      const VarlenBackwardCase c = full.prefix(n);
+      const std::string problems = run_varlen_backward_case(c, splitmix64(seed + index++));
+      EXPECT_TRUE(problems.empty()) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << problems;
+    }
+  }
+}
+
+// (head, query, key) pairs per random case: the reference's scratch takes 16 bytes of each.
+constexpr double kMaxSweepPairs = 2e6;
+constexpr int kSweepCases = 30;
+
+TEST_F(BackwardVarlen, RandomBatchesMatchReference) {
+  random_sweep(
+      kSweepCases, [](std::mt19937_64& rng) { return random_varlen_backward_case(rng, kMaxSweepPairs); },
+      run_varlen_backward_case);
+}
+
+// The checks must be able to fail: a zeroed dv row of one sequence, a gradient for a key past
+// seqused_k, and a write into dq's guard are each reported; the unspoiled call passes.
+TEST_F(BackwardVarlen, SpoiledGradientsAreReported) {
+  const std::uint64_t seed = run_seed();
+  VarlenBackwardCase c = varlen({100, 129, 64}, {130, 200, 65}, 4, 2, 64, kBf16);
+  c.seqused_k = {{90, 200, 65}};
+  const std::vector<std::string> reports = spoiled_gradient_reports(c, seed);
+  ASSERT_EQ(reports.size(), 4u);
+  EXPECT_EQ(reports[0], "") << "the unspoiled call (HOPATTN_TEST_SEED=" << seed << ")";
+  EXPECT_NE(reports[1].find("dv: max|"), std::string::npos) << "a zeroed dv row: " << reports[1];
+  EXPECT_NE(reports[2].find("keys past seqused_k"), std::string::npos) << "an unused key's dk: " << reports[2];
+  EXPECT_NE(reports[3].find("dq: "), std::string::npos) << "a write into dq's guard: " << reports[3];
+}
+
+class BackwardVarlenRefusals : public HopperTest {};
+
+// Head dim 256 with variable lengths has no kernel; max_seqlen_k 0 with cu_seqlens_k cannot size the
+// grid. Both are refused, naming why, before anything is written.
+TEST_F(BackwardVarlenRefusals, HeadDim256AndMaxSeqlenK0) {
+  const std::uint64_t seed = run_seed();
+  const std::vector<int> len_q = {100, 0, 129}, len_k = {300, 1, 129};
+  const std::vector<int> starts_q = prefix_sums(len_q), starts_k = prefix_sums(len_k);
+  struct Mode {
+    const char* name;
+    int head_dim, max_seqlen_k;
+    StatusCode code;
+    const char* must_mention;
+  };
+  for (const Mode& m : {Mode{"head dim 256", 256, 300, StatusCode::kUnsupported, "head dim 256"},
+                        Mode{"max_seqlen_k 0", 128, 0, StatusCode::kInvalidArgument, "max_seqlen_k"}}) {
+    RowBuffer q = make_rows(kBf16, starts_q.back(), 4, m.head_dim, false, 0);
+    RowBuffer k = make_rows(kBf16, starts_k.back(), 2, m.head_dim, false, 0);
+    RowBuffer v = make_rows(kBf16, starts_k.back(), 2, m.head_dim, false, 0);
+    fill_inputs(q, k, v, seed, 1.0f);
+    RowBuffer out = make_rows(kBf16, starts_q.back(), 4, m.head_dim, false, 0);
+    RowBuffer dout = make_rows(kBf16, starts_q.back(), 4, m.head_dim, false, 0);
+    fill_normal(out.storage.data(), kBf16, out.elements, splitmix64(seed ^ 4));
+    fill_normal(dout.storage.data(), kBf16, dout.elements, splitmix64(seed ^ 5));
+    RowBuffer dq = make_rows(kBf16, starts_q.back(), 4, m.head_dim, false, 0);
+    RowBuffer dk = make_rows(kBf16, starts_k.back(), 2, m.head_dim, false, 0);
+    RowBuffer dv = make_rows(kBf16, starts_k.back(), 2, m.head_dim, false, 0);
+    for (const RowBuffer* g : {&dq, &dk, &dv}) poison_nan(g->storage.data(), kBf16, g->elements);
+    LseBuffer lse(starts_q, true, 4);
+    HOPATTN_CUDA_CHECK(cudaMemset(lse.storage.data(), 0, lse.storage.bytes()));
+    const DeviceBuffer cu_q = upload(starts_q), cu_k = upload(starts_k);
+
+    BwdArgs args;
+    args.q = q.view.api_tensor(starts_q, true), args.k = k.view.api_tensor(starts_k, true);
+    args.v = v.view.api_tensor(starts_k, true), args.out = out.view.api_tensor(starts_q, true);
+    args.dout = dout.view.api_tensor(starts_q, true), args.lse = lse.api_tensor;
+    args.dq = dq.view.api_tensor(starts_q, true), args.dk = dk.view.api_tensor(starts_k, true);
+    args.dv = dv.view.api_tensor(starts_k, true);
+    args.cu_seqlens_q = make_tensor(cu_q.data(), Dtype::kInt32, {4}, DeviceType::kCuda);
+    args.cu_seqlens_k = make_tensor(cu_k.data(), Dtype::kInt32, {4}, DeviceType::kCuda);
+    args.max_seqlen_q = 129, args.max_seqlen_k = m.max_seqlen_k;
+    args.causal = true;
+    const Status status = backward(args);
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(status.code(), m.code) << m.name << ": " << status.message();
+    EXPECT_NE(status.message().find(m.must_mention), std::string::npos) << m.name << ": " << status.message();
+    for (const RowBuffer* g : {&dq, &dk, &dv})
+      EXPECT_EQ(count_unpoisoned(g->storage.data(), kBf16, g->elements), 0) << m.name << ": a gradient was written";
+  }
+}
+
+}  // namespace
+}  // namespace hopattn::test
