@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <utility>
 
 #include "sm90/bwd/block_range.hpp"
 
@@ -54,12 +55,45 @@ void check(int sq, int sk, int wl, int wr) {
   }
 }
 
+// key_blocks_before_seeing against counting q_blocks_seeing over the key blocks before n: the
+// deterministic backward orders each q block's dQ reductions by it.
+void check_inverse(int sq, int sk, int wl, int wr) {
+  SCOPED_TRACE(::testing::Message() << "sq " << sq << " sk " << sk << " window (" << wl << ", " << wr << ")");
+  const int m_blocks = (sq + kM - 1) / kM, n_blocks = (sk + kN - 1) / kN;
+  for (int m = 0; m < m_blocks; ++m) {
+    int seen_before = 0;
+    for (int n = 0; n <= n_blocks; ++n) {
+      ASSERT_EQ((key_blocks_before_seeing<kM, kN>(n, m, sq, sk, wl, wr)), seen_before) << "q block " << m << ", key block " << n;
+      if (n == n_blocks) break;
+      const QBlockRange r = q_blocks_seeing<kM, kN>(n * kN, sq, sk, wl, wr);
+      const bool sees = r.begin <= m && m < r.end;
+      const KeyBlockRange inverse = key_blocks_seeing<kM, kN>(m, sq, sk, wl, wr);
+      ASSERT_EQ(inverse.begin <= n && n < inverse.end, sees) << "q block " << m << ", key block " << n;
+      seen_before += sees;
+    }
+  }
+}
+
 TEST(BwdBlockRange, CausalAndDense) {
   for (int sq : {1, 63, 64, 65, 200, 511})
     for (int sk : {1, 100, 128, 129, 400}) {
       check(sq, sk, -1, -1);
       check(sq, sk, -1, 0);
     }
+}
+
+TEST(BwdBlockRange, KeyBlocksBeforeSeeingCountsBruteForce) {
+  for (int sq : {1, 63, 64, 65, 200, 511, 1100})
+    for (int sk : {1, 100, 128, 129, 400, 1000, 1201})
+      for (const auto [wl, wr] : {std::pair{-1, -1}, std::pair{-1, 0}, std::pair{0, 0}, std::pair{130, -1}, std::pair{-1, 200}})
+        check_inverse(sq, sk, wl, wr);
+  std::mt19937 rng(20260301);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int sq = 1 + int(rng() % 1500), sk = 1 + int(rng() % 1500);
+    const int wl = int(rng() % 5) == 0 ? -1 : int(rng() % 700);
+    const int wr = int(rng() % 5) == 0 ? -1 : int(rng() % 700);
+    check_inverse(sq, sk, wl, wr);
+  }
 }
 
 TEST(BwdBlockRange, RandomWindows) {

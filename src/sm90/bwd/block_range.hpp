@@ -30,6 +30,44 @@ HOPATTN_HOST_DEVICE constexpr QBlockRange q_blocks_seeing(int n0, int seqlen_q, 
   return QBlockRange{first_row / kBlockM, last_row / kBlockM + 1};
 }
 
+struct KeyBlockRange {
+  int begin;  // first key block whose q_blocks_seeing range holds the q block
+  int end;    // one past the last; begin == end when none does
+};
+
+// Integer division rounding toward -infinity (the bounds below have negative numerators).
+HOPATTN_HOST_DEVICE constexpr int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The inverse of q_blocks_seeing: the key blocks (of ceil(seqlen_k / kBlockN)) whose range holds q
+// block m, for m < ceil(seqlen_q / kBlockM). With a = n0 - offset - window_right and
+// b = n0 + kBlockN - 1 - offset + window_left (a <= b), q_blocks_seeing(n0) holds m exactly when
+// b >= m * kBlockM and a <= last_row(m) (the block's last row that exists): contiguous key blocks.
+template <int kBlockM, int kBlockN>
+HOPATTN_HOST_DEVICE constexpr KeyBlockRange key_blocks_seeing(int m, int seqlen_q, int seqlen_k, int window_left,
+                                                              int window_right) {
+  const int offset = seqlen_k - seqlen_q;
+  const int last_row = ((m + 1) * kBlockM < seqlen_q ? (m + 1) * kBlockM : seqlen_q) - 1;
+  int begin = window_left >= 0 ? -floor_div(-(m * kBlockM + offset - window_left - kBlockN + 1), kBlockN) : 0;
+  if (begin < 0) begin = 0;
+  int end = (seqlen_k + kBlockN - 1) / kBlockN;
+  if (window_right >= 0) {
+    const int last = floor_div(last_row + offset + window_right, kBlockN) + 1;
+    if (last < end) end = last;
+  }
+  if (end < begin) end = begin;
+  return KeyBlockRange{begin, end};
+}
+
+// How many key blocks before block n add into q block m's dQ: the deterministic backward's place of
+// block n in the fixed order of those reductions (consumer.cuh).
+template <int kBlockM, int kBlockN>
+HOPATTN_HOST_DEVICE constexpr int key_blocks_before_seeing(int n, int m, int seqlen_q, int seqlen_k, int window_left,
+                                                           int window_right) {
+  const KeyBlockRange r = key_blocks_seeing<kBlockM, kBlockN>(m, seqlen_q, seqlen_k, window_left, window_right);
+  const int before = (n < r.end ? n : r.end) - r.begin;
+  return before > 0 ? before : 0;
+}
+
 // Whether some (row, key) of q block m0 .. m0 + kBlockM - 1 and key block n0 .. n0 + kBlockN - 1 is not
 // visible: keys past seqlen_k, or the window's edges crossing the block pair.
 template <int kBlockM, int kBlockN>
