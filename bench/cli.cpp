@@ -78,6 +78,7 @@ std::string usage_text() {
          "    --backward (bf16/fp16, dense or --varlen: time hopattn::backward (dq, dk, dv) after one forward\n"
          "               that writes out and the LSE; FLOPs 2.5x the forward's; not with fp8, --page-size,\n"
          "               --no-lse, --num-splits or the --no-* switches)\n"
+         "    --deterministic (with --backward: BwdArgs::deterministic, dq summed in a fixed order)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -130,6 +131,14 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
         return false;
       }
       single.backward = single_given = true;
+      continue;
+    }
+    if (flag == "--deterministic") {
+      if (has_inline_value) {
+        *error = "--deterministic takes no value; got '" + value + "'";
+        return false;
+      }
+      single.deterministic = single_given = true;
       continue;
     }
     // One speed technique off for the single shape (the ablation grid does all of them at one shape).
@@ -220,8 +229,13 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     // Unless given, heads_kv follows heads and seqlen_k follows seqlen_q (plain self-attention).
     if (!heads_kv_given) single.heads_kv = single.heads_q;
     if (!seqlen_k_given) single.seqlen_k = single.seqlen_q;
+    if (single.deterministic && !single.backward) {
+      *error = "--deterministic applies to the backward only (add --backward)";
+      return false;
+    }
     if (single.backward) {
       if (!check_backward_shape(single, error)) return false;
+      if (single.deterministic) single.variant = single.variant == "default" ? "deterministic" : single.variant + "_deterministic";
       single.variant = backward_variant(single.variant);
     }
     if (single.page_size > 0 && single.seqlen_k % single.page_size != 0) {

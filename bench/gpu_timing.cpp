@@ -211,6 +211,7 @@ BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, c
   args.max_seqlen_k = fwd.max_seqlen_k;
   args.causal = s.causal;
   args.softcap = s.softcap;
+  args.deterministic = s.deterministic;
   args.stream = options.stream;
   return args;
 }

@@ -36,6 +36,8 @@ struct Shape {
   // Times hopattn::backward (dq, dk, dv from q, k, v, out, dout and the forward's LSE) instead of the
   // forward: bf16/fp16, dense or varlen; KernelOptions and num_splits do not apply to it.
   bool backward = false;
+  // Backward only: BwdArgs::deterministic (dq summed in a fixed order).
+  bool deterministic = false;
   // Names the KernelOptions setting (ablation rows) or the descales; backward rows are "backward" or
   // "backward_<what the forward row would be called>" (backward_variant).
   std::string variant = "default";

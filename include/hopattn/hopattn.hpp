@@ -151,6 +151,14 @@ struct BwdArgs {
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Tensor> seqused_k;
 
+  // Bitwise reproducible gradients: dq, dk and dv come out identical across runs with the same inputs,
+  // shapes and device (and build). The sm_90a kernel sums dq over key blocks by reductions that, by
+  // default, land in a run-to-run varying order (dq may differ in its last bits; dk and dv never do);
+  // with this flag each q block's reductions wait their turn in key-block order, which costs time
+  // (each reduction's issuing warp waits for its turn and its completion). The CPU reference backend
+  // is deterministic either way.
+  bool deterministic = false;
+
   void* stream = nullptr;
 };
 

@@ -69,10 +69,11 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_left=-1,
              window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-             max_seqlen_k=0, seqused_k=None):
+             max_seqlen_k=0, seqused_k=None, deterministic=False):
     """Returns (dq, dk, dv), each in its input's shape and dtype, freshly allocated with the caller's
     library (contiguous, so on CUDA their strides are the 16-byte multiples the GPU kernel needs).
-    Gradients do not flow through lse."""
+    Gradients do not flow through lse. deterministic: bitwise reproducible gradients (slower on
+    CUDA; see hopattn::BwdArgs)."""
     inputs = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, cu_seqlens_q=cu_seqlens_q,
                   cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
     lib = common_library(inputs)
@@ -80,7 +81,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
              for name, x in (("dq", q), ("dk", k), ("dv", v))}
     _call(_C.backward, lib, q, {**inputs, **grads}, softmax_scale=softmax_scale, causal=causal,
           window_left=window_left, window_right=window_right, softcap=softcap,
-          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, deterministic=bool(deterministic))
     return grads["dq"], grads["dk"], grads["dv"]
 
 

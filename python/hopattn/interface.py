@@ -17,7 +17,7 @@ from ._arrays import library_of
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, softcap, GQA/MQA, variable "
              "lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV (page_table) and FP8 "
              "e4m3 inputs with q/k/v_descale (and per-block q/k/v_block_descale in "
-             "flash_attn_func)")
+             "flash_attn_func), and deterministic backward passes")
 
 
 def _reject(name, value, default=None):
@@ -47,11 +47,13 @@ def _window(window_size):
 torch_forward = None
 
 
-def _forward(q, k, v, out, return_lse, **kwargs):
+def _forward(q, k, v, out, return_lse, deterministic=False, **kwargs):
+    # deterministic reaches the torch backward; other arrays (and out=) have no autograd to use it.
     if out is None and type(q).__module__.split(".")[0] == "torch":
         if torch_forward is None:
             from . import torch  # noqa: F401  (sets torch_forward)
-        result, lse = torch_forward(q, k, v, return_lse=return_lse, **kwargs)
+        result, lse = torch_forward(q, k, v, return_lse=return_lse, deterministic=deterministic,
+                                    **kwargs)
     else:
         result, lse = _core.forward(q, k, v, out=out, return_lse=return_lse, **kwargs)
     return (result, lse) if return_lse else result
@@ -74,13 +76,16 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     ceil(seqlen_q / descale_block_rows_q)), k/v_block_descale (batch, heads_kv,
     ceil(seqlen_k / descale_block_rows_kv)); row i of q (key j) is multiplied by entry
     i // descale_block_rows_q (j // descale_block_rows_kv), on top of the per-head factor.
+
+    deterministic: torch's backward gives bitwise reproducible dq, dk, dv (the CUDA kernel then
+    sums dq in a fixed order, which is slower; see hopattn::BwdArgs).
     """
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
-    _reject("deterministic", deterministic, False)
     left, right = _window(window_size)
-    return _forward(q, k, v, out, return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                    window_left=left, window_right=right, softcap=softcap, num_splits=num_splits,
+    return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
+                    causal=causal, window_left=left, window_right=right, softcap=softcap,
+                    num_splits=num_splits,
                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                     q_block_descale=q_block_descale, k_block_descale=k_block_descale,
                     v_block_descale=v_block_descale, descale_block_rows_q=descale_block_rows_q,
@@ -100,12 +105,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
     seqused_k: int32 (batch), keys actually used per sequence; with a paged cache, cu_seqlens_k may
     give those counts instead (flash-attention 2's convention). Returns out, or (out, lse) with lse
-    float32 (heads_q, total_q) when return_attn_probs.
+    float32 (heads_q, total_q) when return_attn_probs. deterministic: as in flash_attn_func.
     """
     _reject("seqused_q", seqused_q)
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
-    _reject("deterministic", deterministic, False)
     if block_table is not None and page_table is not None:
         raise ValueError("block_table and page_table name the same argument; pass one of them")
     if page_table is None:
@@ -116,8 +120,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise ValueError("cu_seqlens_k and seqused_k: with a page_table give the key counts once")
         seqused_k, cu_seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1], None
     left, right = _window(window_size)
-    return _forward(q, k, v, out, return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                    window_left=left, window_right=right, softcap=softcap,
+    return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
+                    causal=causal, window_left=left, window_right=right, softcap=softcap,
                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
                     seqused_k=seqused_k, page_table=page_table,

@@ -6,7 +6,8 @@ formula calls bwd, which runs where the C++ library has a backward pass:
 - CUDA tensors: the sm_90a backward kernel, bfloat16/float16 q/k/v, dense (batch, seqlen, heads,
   head_dim) or variable-length (cu_seqlens, seqused_k / cache_seqlens), at head dim 64 or 128, with
   causal, window, softcap, GQA/MQA and softmax_scale. It sums dq over key blocks with float
-  reductions in L2, so dq may differ in its last bits from run to run (dk and dv do not).
+  reductions in L2, so dq may differ in its last bits from run to run (dk and dv do not), unless
+  fwd was called with deterministic=True (a fixed order of those reductions; slower).
 Head dim 256 on CUDA, and paged KV caches and FP8 inputs anywhere, have no backward:
 NotImplementedError, naming what is supported.
 Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
@@ -62,8 +63,9 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
                 v_descale: Optional[torch.Tensor], q_block_descale: Optional[torch.Tensor],
                 k_block_descale: Optional[torch.Tensor], v_block_descale: Optional[torch.Tensor],
-                descale_block_rows_q: int,
-                descale_block_rows_kv: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                descale_block_rows_q: int, descale_block_rows_kv: int,
+                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    # deterministic only matters to the backward (the autograd formula reads it).
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
                          window_left=window_left, window_right=window_right, softcap=softcap,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
@@ -82,7 +84,7 @@ _fwd = torch.library.custom_op("hopattn::fwd", mutates_args=())(_fwd_kernel)
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits,
               q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
-              descale_block_rows_q, descale_block_rows_kv):
+              descale_block_rows_q, descale_block_rows_kv, deterministic):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     out = q.new_empty(q.shape, dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
@@ -94,7 +96,8 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
          lse: torch.Tensor, softmax_scale: Optional[float], causal: bool, window_left: int,
          window_right: int, softcap: float, cu_seqlens_q: Optional[torch.Tensor],
          cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
-         seqused_k: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+         seqused_k: Optional[torch.Tensor],
+         deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # dout is the one input that autograd, not hopattn's forward, lays out: .sum() hands over an
     # expanded tensor (stride 0 everywhere), a user's grad_outputs may be any view. The host backend
     # takes any strides with a contiguous last dimension; the GPU kernel reads dout through TMA, so
@@ -107,12 +110,13 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                           softmax_scale=softmax_scale, causal=causal, window_left=window_left,
                           window_right=window_right, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
                           cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                          max_seqlen_k=max_seqlen_k, seqused_k=seqused_k)
+                          max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+                          deterministic=deterministic)
 
 
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
-              cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k):
+              cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -121,7 +125,8 @@ def _setup_context(ctx, inputs, output):
      max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, q_descale, *_) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
-    ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k)
+    ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
+                  inputs[-1])  # deterministic
     ctx.unsupported = None
     if page_table is not None:
         ctx.unsupported = "a paged KV cache (page_table)"
@@ -136,10 +141,11 @@ def _backward(ctx, dout, dlse):
                                   "attention on host tensors and, on CUDA tensors, dense and "
                                   "varlen bfloat16/float16 attention at head dim 64 or 128")
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
-    softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k = ctx.params
+    (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
+     deterministic) = ctx.params
     dq, dk, dv = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left,
                                        window_right, softcap, cu_seqlens_q, cu_seqlens_k,
-                                       max_seqlen_q, max_seqlen_k, seqused_k)
+                                       max_seqlen_q, max_seqlen_k, seqused_k, deterministic)
     return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 3)
 
 
@@ -200,18 +206,21 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
             max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, q_descale=None,
             k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
-            v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128):
-    """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs. With
-    return_lse=False, lse may be None (plain eager calls then skip computing it)."""
+            v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
+            deterministic=False):
+    """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs, and
+    deterministic for the backward (hopattn::BwdArgs). With return_lse=False, lse may be None (plain
+    eager calls then skip computing it)."""
     dense_kv = cu_seqlens_k is None and page_table is None
     args = (_last_dim_contiguous(q), _last_dim_contiguous(k), _v_layout(v, dense_kv),
             softmax_scale, causal, window_left, window_right, float(softcap), cu_seqlens_q,
             cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, q_descale,
             k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
-            descale_block_rows_q, descale_block_rows_kv)
+            descale_block_rows_q, descale_block_rows_kv, bool(deterministic))
     if _only_the_kernel_would_run(args):
-        # What the op would run, without its dispatch overhead, and computing lse only if asked to.
-        options = dict(zip(_FWD_ARG_NAMES[3:], args[3:]))
+        # What the op would run, without its dispatch overhead, and computing lse only if asked to
+        # (deterministic, the last argument, is the backward's).
+        options = dict(zip(_FWD_ARG_NAMES[3:-1], args[3:-1]))
         return _core.forward(*args[:3], return_lse=return_lse, **options)
     return torch.ops.hopattn.fwd(*args)
 

@@ -120,7 +120,7 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
               nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> softmax_scale, bool causal,
               int window_left, int window_right, float softcap, nb::handle cu_seqlens_q,
               nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k,
-              std::uintptr_t stream, bool raw_bits, bool synchronize) {
+              bool deterministic, std::uintptr_t stream, bool raw_bits, bool synchronize) {
   ArrayViews views(raw_bits);
   BwdArgs args;
   args.q = views.input(q, "q");
@@ -134,6 +134,7 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
   args.dv = views.output(dv, "dv");
   set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
+  args.deterministic = deterministic;
   args.stream = reinterpret_cast<void*>(stream);
   run_released([&] { return hopattn::backward(args); }, args.q, stream, synchronize);
 }
@@ -187,8 +188,8 @@ NB_MODULE(_C, m) {
   m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
-        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(), "stream"_a = 0,
-        "raw_bits"_a = false, "synchronize"_a = false,
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(),
+        "deterministic"_a = false, "stream"_a = 0, "raw_bits"_a = false, "synchronize"_a = false,
         "Writes the gradients dq, dk, dv; see hopattn::BwdArgs.");
   m.def("quantize_fp8", &quantize_fp8, "q"_a, "k"_a, "v"_a, "q8"_a, "k8"_a, "v8"_a, "q_descale"_a, "k_descale"_a,
         "v_descale"_a, nb::kw_only(), "granularity"_a = "block", "block_rows_q"_a = 128, "block_rows_kv"_a = 128,

@@ -153,8 +153,7 @@ def test_kvcache_with_cu_seqlens_q_needs_max_seqlen_q(rng):
 
 # ---- NotImplementedError: flash-attention options hopattn does not implement -----------------
 
-@pytest.mark.parametrize("option,value", [("dropout_p", 0.1), ("alibi_slopes", np.ones(4, np.float32)),
-                                          ("deterministic", True)])
+@pytest.mark.parametrize("option,value", [("dropout_p", 0.1), ("alibi_slopes", np.ones(4, np.float32))])
 def test_unsupported_options_raise_not_implemented(qkv, option, value):
     with pytest.raises(NotImplementedError, match=f"^{option}: .* is not supported .*hopattn supports"):
         hopattn.flash_attn_func(*qkv, **{option: value})

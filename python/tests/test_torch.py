@@ -144,6 +144,31 @@ def test_cpu_varlen_gradients_flow():
     torch.testing.assert_close(q.grad[:3].double(), q0.grad.double(), rtol=1e-5, atol=1e-5)
 
 
+def test_cpu_deterministic_reaches_the_backward(monkeypatch):
+    # deterministic=True flows from the entry points through fwd's autograd formula into the
+    # library's backward (the CPU backend is deterministic either way: the gradients are equal).
+    seen = []
+    library_backward = hopattn._core.backward
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["deterministic"])
+        return library_backward(*args, **kwargs)
+
+    monkeypatch.setattr(hopattn._core, "backward", recording)
+    q, k, v = random_qkv((2, 9, 4, 16), (2, 11, 2, 16), torch.float32, "cpu", requires_grad=True)
+    dout = torch.randn(2, 9, 4, 16)
+    grads = [torch.autograd.grad(hopattn.flash_attn_func(q, k, v, causal=True, deterministic=flag),
+                                 (q, k, v), dout) for flag in (True, False)]
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    out = hopattn.flash_attn_varlen_func(q[0], k[0, :9], v[0, :9], cu, cu, 5, 5, deterministic=True)
+    out.sum().backward()
+    qkv = torch.randn(2, 7, 3, 2, 16, requires_grad=True)
+    hopattn.flash_attn_qkvpacked_func(qkv, deterministic=True).sum().backward()
+    assert seen == [True, False, True, True]
+
+
 def test_cpu_packed_gradients_reach_the_packed_tensor():
     qkv = torch.randn(2, 9, 3, 2, 16, requires_grad=True)
     hopattn.flash_attn_qkvpacked_func(qkv, causal=True).square().sum().backward()
@@ -612,6 +637,36 @@ def test_gpu_dk_dv_are_reproducible_and_dq_within_rounding(rng):
     second = torch.autograd.grad(out, (q, k, v), dout)
     assert torch.equal(first[1], second[1]) and torch.equal(first[2], second[2])
     torch.testing.assert_close(first[0], second[0])  # bf16 defaults: rtol 1.6e-2, atol 1e-5
+
+
+@needs_hopper
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_gpu_deterministic_gradients_are_bitwise_reproducible(rng, varlen):
+    # deterministic=True: dq too is bitwise identical across runs (many key blocks add into each q
+    # block), and the gradients stay within flash-attention's rule.
+    generator = torch_generator(rng, "cuda")
+    if varlen:
+        lengths_q, lengths_k = [333, 1, 1100], [1201, 65, 1000]
+        q, k, v = random_qkv((sum(lengths_q), 8, 128), (sum(lengths_k), 2, 128), torch.bfloat16,
+                             "cuda", requires_grad=True, generator=generator)
+        out = hopattn.flash_attn_varlen_func(q, k, v, cumulative(lengths_q, "cuda"),
+                                             cumulative(lengths_k, "cuda"), max(lengths_q),
+                                             max(lengths_k), causal=True, deterministic=True)
+    else:
+        q, k, v = random_qkv((2, 1111, 8, 128), (2, 1303, 2, 128), torch.bfloat16, "cuda",
+                             requires_grad=True, generator=generator)
+        out = hopattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+    dout = torch.randn(out.shape, dtype=out.dtype, device="cuda", generator=generator)
+    runs = [torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) for _ in range(3)]
+    for again in runs[1:]:
+        for name, first, other in zip("qkv", runs[0], again):
+            assert torch.equal(first, other), f"d{name} differs between runs"
+    if varlen:
+        ref_grads, naive_grads = varlen_reference_gradients(dout, q, k, v, lengths_q, lengths_k,
+                                                            causal=True)
+    else:
+        ref_grads, naive_grads = reference_gradients(dout, q, k, v, causal=True)
+    assert_gradients_within_rule(runs[0], ref_grads, naive_grads)
 
 
 @needs_hopper

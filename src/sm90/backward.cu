@@ -24,6 +24,9 @@ bool takes_varlen_kernels(const detail::Problem& pr) { return pr.varlen_q || pr.
 
 template <int kHeadDim, typename Element>
 Status launch(const BwdArgs& args, const detail::Problem& pr) {
+  if (args.deterministic)
+    return takes_varlen_kernels(pr) ? launch_backward<kHeadDim, Element, true, true>(args, pr)
+                                    : launch_backward<kHeadDim, Element, false, true>(args, pr);
   return takes_varlen_kernels(pr) ? launch_backward<kHeadDim, Element, true>(args, pr)
                                   : launch_backward<kHeadDim, Element>(args, pr);
 }

@@ -160,7 +160,8 @@ __global__ void scatter_kernel(const float* dense, std::int64_t n, T* view, Inde
 
 std::string BackwardCase::describe() const {
   std::ostringstream s;
-  s << AttentionProblem::describe() << " amplitude " << amplitude << " " << layout_name(layout);
+  s << AttentionProblem::describe() << " amplitude " << amplitude << " " << layout_name(layout)
+    << (deterministic ? " deterministic" : "");
   return s.str();
 }
 
@@ -239,6 +240,7 @@ BackwardCall::BackwardCall(const BackwardCase& c, std::uint64_t seed) : c_(c) {
   args.lse.stride[0] = hq * lse_row, args.lse.stride[1] = lse_row;
 
   args.softmax_scale = c.softmax_scale;
+  args.deterministic = c.deterministic;
   set_mask(args, c);
 
   FwdArgs fwd;
@@ -308,6 +310,29 @@ std::string check_gradient(const char* name, const Tensor& g, const ReferenceGra
   if (!(s.rms_err <= rms_bound))
     problems << name << ": rms(g - exact) " << s.rms_err << " > 2 rms(naive - exact) + 2^-16 max magnitude = "
              << rms_bound << "; ";
+  return problems.str();
+}
+
+GradientValues read_gradients(const BwdArgs& args) {
+  return {read_view(args.dq), read_view(args.dk), read_view(args.dv)};
+}
+
+std::string bitwise_differences(const GradientValues& first, const GradientValues& other) {
+  const char* names[] = {"dq", "dk", "dv"};
+  std::ostringstream problems;
+  for (int t = 0; t < 3; ++t) {
+    if (first[t].size() != other[t].size()) {
+      problems << names[t] << ": " << other[t].size() << " elements, first call " << first[t].size() << "; ";
+      continue;
+    }
+    std::size_t differing = 0, first_index = 0;
+    for (std::size_t i = 0; i < first[t].size(); ++i) {
+      if (std::memcmp(&first[t][i], &other[t][i], sizeof(float)) != 0 && differing++ == 0) first_index = i;
+    }
+    if (differing > 0)
+      problems << names[t] << ": " << differing << " elements differ bitwise, the first at " << first_index << " ("
+               << first[t][first_index] << " vs " << other[t][first_index] << "); ";
+  }
   return problems.str();
 }
 

@@ -3,6 +3,7 @@
 // hopattn::backward, and the rule that judges each gradient against the float32 GPU reference.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <ostream>
 #include <random>
@@ -28,6 +29,7 @@ enum class BackwardLayout {
 struct BackwardCase : AttentionProblem {
   float amplitude = 1.0f;  // q (all of a packed qkv buffer) = amplitude * N(0, 1); k, v, dout N(0, 1)
   BackwardLayout layout = BackwardLayout::kContiguous;
+  bool deterministic = false;  // BwdArgs::deterministic
 
   std::string describe() const;
   // (batch, head, query, key) pairs: the reference's scratch takes 16 bytes of each.
@@ -106,6 +108,12 @@ std::string check_gradient(const char* name, const Tensor& g, const ReferenceGra
 // dense float32 values written into such a view, rounded to its dtype.
 std::vector<float> read_view(const Tensor& view);
 void write_view(const std::vector<float>& values, const Tensor& view);
+
+// dq, dk and dv of a finished call as dense float32 (read_view), and what differs bit for bit between
+// two calls' ("" when nothing): the deterministic backward's promise.
+using GradientValues = std::array<std::vector<float>, 3>;
+GradientValues read_gradients(const BwdArgs& args);
+std::string bitwise_differences(const GradientValues& first, const GradientValues& other);
 
 // Runs `c` on data drawn from `seed` and returns what is wrong (empty when it passes): backward must
 // return Ok, write every element of dq, dk and dv and nothing outside them, and each gradient must

@@ -96,6 +96,7 @@ class VarlenBackwardCall {
     args.window_left = c.window_left;
     args.window_right = c.window_right;
     args.softcap = c.softcap;
+    args.deterministic = c.deterministic;
     poison_gradients();
   }
 
@@ -218,7 +219,7 @@ std::string VarlenBackwardCase::describe() const {
   s << (varlen_q ? "varlen q " : "dense q ") << join(len_q) << (varlen_k ? " varlen k " : " dense k ") << join(len_k);
   if (seqused_k) s << " seqused_k " << join(*seqused_k);
   describe_to(s);
-  s << (packed_qkv ? " packed-qkv" : "");
+  s << (packed_qkv ? " packed-qkv" : "") << (deterministic ? " deterministic" : "");
   return s.str();
 }
 
@@ -226,6 +227,25 @@ std::string run_varlen_backward_case(const VarlenBackwardCase& c, std::uint64_t 
   try {
     const VarlenBackwardCall call(c, seed);
     if (std::string why = call.call_backward(); !why.empty()) return why;
+    return call.check();
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  }
+}
+
+std::string run_varlen_backward_repeatedly(const VarlenBackwardCase& c, std::uint64_t seed, int runs) {
+  try {
+    const VarlenBackwardCall call(c, seed);
+    GradientValues first;
+    for (int run = 0; run < runs; ++run) {
+      call.poison_gradients();
+      if (std::string why = call.call_backward(); !why.empty()) return why;
+      if (run == 0) {
+        first = read_gradients(call.args);
+      } else if (std::string differs = bitwise_differences(first, read_gradients(call.args)); !differs.empty()) {
+        return "call " + std::to_string(run + 1) + " against the first: " + differs;
+      }
+    }
     return call.check();
   } catch (const std::exception& e) {
     return std::string("exception: ") + e.what();

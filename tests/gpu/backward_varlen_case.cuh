@@ -26,6 +26,7 @@ struct VarlenBackwardCase : CallSettings {  // with_lse unused: the backward alw
   // q, k, v as head slices of one (total, hq + 2 hkv, d) buffer (flash_attn_varlen_qkvpacked_func's
   // inputs); needs varlen q and k with equal lengths.
   bool packed_qkv = false;
+  bool deterministic = false;  // BwdArgs::deterministic
 
   int batch() const { return static_cast<int>(len_q.size()); }
   int used_k(int b) const { return seqused_k ? (*seqused_k)[b] : len_k[b]; }
@@ -39,6 +40,11 @@ struct VarlenBackwardCase : CallSettings {  // with_lse unused: the backward alw
 // Runs `c` on data drawn from `seed` and returns what is wrong (empty when nothing is): backward must
 // return Ok, and every sequence's gradients pass the checks above.
 std::string run_varlen_backward_case(const VarlenBackwardCase& c, std::uint64_t seed);
+
+// Calls backward `runs` times on one set of inputs (the gradients poisoned before each) and returns
+// what is wrong: any bitwise difference from the first call's dq, dk, dv (bitwise_differences), and
+// what run_varlen_backward_case would find in the last call's.
+std::string run_varlen_backward_repeatedly(const VarlenBackwardCase& c, std::uint64_t seed, int runs);
 
 // The harness must be able to fail: runs `c`, then spoils its gradients one way at a time (a dv row of
 // a sequence zeroed, a nonzero dk entry for a key past seqused_k, a write into dq's trailing guard) and

@@ -24,6 +24,7 @@
 #include "sm90/arch/tma.cuh"
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/bwd/block_range.hpp"
+#include "sm90/bwd/dq_order.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/producer.cuh"
 #include "sm90/fwd/softmax.cuh"
@@ -322,7 +323,9 @@ class BwdConsumer {
   //   2. after the dQ GEMM, every thread stores its accumulators into the share;
   //   3. thread 0 adds the share into the workspace by one bulk reduction, which runs while the
   //      consumer goes on: after turn 2, whose barrier synchronized the warpgroup, or
-  //      (Traits::kDqReducedAtOnce) at once, behind a named barrier of its own.
+  //      (Traits::kDqReducedAtOnce) at once, behind a named barrier of its own. Deterministic kernels
+  //      wait for the reduction's turn before it and for its completion after it (dq_order.cuh): thread
+  //      0's warp stalls there, and the warpgroup with it at its next barrier.
   __device__ void wait_dq_share_free() const {
     if (issues_dq_reductions()) tma_store_wait_read<Traits::kDqBuffers - 1>();
   }
@@ -349,8 +352,14 @@ class BwdConsumer {
     if (!issues_dq_reductions()) return;
     const std::int64_t row = workspace_row<Traits::kBlockM, Traits::kVarlen>(p_, seq_, pending.head, pending.m0);
     float* tile = p_.dq_accum + row * Traits::kHeadDim;
+    int* order = nullptr;
+    if constexpr (Traits::kDeterministic) {
+      order = dq_order_counter<Traits>(p_, seq_, pending.head, pending.m0, warpgroup_);
+      wait_dq_turn<Traits>(order, block_.n_block, pending.m0, bounds());
+    }
     bulk_reduce_add_f32(tile + warpgroup_ * kDqShareFloats, dq_share(pending), kDqShareFloats * sizeof(float));
     tma_store_commit();
+    if constexpr (Traits::kDeterministic) pass_dq_turn(order);
   }
 
   // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers: every key

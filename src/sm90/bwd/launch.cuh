@@ -1,6 +1,7 @@
-// launch_backward<kHeadDim, Element, kVarlen>: the three kernels of one backward call, stream-ordered
-// on the caller's stream: row statistics (row_stats.cuh), the main kernel (kernel.cuh) adding dQ into
-// a zeroed float32 workspace, and the conversion of that workspace into dq (dq_convert.cuh). A
+// launch_backward<kHeadDim, Element, kVarlen, kDeterministic>: the three kernels of one backward call,
+// stream-ordered on the caller's stream: row statistics (row_stats.cuh), the main kernel (kernel.cuh)
+// adding dQ into a zeroed float32 workspace (deterministic kernels: in key-block order, through
+// counters zeroed with it; dq_order.cuh), and the conversion of that workspace into dq (dq_convert.cuh). A
 // variable-length batch gets grids of the longest sequence's blocks for every sequence (the blocks
 // past a sequence's rows leave at once), as the forward's.
 #pragma once
@@ -26,9 +27,9 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, typename Element, bool kVarlen>
+template <int kHeadDim, typename Element, bool kVarlen, bool kDeterministic>
 Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
-  using Traits = BwdTraits<kHeadDim, Element, kVarlen>;
+  using Traits = BwdTraits<kHeadDim, Element, kVarlen, kDeterministic>;
   const CUtensorMapDataType dtype =
       Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q, tm_k, tm_v, tm_dout;
@@ -52,12 +53,18 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
                                                 std::to_string(stats_blocks));
   const std::size_t rows = std::size_t(stats_blocks) * Traits::kBlockM;
   const std::size_t dq_bytes = rows * kHeadDim * sizeof(float);
+  // Workspace: dq_accum, the deterministic kernels' dq_order counters (whole 128-byte lines, so that
+  // row_stats stays aligned for TMA), row_stats. One memset zeroes the first two.
+  const std::size_t order_count = kDeterministic ? std::size_t(stats_blocks) * Traits::kConsumerWarpgroups : 0;
+  const std::size_t order_bytes = (order_count * sizeof(int) + 127) / 128 * 128;
+  const std::size_t zeroed_bytes = dq_bytes + order_bytes;
   void* workspace = nullptr;
-  if (Status st = acquire_split_workspace(pr.device_index, dq_bytes + 2 * rows * sizeof(float), stream, &workspace);
+  if (Status st = acquire_split_workspace(pr.device_index, zeroed_bytes + 2 * rows * sizeof(float), stream, &workspace);
       !st.ok())
     return st;
   p.dq_accum = static_cast<float*>(workspace);
-  p.row_stats = p.dq_accum + rows * kHeadDim;
+  p.dq_order = kDeterministic ? reinterpret_cast<int*>(static_cast<char*>(workspace) + dq_bytes) : nullptr;
+  p.row_stats = reinterpret_cast<float*>(static_cast<char*>(workspace) + zeroed_bytes);
   // The row statistics as a float32 matrix of one row per workspace block: lse_log2 then D.
   CUtensorMap tm_row_stats;
   const std::int64_t stats_cols = 2 * Traits::kBlockM;
@@ -70,7 +77,7 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
     launched = cuda_status(
         cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes),
         "raising the backward kernel's shared-memory limit");
-  if (launched.ok()) launched = cuda_status(cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream), "zeroing the dq workspace");
+  if (launched.ok()) launched = cuda_status(cudaMemsetAsync(workspace, 0, zeroed_bytes, stream), "zeroing the dq workspace");
   if (launched.ok()) {
     const dim3 grid((p.seqlen_q_padded + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
     backward_row_stats_kernel<Element, kHeadDim, kVarlen><<<grid, kRowStatsWarps * 32, 0, stream>>>(p);

@@ -7,8 +7,9 @@
 
 namespace hopattn::sm90 {
 
-// kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k).
-template <int kHeadDim, typename Element, bool kVarlen = false>
+// kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k). kDeterministic: the
+// kernels that sum dq in a fixed order (BwdArgs::deterministic).
+template <int kHeadDim, typename Element, bool kVarlen = false, bool kDeterministic = false>
 Status launch_backward(const BwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

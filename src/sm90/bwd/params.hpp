@@ -61,6 +61,11 @@ struct BwdParams {
   const int* cu_seqlens_k;
   const int* seqused_k;
   int q_blocks_per_head;
+
+  // Deterministic kernels (BwdTraits::kDeterministic; bwd/dq_order.cuh): per workspace block and
+  // consumer warpgroup, the dQ reductions added into that half of the block so far (int32, zeroed
+  // with dq_accum). Last, so the other kernels' parameter offsets stay as they were.
+  int* dq_order;
 };
 
 }  // namespace hopattn::sm90

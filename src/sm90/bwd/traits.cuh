@@ -13,6 +13,9 @@
 // kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k): each CTA reads its
 // sequence's lengths and first rows (bwd/sequence.cuh); its own instantiation, so that the dense
 // kernels' code is what it was before variable lengths.
+//
+// kDeterministic_: dQ's reductions into each q block wait their turn in key-block order
+// (bwd/dq_order.cuh), so dq is bitwise reproducible; instantiations of their own as well.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,10 +28,11 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim_, typename Element_, bool kVarlen_ = false>
+template <int kHeadDim_, typename Element_, bool kVarlen_ = false, bool kDeterministic_ = false>
 struct BwdTraits {
   using Element = Element_;
   static constexpr bool kVarlen = kVarlen_;
+  static constexpr bool kDeterministic = kDeterministic_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
   static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
   static constexpr int kElementBytes = 2;

@@ -1,0 +1,34 @@
+// A counter in global memory that orders work across CTAs: one thread waits (acquire) until it
+// reaches a value, another counts one more (release). The async proxy's global writes (bulk
+// reductions) are ordered with it by proxy fences.
+#pragma once
+
+namespace hopattn::sm90 {
+
+__device__ __forceinline__ int load_acquire_gpu(const int* counter) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+  return value;
+}
+
+// Spins, sleeping from 32 ns up to 1 us between reads, until *counter >= target.
+__device__ __forceinline__ void wait_counter_at_least(const int* counter, int target) {
+  unsigned sleep_ns = 32;
+  while (load_acquire_gpu(counter) < target) {
+    __nanosleep(sleep_ns);
+    if (sleep_ns < 1024) sleep_ns *= 2;
+  }
+}
+
+__device__ __forceinline__ void increment_release_gpu(int* counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
+// Orders this thread's global accesses through one proxy before later ones through the other
+// (generic <-> async, e.g. a completed bulk reduction before a generic release, an acquire before a
+// bulk reduction).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+}  // namespace hopattn::sm90
