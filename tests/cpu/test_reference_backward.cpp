@@ -21,6 +21,7 @@ struct BwdCase {
   int window_left = -1, window_right = -1;
   float softcap = 0.0f;
   std::optional<float> scale;
+  bool deterministic = false;  // accepted by the CPU backend, deterministic either way
 };
 
 bool is_varlen(const BwdCase& c) { return !c.varlen_q.empty(); }
@@ -149,6 +150,7 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   bwd.max_seqlen_q = fwd.max_seqlen_q;
   bwd.max_seqlen_k = fwd.max_seqlen_k;
   bwd.seqused_k = fwd.seqused_k;
+  bwd.deterministic = c.deterministic;
   const Status backward_status = hopattn::backward(bwd);
   ASSERT_TRUE(backward_status.ok()) << backward_status.message();
 
@@ -176,6 +178,9 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   softcap.softcap = 0.8f;
   softcap.causal = true;
   softcap.scale = 0.7f;
+  cases.push_back(softcap);
+  softcap.name = "softcap + causal + GQA + explicit scale, deterministic";
+  softcap.deterministic = true;
   cases.push_back(softcap);
   BwdCase varlen{"varlen (an empty sequence, a keyless one) + causal + window left + MQA", 3, 1, 4, 0, 0, 0,
                  {3, 0, 5, 2}, {4, 2, 6, 0}};

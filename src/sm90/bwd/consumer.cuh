@@ -354,7 +354,7 @@ class BwdConsumer {
     float* tile = p_.dq_accum + row * Traits::kHeadDim;
     int* order = nullptr;
     if constexpr (Traits::kDeterministic) {
-      order = dq_order_counter<Traits>(p_, seq_, pending.head, pending.m0, warpgroup_);
+      order = dq_order_counter<Traits>(p_, row, warpgroup_);
       wait_dq_turn<Traits>(order, block_.n_block, pending.m0, bounds());
     }
     bulk_reduce_add_f32(tile + warpgroup_ * kDqShareFloats, dq_share(pending), kDqShareFloats * sizeof(float));

@@ -18,20 +18,20 @@
 // seqused_k see no q block, and key_blocks_seeing counts only the blocks below the sequence's keys.
 #pragma once
 
+#include <cstdint>
+
 #include "sm90/arch/global_semaphore.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/bwd/block_range.hpp"
 #include "sm90/bwd/params.hpp"
-#include "sm90/bwd/sequence.cuh"
 
 namespace hopattn::sm90 {
 
-// The counter of consumer `warpgroup`'s half of q block m0 / kBlockM of q head `head`.
+// The counter of consumer `warpgroup`'s half of the workspace block that starts at `workspace_row`
+// (workspace_row, a multiple of kBlockM: its block is workspace_row / kBlockM, dense or not).
 template <class Traits>
-__device__ __forceinline__ int* dq_order_counter(const BwdParams& p, const BwdSequence& seq, int head, int m0,
-                                                 int warpgroup) {
-  const int block = workspace_block<Traits::kVarlen>(p, seq, head, m0 / Traits::kBlockM);
-  return p.dq_order + block * Traits::kConsumerWarpgroups + warpgroup;
+__device__ __forceinline__ int* dq_order_counter(const BwdParams& p, std::int64_t workspace_row, int warpgroup) {
+  return p.dq_order + (workspace_row / Traits::kBlockM) * Traits::kConsumerWarpgroups + warpgroup;
 }
 
 // Before key block n_block's reduction into the q block at row m0: wait until the key blocks before
