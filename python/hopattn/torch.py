@@ -64,7 +64,7 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 v_descale: Optional[torch.Tensor], q_block_descale: Optional[torch.Tensor],
                 k_block_descale: Optional[torch.Tensor], v_block_descale: Optional[torch.Tensor],
                 descale_block_rows_q: int, descale_block_rows_kv: int,
-                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     # deterministic only matters to the backward (the autograd formula reads it).
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
                          window_left=window_left, window_right=window_right, softcap=softcap,
@@ -84,7 +84,7 @@ _fwd = torch.library.custom_op("hopattn::fwd", mutates_args=())(_fwd_kernel)
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits,
               q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
-              descale_block_rows_q, descale_block_rows_kv, deterministic):
+              descale_block_rows_q, descale_block_rows_kv, deterministic=False):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     out = q.new_empty(q.shape, dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
@@ -97,7 +97,7 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
          window_right: int, softcap: float, cu_seqlens_q: Optional[torch.Tensor],
          cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
          seqused_k: Optional[torch.Tensor],
-         deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+         deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # dout is the one input that autograd, not hopattn's forward, lays out: .sum() hands over an
     # expanded tensor (stride 0 everywhere), a user's grad_outputs may be any view. The host backend
     # takes any strides with a contiguous last dimension; the GPU kernel reads dout through TMA, so
@@ -116,7 +116,7 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
-              cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic):
+              cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
