@@ -19,20 +19,11 @@ Status unsupported(const std::string& what) {
                        "softmax_scale (the CPU reference backend supports every feature on host tensors)");
 }
 
-// Batches whose sequences differ in length or location take the variable-length kernels.
-bool takes_varlen_kernels(const detail::Problem& pr) { return pr.varlen_q || pr.varlen_k || pr.has_seqused_k; }
-
-template <int kHeadDim, typename Element>
-Status launch(const BwdArgs& args, const detail::Problem& pr) {
-  return takes_varlen_kernels(pr) ? launch_backward<kHeadDim, Element, true>(args, pr)
-                                  : launch_backward<kHeadDim, Element>(args, pr);
-}
-
 template <typename Element>
 Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
   switch (pr.head_dim) {
-    case 64: return launch<64, Element>(args, pr);
-    case 128: return launch<128, Element>(args, pr);
+    case 64: return launch_backward<64, Element>(args, pr);
+    case 128: return launch_backward<128, Element>(args, pr);
     default: return unsupported("head dim " + std::to_string(pr.head_dim));
   }
 }
