@@ -19,16 +19,10 @@ Status unsupported(const std::string& what) {
                        "softmax_scale (the CPU reference backend supports every feature on host tensors)");
 }
 
-// Batches whose sequences differ in length or location take the variable-length kernels.
-bool takes_varlen_kernels(const detail::Problem& pr) { return pr.varlen_q || pr.varlen_k || pr.has_seqused_k; }
-
 template <int kHeadDim, typename Element>
 Status launch(const BwdArgs& args, const detail::Problem& pr) {
-  if (args.deterministic)
-    return takes_varlen_kernels(pr) ? launch_backward<kHeadDim, Element, true, true>(args, pr)
-                                    : launch_backward<kHeadDim, Element, false, true>(args, pr);
-  return takes_varlen_kernels(pr) ? launch_backward<kHeadDim, Element, true>(args, pr)
-                                  : launch_backward<kHeadDim, Element>(args, pr);
+  return args.deterministic ? launch_backward<kHeadDim, Element, true>(args, pr)
+                            : launch_backward<kHeadDim, Element>(args, pr);
 }
 
 template <typename Element>

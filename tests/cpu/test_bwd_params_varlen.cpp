@@ -128,7 +128,7 @@ TEST(BwdVarlenParams, PackedSidesAreAddressedByRowAndTheArraysReachTheKernels) {
 
     // Every sequence's q blocks within its head's range: the last one ends at or before it.
     EXPECT_EQ(p.q_blocks_per_head, (varlen_q ? total_q : batch * dense_q) / kBlockM + batch) << where;
-    EXPECT_EQ(bwd_workspace_blocks(p, /*varlen=*/true), std::int64_t(heads_q) * p.q_blocks_per_head) << where;
+    EXPECT_EQ(bwd_workspace_blocks(p), std::int64_t(heads_q) * p.q_blocks_per_head) << where;
   }
 }
 
@@ -149,8 +149,10 @@ TEST(BwdVarlenParams, DenseCallsKeepTheirStridesAndPassNoArrays) {
   EXPECT_EQ(p.dq_batch_stride, 100 * 4 * 64);
   EXPECT_EQ(p.dk_batch_stride, 70 * 2 * 64);
   EXPECT_EQ(p.lse_batch_stride, 4 * 100);
-  EXPECT_EQ(p.seqlen_q_padded, 128);
-  EXPECT_EQ(bwd_workspace_blocks(p, /*varlen=*/false), 2 * 4 * 2);
+  EXPECT_EQ(p.num_m_blocks, 2);
+  // A dense q is addressed as if packed: 200 rows, 200 / 64 + 2 blocks per head.
+  EXPECT_EQ(p.q_blocks_per_head, 5);
+  EXPECT_EQ(bwd_workspace_blocks(p), 4 * 5);
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ class BwdConsumer {
     float dk[kG], dv[kG];
 #pragma unroll
     for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.0f;
-    const StepList<Traits> steps(p_, block_, bounds());
+    const StepList<Traits> steps(p_, block_, seq_.bounds);
     mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
     Turns::open_first_turn(true, warpgroup_);
     StageRing<Traits::kStages> ring;
@@ -142,7 +142,7 @@ class BwdConsumer {
       issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
       Turns::end(true, warpgroup_);
     }
-    const auto& b = bounds();
+    const SequenceBounds& b = seq_.bounds;
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
         m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right);
     if (p_.softcap > 0.0f) {
@@ -210,20 +210,13 @@ class BwdConsumer {
     wgmma_commit();
   }
 
-  // What the step list and masks see: the dense kernels read BwdParams as they always did
-  // (sequence_bounds; taking seq_'s address here changes their code).
-  __device__ const auto& bounds() const {
-    if constexpr (Traits::kVarlen) return seq_.bounds;
-    else return p_;
-  }
-
   // Key of accumulator i of this thread (its q row within the block is accumulator_col(thread_, i)).
   __device__ int key_of(int i) const { return key0_ + accumulator_row(thread_, i); }
 
   // Keys past seqlen_k (the sequence's keys in use) are hidden; q rows past its seqlen_q need no mask
   // (their P is 0 through the row statistics).
   __device__ bool visible(int i, int m0) const {
-    const auto& b = bounds();
+    const SequenceBounds& b = seq_.bounds;
     const int key = key_of(i);
     const int diagonal = m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q;
     if (key >= b.seqlen_k) return false;
@@ -350,12 +343,12 @@ class BwdConsumer {
 
   __device__ void reduce_dq_share(const PendingDq& pending) const {
     if (!issues_dq_reductions()) return;
-    const std::int64_t row = workspace_row<Traits::kBlockM, Traits::kVarlen>(p_, seq_, pending.head, pending.m0);
+    const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
     float* tile = p_.dq_accum + row * Traits::kHeadDim;
     int* order = nullptr;
     if constexpr (Traits::kDeterministic) {
       order = dq_order_counter<Traits>(p_, row, warpgroup_);
-      wait_dq_turn<Traits>(order, block_.n_block, pending.m0, bounds());
+      wait_dq_turn<Traits>(order, block_.n_block, pending.m0, seq_.bounds);
     }
     bulk_reduce_add_f32(tile + warpgroup_ * kDqShareFloats, dq_share(pending), kDqShareFloats * sizeof(float));
     tma_store_commit();

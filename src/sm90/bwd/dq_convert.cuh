@@ -28,12 +28,10 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
   constexpr int kShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
   constexpr int kQuads = Traits::kDqTileFloats / 4;
   const int head = blockIdx.y, m0 = blockIdx.x * kBlockM;
-  const BwdSequence seq = backward_sequence<kBlockM, Traits::kVarlen>(p, blockIdx.z);
+  const BwdSequence seq = backward_sequence<kBlockM>(p, blockIdx.z);
   const int seqlen_q = seq.bounds.seqlen_q;
-  if constexpr (Traits::kVarlen) {
-    if (m0 >= seqlen_q) return;
-  }
-  const float* block = p.dq_accum + workspace_row<kBlockM, Traits::kVarlen>(p, seq, head, m0) * kHeadDim;
+  if (m0 >= seqlen_q) return;
+  const float* block = p.dq_accum + workspace_row<kBlockM>(p, seq, head, m0) * kHeadDim;
   for (int quad = threadIdx.x; quad < kQuads; quad += kDqConvertThreads) {
     const int offset = 4 * quad;
     const int warpgroup = offset / kShareFloats;

@@ -14,8 +14,8 @@
 // whatever order a CTA walks its q blocks in (StepList): the lowest unfinished CTA of a (y, z) waits
 // for no one, finishes its reductions, and by induction so do all. A CTA increments a counter only
 // after its reduction completed, and waits on nothing across CTAs between issuing a reduction and
-// counting it. Varlen CTAs that leave early (past their sequence's keys) and key blocks past
-// seqused_k see no q block, and key_blocks_seeing counts only the blocks below the sequence's keys.
+// counting it. CTAs that leave early (past their sequence's keys) and key blocks past seqused_k see
+// no q block, and key_blocks_seeing counts only the blocks below the sequence's keys in use.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +27,8 @@
 
 namespace hopattn::sm90 {
 
-// The counter of consumer `warpgroup`'s half of the workspace block that starts at `workspace_row`
-// (workspace_row, a multiple of kBlockM: its block is workspace_row / kBlockM, dense or not).
+// The counter of consumer `warpgroup`'s half of the workspace block that starts at `workspace_row` (a
+// multiple of kBlockM: sequence.cuh).
 template <class Traits>
 __device__ __forceinline__ int* dq_order_counter(const BwdParams& p, std::int64_t workspace_row, int warpgroup) {
   return p.dq_order + (workspace_row / Traits::kBlockM) * Traits::kConsumerWarpgroups + warpgroup;

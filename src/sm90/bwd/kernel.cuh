@@ -20,12 +20,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_dout,
                               const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params) {
   const KeyBlock block{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
-  const BwdSequence seq = backward_sequence<Traits::kBlockM, Traits::kVarlen>(params, block.batch);
-  if constexpr (Traits::kVarlen) {
-    // The grid has the longest sequence's key blocks for every sequence: the whole CTA leaves, before
-    // any barrier, when its block starts past its sequence's keys (whose CTAs store all its dk, dv).
-    if (block.n_block * Traits::kBlockN >= seq.key_rows) return;
-  }
+  const BwdSequence seq = backward_sequence<Traits::kBlockM>(params, block.batch);
+  // The grid has the longest sequence's key blocks for every sequence: the whole CTA leaves, before
+  // any barrier, when its block starts past its sequence's keys (whose CTAs store all its dk, dv).
+  if (block.n_block * Traits::kBlockN >= seq.key_rows) return;
   // No static shared memory: the dynamic block starts the CTA's window, 1024-byte aligned as the
   // 128B swizzle needs (checked below).
   extern __shared__ __align__(kSwizzleAtomBytes) std::uint8_t dynamic_smem[];

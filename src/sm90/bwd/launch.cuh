@@ -1,9 +1,9 @@
-// launch_backward<kHeadDim, Element, kVarlen, kDeterministic>: the three kernels of one backward call,
+// launch_backward<kHeadDim, Element, kDeterministic>: the three kernels of one backward call,
 // stream-ordered on the caller's stream: row statistics (row_stats.cuh), the main kernel (kernel.cuh)
 // adding dQ into a zeroed float32 workspace (deterministic kernels: in key-block order, through
-// counters zeroed with it; dq_order.cuh), and the conversion of that workspace into dq (dq_convert.cuh). A
-// variable-length batch gets grids of the longest sequence's blocks for every sequence (the blocks
-// past a sequence's rows leave at once), as the forward's.
+// counters zeroed with it; dq_order.cuh), and the conversion of that workspace into dq (dq_convert.cuh).
+// The grids have the longest sequence's blocks for every sequence (the blocks past a sequence's rows
+// leave at once), as the forward's.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,9 +27,9 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, typename Element, bool kVarlen, bool kDeterministic>
+template <int kHeadDim, typename Element, bool kDeterministic>
 Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
-  using Traits = BwdTraits<kHeadDim, Element, kVarlen, kDeterministic>;
+  using Traits = BwdTraits<kHeadDim, Element, kDeterministic>;
   const CUtensorMapDataType dtype =
       Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q, tm_k, tm_v, tm_dout;
@@ -46,7 +46,7 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   DeviceGuard device(pr.device_index);
   const auto stream = static_cast<cudaStream_t>(args.stream);
   BwdParams p = make_bwd_params<Traits::kBlockM>(args, pr);
-  const std::int64_t stats_blocks = bwd_workspace_blocks(p, kVarlen);
+  const std::int64_t stats_blocks = bwd_workspace_blocks(p);
   if (stats_blocks > INT32_MAX)
     return Status(StatusCode::kUnsupported, "the sm_90a backward kernel indexes at most 2^31 - 1 blocks of 64 q rows "
                                             "per call (heads_q x rows / 64); this call has " +
@@ -79,8 +79,8 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
         "raising the backward kernel's shared-memory limit");
   if (launched.ok()) launched = cuda_status(cudaMemsetAsync(workspace, 0, zeroed_bytes, stream), "zeroing the dq workspace");
   if (launched.ok()) {
-    const dim3 grid((p.seqlen_q_padded + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
-    backward_row_stats_kernel<Element, kHeadDim, kVarlen><<<grid, kRowStatsWarps * 32, 0, stream>>>(p);
+    const dim3 grid((p.num_m_blocks * Traits::kBlockM + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
+    backward_row_stats_kernel<Element, kHeadDim><<<grid, kRowStatsWarps * 32, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward row statistics");
   }
   if (launched.ok()) {

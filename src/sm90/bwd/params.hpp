@@ -13,9 +13,7 @@ struct BwdParams {
   int head_ratio;  // heads_q / heads_kv: the q heads whose gradients a K/V head sums
   int seqlen_q;  // variable lengths: the longest sequence's (max_seqlen_q, max_seqlen_k)
   int seqlen_k;
-  // Rows of the per-row workspaces: seqlen_q rounded up to whole 64-row q blocks, so the main kernel
-  // reads and adds whole blocks without bounds checks (the padding rows have P = 0).
-  int seqlen_q_padded;
+  // 64-row q blocks of the longest sequence: the row-statistics and dq-conversion grids.
   int num_m_blocks;
 
   // Scores: raw q.k, or t = tanh(q.k * softcap_input_scale) when softcap > 0. P = exp2(score *
@@ -52,8 +50,7 @@ struct BwdParams {
   void* dv;
   std::int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
 
-  // Variable-length batches (read only by BwdTraits::kVarlen kernels; bwd/sequence.cuh): int32 device
-  // arrays, nullptr when absent, as FwdParams has them: sequence b's queries are rows
+  // Variable-length batches (bwd/sequence.cuh): int32 device arrays, nullptr when absent (a dense side), as FwdParams has them: sequence b's queries are rows
   // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q, out, dout and dq (whose batch strides are
   // then 0, as the packed LSE's), its keys likewise of k, v, dk and dv, of which it uses the first
   // seqused_k[b]. q_blocks_per_head: the workspace blocks of each q head (workspace_blocks.hpp).

@@ -24,7 +24,6 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   p.seqlen_q = pr.seqlen_q;
   p.seqlen_k = pr.seqlen_k;
   p.num_m_blocks = (pr.seqlen_q + kBlockM - 1) / kBlockM;
-  p.seqlen_q_padded = p.num_m_blocks * kBlockM;
   constexpr float kLog2e = 1.4426950408889634f;
   p.softcap = pr.softcap;
   p.softcap_input_scale = pr.softcap > 0.0f ? pr.softmax_scale / pr.softcap : 0.0f;
@@ -68,11 +67,8 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   return p;
 }
 
-// Blocks of kBlockM rows in the per-row workspaces (workspace_blocks.hpp): per (batch entry, q head)
-// num_m_blocks for the dense kernels, per q head q_blocks_per_head for the variable-length ones. The
-// kernels index blocks with 32-bit ints (a TMA coordinate among them): the launch refuses more.
-inline std::int64_t bwd_workspace_blocks(const BwdParams& p, bool varlen) {
-  return varlen ? std::int64_t(p.heads_q) * p.q_blocks_per_head : std::int64_t(p.batch) * p.heads_q * p.num_m_blocks;
-}
+// Blocks of kBlockM rows in the per-row workspaces (workspace_blocks.hpp): q_blocks_per_head per q
+// head. The kernels index blocks with 32-bit ints (a TMA coordinate among them): the launch refuses more.
+inline std::int64_t bwd_workspace_blocks(const BwdParams& p) { return std::int64_t(p.heads_q) * p.q_blocks_per_head; }
 
 }  // namespace hopattn::sm90

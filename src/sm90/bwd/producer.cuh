@@ -25,27 +25,23 @@ struct BwdTensorMaps {
   const CUtensorMap* row_stats;
 };
 
-// The CTA's work: key block n_block of K/V head kv_head of batch entry `batch`.
+// The CTA's work: key block n_block of K/V head kv_head of batch entry or sequence `batch`.
 struct KeyBlock {
   int n_block, kv_head, batch;
 };
 
 // The CTA's steps: every q block that sees one of its keys (block_range.hpp), for each q head that
 // reads its K/V head, head by head. Producer and consumers walk the same list. b: the sequence's
-// bounds (sequence_bounds); a key block of a variable-length batch past the keys its sequence uses
-// (seqused_k) is seen by no row.
+// bounds; a key block past the keys its sequence uses (seqused_k) is seen by no row.
 template <class Traits>
 struct StepList {
   int first_head, m_begin, m_blocks;
 
-  template <class Bounds>
-  __device__ StepList(const BwdParams& p, const KeyBlock& block, const Bounds& b) {
+  __device__ StepList(const BwdParams& p, const KeyBlock& block, const SequenceBounds& b) {
     const int n0 = block.n_block * Traits::kBlockN;
     QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, b.seqlen_q, b.seqlen_k,
                                                                          b.window_left, b.window_right);
-    if constexpr (Traits::kVarlen) {
-      if (n0 >= b.seqlen_k) range = QBlockRange{0, 0};
-    }
+    if (n0 >= b.seqlen_k) range = QBlockRange{0, 0};
     first_head = block.kv_head * p.head_ratio;
     m_begin = range.begin;
     m_blocks = range.end - range.begin;
@@ -66,7 +62,7 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
   load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
   load_tile<KTile, kCols>(s.v, maps.v, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
 
-  const StepList<Traits> steps(p, block, sequence_bounds<Traits::kVarlen>(p, seq));
+  const StepList<Traits> steps(p, block, seq.bounds);
   StageRing<Traits::kStages> ring;
   for (int head = steps.first_head; head < steps.first_head + p.head_ratio; ++head) {
     for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
@@ -77,7 +73,7 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
       load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], q_row, head, seq.rows.q_batch);
       load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], q_row, head, seq.rows.q_batch);
       tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0,
-                  workspace_block<Traits::kVarlen>(p, seq, head, m), 0, 0);
+                  workspace_block(p, seq, head, m), 0, 0);
       ring.advance();
     }
   }

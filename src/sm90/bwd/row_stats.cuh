@@ -5,8 +5,8 @@
 //   dout_dot_out = sum_c dout_c out_c (D_i: dS = P (dP - D), since sum_j P_ij dP_ij = dout_i . out_i);
 //   lse_log2 = lse * log2(e), the exponent's reference for P = exp2(score * scale - lse_log2).
 // Padding rows and rows that saw no key (lse -inf) get lse_log2 = +inf, so their P is exactly 0.
-// One block of 8 rows per (rows, q head, batch entry or sequence); the blocks of a variable-length
-// batch past their sequence's padded rows leave at once (the grid has the longest sequence's rows).
+// One block of 8 rows per (rows, q head, batch entry or sequence); the blocks past their sequence's
+// padded rows leave at once (the grid has the longest sequence's rows).
 #pragma once
 
 #include <cmath>
@@ -20,15 +20,14 @@ namespace hopattn::sm90 {
 constexpr int kRowStatsWarps = 8;  // one warp per row
 constexpr int kRowStatsBlock = 64;  // rows per block: BwdTraits::kBlockM
 
-template <typename Element, int kHeadDim, bool kVarlen>
+template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kRowStatsWarps * 32) backward_row_stats_kernel(const BwdParams p) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowStatsWarps + threadIdx.x / 32;
   const int head = blockIdx.y;
-  const BwdSequence seq = backward_sequence<kRowStatsBlock, kVarlen>(p, blockIdx.z);
+  const BwdSequence seq = backward_sequence<kRowStatsBlock>(p, blockIdx.z);
   const int seqlen_q = seq.bounds.seqlen_q;
-  const int padded_rows = kVarlen ? (seqlen_q + kRowStatsBlock - 1) / kRowStatsBlock * kRowStatsBlock
-                                  : p.seqlen_q_padded;
+  const int padded_rows = (seqlen_q + kRowStatsBlock - 1) / kRowStatsBlock * kRowStatsBlock;
   if (row >= padded_rows) return;
   float dot = 0.0f;
   float lse_log2 = INFINITY;
@@ -50,7 +49,7 @@ __global__ void __launch_bounds__(kRowStatsWarps * 32) backward_row_stats_kernel
   }
   if (lane == 0) {
     float* block = p.row_stats +
-                   std::int64_t(workspace_block<kVarlen>(p, seq, head, row / kRowStatsBlock)) * 2 * kRowStatsBlock;
+                   std::int64_t(workspace_block(p, seq, head, row / kRowStatsBlock)) * 2 * kRowStatsBlock;
     block[row % kRowStatsBlock] = lse_log2;
     block[kRowStatsBlock + row % kRowStatsBlock] = dot;
   }

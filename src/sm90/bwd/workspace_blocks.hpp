@@ -3,9 +3,7 @@
 // dQ as one bulk reduction, without bounds checks. A block never holds rows of two sequences: a dQ
 // reduction into it must not reach another sequence's rows.
 //
-// Dense batches: block (batch * heads_q + head) * num_m_blocks + m (row_stats_block).
-// Variable-length batches: each q head has a range of packed_q_blocks(rows, batch) blocks, and
-// sequence b, whose rows start at row r0 of q (b * seqlen_q for a dense q), has its blocks from
+// Each q head has a range of packed_q_blocks(rows, batch) blocks, and sequence b, whose rows start at row r0 of q (b * seqlen_q for a dense q), has its blocks from
 // first_q_block(r0, b) = r0 / kBlockM + b on. Its ceil(len / kBlockM) blocks end at or before the next
 // sequence's first, since r0 / B + ceil(len / B) <= (r0 + len) / B + 1 (integer division), and the
 // last one's end at or before rows / B + batch: so the host sizes the workspace from q's row count,
@@ -16,7 +14,6 @@
 
 #include <cstdint>
 
-#include "sm90/bwd/params.hpp"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -30,11 +27,6 @@ HOPATTN_HOST_DEVICE constexpr int first_q_block(int row0, int sequence) {
 template <int kBlockM>
 HOPATTN_HOST_DEVICE constexpr std::int64_t packed_q_blocks(std::int64_t rows, int batch) {
   return rows / kBlockM + batch;
-}
-
-// The dense block of q block m of q head `head` of batch entry `batch`.
-HOPATTN_HOST_DEVICE inline int row_stats_block(const BwdParams& p, int batch, int head, int m) {
-  return (batch * p.heads_q + head) * p.num_m_blocks + m;
 }
 
 }  // namespace hopattn::sm90

@@ -2,5 +2,5 @@
 #include "sm90/bwd/launch.cuh"
 
 namespace hopattn::sm90 {
-template Status launch_backward<128, __half, false, true>(const BwdArgs&, const detail::Problem&);
+template Status launch_backward<128, __half, true>(const BwdArgs&, const detail::Problem&);
 }  // namespace hopattn::sm90
