@@ -104,7 +104,6 @@ TEST(BwdVarlenParams, PackedSidesAreAddressedByRowAndTheArraysReachTheKernels) {
     EXPECT_EQ(p.seqused_k, with_seqused ? static_cast<const int*>(used_t.data()) : nullptr) << where;
     EXPECT_EQ(p.seqlen_q, varlen_q ? max_q : dense_q) << where;
     EXPECT_EQ(p.seqlen_k, varlen_k ? max_k : dense_k) << where;
-    EXPECT_EQ(p.num_m_blocks, (p.seqlen_q + kBlockM - 1) / kBlockM) << where;
 
     const std::int64_t q_row = std::int64_t(heads_q) * (d + 8), k_row = std::int64_t(heads_kv) * (d + 8);
     for (const auto& [name, batch_stride, row_stride, head_stride] :
@@ -149,7 +148,6 @@ TEST(BwdVarlenParams, DenseCallsKeepTheirStridesAndPassNoArrays) {
   EXPECT_EQ(p.dq_batch_stride, 100 * 4 * 64);
   EXPECT_EQ(p.dk_batch_stride, 70 * 2 * 64);
   EXPECT_EQ(p.lse_batch_stride, 4 * 100);
-  EXPECT_EQ(p.num_m_blocks, 2);
   // A dense q is addressed as if packed: 200 rows, 200 / 64 + 2 blocks per head.
   EXPECT_EQ(p.q_blocks_per_head, 5);
   EXPECT_EQ(bwd_workspace_blocks(p), 4 * 5);

@@ -78,8 +78,9 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
         cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes),
         "raising the backward kernel's shared-memory limit");
   if (launched.ok()) launched = cuda_status(cudaMemsetAsync(workspace, 0, zeroed_bytes, stream), "zeroing the dq workspace");
+  const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;  // of the longest sequence
   if (launched.ok()) {
-    const dim3 grid((p.num_m_blocks * Traits::kBlockM + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
+    const dim3 grid((m_blocks * Traits::kBlockM + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
     backward_row_stats_kernel<Element, kHeadDim><<<grid, kRowStatsWarps * 32, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward row statistics");
   }
@@ -89,7 +90,7 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
     launched = cuda_status(cudaGetLastError(), "launching the backward kernel");
   }
   if (launched.ok()) {
-    const dim3 grid(p.num_m_blocks, p.heads_q, p.batch);
+    const dim3 grid(m_blocks, p.heads_q, p.batch);
     backward_dq_convert_kernel<Traits><<<grid, kDqConvertThreads, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward dq conversion");
   }
