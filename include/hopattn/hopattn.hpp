@@ -104,9 +104,9 @@ struct FwdArgs {
 
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v (num_pages, page_size,
   // heads_kv, head_dim); seqused_k gives each sequence's keys in use. The sm_90a kernel takes page sizes
-  // that are powers of two from 16. The rows of a sequence's last page past its keys are read and masked
-  // but must hold finite values (a zeroed or reused cache does): the sm_90a kernel multiplies their v
-  // rows by probability 0, and NaN or Inf there would reach out.
+  // that are powers of two from 16. Rows past a sequence's keys (the rest of its last page, rows past
+  // seqused_k, unused pages) may hold anything, NaN and Inf included (a cache from torch.empty): they
+  // are never read into out or lse.
   std::optional<Tensor> page_table;
 
   // Split-KV: the sm_90a kernels cut tiles along the keys over idle SMs and merge the pieces
