@@ -27,21 +27,28 @@ __device__ __forceinline__ int first_row_past_keys(int seqlen_k, int n_end) {
 
 // Zeroes rows [first_row, kBlockN) of the V stage (its V block landed: v_full waited for): this thread's
 // share, then its release of v_tail_cleared. Whole 128-byte rows of each column block, so the swizzle
-// (a permutation within a row) does not matter. The proxy fence orders these generic-proxy stores
-// before the wgmma (async proxy) reads of the stage that follow the other warps' wait.
+// (a permutation within a row) does not matter. Each 16-byte chunk of a column block has one owner,
+// the consumer thread (chunk index mod 256), whatever first_row is: a byte is only ever zeroed by the
+// same thread. The proxy fence orders these generic-proxy stores before the wgmma (async proxy) reads
+// of the stage that follow the other warps' wait.
 template <class Traits>
 __device__ __forceinline__ void clear_v_rows(typename Traits::SharedStorage& s, int stage, int first_row,
                                              int warpgroup, int thread_in_warpgroup) {
   using VTile = typename Traits::VTile;
   constexpr int kChunksPerRow = kSwizzleBytes / 16;
   constexpr int kConsumerThreads = Traits::kConsumerWarpgroups * Traits::kWarpgroupThreads;
-  const int chunks = (Traits::kBlockN - first_row) * kChunksPerRow;
-  const std::uint32_t tail = smem_address(s.v[stage]) + first_row * kSwizzleBytes;
-  const int first_chunk = warpgroup * Traits::kWarpgroupThreads + thread_in_warpgroup;
+  constexpr int kStoresPerBlock = (Traits::kBlockN * kChunksPerRow + kConsumerThreads - 1) / kConsumerThreads;
+  const int first_chunk = first_row * kChunksPerRow;
+  const int own_chunk = warpgroup * Traits::kWarpgroupThreads + thread_in_warpgroup;
+  const std::uint32_t stage_base = smem_address(s.v[stage]);
 #pragma unroll
   for (int block = 0; block < VTile::kColumnBlocks; ++block) {
-    for (int chunk = first_chunk; chunk < chunks; chunk += kConsumerThreads) {
-      store_zero_16b(tail + block * VTile::kColumnBlockBytes + chunk * 16);
+#pragma unroll
+    for (int i = 0; i < kStoresPerBlock; ++i) {
+      const int chunk = own_chunk + i * kConsumerThreads;
+      if (chunk >= first_chunk && chunk < Traits::kBlockN * kChunksPerRow) {
+        store_zero_16b(stage_base + block * VTile::kColumnBlockBytes + chunk * 16);
+      }
     }
   }
   fence_proxy_async_shared();
