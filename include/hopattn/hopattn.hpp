@@ -104,9 +104,9 @@ struct FwdArgs {
 
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v (num_pages, page_size,
   // heads_kv, head_dim); seqused_k gives each sequence's keys in use. The sm_90a kernel takes page sizes
-  // that are powers of two from 16. The rows of a sequence's last page past its keys are read and masked
-  // but must hold finite values (a zeroed or reused cache does): the sm_90a kernel multiplies their v
-  // rows by probability 0, and NaN or Inf there would reach out.
+  // that are powers of two from 16. Rows past a sequence's keys (the rest of its last page, rows past
+  // seqused_k, unused pages) may hold anything, NaN and Inf included (a cache from torch.empty): they
+  // are never read into out or lse.
   std::optional<Tensor> page_table;
 
   // Split-KV: the sm_90a kernels cut tiles along the keys over idle SMs and merge the pieces
@@ -146,7 +146,8 @@ struct BwdArgs {
   // Variable-length batches, as in FwdArgs (the layouts at the top: lse (heads_q, total_q) for varlen
   // q). On CUDA tensors the values are trusted as there; with cu_seqlens_k the backward also needs
   // every key length <= max_seqlen_k (its grid covers that many keys per sequence). Keys past
-  // seqused_k[b] get dk = dv = 0.
+  // seqused_k[b] get dk = dv = 0; unlike the forward, the sm_90a backward needs their k and v rows
+  // finite (it multiplies them by zero probabilities: NaN there reaches dq and dk).
   std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Tensor> seqused_k;

@@ -822,10 +822,11 @@ def test_gpu_features_are_correct_or_not_implemented(rng, feature):
         else:
             page_size = 64
             pages = torch.randperm(2 * 6, device="cuda").to(torch.int32).view(2, 6)
-            # Rows past the keys in use hold stale but finite values, as in a reused cache (NaN there
-            # would reach out: the kernel multiplies those v rows by probability 0).
-            k_cache = torch.randn(12, page_size, heads_kv, head_dim, dtype=dtype, device="cuda")
-            v_cache = torch.randn_like(k_cache)
+            # Rows past the keys in use hold NaN, as a cache from torch.empty may: the kernel loads
+            # the last page's tail with the last K/V block, and none of it may reach out.
+            k_cache = torch.full((12, page_size, heads_kv, head_dim), float("nan"), dtype=dtype,
+                                 device="cuda")
+            v_cache = torch.full_like(k_cache, float("nan"))
             for b in range(2):
                 for p in range(6):
                     rows = slice(p * page_size, min((p + 1) * page_size, 333))

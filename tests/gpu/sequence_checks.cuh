@@ -137,6 +137,26 @@ inline void fill_inputs(const RowBuffer& q, const RowBuffer& k, const RowBuffer&
   fill_normal(v.storage.data(), v.view.dtype, v.elements, splitmix64(seed ^ 3));
 }
 
+// Every element of a row flagged in `flags` (rows of row_elements elements) set to `value`: what a
+// caller's memory may hold in rows no sequence uses (a paged cache's spare pages and page tails, rows
+// past seqused_k).
+template <typename T>
+__global__ void fill_flagged_rows_kernel(T* data, std::int64_t n, std::int64_t row_elements,
+                                         const std::uint8_t* flags, float value) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    if (flags[i / row_elements]) data[i] = from_float<T>(value);
+}
+
+inline void fill_flagged_rows(const RowBuffer& rows, const DeviceBuffer& flags, float value) {
+  dispatch_float_dtype(rows.view.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    fill_flagged_rows_kernel<T><<<grid_for(rows.elements), 256>>>(
+        rows.storage.as<T>(), rows.elements, rows.view.row_stride, flags.as<std::uint8_t>(), value);
+  });
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+}
+
 // Float8 e4m3 inputs of a call to be refused: 0x38 is 1.0 in e4m3, valid inputs, should a kernel read them.
 inline void fill_e4m3_ones(std::initializer_list<const RowBuffer*> buffers) {
   for (const RowBuffer* t : buffers) HOPATTN_CUDA_CHECK(cudaMemset(t->storage.data(), 0x38, t->storage.bytes()));

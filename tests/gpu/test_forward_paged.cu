@@ -3,8 +3,9 @@
 // row j % page_size; sequence b has seqused_k[b] keys, or pages_per_seq * page_size without seqused_k.
 // q is dense or varlen (cu_seqlens_q). The caches are built the way a serving engine leaves them: more
 // pages than the table can reach, each sequence's pages distinct and shuffled, the pages nobody uses
-// and the unused tail rows of each sequence's last page full of large finite garbage (the kernel may
-// load those rows, but must mask them), table entries past a sequence's used pages valid but wrong,
+// and the unused tail rows of each sequence's last page full of large finite garbage, or of NaN or
+// +Inf as a cache allocated with torch.empty may be (the kernel loads the tail rows with a sequence's
+// last K/V block: they must not reach out), table entries past a sequence's used pages valid but wrong,
 // and sometimes table rows padded (a view of a wider table). Each sequence is an ordinary attention
 // problem of its own lengths (masks bottom-right aligned with its key count): its keys are gathered
 // into contiguous buffers and the float32 GPU reference runs on batch-1 views, judged by the rule of
@@ -46,6 +47,8 @@ struct PagedCase : CallSettings {
   int extra_columns = 1;  // table columns past the longest sequence's pages (valid, wrong entries)
   int spare_pages = 7;    // pages of the pool past batch * pages_per_seq (garbage, never in use)
   bool padded_table = false;  // the table a (batch, pages_per_seq) view of (batch, pages_per_seq + 3)
+  // In every pool row that is no key, k and v both; without it +kGarbage in k and -kGarbage in v.
+  std::optional<float> non_key_value;
   KernelOptions options;
 
   int batch() const { return static_cast<int>(len_q.size()); }
@@ -70,6 +73,7 @@ std::string PagedCase::describe() const {
   s << (varlen_q ? "varlen q " : "dense q ") << join(len_q) << (with_seqused_k ? " seqused_k " : " full pages ")
     << join(len_k) << " page_size " << page_size << " pages_per_seq " << pages_per_seq() << " num_pages "
     << num_pages() << (padded_table ? " padded-table" : "");
+  if (non_key_value) s << " non-key rows " << *non_key_value;
   describe_to(s);
   if (!options.warp_specialized) s << " no-warp-specialized";
   return s.str();
@@ -88,24 +92,6 @@ void check_case_shape(const PagedCase& c) {
   if (!c.with_seqused_k && (!all_equal(c.len_k) || c.len_k[0] < c.page_size || c.len_k[0] % c.page_size != 0 ||
                             c.extra_columns != 0))
     throw std::invalid_argument("test case: without seqused_k every sequence fills its pages_per_seq pages");
-}
-
-// Every element of a row flagged in `flags` (rows of row_elements elements) set to `value`.
-template <typename T>
-__global__ void fill_flagged_rows_kernel(T* data, std::int64_t n, std::int64_t row_elements,
-                                         const std::uint8_t* flags, float value) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-    if (flags[i / row_elements]) data[i] = from_float<T>(value);
-}
-
-void fill_flagged_rows(const RowBuffer& rows, const DeviceBuffer& flags, float value) {
-  dispatch_float_dtype(rows.view.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    fill_flagged_rows_kernel<T><<<grid_for(rows.elements), 256>>>(
-        rows.storage.as<T>(), rows.elements, rows.view.row_stride, flags.as<std::uint8_t>(), value);
-  });
-  HOPATTN_CUDA_CHECK(cudaGetLastError());
 }
 
 // dst row r = src row pages[r / page_size] * page_size + r % page_size, for the `rows` rows of one
@@ -179,7 +165,8 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
     }
   }
 
-  // Inputs: fresh normal values (e4m3: 1.0), then +-kGarbage in every pool row that is no key.
+  // Inputs: fresh normal values (e4m3: 1.0), then +-kGarbage (or non_key_value) in every pool row that
+  // is no key.
   q = make_rows(c.dtype, starts_q.back(), hq, d, c.padded_rows, 0);
   k = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
   v = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
@@ -188,8 +175,8 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
   } else {
     fill_inputs(q, k, v, seed, c.amplitude);
     const DeviceBuffer flags = upload(garbage);
-    fill_flagged_rows(k, flags, kGarbage);
-    fill_flagged_rows(v, flags, -kGarbage);
+    fill_flagged_rows(k, flags, c.non_key_value.value_or(kGarbage));
+    fill_flagged_rows(v, flags, c.non_key_value.value_or(-kGarbage));
   }
 
   outputs = PoisonedOutputs(fp8 ? kBf16 : c.dtype, starts_q, c.varlen_q, hq, d, c.padded_rows, c.with_lse);
@@ -353,6 +340,48 @@ TEST_P(ForwardPagedCorners, EverySequenceMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Corners, ForwardPagedCorners, ::testing::ValuesIn(corner_cases()), CaseName());
+
+// NaN and +Inf in every pool row that is no key (k and v), as in a cache allocated with torch.empty:
+// the rest of each sequence's last page, which its last K/V block loads (and the mask drops from the
+// scores; its v rows must not reach out either), and the pages nobody uses. Every key count but 0
+// leaves rows past it in its last page and in its last block, for each block width (64 keys at d 256,
+// 128 at d 64 and 128, 192 at d 64 with pages under 128 since the longest sequence has more than 1024
+// keys), at every page size, head dim and dtype, causal or not, dense q (80 rows) or varlen q
+// (decode rows among prefill ones).
+std::vector<NamedCase<PagedCase>> non_finite_tail_cases() {
+  std::vector<NamedCase<PagedCase>> cases;
+  const std::vector<int> keys = {1, 17, 65, 129, 250, 1100, 0};
+  const std::vector<int> varlen_rows = {1, 80, 4, 129, 1, 300, 2};
+  for (const float value : {NAN, INFINITY}) {
+    for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
+      for (int j = 0; j < static_cast<int>(std::size(kHeadDims)); ++j) {
+        for (const Dtype dtype : {kBf16, kFp16}) {
+          const bool varlen_q = dtype == kFp16;
+          PagedCase c = paged(varlen_q ? varlen_rows : same(static_cast<int>(keys.size()), 80), keys, kPageSizes[i],
+                              4, 2, kHeadDims[j], dtype);
+          c.varlen_q = varlen_q;
+          c.causal = (i + j) % 2 == 0;
+          c.non_key_value = value;
+          const std::string name = std::string(std::isnan(value) ? "Nan" : "Inf") + (c.causal ? "_causal" : "");
+          cases.push_back({name + suffix(c), c});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+class ForwardPagedNonFiniteTail : public HopperTest, public ::testing::WithParamInterface<NamedCase<PagedCase>> {};
+
+TEST_P(ForwardPagedNonFiniteTail, OutputIsThatOfTheKeysAlone) {
+  const std::uint64_t seed = run_seed();
+  const PagedCase& c = GetParam().c;
+  const std::string problems = run_paged_case(c, seed);
+  EXPECT_TRUE(problems.empty()) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << problems;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tails, ForwardPagedNonFiniteTail, ::testing::ValuesIn(non_finite_tail_cases()),
+                         CaseName());
 
 class ForwardPaged : public HopperTest {};
 

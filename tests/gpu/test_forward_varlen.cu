@@ -6,7 +6,9 @@
 // are poisoned with NaN and bracketed by poisoned guard rows: every row must be written, and nothing
 // around or between the logical rows. A tile holding the last rows of one sequence must not spill into
 // the next one; the prefix test makes every sequence the last of a batch once, so that such a spill
-// lands in the guard instead of racing with the next sequence's own (correct) write.
+// lands in the guard instead of racing with the next sequence's own (correct) write. Rows a sequence
+// stores but does not use (past its seqused_k entry) and rows after the last sequence may hold NaN or
+// +Inf, as memory nobody wrote may: a sequence's last K/V block loads them, and they must not reach out.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,6 +37,10 @@ struct VarlenCase : CallSettings {
   // q, k, v as head slices of one (total, hq + 2 hkv, d) buffer, as flash_attn_varlen_qkvpacked_func
   // takes them; needs varlen q and k with equal lengths.
   bool packed_qkv = false;
+  // k and v rows after the last sequence (varlen k): in the tensor, in no sequence.
+  int trailing_k_rows = 0;
+  // In k and v rows no sequence uses (past seqused_k, the trailing rows) when given; else random.
+  std::optional<float> unused_row_value;
 
   int batch() const { return static_cast<int>(len_q.size()); }
   int used_k(int b) const { return seqused_k ? (*seqused_k)[b] : len_k[b]; }
@@ -60,6 +66,8 @@ std::string VarlenCase::describe() const {
   if (seqused_k) s << " seqused_k " << join(*seqused_k);
   describe_to(s);
   s << (packed_qkv ? " packed-qkv" : "");
+  if (trailing_k_rows) s << " trailing k rows " << trailing_k_rows;
+  if (unused_row_value) s << " unused rows " << *unused_row_value;
   return s.str();
 }
 
@@ -70,8 +78,17 @@ void check_case_shape(const VarlenCase& c) {
     throw std::invalid_argument("test case: a dense side needs equal lengths");
   if (c.packed_qkv && (!c.varlen_q || !c.varlen_k || c.len_q != c.len_k))
     throw std::invalid_argument("test case: packed qkv needs varlen q and k of equal lengths");
+  if ((c.trailing_k_rows != 0 && !c.varlen_k) || (c.unused_row_value && c.packed_qkv) || c.trailing_k_rows < 0)
+    throw std::invalid_argument("test case: trailing k rows need varlen k, unused row values unpacked k and v");
   for (int b = 0; b < c.batch(); ++b)
     if (c.used_k(b) < 0 || c.used_k(b) > c.len_k[b]) throw std::invalid_argument("test case: seqused_k > len_k");
+}
+
+// 1 for each of the `rows` k/v rows that no sequence uses: past its seqused_k entry, or after the last.
+std::vector<std::uint8_t> unused_rows(const VarlenCase& c, const std::vector<int>& starts_k, int rows) {
+  std::vector<std::uint8_t> unused(rows, 1);
+  for (int b = 0; b < c.batch(); ++b) std::fill_n(unused.begin() + starts_k[b], c.used_k(b), std::uint8_t{0});
+  return unused;
 }
 
 // Runs `c` on data drawn from `seed` and returns what is wrong (empty when nothing is): forward must
@@ -81,7 +98,7 @@ std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
     check_case_shape(c);
     const int batch = c.batch(), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
     const std::vector<int> starts_q = prefix_sums(c.len_q), starts_k = prefix_sums(c.len_k);
-    const int total_q = starts_q.back(), total_k = starts_k.back();
+    const int total_q = starts_q.back(), total_k = starts_k.back(), k_rows_stored = total_k + c.trailing_k_rows;
 
     // Inputs: fresh normal values over the whole storage, padding included. With packed_qkv, q_rows
     // holds all three.
@@ -95,10 +112,15 @@ std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
       v = q_rows.view.heads_slice(hq + hkv, hkv);
     } else {
       q_rows = make_rows(c.dtype, total_q, hq, d, c.padded_rows, 0);
-      k_rows = make_rows(c.dtype, total_k, hkv, d, c.padded_rows, 0);
-      v_rows = make_rows(c.dtype, total_k, hkv, d, c.padded_rows, 0);
+      k_rows = make_rows(c.dtype, k_rows_stored, hkv, d, c.padded_rows, 0);
+      v_rows = make_rows(c.dtype, k_rows_stored, hkv, d, c.padded_rows, 0);
       fill_inputs(q_rows, k_rows, v_rows, seed, c.amplitude);
       q = q_rows.view, k = k_rows.view, v = v_rows.view;
+      if (c.unused_row_value) {
+        const DeviceBuffer flags = upload(unused_rows(c, starts_k, k_rows_stored));
+        fill_flagged_rows(k_rows, flags, *c.unused_row_value);
+        fill_flagged_rows(v_rows, flags, *c.unused_row_value);
+      }
     }
 
     const PoisonedOutputs outputs(c.dtype, starts_q, c.varlen_q, hq, d, c.padded_rows, c.with_lse);
@@ -109,8 +131,11 @@ std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
     if (c.seqused_k) seqused = upload(*c.seqused_k);
     FwdArgs args;
     args.q = q.api_tensor(starts_q, c.varlen_q);
-    args.k = k.api_tensor(starts_k, c.varlen_k);
-    args.v = v.api_tensor(starts_k, c.varlen_k);
+    // A varlen k of k_rows_stored rows: the last sequence may end before the tensor does.
+    std::vector<int> stored_k = starts_k;
+    stored_k.back() = k_rows_stored;
+    args.k = k.api_tensor(stored_k, c.varlen_k);
+    args.v = v.api_tensor(stored_k, c.varlen_k);
     outputs.set_args(args, starts_q, c.varlen_q);
     if (cu_q) args.cu_seqlens_q = make_tensor(cu_q->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
     if (cu_k) args.cu_seqlens_k = make_tensor(cu_k->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
@@ -252,6 +277,50 @@ TEST_P(ForwardVarlenCorners, EverySequenceMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Corners, ForwardVarlenCorners, ::testing::ValuesIn(corner_cases()), CaseName());
+
+// NaN and +Inf in every k and v row no sequence uses: between a sequence's seqused_k entry and the next
+// sequence (varlen k) or its dense row's end (dense k), and after the last sequence in a varlen k (with
+// seqused_k or cu_seqlens_k alone). Each
+// used key count leaves such rows in its last K/V block at every block width (64 keys at d 256, 128 at
+// d 64 and 128; d 64 takes 192-key blocks in the varlen k cases, whose longest sequence stores more than
+// 1024 keys), causal or not.
+std::vector<NamedCase<VarlenCase>> non_finite_tail_cases() {
+  std::vector<NamedCase<VarlenCase>> cases;
+  for (const float value : {NAN, INFINITY}) {
+    for (const int d : kHeadDims) {
+      for (const Dtype dtype : {kBf16, kFp16}) {
+        for (const bool causal : {false, true}) {
+          const std::string name = std::string(std::isnan(value) ? "Nan" : "Inf") + (causal ? "_causal" : "") + "_d" +
+                                   std::to_string(d) + "_" + dtype_name(dtype);
+          VarlenCase packed = varlen({1, 80, 200, 129, 3}, {300, 130, 1100, 50, 7}, 4, 2, d, dtype);
+          packed.seqused_k = {{257, 1, 1030, 37, 0}};
+          packed.trailing_k_rows = 200;
+          VarlenCase dense = varlen({100, 100, 100}, {500, 500, 500}, 4, 1, d, dtype);
+          dense.varlen_q = false, dense.varlen_k = false, dense.seqused_k = {{317, 1, 499}};
+          VarlenCase trailing = varlen({129, 64}, {300, 77}, 4, 4, d, dtype);
+          trailing.trailing_k_rows = 200;  // without seqused_k: the last sequence's last block reads them
+          for (VarlenCase* c : {&packed, &dense, &trailing}) c->causal = causal, c->unused_row_value = value;
+          cases.push_back({name + "_VarlenK", packed});
+          cases.push_back({name + "_DenseK", dense});
+          cases.push_back({name + "_RowsAfterTheLastSequence", trailing});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+class ForwardVarlenNonFiniteTail : public HopperTest, public ::testing::WithParamInterface<NamedCase<VarlenCase>> {};
+
+TEST_P(ForwardVarlenNonFiniteTail, OutputIsThatOfTheUsedKeysAlone) {
+  const std::uint64_t seed = run_seed();
+  const VarlenCase& c = GetParam().c;
+  const std::string problems = run_varlen_case(c, seed);
+  EXPECT_TRUE(problems.empty()) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << problems;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tails, ForwardVarlenNonFiniteTail, ::testing::ValuesIn(non_finite_tail_cases()),
+                         CaseName());
 
 class ForwardVarlen : public HopperTest {};
 

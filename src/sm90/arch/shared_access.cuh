@@ -7,6 +7,11 @@
 
 namespace hopattn::sm90 {
 
+// Sixteen zero bytes at `address` (16-byte aligned).
+__device__ __forceinline__ void store_zero_16b(std::uint32_t address) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(address), "r"(0) : "memory");
+}
+
 // Four 8 x 8 matrices of 16-bit elements, one 16-byte row per address: lanes 8i .. 8i+7 address the
 // rows of matrix i. Lane t gets in out[i] row t / 4, elements 2 (t % 4) and 2 (t % 4) + 1 of matrix i.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t address, std::uint32_t (&out)[4]) {

@@ -10,7 +10,8 @@
 // Ping-pong (KernelOptions::pingpong): the two consumer warpgroups take turns to issue their GEMMs
 // (named barriers), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
 // A variable-length kernel (Traits::kVarlen) masks each tile by its own sequence's lengths
-// (sequence.cuh) and stores it through store_varlen_tile.
+// (sequence.cuh), zeroes the V rows past them before their P V (v_tail.cuh) and stores each tile
+// through store_varlen_tile.
 #pragma once
 
 #include "sm90/arch/convert.cuh"
@@ -24,6 +25,7 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/fwd/split_merge.cuh"
+#include "sm90/fwd/v_tail.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
 #include "sm90/tile/a_fragment.cuh"
@@ -182,6 +184,28 @@ class Consumer {
     if (inline_loads()) producer_.load_next();
   }
 
+  // A variable-length tile's last K/V block may hold rows past its sequence's keys (v_tail.cuh): once
+  // the block's V has landed, this warpgroup zeroes its share of them (nothing in the dense kernels).
+  template <class Bounds>
+  __device__ void clear_v_tail(const Bounds& seq, int n_end, int stage, std::uint32_t phase) {
+    if constexpr (Traits::kVarlen) {
+      const int first_row = first_row_past_keys<Traits::kBlockN>(seq.seqlen_k, n_end);
+      if (first_row == Traits::kBlockN) return;
+      mbarrier_wait(&s_.v_full[stage], phase);  // producer (TMA) -> us: V block landed
+      clear_v_rows<Traits>(s_, stage, first_row, warpgroup_, thread_);
+    }
+  }
+
+  // ... and waits until every consumer warp has, before the block's P V.
+  template <class Bounds>
+  __device__ void wait_v_tail_cleared(const Bounds& seq, int n_end) {
+    if constexpr (Traits::kVarlen) {
+      if (first_row_past_keys<Traits::kBlockN>(seq.seqlen_k, n_end) == Traits::kBlockN) return;
+      mbarrier_wait(&s_.v_tail_cleared, v_tail_phase_);
+      v_tail_phase_ ^= 1;
+    }
+  }
+
   // S = Q K^T over the head dim: kHeadDim/16 wgmmas, committed as one group (not waited for).
   __device__ void issue_qk(float (&s)[kS], const QFragments& q, int stage) {
     const std::uint32_t q_base = smem_address(s_.q) + warpgroup_ * Traits::kRowsPerWarpgroup * kSwizzleBytes;
@@ -259,6 +283,8 @@ class Consumer {
                                       int n_end, const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     float s[kS];
     std::uint32_t p[kPSteps][4];
+    clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
+    wait_v_tail_cleared(seq, n_end);
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_full[stage], ring_.phase());  // producer (TMA) -> us: K block landed
@@ -304,6 +330,7 @@ class Consumer {
     begin_gemm_turn();
     issue_qk(s, q, pv_stage);
     end_gemm_turn();
+    clear_v_tail(seq, n_end, pv_stage, ring_.phase());  // while S runs
     wgmma_wait<0>();
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
@@ -313,6 +340,9 @@ class Consumer {
     convert_p(s, p);
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
+    // Before the turn that issues this block's P V: the other warpgroups clear their shares right after
+    // their first S GEMM issue, which waits for no turn of ours but the one just ended (no cycle).
+    wait_v_tail_cleared(seq, n_end);
 
     for (n = n_end - 2; n >= n_begin; --n) {
       const int stage = ring_.index();
@@ -360,6 +390,7 @@ class Consumer {
   const CUtensorMap* tm_o_;
   InlineProducer<Traits> producer_;
   StageRing<Traits::kStages> ring_;
+  std::uint32_t v_tail_phase_ = 0;  // parity of SharedStorage::v_tail_cleared's next phase (kVarlen)
 };
 
 }  // namespace hopattn::sm90

@@ -39,6 +39,7 @@ __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s)
     mbarrier_init(&s.k_empty[i], Traits::kConsumerWarps);
     mbarrier_init(&s.v_empty[i], Traits::kConsumerWarps);
   }
+  if constexpr (Traits::kVarlen) mbarrier_init(&s.v_tail_cleared, Traits::kConsumerWarps);
   fence_barrier_init();
 }
 

@@ -138,6 +138,9 @@ struct FwdTraits {
     std::uint64_t v_empty[kStages];  // consumers -> producer: PV GEMM done reading the V stage
     // The consumers' keep_next_wait_after stores (never read), where kPvWaitAfterMax.
     std::conditional_t<kPvWaitAfterMax, float[kConsumerWarpgroups * kWarpgroupThreads], NoStorage> pv_fence;
+    // Variable-length kernels: consumers -> consumers, the V rows past a sequence's keys zeroed in
+    // the stage of its last block (v_tail.cuh). Last, so the dense kernels' layout is what it was.
+    std::conditional_t<kVarlen, std::uint64_t, NoStorage> v_tail_cleared;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
