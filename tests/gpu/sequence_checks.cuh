@@ -378,6 +378,54 @@ inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k) 
   c.padded_rows = chance(0.2);
 }
 
+// The lengths of a random variable-length case (the forward's and the backward's sweeps name these
+// fields alike), drawn in this order: batch 1-6; a packed q, a packed k and seqused_k independently (at
+// least one); lengths log-uniform in [1, max_length], an edge length with chance edge_chance,
+// sometimes 0 on a packed side; packed qkv; the keys each sequence uses.
+template <class Case, std::size_t kEdges>
+void draw_lengths(std::mt19937_64& rng, Case& c, const int (&edge_lengths)[kEdges], int max_length,
+                  double edge_chance) {
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  const auto length = [&] {
+    if (chance(edge_chance)) return edge_lengths[pick(0, static_cast<int>(kEdges) - 1)];
+    const double x = std::exp(std::uniform_real_distribution<double>(0.0, std::log(double(max_length)))(rng));
+    return std::clamp(static_cast<int>(std::lround(x)), 1, max_length);
+  };
+  const int batch = pick(1, 6);
+  c.varlen_q = chance(0.8);
+  c.varlen_k = chance(0.75);
+  const bool seqused = chance(0.35) || (!c.varlen_q && !c.varlen_k);
+  const int dense_q = length(), dense_k = length();
+  for (int b = 0; b < batch; ++b) {
+    const int lq = !c.varlen_q ? dense_q : chance(0.08) ? 0 : length();
+    const int lk = !c.varlen_k ? dense_k : chance(0.08) ? 0 : chance(0.25) && lq > 0 ? lq : length();
+    c.len_q.push_back(lq);
+    c.len_k.push_back(lk);
+  }
+  // CUDA tensors may not be empty: at least one row on each side.
+  if (prefix_sums(c.len_q).back() == 0) c.len_q[0] = 1;
+  if (prefix_sums(c.len_k).back() == 0) c.len_k[0] = 1;
+  c.packed_qkv = c.varlen_q && c.varlen_k && chance(0.15);
+  if (c.packed_qkv) c.len_k = c.len_q;
+  if (seqused) {
+    c.seqused_k.emplace();
+    for (int lk : c.len_k) c.seqused_k->push_back(chance(0.3) ? lk : pick(0, lk));
+  }
+}
+
+// Every length of a case (used keys too) by a quarter: monotone, so used keys stay <= stored keys; 0
+// stays 0 and nothing else reaches it.
+template <class Case>
+void shrink_lengths(Case& c) {
+  const auto shrink = [](std::vector<int>& lengths) {
+    for (int& n : lengths) n = n == 0 ? 0 : std::max(1, n * 3 / 4);
+  };
+  shrink(c.len_q);
+  shrink(c.len_k);
+  if (c.seqused_k) shrink(*c.seqused_k);
+}
+
 // One step of fitting a random case's work: halves the GQA ratio, else (ratio 1) drops a kv head.
 // False when a single head is left: the lengths must shrink instead.
 inline bool shrink_heads(CallSettings& c) {

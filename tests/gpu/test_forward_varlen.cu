@@ -354,49 +354,13 @@ constexpr double kMaxWork = 4e10;
 // in [1, 3000], often an edge length, sometimes 0 on a varlen side; every head dim, dtype and GQA
 // ratio; causal, windows, softcap, scale, LSE, padded rows and packed qkv at random.
 VarlenCase random_varlen_case(std::mt19937_64& rng) {
-  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
-  const auto length = [&] {
-    if (chance(0.25)) return kEdgeLengths[pick(0, static_cast<int>(std::size(kEdgeLengths)) - 1)];
-    const double x = std::exp(std::uniform_real_distribution<double>(0.0, std::log(double(kMaxLength)))(rng));
-    return std::clamp(static_cast<int>(std::lround(x)), 1, kMaxLength);
-  };
-
   VarlenCase c;
-  const int batch = pick(1, 6);
-  c.varlen_q = chance(0.8);
-  c.varlen_k = chance(0.75);
-  const bool seqused = chance(0.35) || (!c.varlen_q && !c.varlen_k);
-  const int dense_q = length(), dense_k = length();
-  for (int b = 0; b < batch; ++b) {
-    const int lq = !c.varlen_q ? dense_q : chance(0.08) ? 0 : length();
-    const int lk = !c.varlen_k ? dense_k : chance(0.08) ? 0 : chance(0.25) && lq > 0 ? lq : length();
-    c.len_q.push_back(lq);
-    c.len_k.push_back(lk);
-  }
-  // CUDA tensors may not be empty: at least one row on each side.
-  if (prefix_sums(c.len_q).back() == 0) c.len_q[0] = 1;
-  if (prefix_sums(c.len_k).back() == 0) c.len_k[0] = 1;
-  c.packed_qkv = c.varlen_q && c.varlen_k && chance(0.15);
-  if (c.packed_qkv) c.len_k = c.len_q;
-  if (seqused) {
-    c.seqused_k.emplace();
-    for (int lk : c.len_k) c.seqused_k->push_back(chance(0.3) ? lk : pick(0, lk));
-  }
-
+  draw_lengths(rng, c, kEdgeLengths, kMaxLength, 0.25);
   draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()));
 
   // Fewer heads first, then every length (used keys too) by a quarter, until the work fits.
   while (c.work() > kMaxWork) {
-    if (!shrink_heads(c)) {
-      // Monotone, so used keys stay <= stored keys; 0 stays 0 and nothing else reaches it.
-      const auto shrink = [](std::vector<int>& lengths) {
-        for (int& n : lengths) n = n == 0 ? 0 : std::max(1, n * 3 / 4);
-      };
-      shrink(c.len_q);
-      shrink(c.len_k);
-      if (c.seqused_k) shrink(*c.seqused_k);
-    }
+    if (!shrink_heads(c)) shrink_lengths(c);
   }
   return c;
 }
