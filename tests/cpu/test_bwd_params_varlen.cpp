@@ -15,6 +15,7 @@
 
 #include "api/problem.hpp"
 #include "common/host_tensor.hpp"
+#include "cpu/sequence_arrays.hpp"
 #include "hopattn/hopattn.hpp"
 #include "sm90/bwd/params_builder.hpp"
 
@@ -22,20 +23,10 @@ namespace hopattn::sm90 {
 namespace {
 
 using test::HostTensor;
+using test::int_array;
+using test::prefix_sums;
 
 constexpr int kBlockM = 64;
-
-HostTensor int_array(const std::vector<int>& values) {
-  HostTensor t(Dtype::kInt32, {static_cast<std::int64_t>(values.size())});
-  for (std::size_t i = 0; i < values.size(); ++i) static_cast<int*>(t.data())[i] = values[i];
-  return t;
-}
-
-std::vector<int> prefix_sums(const std::vector<int>& lengths) {
-  std::vector<int> cu{0};
-  for (int n : lengths) cu.push_back(cu.back() + n);
-  return cu;
-}
 
 // Padded views: a (rows, heads, d) or (batch, rows, heads, d) tensor whose heads are d + 8 apart, so no
 // stride is dense by luck.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/host_tensor.hpp"
+#include "cpu/sequence_arrays.hpp"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn::test {
@@ -154,12 +155,6 @@ inline double worst_ratio(const std::vector<double>& a, const std::vector<double
 
 inline Tensor int_tensor(std::vector<int>& values) {
   return make_tensor(values.data(), Dtype::kInt32, {static_cast<std::int64_t>(values.size())});
-}
-
-inline std::vector<int> prefix_sums(const std::vector<int>& lengths) {
-  std::vector<int> sums(1, 0);
-  for (int n : lengths) sums.push_back(sums.back() + n);
-  return sums;
 }
 
 }  // namespace hopattn::test
