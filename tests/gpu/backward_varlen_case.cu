@@ -14,14 +14,7 @@ namespace hopattn::test {
 namespace {
 
 void check_case_shape(const VarlenBackwardCase& c) {
-  if (c.batch() < 1 || c.len_k.size() != c.len_q.size() || (c.seqused_k && int(c.seqused_k->size()) != c.batch()))
-    throw std::invalid_argument("test case: one length per sequence on each side");
-  if ((!c.varlen_q && !all_equal(c.len_q)) || (!c.varlen_k && !all_equal(c.len_k)))
-    throw std::invalid_argument("test case: a dense side needs equal lengths");
-  if (c.packed_qkv && (!c.varlen_q || !c.varlen_k || c.len_q != c.len_k))
-    throw std::invalid_argument("test case: packed qkv needs varlen q and k of equal lengths");
-  for (int b = 0; b < c.batch(); ++b)
-    if (c.used_k(b) < 0 || c.used_k(b) > c.len_k[b]) throw std::invalid_argument("test case: seqused_k > len_k");
+  check_sequence_lengths(c);
   if (prefix_sums(c.len_q).back() == 0 || prefix_sums(c.len_k).back() == 0)
     throw std::invalid_argument("test case: CUDA tensors need at least one row on each side");
 }

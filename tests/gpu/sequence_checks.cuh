@@ -20,6 +20,7 @@
 #include <ostream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -376,6 +377,21 @@ inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k) 
   c.with_lse = chance(0.85);
   c.amplitude = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng);
   c.padded_rows = chance(0.2);
+}
+
+// The checks every variable-length case's lengths pass (the forward's and the backward's cases name
+// these fields alike): one length per sequence, equal lengths on a dense side, packed qkv only over
+// equal packed sides, used keys within the stored ones.
+template <class Case>
+void check_sequence_lengths(const Case& c) {
+  if (c.batch() < 1 || c.len_k.size() != c.len_q.size() || (c.seqused_k && int(c.seqused_k->size()) != c.batch()))
+    throw std::invalid_argument("test case: one length per sequence on each side");
+  if ((!c.varlen_q && !all_equal(c.len_q)) || (!c.varlen_k && !all_equal(c.len_k)))
+    throw std::invalid_argument("test case: a dense side needs equal lengths");
+  if (c.packed_qkv && (!c.varlen_q || !c.varlen_k || c.len_q != c.len_k))
+    throw std::invalid_argument("test case: packed qkv needs varlen q and k of equal lengths");
+  for (int b = 0; b < c.batch(); ++b)
+    if (c.used_k(b) < 0 || c.used_k(b) > c.len_k[b]) throw std::invalid_argument("test case: seqused_k > len_k");
 }
 
 // The lengths of a random variable-length case (the forward's and the backward's sweeps name these

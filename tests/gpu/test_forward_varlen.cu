@@ -72,16 +72,9 @@ std::string VarlenCase::describe() const {
 }
 
 void check_case_shape(const VarlenCase& c) {
-  if (c.batch() < 1 || c.len_k.size() != c.len_q.size() || (c.seqused_k && int(c.seqused_k->size()) != c.batch()))
-    throw std::invalid_argument("test case: one length per sequence on each side");
-  if ((!c.varlen_q && !all_equal(c.len_q)) || (!c.varlen_k && !all_equal(c.len_k)))
-    throw std::invalid_argument("test case: a dense side needs equal lengths");
-  if (c.packed_qkv && (!c.varlen_q || !c.varlen_k || c.len_q != c.len_k))
-    throw std::invalid_argument("test case: packed qkv needs varlen q and k of equal lengths");
+  check_sequence_lengths(c);
   if ((c.trailing_k_rows != 0 && !c.varlen_k) || (c.unused_row_value && c.packed_qkv) || c.trailing_k_rows < 0)
     throw std::invalid_argument("test case: trailing k rows need varlen k, unused row values unpacked k and v");
-  for (int b = 0; b < c.batch(); ++b)
-    if (c.used_k(b) < 0 || c.used_k(b) > c.len_k[b]) throw std::invalid_argument("test case: seqused_k > len_k");
 }
 
 // 1 for each of the `rows` k/v rows that no sequence uses: past its seqused_k entry, or after the last.
