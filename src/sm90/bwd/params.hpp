@@ -48,10 +48,11 @@ struct BwdParams {
   void* dv;
   std::int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
 
-  // Variable-length batches (bwd/sequence.cuh): int32 device arrays, nullptr when absent (a dense side), as FwdParams has them: sequence b's queries are rows
-  // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q, out, dout and dq (whose batch strides are
-  // then 0, as the packed LSE's), its keys likewise of k, v, dk and dv, of which it uses the first
-  // seqused_k[b]. q_blocks_per_head: the workspace blocks of each q head (workspace_blocks.hpp).
+  // Variable-length batches (bwd/sequence.cuh): int32 device arrays, nullptr when absent (a dense
+  // side), as FwdParams has them: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
+  // of the packed q, out, dout and dq (whose batch strides are then 0, as the packed LSE's), its keys
+  // likewise of k, v, dk and dv, of which it uses the first seqused_k[b]. q_blocks_per_head: the
+  // workspace blocks of each q head (workspace_blocks.hpp).
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   const int* seqused_k;

@@ -3,9 +3,9 @@
 // dQ as one bulk reduction, without bounds checks. A block never holds rows of two sequences: a dQ
 // reduction into it must not reach another sequence's rows.
 //
-// Each q head has a range of packed_q_blocks(rows, batch) blocks, and sequence b, whose rows start at row r0 of q (b * seqlen_q for a dense q), has its blocks from
-// first_q_block(r0, b) = r0 / kBlockM + b on. Its ceil(len / kBlockM) blocks end at or before the next
-// sequence's first, since r0 / B + ceil(len / B) <= (r0 + len) / B + 1 (integer division), and the
+// Each q head has a range of packed_q_blocks(rows, batch) blocks, and sequence b, whose rows start at
+// row r0 of q (b * seqlen_q for a dense q), has its blocks from first_q_block(r0, b) = r0 / kBlockM + b
+// on. Its ceil(len / kBlockM) blocks end at or before the next sequence's first, since r0 / B + ceil(len / B) <= (r0 + len) / B + 1 (integer division), and the
 // last one's end at or before rows / B + batch: so the host sizes the workspace from q's row count,
 // without reading cu_seqlens_q (a device array; reading it would need a sync).
 // Plain C++ (constexpr, host and device) so that the CPU tests can check the bounds

@@ -29,8 +29,8 @@ __device__ __forceinline__ int first_row_past_keys(int seqlen_k, int n_end) {
 // share, then its release of v_tail_cleared. Whole 128-byte rows of each column block, so the swizzle
 // (a permutation within a row) does not matter. Each 16-byte chunk of a column block has one owner,
 // consumer thread (chunk index mod the 256 consumer threads), whatever first_row is: a byte is only
-// ever zeroed by the same thread. The proxy fence orders these generic-proxy stores before the wgmma (async proxy) reads
-// of the stage that follow the other warps' wait.
+// ever zeroed by the same thread. The proxy fence orders these generic-proxy stores before the wgmma
+// (async proxy) reads of the stage that follow the other warps' wait.
 template <class Traits>
 __device__ __forceinline__ void clear_v_rows(typename Traits::SharedStorage& s, int stage, int first_row,
                                              int warpgroup, int thread_in_warpgroup) {
