@@ -50,8 +50,9 @@ bool check_backward_shape(const Shape& s, std::string* error) {
   else if (s.fp8_block_rows > 0) clash = "--fp8-block-rows (an fp8 forward option)";
   else if (s.v_keys_contiguous) clash = "--v-keys-contiguous (an fp8 forward option)";
   else if (s.num_splits != 0) clash = "--num-splits (a forward option)";
-  else if (!s.options.pingpong || !s.options.intra_wg_overlap || !s.options.persistent)
-    clash = "--no-pingpong/--no-overlap/--no-persistent (forward kernel switches)";
+  else if (!s.options.pingpong || !s.options.intra_wg_overlap || !s.options.persistent ||
+           s.options.pack_gqa != KernelOptions::PackGqa::kAuto)
+    clash = "--no-pingpong/--no-overlap/--no-persistent/--no-pack-gqa (forward kernel switches)";
   if (clash == nullptr) return true;
   *error = std::string("--backward is not supported with ") + clash;
   return false;
@@ -83,6 +84,7 @@ std::string usage_text() {
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
+         "  --no-pack-gqa    do not pack the query heads of a K/V head into one tile (single shape)\n"
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
          "  --json PATH      also write every row, the device, date and git commit as JSON\n"
@@ -148,6 +150,13 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
                                                             : &KernelOptions::persistent;
       single.options.*field = false;
       single.variant = flag.substr(2);
+      single_given = true;
+      continue;
+    }
+    // GQA packing off (KernelOptions::pack_gqa), to time what it buys a decoding step.
+    if (flag == "--no-pack-gqa") {
+      single.options.pack_gqa = KernelOptions::PackGqa::kOff;
+      single.variant = "no-pack-gqa";
       single_given = true;
       continue;
     }

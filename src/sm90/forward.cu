@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sm90/fwd/launch.hpp"
+#include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd_fp8/dispatch.hpp"
 #include "sm90/sm90.hpp"
 
@@ -21,9 +22,19 @@ Status unsupported(const std::string& what) {
                        "reference backend supports every feature on host tensors)");
 }
 
-// Batches whose sequences differ in length or location take the variable-length kernels.
-bool takes_varlen_kernels(const detail::Problem& pr) {
-  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged;
+// The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).
+constexpr int kTileRows = 128;
+
+// GQA packing: the 16-bit variable-length kernels at head dims 64 and 128 (FwdTraits::kPacksGqa).
+bool packs(const FwdArgs& args, const detail::Problem& pr) {
+  return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized &&
+         packs_gqa(args.options.pack_gqa, pr, kTileRows);
+}
+
+// Batches whose sequences differ in length or location take the variable-length kernels, and so do
+// launches that pack GQA heads into tiles (only those kernels pack; a dense batch is a special case).
+bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
+  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged || packs(args, pr);
 }
 
 // A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
@@ -32,8 +43,8 @@ bool page_size_supported(int page_size) { return page_size >= 16 && (page_size &
 
 template <int kHeadDim, typename Element>
 Status launch(const FwdArgs& args, const detail::Problem& pr) {
-  return takes_varlen_kernels(pr) ? launch_shipped_varlen_forward<kHeadDim, Element>(args, pr)
-                                  : launch_shipped_forward<kHeadDim, Element>(args, pr);
+  return takes_varlen_kernels(args, pr) ? launch_shipped_varlen_forward<kHeadDim, Element>(args, pr)
+                                        : launch_shipped_forward<kHeadDim, Element>(args, pr);
 }
 
 template <typename Element>
@@ -49,13 +60,26 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 }  // namespace
 
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
-  const bool varlen = takes_varlen_kernels(pr);
+  const bool varlen = takes_varlen_kernels(args, pr);
   if (varlen && pr.in_dtype == Dtype::kFloat8E4M3)
     return unsupported("FP8 with variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k) or a paged KV cache");
   if (varlen && !args.options.warp_specialized)
     return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k) or a paged KV cache with "
                        "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "
                        "warp-specialized)");
+  if (args.options.pack_gqa == KernelOptions::PackGqa::kOn) {
+    if (pr.in_dtype == Dtype::kFloat8E4M3)
+      return unsupported("KernelOptions::pack_gqa = kOn with FP8 (bf16 and fp16 pack)");
+    if (pr.head_dim > 128)
+      return unsupported("KernelOptions::pack_gqa = kOn at head dim 256 (head dims 64 and 128 pack)");
+    if (!args.options.warp_specialized)
+      return unsupported("KernelOptions::pack_gqa = kOn with warp_specialized = false (the packing kernels are "
+                         "warp-specialized)");
+    if (pr.heads_q / pr.heads_kv > kTileRows)
+      return unsupported("KernelOptions::pack_gqa = kOn with heads_q / heads_kv = " +
+                         std::to_string(pr.heads_q / pr.heads_kv) + " (packing takes at most " +
+                         std::to_string(kTileRows) + " query heads per K/V head)");
+  }
   if (pr.paged && !page_size_supported(pr.page_size))
     return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) +
                        " (k.shape[1]); the sm_90a kernel takes page sizes that are powers of two from 16 "

@@ -134,5 +134,51 @@ TEST(VarlenParams, DenseLaunchesPassNoArrays) {
   EXPECT_EQ(p.out_row_stride, 4 * 64);
 }
 
+// GQA packing: by default where it needs fewer tiles for queries shorter than a tile; the packed grid counts tiles per K/V head, with
+// kBlockM / ratio query rows each (a ratio that does not divide kBlockM leaves rows idle).
+TEST(PackedGqaParams, PackingWhereItSavesTilesAndTheGridItMakes) {
+  const auto problem = [](int heads_q, int heads_kv, int seqlen_q) {
+    detail::Problem pr;
+    pr.batch = 3, pr.heads_q = heads_q, pr.heads_kv = heads_kv, pr.seqlen_q = seqlen_q, pr.seqlen_k = 5000;
+    pr.head_dim = 128;
+    return pr;
+  };
+  using Pack = KernelOptions::PackGqa;
+  EXPECT_TRUE(packs_gqa(Pack::kAuto, problem(32, 8, 1), kBlockM));    // decoding
+  EXPECT_TRUE(packs_gqa(Pack::kAuto, problem(28, 4, 5), kBlockM));    // ratio 7: 18 rows x 7
+  EXPECT_TRUE(packs_gqa(Pack::kAuto, problem(32, 8, 90), kBlockM));    // 3 packed tiles against 4
+  EXPECT_FALSE(packs_gqa(Pack::kAuto, problem(32, 8, 100), kBlockM));  // 4 packed tiles against 4
+  EXPECT_FALSE(packs_gqa(Pack::kAuto, problem(32, 8, 200), kBlockM));  // a prompt longer than a tile
+  EXPECT_FALSE(packs_gqa(Pack::kAuto, problem(8, 8, 1), kBlockM));    // no GQA
+  EXPECT_FALSE(packs_gqa(Pack::kOff, problem(32, 8, 1), kBlockM));
+  EXPECT_TRUE(packs_gqa(Pack::kOn, problem(8, 8, 4000), kBlockM));
+  EXPECT_FALSE(packs_gqa(Pack::kOn, problem(256, 1, 1), kBlockM));  // more heads than tile rows
+
+  HostTensor q(Dtype::kBFloat16, {3, 5, 28, 128}), k(Dtype::kBFloat16, {3, 900, 4, 128}),
+      v(Dtype::kBFloat16, {3, 900, 4, 128}), out(Dtype::kBFloat16, {3, 5, 28, 128});
+  FwdArgs a;
+  a.q = q.tensor(), a.k = k.tensor(), a.v = v.tensor(), a.out = out.tensor();
+  a.causal = true;
+  detail::Problem pr;
+  ASSERT_TRUE(detail::validate_forward(a, &pr).ok());
+  FwdParams p = make_fwd_params(a, pr, kBlockM, /*heads_per_group=*/4, /*pack_gqa=*/true);
+  EXPECT_TRUE(p.pack_gqa);
+  EXPECT_EQ(p.tile_q_rows, 18);
+  EXPECT_EQ(p.packed_rows, 126);
+  EXPECT_EQ(p.num_m_blocks, 1);
+  EXPECT_EQ(p.num_tiles, 3 * 4);
+  EXPECT_EQ(p.tile_heads_divisor.divisor, 4u);
+  EXPECT_EQ(fwd_params_error(p, kBlockM), "");
+  p.tile_q_rows = kBlockM;  // a packed launch with unpacked tiles would address rows of other heads
+  EXPECT_NE(fwd_params_error(p, kBlockM).find("tile_q_rows"), std::string::npos);
+
+  const FwdParams unpacked = make_fwd_params(a, pr, kBlockM, 4);
+  EXPECT_FALSE(unpacked.pack_gqa);
+  EXPECT_EQ(unpacked.tile_q_rows, kBlockM);
+  EXPECT_EQ(unpacked.packed_rows, kBlockM);
+  EXPECT_EQ(unpacked.num_tiles, 3 * 28);
+  EXPECT_EQ(fwd_params_error(unpacked, kBlockM), "");
+}
+
 }  // namespace
 }  // namespace hopattn::sm90

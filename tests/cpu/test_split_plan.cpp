@@ -160,5 +160,56 @@ TEST(SplitPlan, ExplicitSplitsCutEveryTileEvenly) {
   EXPECT_EQ(plan_split(10, 2, 132, 5, true, 2, 2).units, 20);
 }
 
+// plan_varlen_split: every tile in the same number of pieces, each a share of that tile's own blocks;
+// together a tile's pieces cover its range [b, e) exactly once, in order, at any length (empty pieces
+// where the tile has fewer blocks than pieces), and each piece has its own slot.
+TEST(VarlenSplitPlan, PiecesCoverEachTilesOwnBlocksOnce) {
+  std::mt19937_64 rng(7);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 200; ++trial) {
+    const int tiles = pick(1, 100), pieces = pick(2, 9);
+    const SplitPlan s = plan_varlen_split(tiles, pick(1, 500), 132, pieces, 2);
+    ASSERT_EQ(s.units, tiles * pieces);
+    ASSERT_EQ(s.first_tile, 0);
+    std::set<int> slots;
+    for (int t = 0; t < tiles; ++t) {
+      const int b = pick(0, 50), e = b + pick(0, 60);
+      int next = b;
+      for (int k = 0; k < pieces; ++k) {
+        TileVisit v;
+        // Unit t * pieces + k is piece k of tile t, its only piece (visit id: split_plan.hpp).
+        ASSERT_TRUE(piece_of_visit(s, s.first_tile + kPiecesPerUnit * (t * pieces + k), &v));
+        ASSERT_EQ(v.tile, t);
+        ASSERT_GE(v.split_slot, 0);
+        EXPECT_TRUE(slots.insert(v.split_slot).second) << "slot " << v.split_slot << " twice";
+        int begin = b, end = e;
+        varlen_piece_blocks(s, v, &begin, &end);
+        ASSERT_EQ(begin, next) << "tile " << t << " piece " << k;
+        ASSERT_LE(begin, end);
+        next = end;
+      }
+      EXPECT_EQ(next, e) << "tile " << t;
+      const TilePieces tp = TilePieces::of(s, t);
+      EXPECT_EQ(tp.count(s), pieces);  // the merge waits for every piece, empty ones included
+    }
+  }
+}
+
+TEST(VarlenSplitPlan, HeuristicFillsTheSmsOnceForFewTiles) {
+  // A decoding step: 8 sequences x 8 K/V heads (packed) = 64 tiles of 8k keys (64 blocks) on 132 SMs.
+  EXPECT_EQ(plan_varlen_split(64, 64, 132, 0, 2).units, 128);
+  // One sequence, 8 heads, 64k keys: 16 pieces fill 128 SMs.
+  EXPECT_EQ(plan_varlen_split(8, 512, 132, 0, 2).units, 128);
+  // Short caches: pieces of at least kMinVarlenPieceBlocks blocks of the longest.
+  EXPECT_EQ(plan_varlen_split(8, 8, 132, 0, 2).units, 8 * (8 / kMinVarlenPieceBlocks));
+  // More than half as many tiles as SMs, or too short to cut, or num_splits 1: no split.
+  EXPECT_EQ(plan_varlen_split(67, 512, 132, 0, 2).units, 0);
+  EXPECT_EQ(plan_varlen_split(8, 7, 132, 0, 2).units, 0);
+  EXPECT_EQ(plan_varlen_split(8, 512, 132, 1, 2).units, 0);
+  // An explicit count is taken as given, up to kMaxSplitUnits pieces in all.
+  EXPECT_EQ(plan_varlen_split(500, 3, 132, 2, 2).units, 1000);
+  EXPECT_EQ(plan_varlen_split(600, 3, 132, 2, 2).units, 0);
+}
+
 }  // namespace
 }  // namespace hopattn::sm90

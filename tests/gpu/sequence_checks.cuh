@@ -224,6 +224,8 @@ struct CallSettings {
   bool with_lse = true;
   float amplitude = 1.0f;    // q is drawn from amplitude * N(0, 1): larger = peakier softmax
   bool padded_rows = false;  // q, k, v and out: kRowPad spare elements after each head
+  KernelOptions::PackGqa pack_gqa = KernelOptions::PackGqa::kAuto;
+  int num_splits = 0;  // FwdArgs::num_splits
 
   // " hq .. hkv .. d .. dtype[ causal][ window (l, r)][ softcap ..][ scale ..] lse|no-lse amplitude ..[ padded-rows]"
   void describe_to(std::ostream& s) const {
@@ -233,9 +235,14 @@ struct CallSettings {
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (softmax_scale) s << " scale " << *softmax_scale;
     s << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << (padded_rows ? " padded-rows" : "");
+    if (pack_gqa != KernelOptions::PackGqa::kAuto)
+      s << (pack_gqa == KernelOptions::PackGqa::kOn ? " pack-gqa on" : " pack-gqa off");
+    if (num_splits != 0) s << " num_splits " << num_splits;
   }
-  // The scale, masks and softcap of the call.
+  // The scale, masks, softcap, GQA packing and split of the call.
   void set_args(FwdArgs& args) const {
+    args.options.pack_gqa = pack_gqa;
+    args.num_splits = num_splits;
     args.softmax_scale = softmax_scale;
     args.causal = causal;
     args.window_left = window_left;

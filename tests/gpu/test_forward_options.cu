@@ -1,5 +1,7 @@
 // Each KernelOptions switch (warp specialization, ping-pong, intra-warpgroup overlap, persistence)
 // turned off in turn, then all at once: a smaller random sweep must pass the same rule as the default.
+// GQA packing forced on (any sequence length, windows and softcaps too) and off, likewise; forced on
+// where the kernels cannot pack, it is refused with kUnsupported.
 #include <iostream>
 #include <iterator>
 #include <random>
@@ -57,6 +59,68 @@ INSTANTIATE_TEST_SUITE_P(
                       Switches{"no_persistent", without(&KernelOptions::persistent)},
                       Switches{"all_off", KernelOptions{false, false, false, false}}),
     [](const ::testing::TestParamInfo<Switches>& info) { return std::string(info.param.name); });
+
+class ForwardPackGqa : public HopperTest,
+                       public ::testing::WithParamInterface<KernelOptions::PackGqa> {};
+
+// Head dims 64 and 128 (those kernels pack): a drawn d 256 case is drawn again.
+TEST_P(ForwardPackGqa, RandomSweepMatchesReference) {
+  KernelOptions options;
+  options.pack_gqa = GetParam();
+  const std::uint64_t seed = run_seed();
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int passed = 0, failed = 0;
+  constexpr int kEdges = static_cast<int>(std::size(kEdgeSeqlens));
+  for (int i = 0; i < kCasesPerSetting && failed < 10; ++i) {
+    ForwardCase c;
+    do {
+      c = random_case(rng, kMaxWork, true, i < kEdges ? kEdgeSeqlens[i] : 0,
+                      i < kEdges ? kEdgeSeqlens[kEdges - 1 - i] : 0);
+    } while (c.head_dim > 128);
+    const CaseResult r = run_forward_case(c, options, splitmix64(seed + i));
+    if (r.kind == CaseResult::kPassed) {
+      ++passed;
+    } else {
+      ++failed;
+      ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  "
+                    << (r.kind == CaseResult::kUnsupported ? "refused: " : "") << r.detail;
+    }
+  }
+  std::cout << "[ pack_gqa ] passed " << passed << " of " << kCasesPerSetting << std::endl;
+}
+
+INSTANTIATE_TEST_SUITE_P(OnAndOff, ForwardPackGqa,
+                         ::testing::Values(KernelOptions::PackGqa::kOn, KernelOptions::PackGqa::kOff),
+                         [](const ::testing::TestParamInfo<KernelOptions::PackGqa>& info) {
+                           return std::string(info.param == KernelOptions::PackGqa::kOn ? "on" : "off");
+                         });
+
+// Forced on where no kernel packs: head dim 256, the ablation without warp specialization, more query
+// heads per K/V head than a tile has rows.
+class ForwardPackGqaRefusals : public HopperTest {};
+
+TEST_F(ForwardPackGqaRefusals, SayWhatPacks) {
+  const auto refusal = [](ForwardCase c, KernelOptions options) {
+    options.pack_gqa = KernelOptions::PackGqa::kOn;
+    return run_forward_case(c, options, 1);
+  };
+  ForwardCase c;
+  c.batch = 1, c.heads_q = 4, c.heads_kv = 2, c.seqlen_q = 1, c.seqlen_k = 100, c.head_dim = 256;
+  CaseResult r = refusal(c, KernelOptions{});
+  EXPECT_EQ(r.kind, CaseResult::kUnsupported) << r.detail;
+  EXPECT_NE(r.detail.find("head dim 256"), std::string::npos) << r.detail;
+  c.head_dim = 128;
+  KernelOptions no_ws;
+  no_ws.warp_specialized = false;
+  r = refusal(c, no_ws);
+  EXPECT_EQ(r.kind, CaseResult::kUnsupported) << r.detail;
+  EXPECT_NE(r.detail.find("warp_specialized"), std::string::npos) << r.detail;
+  c.heads_q = 256, c.heads_kv = 1;
+  r = refusal(c, KernelOptions{});
+  EXPECT_EQ(r.kind, CaseResult::kUnsupported) << r.detail;
+  EXPECT_NE(r.detail.find("at most 128"), std::string::npos) << r.detail;
+}
 
 }  // namespace
 }  // namespace hopattn::test

@@ -195,7 +195,7 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
   args.max_seqlen_q = *std::max_element(c.len_q.begin(), c.len_q.end());
   args.max_seqlen_k = *std::max_element(c.len_k.begin(), c.len_k.end());
   c.set_args(args);
-  args.options = c.options;
+  args.options.warp_specialized = c.options.warp_specialized;
 }
 
 // Runs `c` on data drawn from `seed` and returns what is wrong (empty when nothing is): forward must
@@ -382,6 +382,39 @@ TEST_P(ForwardPagedNonFiniteTail, OutputIsThatOfTheKeysAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Tails, ForwardPagedNonFiniteTail, ::testing::ValuesIn(non_finite_tail_cases()),
                          CaseName());
+
+// Decoding from a paged cache, as a serving engine does: one query row per sequence (a few draft rows
+// in some), NaN in every row that is no key, GQA ratios 4 and 7 (28 / 4, which does not divide the
+// 128-row tile), packed by default or not at all, split by the heuristic, into 4 pieces, or not.
+std::vector<NamedCase<PagedCase>> decode_cases() {
+  std::vector<NamedCase<PagedCase>> cases;
+  const std::vector<int> keys = {1, 17, 2000, 129, 250, 1100, 0, 3333};
+  const std::vector<int> rows = {1, 1, 1, 3, 1, 1, 1, 2};
+  int index = 0;
+  for (const int page_size : {16, 64, 256}) {
+    for (const int d : {64, 128}) {
+      for (const int num_splits : {0, 1, 4}) {
+        for (const auto pack : {KernelOptions::PackGqa::kAuto, KernelOptions::PackGqa::kOff}) {
+          const bool ratio7 = index % 2 == 0;
+          const Dtype dtype = index % 3 == 0 ? kFp16 : kBf16;
+          PagedCase c = paged(rows, keys, page_size, ratio7 ? 28 : 8, ratio7 ? 4 : 2, d, dtype);
+          c.varlen_q = true;
+          c.causal = index % 4 != 3;
+          c.non_key_value = NAN;
+          c.num_splits = num_splits;
+          c.pack_gqa = pack;
+          const std::string name = std::string(pack == KernelOptions::PackGqa::kOff ? "Unpacked" : "Packed") +
+                                   "_splits" + std::to_string(num_splits);
+          cases.push_back({name + suffix(c), c});
+          ++index;
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, ForwardPagedNonFiniteTail, ::testing::ValuesIn(decode_cases()), CaseName());
 
 class ForwardPaged : public HopperTest {};
 

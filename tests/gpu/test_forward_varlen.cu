@@ -271,6 +271,63 @@ TEST_P(ForwardVarlenCorners, EverySequenceMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Corners, ForwardVarlenCorners, ::testing::ValuesIn(corner_cases()), CaseName());
 
+// The corners again with GQA packing forced on (KernelOptions::PackGqa::kOn: every tile holds all the
+// query heads of a K/V head, long sequences and ratio 1 included), and with every tile split into 3
+// pieces (plan_varlen_split), packed and not. Head dims 64 and 128: those kernels pack and split.
+std::vector<NamedCase<VarlenCase>> packed_and_split_corner_cases() {
+  std::vector<NamedCase<VarlenCase>> cases;
+  for (const NamedCase<VarlenCase>& corner : corner_cases()) {
+    if (corner.c.head_dim > 128) continue;
+    VarlenCase packed = corner.c, split = corner.c, both = corner.c;
+    packed.pack_gqa = both.pack_gqa = KernelOptions::PackGqa::kOn;
+    split.num_splits = both.num_splits = 3;
+    split.pack_gqa = KernelOptions::PackGqa::kOff;
+    cases.push_back({corner.name + "_Packed", packed});
+    cases.push_back({corner.name + "_Split3", split});
+    cases.push_back({corner.name + "_PackedSplit3", both});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedAndSplit, ForwardVarlenCorners, ::testing::ValuesIn(packed_and_split_corner_cases()),
+                         CaseName());
+
+// Decoding steps as a serving engine runs them: one (or a few) query rows per sequence against caches
+// of unequal lengths, GQA ratios that divide the 128-row tile and ones that do not (7: Qwen-like 28/4,
+// 3, 48 / 16...), causal (bottom-right aligned) or windowed, packed by default and split by the
+// heuristic (few tiles), by a forced count, or not at all.
+std::vector<NamedCase<VarlenCase>> decode_cases() {
+  std::vector<NamedCase<VarlenCase>> cases;
+  struct Heads {
+    int q, kv;
+  };
+  int index = 0;
+  for (const Heads heads : {Heads{8, 2}, Heads{28, 4}, Heads{6, 2}, Heads{32, 1}, Heads{4, 4}}) {
+    for (const int d : {64, 128}) {
+      for (const int num_splits : {0, 1, 5}) {
+        const Dtype dtype = index % 2 == 0 ? kBf16 : kFp16;
+        VarlenCase c = varlen({1, 1, 1, 1}, {3000, 1, 700, 129}, heads.q, heads.kv, d, dtype);
+        c.num_splits = num_splits;
+        c.causal = index % 3 == 0;
+        if (index % 4 == 1) c.window_left = 200, c.window_right = 0;
+        if (index % 5 == 2) c.softcap = 20.0f;
+        const std::string name = "Hq" + std::to_string(heads.q) + "Hkv" + std::to_string(heads.kv) + "_d" +
+                                 std::to_string(d) + "_splits" + std::to_string(num_splits);
+        cases.push_back({name, c});
+        VarlenCase speculative = c;  // a few draft tokens per sequence, and seqused_k below the stored keys
+        speculative.len_q = {4, 1, 3, 2};
+        speculative.causal = true;
+        speculative.seqused_k = {{2999, 1, 512, 100}};
+        cases.push_back({name + "_Speculative", speculative});
+        ++index;
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, ForwardVarlenCorners, ::testing::ValuesIn(decode_cases()), CaseName());
+
 // NaN and +Inf in every k and v row no sequence uses: between a sequence's seqused_k entry and the next
 // sequence (varlen k) or its dense row's end (dense k), and after the last sequence in a varlen k (with
 // seqused_k or cu_seqlens_k alone). Each

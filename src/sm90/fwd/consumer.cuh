@@ -20,6 +20,7 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/mask.cuh"
+#include "sm90/fwd/packed_gqa.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/producer.cuh"
 #include "sm90/fwd/scheduler.cuh"
@@ -81,7 +82,7 @@ class Consumer {
       TileVisit visit;
       TileCoord c;
       if constexpr (Traits::kVarlen) {
-        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN>(p_, visit_id);
+        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p_, visit_id);
         visit = varlen.visit, c = varlen.coord;
       } else {
         visit = decode_visit<Traits::kBlockM, Traits::kBlockN>(p_, visit_id);
@@ -90,8 +91,10 @@ class Consumer {
       const auto& seq = sequence_bounds(varlen);
       const int n_begin = visit.n_begin, n_end = visit.n_end;
       const SplitPiece piece = SplitPiece::of(p_.split, visit);
-      const int m0 = c.m_block * Traits::kBlockM;
-      const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
+      // m0: the tile's first query row (what block ranges and masked-block bounds take); row0: the
+      // warpgroup's first row, a packed index in a packed GQA tile (packed_gqa.cuh).
+      const int m0 = c.m_block * (Traits::kPacksGqa ? p_.tile_q_rows : Traits::kBlockM);
+      const int row0 = (Traits::kPacksGqa ? c.m_block * p_.packed_rows : m0) + warpgroup_ * Traits::kRowsPerWarpgroup;
       const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(seq, m0);
 
       float o[kO];
@@ -112,7 +115,8 @@ class Consumer {
       } else {
         mainloop_sequential(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
-      if (__builtin_expect(piece.split(), 0) && !finish_split(piece, o, softmax)) {  // another piece stores the tile
+      if (__builtin_expect(piece.split(), 0) && !finish_split(piece, rows_live(c), o, softmax)) {
+        // another piece stores the tile
         if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
         continue;
       }
@@ -145,6 +149,11 @@ class Consumer {
   __device__ void store_varlen_tile(const TileCoord& c, int row0, bool shared_o_stage, float (&o)[kO],
                                     OnlineSoftmax<kS>& softmax) {
     const VarlenSequence sequence = varlen_sequence(p_, c.batch);
+    if (Traits::kPacksGqa && p_.pack_gqa) {
+      if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
+      store_packed_output<Traits>(p_, sequence, c, warpgroup_ * Traits::kRowsPerWarpgroup, thread_, o, softmax);
+      return;
+    }
     const TileCoord out_c{c.m_block, c.head, sequence.rows.q_batch};
     const PackedRowEnd rows{sequence.rows.q_row0 + sequence.bounds.seqlen_q};
     const int out_row0 = sequence.rows.q_row0 + row0;
@@ -165,10 +174,23 @@ class Consumer {
   // A split piece's end (split_merge.cuh); true when this warpgroup stores the tile. (scale_log2 is
   // passed although finish_split_piece could read it from p_: reading it there moved ptxas's
   // schedule, +0.6% cycles at d 128 16k, H200 2026-12-01.)
-  __device__ bool finish_split(SplitPiece piece, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
+  __device__ bool finish_split(SplitPiece piece, bool live, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
     return finish_split_piece<kO, Traits::kConsumerWarpgroups>(p_, piece, warpgroup_, thread_,
                                                               Traits::kEpilogueBarrierBase + warpgroup_, o,
-                                                              softmax.row_max, softmax.row_sum, p_.scale_log2);
+                                                              softmax.row_max, softmax.row_sum, p_.scale_log2, live);
+  }
+
+  // Whether this thread holds a row the tile stores: a variable-length tile's rows past its sequence,
+  // and a packed tile's idle rows, are not (their split partials are skipped). Every row of a dense
+  // tile's split piece is kept: the dense kernels stay as measured. The sequence's length is read
+  // again (an L1 hit) rather than kept through the mainloop, which spilled at head dim 128.
+  __device__ bool rows_live(const TileCoord& c) const {
+    if constexpr (Traits::kVarlenSplit) {
+      const int seqlen_q = varlen_sequence(p_, c.batch).bounds.seqlen_q;
+      return thread_has_live_row(p_, c, seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup, thread_);
+    } else {
+      return true;
+    }
   }
 
   // Our turn to issue GEMMs: wait until the other warpgroup has issued its own.
@@ -256,7 +278,8 @@ class Consumer {
     }
     const int n0 = n_block * Traits::kBlockN;
     if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, seq, m0, n_block)) {
-      apply_mask(s, thread_, row0, n0, seq);
+      if (Traits::kPacksGqa && p_.pack_gqa) apply_mask_packed(s, thread_, row0, n0, seq, p_);
+      else apply_mask(s, thread_, row0, n0, seq);
     }
   }
 

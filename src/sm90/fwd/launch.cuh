@@ -22,15 +22,17 @@
 
 namespace hopattn::sm90 {
 
-// How many (batch, head) pairs the scheduler interleaves: about as many as keep their K/V within half
-// of L2 and never fewer than the query heads that share one K/V head (GQA), which read the same K/V;
-// rounded down to a divisor of batch * heads_q so that every group is the same size.
-inline int heads_per_group(const detail::Problem& pr, int device) {
+// How many (batch, head) pairs of the tile grid the scheduler interleaves: about as many as keep their
+// K/V within half of L2 and never fewer than the query heads that share one K/V head (GQA), which read
+// the same K/V; rounded down to a divisor of the pairs so that every group is the same size. A packed
+// GQA grid's heads are the K/V heads.
+inline int heads_per_group(const detail::Problem& pr, int device, bool pack_gqa) {
   const std::int64_t l2_budget = device_attribute(cudaDevAttrL2CacheSize, device, 50 << 20) / 2;
   const std::int64_t kv_bytes = std::int64_t(pr.seqlen_k) * pr.head_dim * 2 /*K and V*/ * 2 /*bytes*/;
   const std::int64_t kv_heads = kv_bytes > 0 ? std::max<std::int64_t>(1, l2_budget / kv_bytes) : 1;
-  const std::int64_t total = std::int64_t(pr.batch) * pr.heads_q;
-  std::int64_t group = std::min<std::int64_t>(kv_heads * (pr.heads_q / pr.heads_kv), total);
+  const int q_heads_per_kv_head = pack_gqa ? 1 : pr.heads_q / pr.heads_kv;
+  const std::int64_t total = std::int64_t(pr.batch) * (pack_gqa ? pr.heads_kv : pr.heads_q);
+  std::int64_t group = std::min<std::int64_t>(kv_heads * q_heads_per_kv_head, total);
   while (total % group != 0) --group;
   return static_cast<int>(group);
 }
@@ -49,10 +51,16 @@ Status begin_schedule(const FwdArgs& args, const detail::Problem& pr, FwdParams*
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
   const int tile_blocks = (pr.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const bool uniform = p->window_left < 0 && p->window_right < 0;
-  p->split = args.options.persistent && Traits::kTailSplit
-                 ? plan_split(p->num_tiles, tile_blocks, sms, args.num_splits, uniform, Traits::kConsumerWarpgroups,
-                              Traits::kSplitRegionRounds)
-                 : no_split_plan(p->num_tiles);
+  if (!args.options.persistent) {
+    p->split = no_split_plan(p->num_tiles);
+  } else if constexpr (Traits::kVarlenSplit) {
+    p->split = plan_varlen_split(p->num_tiles, tile_blocks, sms, args.num_splits, Traits::kConsumerWarpgroups);
+  } else if constexpr (Traits::kTailSplit) {
+    p->split = plan_split(p->num_tiles, tile_blocks, sms, args.num_splits, uniform, Traits::kConsumerWarpgroups,
+                          Traits::kSplitRegionRounds);
+  } else {
+    p->split = no_split_plan(p->num_tiles);
+  }
   const int items = p->split.first_tile + p->split.units;
   const bool persistent = args.options.persistent && items > sms;
   schedule->grid = persistent ? sms : items;
@@ -86,7 +94,12 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   const CUtensorMapDataType dtype =
       Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q, tm_k, tm_v;
-  if (Status st = make_tensor_map(&tm_q, bshd_view(args.q, dtype), Traits::kColsPerBlock, Traits::kBlockM); !st.ok())
+  const bool pack_gqa = Traits::kPacksGqa && packs_gqa(args.options.pack_gqa, pr, Traits::kBlockM);
+  const int head_ratio = pr.heads_q / pr.heads_kv;
+  if (Status st = pack_gqa ? make_packed_q_map(&tm_q, bshd_view(args.q, dtype), Traits::kColsPerBlock, head_ratio,
+                                               Traits::kBlockM / head_ratio)
+                           : make_tensor_map(&tm_q, bshd_view(args.q, dtype), Traits::kColsPerBlock, Traits::kBlockM);
+      !st.ok())
     return st;
   // A paged cache (num_pages, page_size, heads_kv, d) is a dense tensor of num_pages batch entries; its
   // blocks load in chunks of at most a page (producer.cuh, load_paged_kv).
@@ -107,7 +120,8 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   // Nothing to compute (validation refuses other empties).
   if (pr.seqlen_q == 0 || (pr.varlen_q && args.q.shape[0] == 0)) return Status::Ok();
   DeviceGuard device(pr.device_index);
-  FwdParams p = make_fwd_params(args, pr, Traits::kBlockM, heads_per_group(pr, pr.device_index));
+  FwdParams p =
+      make_fwd_params(args, pr, Traits::kBlockM, heads_per_group(pr, pr.device_index, pack_gqa), pack_gqa);
   p.store_o_by_tma = store_o_by_tma;
   // A field left unset would make the kernel decode garbage tiles and write nowhere, silently.
   if (std::string why = fwd_params_error(p, Traits::kBlockM); !why.empty())

@@ -46,8 +46,8 @@ struct FwdParams {
   int heads_per_group;  // (batch, head) pairs whose tiles are interleaved; divides batch * heads_q
   FastDivisor group_tiles_divisor;      // num_m_blocks * heads_per_group
   FastDivisor heads_per_group_divisor;  // heads_per_group
-  FastDivisor heads_q_divisor;          // heads_q
-  FastDivisor head_ratio_divisor;       // head_ratio: q head -> K/V head
+  FastDivisor tile_heads_divisor;       // heads per batch entry in the tile grid: heads_q (heads_kv packed)
+  FastDivisor head_ratio_divisor;       // head_ratio: q head -> K/V head, packed tile row -> query row
   int* tile_counter;    // {next item, CTAs finished}, zero at launch; nullptr: one CTA per tile
   // The tail split (split_plan.hpp): the hand-out runs over split.first_tile whole tiles, then
   // split.units units. Partials: per slot, consumer warpgroup and thread, O and the row state
@@ -71,6 +71,14 @@ struct FwdParams {
   std::int64_t page_table_batch_stride;
   std::int64_t page_table_page_stride;
   int page_size;
+
+  // GQA packing (variable-length kernels; KernelOptions::pack_gqa, fwd/packed_gqa.cuh): a tile's
+  // rows are the head_ratio query heads of one K/V head, row r of tile m_block being query row
+  // m_block * tile_q_rows + r / head_ratio of head kv_head * head_ratio + r % head_ratio. Tile
+  // coordinates (TileCoord::head) then name the K/V head. Unpacked: tile_q_rows = packed_rows = kBlockM.
+  bool pack_gqa;
+  int tile_q_rows;  // query rows per tile: kBlockM, or kBlockM / head_ratio packed
+  int packed_rows;  // tile rows with a (row, head): tile_q_rows * head_ratio; the rest of the tile is idle
 };
 
 }  // namespace hopattn::sm90

@@ -12,9 +12,28 @@
 
 namespace hopattn::sm90 {
 
+// Whether a launch of block_m-row tiles packs GQA (FwdParams::pack_gqa): as the option says, and by
+// default where packing needs fewer tiles and the queries fit in one unpacked tile (ratio >= 2, fewer
+// query rows than block_m: decoding, speculative decoding, short prompts). Longer prompts keep their
+// tiles: packing would save at most one tile in ratio, on kernels that take the whole K/V range of
+// kBlockM rows for a causal tile of fewer (scheduler.cuh). Only the variable-length kernels pack
+// (fwd/packed_gqa.cuh); the forward routes packed launches to them.
+inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, int block_m) {
+  const int ratio = pr.heads_q / pr.heads_kv;
+  if (option == KernelOptions::PackGqa::kOff || ratio > block_m) return false;
+  if (option == KernelOptions::PackGqa::kOn) return true;
+  if (ratio < 2 || pr.seqlen_q >= block_m) return false;
+  const long long unpacked = static_cast<long long>(ratio) * ((pr.seqlen_q + block_m - 1) / block_m);
+  const int packed_q_rows = block_m / ratio;
+  const long long packed = (pr.seqlen_q + packed_q_rows - 1) / packed_q_rows;
+  return packed < unpacked;
+}
+
 // Every field but the hand-out's (tile_counter, split and its memory), which the launch sets (fwd/launch.cuh
-// begin_schedule). heads_per_group: launch.cuh's heads_per_group() for the device.
-inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int heads_per_group) {
+// begin_schedule). heads_per_group: launch.cuh's heads_per_group() for the device, a divisor of batch x
+// the tile grid's heads (heads_kv when pack_gqa, which needs head_ratio <= block_m).
+inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int heads_per_group,
+                                 bool pack_gqa = false) {
   FwdParams p{};
   p.batch = pr.batch;
   p.heads_q = pr.heads_q;
@@ -56,13 +75,17 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
     p.page_table_page_stride = args.page_table->stride[1];
     p.page_size = pr.page_size;
   }
-  p.num_m_blocks = (pr.seqlen_q + block_m - 1) / block_m;
-  p.num_tiles = p.num_m_blocks * pr.heads_q * pr.batch;
+  p.pack_gqa = pack_gqa;
+  p.tile_q_rows = pack_gqa ? block_m / p.head_ratio : block_m;
+  p.packed_rows = pack_gqa ? p.tile_q_rows * p.head_ratio : block_m;
+  const int tile_heads = pack_gqa ? pr.heads_kv : pr.heads_q;
+  p.num_m_blocks = (pr.seqlen_q + p.tile_q_rows - 1) / p.tile_q_rows;
+  p.num_tiles = p.num_m_blocks * tile_heads * pr.batch;
   p.split = no_split_plan(p.num_tiles);  // the launch plans the split (fwd/launch.cuh begin_schedule)
   p.heads_per_group = heads_per_group;
   p.group_tiles_divisor = FastDivisor(static_cast<std::uint32_t>(p.num_m_blocks * heads_per_group));
   p.heads_per_group_divisor = FastDivisor(static_cast<std::uint32_t>(heads_per_group));
-  p.heads_q_divisor = FastDivisor(static_cast<std::uint32_t>(pr.heads_q));
+  p.tile_heads_divisor = FastDivisor(static_cast<std::uint32_t>(tile_heads));
   p.head_ratio_divisor = FastDivisor(static_cast<std::uint32_t>(p.head_ratio));
   return p;
 }
@@ -78,16 +101,23 @@ inline std::string fwd_params_error(const FwdParams& p, int block_m) {
     return "FwdParams shapes: batch, heads_q, heads_kv and seqlen_q must be positive to launch, seqlen_k >= 0";
   if (p.heads_q % p.heads_kv != 0 || p.head_ratio != p.heads_q / p.heads_kv)
     return bad("head_ratio", p.head_ratio, "heads_q / heads_kv with heads_kv dividing heads_q");
-  const int m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+  if (p.pack_gqa && (p.head_ratio > block_m || p.tile_q_rows != block_m / p.head_ratio))
+    return bad("tile_q_rows", p.tile_q_rows, "block_m / head_ratio (packing needs head_ratio <= block_m)");
+  if (!p.pack_gqa && p.tile_q_rows != block_m) return bad("tile_q_rows", p.tile_q_rows, std::to_string(block_m));
+  if (p.packed_rows != (p.pack_gqa ? p.tile_q_rows * p.head_ratio : block_m))
+    return bad("packed_rows", p.packed_rows, "tile_q_rows * head_ratio packed, else block_m");
+  const int m_blocks = (p.seqlen_q + p.tile_q_rows - 1) / p.tile_q_rows;
   if (p.num_m_blocks != m_blocks) return bad("num_m_blocks", p.num_m_blocks, std::to_string(m_blocks));
-  const long long tiles = static_cast<long long>(m_blocks) * p.heads_q * p.batch;
+  const int tile_heads = p.pack_gqa ? p.heads_kv : p.heads_q;
+  const long long tiles = static_cast<long long>(m_blocks) * tile_heads * p.batch;
   if (p.num_tiles != tiles) return bad("num_tiles", p.num_tiles, std::to_string(tiles));
-  const long long pairs = static_cast<long long>(p.batch) * p.heads_q;
+  const long long pairs = static_cast<long long>(p.batch) * tile_heads;
   if (p.heads_per_group < 1 || p.heads_per_group > pairs || pairs % p.heads_per_group != 0)
-    return bad("heads_per_group", p.heads_per_group, "a divisor of batch * heads_q = " + std::to_string(pairs));
+    return bad("heads_per_group", p.heads_per_group,
+               "a divisor of batch * the tile grid's heads = " + std::to_string(pairs));
   if (p.group_tiles_divisor.divisor != static_cast<std::uint32_t>(m_blocks * p.heads_per_group) ||
       p.heads_per_group_divisor.divisor != static_cast<std::uint32_t>(p.heads_per_group) ||
-      p.heads_q_divisor.divisor != static_cast<std::uint32_t>(p.heads_q) ||
+      p.tile_heads_divisor.divisor != static_cast<std::uint32_t>(tile_heads) ||
       p.head_ratio_divisor.divisor != static_cast<std::uint32_t>(p.head_ratio))
     return "FwdParams: a tile-decode divisor does not match its field";
   // The scales the kernels read; the running max of raw scores orders logits only for scale_log2 > 0.

@@ -43,10 +43,23 @@ class TileLoader {
   }
 
   // The same for a tile of a variable-length batch (v: decode_varlen_visit(id)): Q from its sequence's
-  // rows.
-  __device__ void publish_varlen_visit(int id, const VarlenVisit& v) {
+  // rows; a packed GQA tile (FwdParams::pack_gqa) from its tile_q_rows rows of every query head of
+  // its K/V head, through the 5D map of make_packed_q_map (host/tensor_map.hpp), whose box lands them
+  // in the tile's rows in packed order. Rows [packed_rows, kBlockM) are not loaded: what they compute
+  // is never stored.
+  __device__ void publish_varlen_visit(const FwdParams& p, int id, const VarlenVisit& v) {
     publish_id(id);
-    load_q(v.seq.rows.q_row0 + v.coord.m_block * Traits::kBlockM, v.coord.head, v.seq.rows.q_batch);
+    const int row0 = v.seq.rows.q_row0 + v.coord.m_block * p.tile_q_rows;
+    if (!(Traits::kPacksGqa && p.pack_gqa)) {
+      load_q(row0, v.coord.head, v.seq.rows.q_batch);
+      return;
+    }
+    mbarrier_arrive_expect_tx(&s_.q_full, p.packed_rows * (QTile::kBytes / Traits::kBlockM));
+#pragma unroll
+    for (int cb = 0; cb < QTile::kColumnBlocks; ++cb) {
+      tma_load_5d(s_.q + cb * QTile::kColumnBlockBytes, maps_.q, &s_.q_full, cb * kCols, 0, v.coord.head, row0,
+                  v.seq.rows.q_batch);
+    }
   }
 
   // K and V of block n into the next ring stage, once the consumers have released that stage.
@@ -136,10 +149,11 @@ __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps,
   VisitSequence visits(p);
   for (int id = visits.next(); id != kNoVisitLeft; id = visits.next()) {
     if constexpr (Traits::kVarlen) {
-      const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
-      if (varlen_tile_is_empty<Traits::kBlockM>(v)) continue;
-      loader.publish_varlen_visit(id, v);
-      const int kv_head = int(p.head_ratio_divisor.divide(unsigned(v.coord.head)));
+      const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
+      if (varlen_tile_is_empty(p, v)) continue;
+      loader.publish_varlen_visit(p, id, v);
+      const int kv_head =
+          Traits::kPacksGqa && p.pack_gqa ? v.coord.head : int(p.head_ratio_divisor.divide(unsigned(v.coord.head)));
       for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) {
         if (p.page_table != nullptr) loader.load_paged_kv(p, v, kv_head, n);
         else loader.load_varlen_kv(v.seq.rows, kv_head, n);

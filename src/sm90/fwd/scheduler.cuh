@@ -28,10 +28,10 @@ __device__ __forceinline__ TileCoord decode_tile(const FwdParams& p, int tile) {
   const unsigned in_group = unsigned(tile) - group * p.group_tiles_divisor.divisor;
   const unsigned m = p.heads_per_group_divisor.divide(in_group);
   const unsigned head_batch = group * p.heads_per_group_divisor.divisor + in_group - m * p.heads_per_group_divisor.divisor;
-  const unsigned batch = p.heads_q_divisor.divide(head_batch);
+  const unsigned batch = p.tile_heads_divisor.divide(head_batch);
   TileCoord c;
   c.m_block = p.causal ? p.num_m_blocks - 1 - int(m) : int(m);
-  c.head = int(head_batch - batch * p.heads_q_divisor.divisor);
+  c.head = int(head_batch - batch * p.tile_heads_divisor.divisor);
   c.batch = int(batch);
   return c;
 }
@@ -61,13 +61,15 @@ __device__ __forceinline__ void finish_schedule(const FwdParams& p) {
 __device__ __forceinline__ void publish_visit(int* slot, int id) { atomicExch(slot, id); }
 __device__ __forceinline__ int read_visit(int* slot) { return atomicOr(slot, 0); }
 
-// K/V blocks [begin, end) that rows [m_block * kBlockM, +kBlockM) can see (window and causal limits
-// are bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q). Bounds: FwdParams or a
-// variable-length tile's SequenceBounds (sequence.cuh).
+// K/V blocks [begin, end) that rows [m0, m0 + kBlockM) can see (window and causal limits are
+// bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q). Bounds: FwdParams or a
+// variable-length tile's SequenceBounds (sequence.cuh). A packed GQA tile (packed_gqa.cuh) has fewer
+// query rows than kBlockM: the range of kBlockM rows from its first is a superset, which the
+// per-element mask makes exact.
 template <int kBlockM, int kBlockN, class Bounds>
-__device__ __forceinline__ void kv_block_range(const Bounds& p, int m_block, int* begin, int* end) {
+__device__ __forceinline__ void kv_block_range_from_row(const Bounds& p, int m0, int* begin, int* end) {
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  const int diagonal0 = m_block * kBlockM + p.seqlen_k - p.seqlen_q;  // diagonal key of the first row
+  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;  // diagonal key of the first row
   *begin = 0;
   *end = n_blocks;
   if (p.window_right >= 0) {
@@ -78,6 +80,11 @@ __device__ __forceinline__ void kv_block_range(const Bounds& p, int m_block, int
     const int first_visible = diagonal0 - p.window_left;
     *begin = first_visible <= 0 ? 0 : min(*end, first_visible / kBlockN);
   }
+}
+
+template <int kBlockM, int kBlockN, class Bounds>
+__device__ __forceinline__ void kv_block_range(const Bounds& p, int m_block, int* begin, int* end) {
+  kv_block_range_from_row<kBlockM, kBlockN>(p, m_block * kBlockM, begin, end);
 }
 
 // Visit id -> what to work on (id >= 0, and a piece that exists: VisitSequence hands out no other).
@@ -92,28 +99,33 @@ __device__ __forceinline__ TileVisit decode_visit(const FwdParams& p, int id) {
   return v;
 }
 
-// A tile of a variable-length launch (never split: its visit id is its tile index) with its
-// sequence. Tiles past the sequence's last row (the grid counts max_seqlen_q's tiles for every
-// sequence) are empty: the producer skips them, so consumers never see one.
+// A visit of a variable-length launch with its tile's sequence: a whole tile (visit id = tile index),
+// or one of the equal-count pieces plan_varlen_split cuts every tile into, a share of that tile's own
+// key blocks (varlen_piece_blocks). Tiles past the sequence's last row (the grid counts max_seqlen_q's
+// tiles for every sequence) are empty: the producer skips them, so consumers never see one.
 struct VarlenVisit {
   TileVisit visit;
   TileCoord coord;
   VarlenSequence seq;
 };
 
-template <int kBlockM, int kBlockN>
+// kSplit: the kernel takes split plans (FwdTraits::kVarlenSplit; else every visit is a whole tile).
+template <int kBlockM, int kBlockN, bool kSplit>
 __device__ __forceinline__ VarlenVisit decode_varlen_visit(const FwdParams& p, int id) {
+  TileVisit piece{id, 0, 1, -1};
+  if (kSplit && id >= p.split.first_tile) piece_of_visit(p.split, id, &piece);
   VarlenVisit v;
-  v.coord = decode_tile(p, id);
+  v.coord = decode_tile(p, piece.tile);
   v.seq = varlen_sequence(p, v.coord.batch);
-  v.visit = TileVisit{id, 0, 0, -1};
-  kv_block_range<kBlockM, kBlockN>(v.seq.bounds, v.coord.m_block, &v.visit.n_begin, &v.visit.n_end);
+  int begin, end;
+  kv_block_range_from_row<kBlockM, kBlockN>(v.seq.bounds, v.coord.m_block * p.tile_q_rows, &begin, &end);
+  if (kSplit && piece.split_slot >= 0) varlen_piece_blocks(p.split, piece, &begin, &end);
+  v.visit = TileVisit{piece.tile, begin, end, piece.split_slot};
   return v;
 }
 
-template <int kBlockM>
-__device__ __forceinline__ bool varlen_tile_is_empty(const VarlenVisit& v) {
-  return v.coord.m_block * kBlockM >= v.seq.bounds.seqlen_q;
+__device__ __forceinline__ bool varlen_tile_is_empty(const FwdParams& p, const VarlenVisit& v) {
+  return v.coord.m_block * p.tile_q_rows >= v.seq.bounds.seqlen_q;
 }
 
 // This CTA's visit ids in order, for the thread that publishes them: item blockIdx.x first, then

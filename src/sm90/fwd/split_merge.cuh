@@ -62,14 +62,17 @@ __device__ __forceinline__ void store_split_partial(const FwdParams& p, int slot
 
 // Returns true when this warpgroup stores the tile; o, row_max and row_sum then hold the merged
 // state. row_max times max_to_log2 is in log2 units (the 16-bit softmax keeps raw scores: scale_log2).
-// barrier: a named barrier of this warpgroup's 128 threads alone.
+// barrier: a named barrier of this warpgroup's 128 threads alone. A thread whose rows are not stored
+// (live false: rows past a variable-length sequence, a packed tile's idle rows) neither writes nor
+// merges its part of the slots, which only the same thread of another piece reads; it still counts in
+// the barriers, and its o is left as it was.
 template <int kORegisters, int kWarpgroups>
 __device__ __forceinline__ bool finish_split_piece(const FwdParams& p, SplitPiece piece, int warpgroup, int thread,
                                                    int barrier, float (&o)[kORegisters], float (&row_max)[2],
-                                                   float (&row_sum)[2], float max_to_log2) {
+                                                   float (&row_sum)[2], float max_to_log2, bool live = true) {
   using Partials = SplitPartials<kORegisters, kWarpgroups>;
   constexpr int kStateChunk = Partials::kStateChunk;
-  store_split_partial<kORegisters, kWarpgroups>(p, piece.slot(), warpgroup, thread, o, row_max, row_sum);
+  if (live) store_split_partial<kORegisters, kWarpgroups>(p, piece.slot(), warpgroup, thread, o, row_max, row_sum);
   __threadfence();  // our slot, before the counter says it is there
   named_barrier_sync(barrier, Partials::kThreads);
   bool last = false;
@@ -80,6 +83,7 @@ __device__ __forceinline__ bool finish_split_piece(const FwdParams& p, SplitPiec
     if (last) atomicExch(counter, 0);  // every piece has counted: zero for the next launch
   }
   if (!named_barrier_or(barrier, Partials::kThreads, last)) return false;
+  if (!live) return true;
   __threadfence();  // the other pieces' slots, after their counts
 
   // L2 loads (ld.global.cg): L1 is not coherent, and an earlier launch may have left these lines there.

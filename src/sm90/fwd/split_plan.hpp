@@ -188,4 +188,37 @@ HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_block
   return make_split_plan(first, units, tile_blocks, num_tiles);
 }
 
+// Variable-length launches: tiles differ in their key blocks (and the host knows only the longest),
+// so the cut above does not apply. Instead every tile is cut into the same number of pieces, piece k
+// of n taking blocks [b + (e - b) k / n, b + (e - b) (k + 1) / n) of the tile's own range [b, e) (a
+// short sequence's pieces may be empty). It is the plan above over n virtual blocks per tile: unit u
+// is piece u % n of tile u / n, and that plan's slots, counters and merge carry over unchanged.
+// num_splits: as plan_split's; the heuristic (0) splits only launches of at most half as many tiles
+// as CTAs (a decoding step: a few tiles per sequence, each over the whole cache), into as many pieces
+// as fill the CTAs once, of at least kMinVarlenPieceBlocks blocks of the longest sequence.
+constexpr int kMinVarlenPieceBlocks = 4;
+
+HOPATTN_HOST_DEVICE constexpr SplitPlan plan_varlen_split(int num_tiles, int longest_tile_blocks, int ctas,
+                                                          int num_splits, int warpgroups) {
+  if (num_tiles < 1 || num_splits == 1) return no_split_plan(num_tiles);
+  int pieces = num_splits;
+  if (num_splits == 0) {
+    if (2 * num_tiles > ctas) return no_split_plan(num_tiles);
+    pieces = ctas / num_tiles;
+    const int longest = longest_tile_blocks / kMinVarlenPieceBlocks;
+    pieces = pieces < longest ? pieces : longest;
+  }
+  if (pieces < 2) return no_split_plan(num_tiles);
+  return plan_split(num_tiles, pieces, ctas, pieces, /*uniform=*/true, warpgroups, /*region_rounds=*/1);
+}
+
+// The key blocks of a variable-length piece (v: a piece of plan_varlen_split's plan, its blocks the
+// virtual [k, k + 1)) within its tile's range [*begin, *end), in place.
+HOPATTN_HOST_DEVICE constexpr void varlen_piece_blocks(const SplitPlan& s, const TileVisit& v, int* begin, int* end) {
+  const int blocks = *end > *begin ? *end - *begin : 0;
+  const int first = *begin;
+  *begin = first + blocks * v.n_begin / s.tile_blocks;
+  *end = first + blocks * v.n_end / s.tile_blocks;
+}
+
 }  // namespace hopattn::sm90

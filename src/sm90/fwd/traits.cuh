@@ -92,6 +92,11 @@ struct FwdTraits {
   // Not with variable lengths: the split plan assumes every tile has the same key blocks.
   static constexpr bool kTailSplit = !kVarlen;
   static constexpr int kSplitRegionRounds = 2;
+  // The variable-length kernels' own split (every tile in equal-count pieces, plan_varlen_split) and
+  // GQA packing (fwd/packed_gqa.cuh), for decoding. Not at head dim 256: their code spills there (O
+  // alone takes 128 of the 168 registers ptxas plans the kernel for).
+  static constexpr bool kVarlenSplit = kVarlen && kHeadDim <= 128;
+  static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).

@@ -96,8 +96,8 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
 
   if (pr.seqlen_q == 0) return Status::Ok();  // nothing to compute (validation refuses other empties)
   DeviceGuard device(pr.device_index);
-  Fp8FwdParams fp =
-      make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN, heads_per_group(pr, pr.device_index));
+  Fp8FwdParams fp = make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN,
+                                    heads_per_group(pr, pr.device_index, /*pack_gqa=*/false));
   FwdParams& p = fp.base;
   fp.k_groups_per_batch = k_block_boxes ? pr.seqlen_k / 16 : 0;
   p.pingpong = p.pingpong && Traits::kPingPongPays;

@@ -161,6 +161,7 @@ struct Fp8FwdTraits {
   // dim 256 (the forward kernel 0.4% faster, the combine +1%) nor with block descales alone: that
   // consumer ran 3-7% slower with the split's code, split or not (2k: +7.3%).
   static constexpr bool kTailSplit = kHeadDim != 256 && (kSoftcap || !kBlockDescales);
+  static constexpr bool kVarlenSplit = false;  // no variable-length FP8 kernels (fwd/launch.cuh begin_schedule)
   // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
   // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
   // balance.

@@ -59,6 +59,18 @@ Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int
   return encode_swizzled(map, view, 4, dims, strides, box, swizzle);
 }
 
+Status make_packed_q_map(CUtensorMap* map, const BshdView& view, int box_cols, int ratio, int box_rows) {
+  const cuuint64_t dims[5] = {at_least_one(view.cols), static_cast<cuuint64_t>(ratio),
+                              at_least_one(view.heads / ratio), at_least_one(view.rows), at_least_one(view.batch)};
+  const cuuint64_t strides[4] = {static_cast<cuuint64_t>(view.head_stride * view.element_bytes),
+                                 static_cast<cuuint64_t>(ratio * view.head_stride * view.element_bytes),
+                                 static_cast<cuuint64_t>(view.row_stride * view.element_bytes),
+                                 static_cast<cuuint64_t>(view.batch_stride * view.element_bytes)};
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(ratio), 1,
+                             static_cast<cuuint32_t>(box_rows), 1};
+  return encode_swizzled(map, view, 5, dims, strides, box);
+}
+
 Status make_permuted_rows_map(CUtensorMap* map, const BshdView& view, int box_cols) {
   const std::int64_t row_bytes = view.row_stride * view.element_bytes;
   const cuuint64_t dims[5] = {at_least_one(view.cols), 4, at_least_one(view.rows / 4), at_least_one(view.heads),

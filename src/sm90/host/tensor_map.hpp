@@ -24,6 +24,13 @@ struct BshdView {
 Status make_tensor_map(CUtensorMap* map, const BshdView& view, int box_cols, int box_rows,
                        CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
 
+// The same tensor for GQA-packed Q tiles (fwd/packed_gqa.cuh): a 5D map (cols, head % ratio, head /
+// ratio, row, batch) whose box of box_cols x ratio x 1 x box_rows, loaded at (col, 0, kv_head, row0,
+// batch), holds rows row0 .. row0 + box_rows - 1 of every query head of K/V head kv_head, row-major:
+// tile row r is query row row0 + r / ratio of head kv_head * ratio + r % ratio. Rows past the tensor
+// read 0.
+Status make_packed_q_map(CUtensorMap* map, const BshdView& view, int box_cols, int ratio, int box_rows);
+
 // The same tensor as a 5D map (cols, row % 4, row / 4, head, batch) whose box of box_cols x 2 x 4 is
 // the 8 rows 4c + e + start (c = 0..3, e = 0..1) for coordinates (col, start % 4, first / 4, ...):
 // with start % 4 = 2a it loads the rows the FP8 kernel's permuted K wants in shared-memory rows

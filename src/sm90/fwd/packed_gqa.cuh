@@ -1,0 +1,112 @@
+// GQA packing (FwdParams::pack_gqa; variable-length kernels only): the head_ratio query heads that
+// share a K/V head fill one tile's rows together. A decoding step has one (or a few) query rows per
+// head: unpacked, each query head's tile holds that row and kBlockM - 1 idle ones, and streams the
+// whole K/V of its K/V head; packed, one tile holds the rows of all its query heads and the K/V is
+// streamed once for them (GQA 4: 4x fewer tiles and K/V bytes).
+//
+// Packed tile row r of tile m_block (packed index P = m_block * packed_rows + r) is query row
+// P / head_ratio of head kv_head * head_ratio + P % head_ratio; rows from packed_rows on (kBlockM
+// not a multiple of head_ratio) hold no (row, head) and are never stored. The K/V block range and the
+// masked-block bounds take the tile's first query row with kBlockM rows (a superset of its
+// tile_q_rows rows, scheduler.cuh), so the per-element mask here is what makes them exact.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "sm90/arch/convert.cuh"
+#include "sm90/fwd/epilogue.cuh"
+#include "sm90/fwd/params.hpp"
+#include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/sequence.cuh"
+#include "sm90/fwd/softmax.cuh"
+#include "sm90/tile/fragment.hpp"
+
+namespace hopattn::sm90 {
+
+// Where accumulator row half `half` of this thread lands: its query row within the sequence, its
+// query head, and whether it is a row of the output at all. warpgroup_row: the warpgroup's first
+// row in the tile. Packed or not (a variable-length tile's rows past its sequence are not live either).
+struct TileRow {
+  int q_row;
+  int head;
+  bool live;
+};
+
+__device__ __forceinline__ TileRow tile_row(const FwdParams& p, const TileCoord& c, int seqlen_q, int warpgroup_row,
+                                            int thread, int half) {
+  const int row = warpgroup_row + accumulator_row(thread, 2 * half);
+  TileRow t;
+  if (p.pack_gqa) {
+    const int packed = c.m_block * p.packed_rows + row;
+    t.q_row = int(p.head_ratio_divisor.divide(unsigned(packed)));
+    t.head = c.head * p.head_ratio + packed - t.q_row * p.head_ratio;
+    t.live = row < p.packed_rows && t.q_row < seqlen_q;
+  } else {
+    t.q_row = c.m_block * p.tile_q_rows + row;
+    t.head = c.head;
+    t.live = t.q_row < seqlen_q;
+  }
+  return t;
+}
+
+// Does this thread hold a live row (either half)? Live rows come first in a tile (packed rows are
+// ordered by query row), so that is whether its first row is below the tile's live rows. A split
+// piece's partials of dead rows are neither stored nor merged (split_merge.cuh): in a decoding step
+// that is most of the tile.
+__device__ __forceinline__ bool thread_has_live_row(const FwdParams& p, const TileCoord& c, int seqlen_q,
+                                                    int warpgroup_row, int thread) {
+  const int q_rows_left = seqlen_q - c.m_block * p.tile_q_rows;
+  const int live_rows = p.pack_gqa ? min(p.packed_rows, q_rows_left * p.head_ratio) : q_rows_left;
+  return warpgroup_row + accumulator_row(thread, 0) < live_rows;
+}
+
+// apply_mask (mask.cuh) for a packed tile: row0 is the packed index of the warpgroup's row 0, and each
+// row is masked as the query row it holds.
+template <int kSRegisters, class Bounds>
+__device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int thread_in_warpgroup, int row0, int n0,
+                                                  const Bounds& seq, const FwdParams& p) {
+#pragma unroll
+  for (int i = 0; i < kSRegisters; ++i) {
+    const int row = int(p.head_ratio_divisor.divide(unsigned(row0 + accumulator_row(thread_in_warpgroup, i))));
+    const int col = n0 + accumulator_col(thread_in_warpgroup, i);
+    const int diagonal = row + seq.seqlen_k - seq.seqlen_q;
+    int key_end = seq.seqlen_k;
+    if (seq.window_right >= 0) key_end = min(key_end, diagonal + seq.window_right + 1);
+    const int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
+    if (col >= key_end || col < key_begin) s[i] = -INFINITY;
+  }
+}
+
+// The epilogue of a packed tile, through registers (its rows are not one box of out): O normalized
+// and LSE, each live row to its own (row, head) of out. seq: the tile's sequence (rows from q_row0 of
+// q_batch in a packed out).
+template <class Traits>
+__device__ __forceinline__ void store_packed_output(const FwdParams& p, const VarlenSequence& seq, const TileCoord& c,
+                                                    int warpgroup_row, int thread,
+                                                    const float (&o)[Traits::kORegisters],
+                                                    const OnlineSoftmax<Traits::kSRegisters>& softmax) {
+  using Element = typename Traits::Element;
+  float inv_sum[2];
+  float lse[2];
+  finish_rows(p, softmax, inv_sum, lse);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const TileRow t = tile_row(p, c, seq.bounds.seqlen_q, warpgroup_row, thread, half);
+    if (!t.live) continue;
+    const std::int64_t row = seq.rows.q_row0 + t.q_row;
+    Element* out = static_cast<Element*>(p.out) + seq.rows.q_batch * p.out_batch_stride + row * p.out_row_stride +
+                   t.head * p.out_head_stride;
+#pragma unroll
+    for (int i = 0; i < Traits::kORegisters; i += 2) {
+      if (fragment_row_half(i) != half) continue;
+      *reinterpret_cast<std::uint32_t*>(out + accumulator_col(thread, i)) =
+          pack_pair<Traits::kIsBf16>(o[i] * inv_sum[half], o[i + 1] * inv_sum[half]);
+    }
+    if (p.lse != nullptr && thread % 4 == 0) {
+      p.lse[seq.rows.q_batch * p.lse_batch_stride + t.head * p.lse_head_stride + row * p.lse_row_stride] = lse[half];
+    }
+  }
+}
+
+}  // namespace hopattn::sm90
