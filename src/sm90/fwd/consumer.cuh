@@ -175,7 +175,7 @@ class Consumer {
   // passed although finish_split_piece could read it from p_: reading it there moved ptxas's
   // schedule, +0.6% cycles at d 128 16k, H200 2026-12-01.)
   __device__ bool finish_split(SplitPiece piece, bool live, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
-    return finish_split_piece<kO, Traits::kConsumerWarpgroups>(p_, piece, warpgroup_, thread_,
+    return finish_split_piece<kO, Traits::kConsumerWarpgroups, Traits::kVarlen ? 4 : 1>(p_, piece, warpgroup_, thread_,
                                                               Traits::kEpilogueBarrierBase + warpgroup_, o,
                                                               softmax.row_max, softmax.row_sum, p_.scale_log2, live);
   }
