@@ -154,8 +154,8 @@ struct BwdArgs {
   // Variable-length batches, as in FwdArgs (the layouts at the top: lse (heads_q, total_q) for varlen
   // q). On CUDA tensors the values are trusted as there; with cu_seqlens_k the backward also needs
   // every key length <= max_seqlen_k (its grid covers that many keys per sequence). Keys past
-  // seqused_k[b] get dk = dv = 0; unlike the forward, the sm_90a backward needs their k and v rows
-  // finite (it multiplies them by zero probabilities: NaN there reaches dq and dk).
+  // seqused_k[b] get dk = dv = 0; as in the forward, their k and v rows may hold anything, NaN and Inf
+  // included: they never reach dq, dk or dv.
   std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Tensor> seqused_k;

@@ -778,13 +778,20 @@ def test_gpu_varlen_gradients_match_float64_within_flash_attention_rule(rng, dty
 
 @needs_hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_gpu_kvcache_gradients_stop_at_cache_seqlens(rng, dtype):
+@pytest.mark.parametrize("unused_rows", ["random", "nan", "inf"])
+def test_gpu_kvcache_gradients_stop_at_cache_seqlens(rng, dtype, unused_rows):
     # A dense cache with keys in use per sequence (seqused_k): keys past cache_seqlens get exactly
-    # zero gradients; the used ones match float64 math on the used keys.
+    # zero gradients; the used ones match float64 math on the used keys. The cache rows past them may
+    # hold anything (a cache from torch.empty): NaN or Inf there must reach no gradient.
     dtype, generator = getattr(torch, dtype), torch_generator(rng, "cuda")
     batch, seqlen_q, seqlen_cache, used = 3, 100, 300, [170, 300, 1]
     q, k_cache, v_cache = random_qkv((batch, seqlen_q, 4, 128), (batch, seqlen_cache, 2, 128), dtype,
                                      "cuda", requires_grad=True, generator=generator)
+    if unused_rows != "random":
+        with torch.no_grad():
+            for b in range(batch):
+                k_cache[b, used[b]:] = float(unused_rows)
+                v_cache[b, used[b]:] = float(unused_rows)
     cache_seqlens = torch.tensor(used, dtype=torch.int32, device="cuda")
     out = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, causal=True)
     dout = torch.randn(out.shape, dtype=dtype, device="cuda", generator=generator)

@@ -17,6 +17,9 @@ void check_case_shape(const VarlenBackwardCase& c) {
   check_sequence_lengths(c);
   if (prefix_sums(c.len_q).back() == 0 || prefix_sums(c.len_k).back() == 0)
     throw std::invalid_argument("test case: CUDA tensors need at least one row on each side");
+  if ((c.trailing_k_rows != 0 && (!c.varlen_k || c.packed_qkv)) || (c.unused_row_value && c.packed_qkv) ||
+      c.trailing_k_rows < 0)
+    throw std::invalid_argument("test case: trailing k rows and unused row values need a varlen or dense k of its own");
 }
 
 // Stored elements of `view`'s rows that are not 0 (NaN included), read back through the view.
@@ -42,7 +45,7 @@ class VarlenBackwardCall {
     check_case_shape(c);
     const int hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
     const Dtype dt = c.dtype;
-    const int total_q = starts_q_.back(), total_k = starts_k_.back();
+    const int total_q = starts_q_.back(), total_k = starts_k_.back(), k_rows_stored = total_k + c.trailing_k_rows;
     if (c.packed_qkv) {
       q_rows_ = make_rows(dt, total_q, hq + 2 * hkv, d, c.padded_rows, 0);
       fill_normal(q_rows_.storage.data(), dt, q_rows_.elements, splitmix64(seed ^ 1), c.amplitude);
@@ -51,11 +54,19 @@ class VarlenBackwardCall {
       v_ = q_rows_.view.heads_slice(hq + hkv, hkv);
     } else {
       q_rows_ = make_rows(dt, total_q, hq, d, c.padded_rows, 0);
-      k_rows_ = make_rows(dt, total_k, hkv, d, c.padded_rows, 0);
-      v_rows_ = make_rows(dt, total_k, hkv, d, c.padded_rows, 0);
+      k_rows_ = make_rows(dt, k_rows_stored, hkv, d, c.padded_rows, 0);
+      v_rows_ = make_rows(dt, k_rows_stored, hkv, d, c.padded_rows, 0);
       fill_inputs(q_rows_, k_rows_, v_rows_, seed, c.amplitude);
       q_ = q_rows_.view, k_ = k_rows_.view, v_ = v_rows_.view;
+      if (c.unused_row_value) {
+        const DeviceBuffer flags = upload(unused_key_rows(c, starts_k_, k_rows_stored));
+        fill_flagged_rows(k_rows_, flags, *c.unused_row_value);
+        fill_flagged_rows(v_rows_, flags, *c.unused_row_value);
+      }
     }
+    // A varlen k of k_rows_stored rows (and so dk, dv): the last sequence may end before the tensor does.
+    std::vector<int> stored_k = starts_k_;
+    stored_k.back() = k_rows_stored;
     dout_ = make_rows(dt, total_q, hq, d, c.padded_rows, 0);
     fill_normal(dout_.storage.data(), dt, dout_.elements, splitmix64(seed ^ 4));
     out_ = make_rows(dt, total_q, hq, d, c.padded_rows, 0);
@@ -67,8 +78,8 @@ class VarlenBackwardCall {
     // out and lse from the GPU forward, as training has them.
     FwdArgs fwd;
     fwd.q = q_.api_tensor(starts_q_, c.varlen_q);
-    fwd.k = k_.api_tensor(starts_k_, c.varlen_k);
-    fwd.v = v_.api_tensor(starts_k_, c.varlen_k);
+    fwd.k = k_.api_tensor(stored_k, c.varlen_k);
+    fwd.v = v_.api_tensor(stored_k, c.varlen_k);
     fwd.out = out_.view.api_tensor(starts_q_, c.varlen_q);
     fwd.lse = lse_->api_tensor;
     set_lengths(fwd);
@@ -76,13 +87,13 @@ class VarlenBackwardCall {
     if (std::string why = forward_problem(fwd); !why.empty()) throw std::runtime_error(why);
 
     dq_ = make_rows(dt, total_q, hq, d, c.padded_rows, kGuardRows);
-    dk_ = make_rows(dt, total_k, hkv, d, c.padded_rows, kGuardRows);
-    dv_ = make_rows(dt, total_k, hkv, d, c.padded_rows, kGuardRows);
+    dk_ = make_rows(dt, k_rows_stored, hkv, d, c.padded_rows, kGuardRows);
+    dv_ = make_rows(dt, k_rows_stored, hkv, d, c.padded_rows, kGuardRows);
     args.q = fwd.q, args.k = fwd.k, args.v = fwd.v, args.out = fwd.out, args.lse = *fwd.lse;
     args.dout = dout_.view.api_tensor(starts_q_, c.varlen_q);
     args.dq = dq_.view.api_tensor(starts_q_, c.varlen_q);
-    args.dk = dk_.view.api_tensor(starts_k_, c.varlen_k);
-    args.dv = dv_.view.api_tensor(starts_k_, c.varlen_k);
+    args.dk = dk_.view.api_tensor(stored_k, c.varlen_k);
+    args.dv = dv_.view.api_tensor(stored_k, c.varlen_k);
     set_lengths(args);
     args.softmax_scale = c.softmax_scale;
     args.causal = c.causal;
@@ -117,18 +128,20 @@ class VarlenBackwardCall {
         problems << "sequence " << b << " (len_q " << c_.len_q[b] << ", len_k " << c_.len_k[b] << ", used "
                  << c_.used_k(b) << "): " << seq;
     }
-    // Exactly the views' elements written: with no NaN left inside them (checked above), any other
-    // element that lost its poison lies outside, in the guards or the padding.
+    // Exactly the sequences' elements written: with no NaN left inside them (checked above), any other
+    // element that lost its poison lies outside, in the guards, the padding or the trailing k rows.
     const struct {
       const char* name;
       const RowBuffer* buffer;
-      const Tensor& view;
-    } gradients[] = {{"dq", &dq_, args.dq}, {"dk", &dk_, args.dk}, {"dv", &dv_, args.dv}};
+      std::int64_t sequence_elements;
+    } gradients[] = {{"dq", &dq_, dq_.view.api_tensor(starts_q_, c_.varlen_q).numel()},
+                     {"dk", &dk_, dk_.view.api_tensor(starts_k_, c_.varlen_k).numel()},
+                     {"dv", &dv_, dv_.view.api_tensor(starts_k_, c_.varlen_k).numel()}};
     for (const auto& g : gradients) {
       const std::int64_t written = count_unpoisoned(g.buffer->storage.data(), c_.dtype, g.buffer->elements);
-      if (written != g.view.numel())
-        problems << g.name << ": " << written << " stored elements changed, expected the " << g.view.numel()
-                 << " of its view; ";
+      if (written != g.sequence_elements)
+        problems << g.name << ": " << written << " stored elements changed, expected the " << g.sequence_elements
+                 << " of its sequences; ";
     }
     return problems.str();
   }
@@ -213,6 +226,8 @@ std::string VarlenBackwardCase::describe() const {
   if (seqused_k) s << " seqused_k " << join(*seqused_k);
   describe_to(s);
   s << (packed_qkv ? " packed-qkv" : "") << (deterministic ? " deterministic" : "");
+  if (trailing_k_rows) s << " trailing k rows " << trailing_k_rows;
+  if (unused_row_value) s << " unused rows " << *unused_row_value;
   return s.str();
 }
 

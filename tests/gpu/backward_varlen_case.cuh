@@ -6,7 +6,9 @@
 // dk and dv are judged against the float32 GPU reference backward run on that sequence alone, through
 // batch-1 views, by the dense tests' rule (check_gradient, backward_case.cuh); gradients no query or key
 // reaches (a sequence without queries or without keys, keys past seqused_k) must be exactly 0; every
-// row of the views must be written and nothing around or between them.
+// row of the sequences must be written and nothing around or between them. The k and v rows no
+// sequence uses (past seqused_k, after the last sequence) may hold NaN or Inf, as memory nobody wrote
+// may: key blocks that straddle a sequence's last key load them.
 #pragma once
 
 #include <optional>
@@ -27,6 +29,11 @@ struct VarlenBackwardCase : CallSettings {  // with_lse unused: the backward alw
   // inputs); needs varlen q and k with equal lengths.
   bool packed_qkv = false;
   bool deterministic = false;  // BwdArgs::deterministic
+  // k and v rows after the last sequence (varlen k): in the tensors (dk and dv have them too, unwritten:
+  // they belong to no sequence), in no sequence.
+  int trailing_k_rows = 0;
+  // In k and v rows no sequence uses (past seqused_k, the trailing rows) when given; else random.
+  std::optional<float> unused_row_value;
 
   int batch() const { return static_cast<int>(len_q.size()); }
   int used_k(int b) const { return seqused_k ? (*seqused_k)[b] : len_k[b]; }

@@ -158,6 +158,15 @@ inline void fill_flagged_rows(const RowBuffer& rows, const DeviceBuffer& flags, 
   HOPATTN_CUDA_CHECK(cudaGetLastError());
 }
 
+// 1 for each of the `rows` k/v rows that no sequence of `c` uses: past its seqused_k entry, or after
+// the last sequence (starts_k: where each sequence's keys start).
+template <class Case>
+std::vector<std::uint8_t> unused_key_rows(const Case& c, const std::vector<int>& starts_k, int rows) {
+  std::vector<std::uint8_t> unused(rows, 1);
+  for (int b = 0; b < c.batch(); ++b) std::fill_n(unused.begin() + starts_k[b], c.used_k(b), std::uint8_t{0});
+  return unused;
+}
+
 // Float8 e4m3 inputs of a call to be refused: 0x38 is 1.0 in e4m3, valid inputs, should a kernel read them.
 inline void fill_e4m3_ones(std::initializer_list<const RowBuffer*> buffers) {
   for (const RowBuffer* t : buffers) HOPATTN_CUDA_CHECK(cudaMemset(t->storage.data(), 0x38, t->storage.bytes()));

@@ -4,8 +4,10 @@
 // blocks and 128-key blocks, empty sequences on either side, causal with more or fewer queries than
 // keys per sequence, windows, softcap, GQA/MQA, both head dims and dtypes; the batch cut after each
 // sequence (so a block that wrote past its sequence's rows would hit the guard, not the next sequence);
-// a random sweep; checks that the harness fails spoiled gradients; and the refusals.
+// NaN and Inf in the k and v rows no sequence uses; a random sweep; checks that the harness fails
+// spoiled gradients; and the refusals.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -133,8 +135,72 @@ TEST_P(BackwardVarlenCorners, EverySequenceMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Corners, BackwardVarlenCorners, ::testing::ValuesIn(corner_cases()), CaseName());
 
+// NaN and +Inf in every k and v row no sequence uses: between a sequence's seqused_k entry and its
+// stored end, and after the last sequence of a varlen k. A key block that straddles a sequence's last
+// key in use loads them, its own and the next sequence's (each consumer zeroes those of its 64 keys);
+// blocks past the keys in use (no steps) still store dk = dv = 0. Plain, causal, softcap (where NaN in
+// K would reach dS through the tanh's slope) and the deterministic kernels; both head dims and dtypes.
+std::vector<NamedCase<VarlenBackwardCase>> non_finite_tail_cases() {
+  struct Mode {
+    const char* name;
+    bool causal;
+    float softcap;
+    bool deterministic;
+  };
+  const Mode modes[] = {{"", false, 0.0f, false},
+                        {"_causal", true, 0.0f, false},
+                        {"_softcap30", false, 30.0f, false},
+                        {"_causal_deterministic", true, 0.0f, true}};
+  std::vector<NamedCase<VarlenBackwardCase>> cases;
+  for (const float value : {NAN, INFINITY}) {
+    for (const int d : {64, 128}) {
+      for (const Dtype dtype : {kBf16, kFp16}) {
+        for (const Mode& m : modes) {
+          const std::string name = std::string(std::isnan(value) ? "Nan" : "Inf") + m.name + "_d" +
+                                   std::to_string(d) + "_" + dtype_name(dtype);
+          // Used keys ending one key into a block (257), at 1, inside a block's second 64 keys (350) and
+          // its first (37), at 0 and on the 64-key edge (192); the last sequence's last block also reads
+          // the trailing rows.
+          VarlenBackwardCase packed = varlen({1, 80, 200, 129, 3, 64}, {300, 130, 400, 50, 7, 250}, 4, 2, d, dtype);
+          packed.seqused_k = {{257, 1, 350, 37, 0, 192}};
+          packed.trailing_k_rows = 200;
+          // Dense k: the rows past seqused_k up to the entry's end (TMA's zero fill after it).
+          VarlenBackwardCase dense = varlen({100, 100, 100}, {500, 500, 500}, 4, 1, d, dtype);
+          dense.varlen_q = false, dense.varlen_k = false, dense.seqused_k = {{317, 1, 448}};
+          // cu_seqlens_k alone: only the rows after the last sequence are in no sequence.
+          VarlenBackwardCase trailing = varlen({129, 64}, {300, 77}, 4, 4, d, dtype);
+          trailing.trailing_k_rows = 200;
+          for (VarlenBackwardCase* c : {&packed, &dense, &trailing}) {
+            c->causal = m.causal, c->softcap = m.softcap, c->deterministic = m.deterministic;
+            if (m.softcap > 0.0f) c->amplitude = 6.0f;
+            c->unused_row_value = value;
+          }
+          cases.push_back({name + "_VarlenK", packed});
+          cases.push_back({name + "_DenseK", dense});
+          cases.push_back({name + "_RowsAfterTheLastSequence", trailing});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+class BackwardVarlenNonFiniteTail : public HopperTest,
+                                    public ::testing::WithParamInterface<NamedCase<VarlenBackwardCase>> {};
+
+TEST_P(BackwardVarlenNonFiniteTail, GradientsAreThoseOfTheUsedKeysAlone) {
+  const std::uint64_t seed = run_seed();
+  const VarlenBackwardCase& c = GetParam().c;
+  const std::string problems = run_varlen_backward_case(c, seed);
+  EXPECT_TRUE(problems.empty()) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << problems;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tails, BackwardVarlenNonFiniteTail, ::testing::ValuesIn(non_finite_tail_cases()),
+                         CaseName());
+
 // Small batches for compute-sanitizer (scripts/device_tests.sh): sequences cut inside a q block and a
-// key block, an empty one on each side, causal GQA, softcap, a window, seqused_k.
+// key block, an empty one on each side, causal GQA, softcap, a window, seqused_k, NaN in the rows past
+// the keys in use (zeroed in shared memory before wgmma reads them).
 std::vector<NamedCase<VarlenBackwardCase>> sanitizer_cases() {
   std::vector<NamedCase<VarlenBackwardCase>> cases;
   {
@@ -146,6 +212,11 @@ std::vector<NamedCase<VarlenBackwardCase>> sanitizer_cases() {
     VarlenBackwardCase c = varlen({1, 100}, {70, 130}, 2, 1, 128, kFp16);
     c.softcap = 30.0f, c.amplitude = 6.0f, c.window_left = 16, c.window_right = 4, c.seqused_k = {{33, 130}};
     cases.push_back({"SoftcapWindowSeqused_d128_fp16", c});
+  }
+  {
+    VarlenBackwardCase c = varlen({65, 30}, {200, 130}, 2, 1, 128, kBf16);
+    c.seqused_k = {{100, 1}}, c.causal = true, c.unused_row_value = NAN;
+    cases.push_back({"NanPastSeqused_d128_bf16", c});
   }
   return cases;
 }

@@ -77,13 +77,6 @@ void check_case_shape(const VarlenCase& c) {
     throw std::invalid_argument("test case: trailing k rows need varlen k, unused row values unpacked k and v");
 }
 
-// 1 for each of the `rows` k/v rows that no sequence uses: past its seqused_k entry, or after the last.
-std::vector<std::uint8_t> unused_rows(const VarlenCase& c, const std::vector<int>& starts_k, int rows) {
-  std::vector<std::uint8_t> unused(rows, 1);
-  for (int b = 0; b < c.batch(); ++b) std::fill_n(unused.begin() + starts_k[b], c.used_k(b), std::uint8_t{0});
-  return unused;
-}
-
 // Runs `c` on data drawn from `seed` and returns what is wrong (empty when nothing is): forward must
 // return Ok, and each sequence pass check_sequences.
 std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
@@ -110,7 +103,7 @@ std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
       fill_inputs(q_rows, k_rows, v_rows, seed, c.amplitude);
       q = q_rows.view, k = k_rows.view, v = v_rows.view;
       if (c.unused_row_value) {
-        const DeviceBuffer flags = upload(unused_rows(c, starts_k, k_rows_stored));
+        const DeviceBuffer flags = upload(unused_key_rows(c, starts_k, k_rows_stored));
         fill_flagged_rows(k_rows, flags, *c.unused_row_value);
         fill_flagged_rows(v_rows, flags, *c.unused_row_value);
       }

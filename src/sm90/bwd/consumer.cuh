@@ -11,7 +11,8 @@
 //      warpgroup's half of dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own
 //      S^T, and stores it to shared memory, from where one of its threads adds it into the float32 dq
 //      workspace with a bulk reduction.
-// The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do.
+// The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
+// first, each zeroes its K and V rows past the sequence's keys, if the block has any (key_tail.cuh).
 // dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
 #pragma once
 
@@ -25,6 +26,7 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/bwd/block_range.hpp"
 #include "sm90/bwd/dq_order.cuh"
+#include "sm90/bwd/key_tail.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/producer.cuh"
 #include "sm90/fwd/softmax.cuh"
@@ -64,6 +66,7 @@ class BwdConsumer {
     const StepList<Traits> steps(p_, block_, bounds());
     mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
     Turns::open_first_turn(true, warpgroup_);
+    clear_key_tail();  // after opening the first turn: the other consumer's first GEMMs need none of it
     StageRing<Traits::kStages> ring;
     PendingDq pending;
     for (int head = steps.first_head; head < steps.first_head + p_.head_ratio; ++head) {
@@ -208,6 +211,15 @@ class BwdConsumer {
       wgmma_ss<Traits::kBlockM, Traits::kIsBf16>(d, desc_a, desc_b, step > 0);
     }
     wgmma_commit();
+  }
+
+  // This warpgroup's K and V rows past the keys its sequence uses, zeroed before any GEMM reads them
+  // (key_tail.cuh); no stores in a block that lies within the keys. The barrier runs in every CTA:
+  // inside the branch it made ptxas spill at head dim 128.
+  __device__ void clear_key_tail() {
+    const int first_row = bounds().seqlen_k - key0_;
+    if (first_row < Traits::kKeysPerWarpgroup) clear_key_rows<Traits>(s_, first_row, warpgroup_, thread_);
+    wait_key_rows_cleared<Traits>(warpgroup_);
   }
 
   // What the step list and masks see. Through this accessor rather than seq_.bounds at each use: ptxas

@@ -11,6 +11,7 @@
 #include "api/problem.hpp"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/workspace_blocks.hpp"
+#include "sm90/host/int_array.hpp"
 
 namespace hopattn::sm90 {
 
@@ -54,12 +55,9 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   p.dv = a.dv.data;
   strides(a.dv, dense_k, &p.dv_batch_stride, &p.dv_row_stride, &p.dv_head_stride);
 
-  const auto int_array = [](const std::optional<Tensor>& t) {
-    return t ? static_cast<const int*>(t->data) : nullptr;
-  };
-  p.cu_seqlens_q = int_array(a.cu_seqlens_q);
-  p.cu_seqlens_k = int_array(a.cu_seqlens_k);
-  p.seqused_k = int_array(a.seqused_k);
+  p.cu_seqlens_q = int_array_or_null(a.cu_seqlens_q);
+  p.cu_seqlens_k = int_array_or_null(a.cu_seqlens_k);
+  p.seqused_k = int_array_or_null(a.seqused_k);
   const std::int64_t q_rows = pr.varlen_q ? a.q.shape[0] : std::int64_t(pr.batch) * pr.seqlen_q;
   const std::int64_t q_blocks = packed_q_blocks<kBlockM>(q_rows, pr.batch);
   p.q_blocks_per_head = static_cast<int>(std::min<std::int64_t>(q_blocks, INT32_MAX));  // more: refused

@@ -2,7 +2,7 @@
 // its step list and masks see), where its rows lie (TMA coordinates, dq/dk/dv rows) and where its q
 // blocks lie in the per-row workspaces (workspace_blocks.hpp).
 //
-// Every batch is read through the forward's varlen_sequence (fwd/sequence.cuh): a side without
+// Every batch is read through the forward's locate_sequence (fwd/sequence.cuh): a side without
 // cu_seqlens is dense (batch entry b from row 0), one with them packed (sequence b from its first row).
 #pragma once
 
@@ -24,13 +24,11 @@ struct BwdSequence {
 template <int kBlockM>
 __device__ __forceinline__ BwdSequence backward_sequence(const BwdParams& p, int batch) {
   BwdSequence s;
-  const VarlenSequence v = varlen_sequence(p, batch);
-  s.bounds = v.bounds, s.rows = v.rows;
-  s.key_rows = v.bounds.seqlen_k;
-  if (p.seqused_k != nullptr) {
-    int row0, tma_batch;
-    locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &row0, &tma_batch, &s.key_rows);
-  }
+  locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.bounds.seqlen_q);
+  locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &s.rows.k_row0, &s.rows.k_batch, &s.key_rows);
+  s.bounds.seqlen_k = p.seqused_k != nullptr ? __ldg(p.seqused_k + batch) : s.key_rows;
+  s.bounds.window_left = p.window_left;
+  s.bounds.window_right = p.window_right;
   // A dense q (cu_seqlens_q absent) is addressed as if packed: batch entry b from row b * seqlen_q.
   s.q_block0 = first_q_block<kBlockM>(s.rows.q_batch * p.seqlen_q + s.rows.q_row0, batch);
   return s;

@@ -85,10 +85,12 @@ struct BwdTraits {
   static constexpr bool kDqReducedAtOnce = kHeadDim == 64;
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
-  // forward), which also hand each step's dQ share to its reducing thread, and each consumer's own
-  // hand-off of a share (kDqReducedAtOnce, and the last step's after the loop; ids 3 and 4).
+  // forward), which also hand each step's dQ share to its reducing thread, each consumer's own
+  // hand-off of a share (kDqReducedAtOnce, and the last step's after the loop; ids 3 and 4), and each
+  // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
+  static constexpr int kKeyTailBarrierBase = 5;
   // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
   // warpgroup: element i of thread t's share at ((i / 4) * kWarpgroupThreads + t) * 4 + i % 4, so each
   // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one

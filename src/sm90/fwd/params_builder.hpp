@@ -9,6 +9,7 @@
 
 #include "api/problem.hpp"
 #include "sm90/fwd/params.hpp"
+#include "sm90/host/int_array.hpp"
 
 namespace hopattn::sm90 {
 
@@ -63,14 +64,11 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
     p.lse_head_stride = args.lse->stride[dense_q];
     p.lse_row_stride = args.lse->stride[dense_q + 1];
   }
-  const auto int_array = [](const std::optional<Tensor>& t) {
-    return t ? static_cast<const int*>(t->data) : nullptr;
-  };
-  p.cu_seqlens_q = int_array(args.cu_seqlens_q);
-  p.cu_seqlens_k = int_array(args.cu_seqlens_k);
-  p.seqused_k = int_array(args.seqused_k);
+  p.cu_seqlens_q = int_array_or_null(args.cu_seqlens_q);
+  p.cu_seqlens_k = int_array_or_null(args.cu_seqlens_k);
+  p.seqused_k = int_array_or_null(args.seqused_k);
   if (pr.paged) {
-    p.page_table = int_array(args.page_table);
+    p.page_table = int_array_or_null(args.page_table);
     p.page_table_batch_stride = args.page_table->stride[0];
     p.page_table_page_stride = args.page_table->stride[1];
     p.page_size = pr.page_size;

@@ -1,0 +1,60 @@
+// K and V rows past a sequence's keys in the backward. A CTA loads kBlockN rows of K and V from its key
+// block's first key; when the keys the sequence uses (seqused_k[b], else its length) end inside the
+// block, the rows past them hold whatever the caller's memory holds there: rows between seqused_k and
+// the sequence's stored end, the next sequence's rows, padding after the last sequence; NaN or Inf
+// where nobody wrote (a cache from torch.empty). The mask gives those keys P = 0 exactly (a select),
+// but the GEMMs still multiply their rows, and 0 x NaN = 0 x Inf = NaN: NaN in V reaches dP^T = V dO^T
+// and so dS^T = P^T (dP^T - D) (NaN in K too, under the softcap, through the slope 1 - tanh^2), which
+// dK += dS^T Q carries into the dk rows those keys must get as 0 and dQ = dS K into every dq row; and
+// dQ = dS K multiplies dS's zeros by the K rows themselves. With both tiles' rows zeroed, S^T and dP^T
+// are 0 there, so P^T and dS^T are exactly 0 and every product is finite. Only the block holding the
+// sequence's last key in use has such rows under its steps (blocks past that key take none), and a CTA
+// owns one key block: the clear costs a CTA at most once.
+#pragma once
+
+#include <cstdint>
+
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/shared_access.cuh"
+#include "sm90/arch/sync.cuh"
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+// Zeroes rows [first_row, kKeysPerWarpgroup) of this consumer warpgroup's keys in the K and V tiles
+// (first_row < 0: all of them), which must have landed (kv_full waited for), and fences the proxies:
+// generic-proxy stores before the async-proxy reads of wgmma. Whole 128-byte rows of each column block,
+// so the swizzle (a permutation within a row) does not matter; a warp stores 512 contiguous bytes at a
+// time, conflict free. 8 (d 64) or 16 (d 128) predicated 16-byte stores a thread.
+template <class Traits>
+__device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s, int first_row, int warpgroup,
+                                               int thread_in_warpgroup) {
+  using KTile = typename Traits::KTile;
+  constexpr int kChunksPerRow = kSwizzleBytes / 16;
+  constexpr int kStores = Traits::kKeysPerWarpgroup * kChunksPerRow / Traits::kWarpgroupThreads;
+  const std::uint32_t rows_offset = warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
+  const int first_chunk = first_row * kChunksPerRow;
+  const std::uint32_t tiles[] = {smem_address(s.k), smem_address(s.v)};
+#pragma unroll
+  for (const std::uint32_t tile : tiles) {
+#pragma unroll
+    for (int block = 0; block < KTile::kColumnBlocks; ++block) {
+#pragma unroll
+      for (int i = 0; i < kStores; ++i) {
+        const int chunk = thread_in_warpgroup + i * Traits::kWarpgroupThreads;
+        if (chunk >= first_chunk) store_zero_16b(tile + block * KTile::kColumnBlockBytes + rows_offset + chunk * 16);
+      }
+    }
+  }
+  fence_proxy_async_shared();
+}
+
+// The warpgroup's own barrier after its clear: its S^T and dP^T GEMMs, which read only its keys, issue
+// once all four of its warps have stored and fenced. The other consumer reads these K rows only in its
+// dQ GEMMs, each of which first waits for a dS of this consumer's (ds_ready), released after the clear.
+template <class Traits>
+__device__ __forceinline__ void wait_key_rows_cleared(int warpgroup) {
+  named_barrier_sync(Traits::kKeyTailBarrierBase + warpgroup, Traits::kWarpgroupThreads);
+}
+
+}  // namespace hopattn::sm90
