@@ -61,7 +61,8 @@ bool check_backward_shape(const Shape& s, std::string* error) {
 
 std::string usage_text() {
   return std::string(
-             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--json PATH]\n"
+             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead]\n"
+             "                     [--json PATH]\n"
              "Times hopattn::forward, or hopattn::backward with --backward / --grid bwd (CUDA events, median),\n"
              "and prints TFLOP/s per shape.\n"
              "  --grid NAME      one of: ") +
@@ -82,6 +83,9 @@ std::string usage_text() {
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
+         "  --queue-ahead    queue all of a shape's timed calls before the GPU starts them, so that each call's\n"
+         "                   events time its GPU work alone, without the wait for its host-side launch (which\n"
+         "                   can take longer than a decoding call)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
@@ -123,6 +127,14 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
     if (flag == "--no-lse") {
       options->write_lse = false;
+      continue;
+    }
+    if (flag == "--queue-ahead") {
+      if (has_inline_value) {
+        *error = "--queue-ahead takes no value; got '" + value + "'";
+        return false;
+      }
+      options->queue_ahead = true;
       continue;
     }
     if (flag == "--backward") {

@@ -108,6 +108,7 @@ int run_cpu_reference(const CliOptions& options, RunInfo info) {
     info.iters = kCalls;
     info.warmup = 0;
     info.write_lse = true;
+    info.queue_ahead = false;
     if (m.outcome == Outcome::kOk) row.tflops = timed_flops(s) / (m.median_ms * 1e9);
     std::string error;
     if (!write_json(options.json_path, info, {row}, &error)) {

@@ -10,6 +10,7 @@
 
 #include "cuda_check.hpp"
 #include "device_buffer.hpp"
+#include "launch_gate.hpp"
 #include "random_fill.hpp"
 
 namespace hopattn::bench {
@@ -313,11 +314,19 @@ Status warm_up_and_time(int n_sets, const Call& call, const Check& check_warmed_
   const int iters = std::min(options.iters, std::max(kMinTimedIters, static_cast<int>(kTimedBudgetMs / std::max(estimate_ms, 1e-3))));
   EventList events(2 * static_cast<std::size_t>(iters));
   if (Status st = events.create(); !st.ok()) return st;
+  LaunchGate gate;
+  if (options.queue_ahead) {
+    if (Status st = gate.close(stream); !st.ok()) return st;
+  }
   // Calls are queued back to back; each is bracketed by its own pair of events.
   for (int i = 0; i < iters; ++i) {
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i], stream));
     if (Status st = call((i + 1) % n_sets); !st.ok()) return st;
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i + 1], stream));
+  }
+  if (options.queue_ahead && !gate.open()) {
+    m->message = "--queue-ahead: the gate opened by itself before all calls were queued; times may include "
+                 "host launch gaps";
   }
   HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
   std::vector<double> times(iters);

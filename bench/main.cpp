@@ -20,13 +20,15 @@ namespace {
 int run_on_gpu(const CliOptions& options, RunInfo info) {
   info.device = device_description();
   info.backend = "sm90";
-  std::printf("hopattn-bench on %s, grid %s, %d iters (median), %d warm-up%s\n", info.device.c_str(),
-              info.grid.c_str(), options.iters, options.warmup, options.write_lse ? "" : ", no LSE");
+  std::printf("hopattn-bench on %s, grid %s, %d iters (median), %d warm-up%s%s\n", info.device.c_str(),
+              info.grid.c_str(), options.iters, options.warmup, options.write_lse ? "" : ", no LSE",
+              options.queue_ahead ? ", calls queued ahead" : "");
 
   TimingOptions timing;
   timing.iters = options.iters;
   timing.warmup = options.warmup;
   timing.write_lse = options.write_lse;
+  timing.queue_ahead = options.queue_ahead;
   cudaStream_t stream = nullptr;
   if (cudaGetDevice(&timing.device) != cudaSuccess ||
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
   info.iters = options.iters;
   info.warmup = options.warmup;
   info.write_lse = options.write_lse;
+  info.queue_ahead = options.queue_ahead;
   if (!hopattn::hopper_available()) {
     info.device = hopattn::device_description();
     std::printf("No Hopper GPU (%s): timing the CPU reference on a small problem instead.\n", info.device.c_str());

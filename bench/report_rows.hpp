@@ -25,6 +25,7 @@ struct RunInfo {
   int iters = 0;
   int warmup = 0;
   bool write_lse = true;
+  bool queue_ahead = false;
 };
 
 // Date and git commit filled in; the rest left to the caller.
