@@ -64,7 +64,7 @@ std::string usage_text() {
              "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead]\n"
              "                     [--json PATH]\n"
              "Times hopattn::forward, or hopattn::backward with --backward / --grid bwd (CUDA events, median),\n"
-             "and prints TFLOP/s per shape.\n"
+             "and prints TFLOP/s and TB/s (the bytes a forward must move, over its time) per shape.\n"
              "  --grid NAME      one of: ") +
          grid_names() +
          " (default quick;\n"
@@ -89,7 +89,8 @@ std::string usage_text() {
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
-         "  --json PATH      also write every row, the device, date and git commit as JSON\n"
+         "  --json PATH      also write every row, the device, date and git commit as JSON (rows carry flops,\n"
+         "                   bytes (forward: q, k, v read and out written once) and kv_tbps = bytes / time)\n"
          "Without a Hopper GPU it says so and times the CPU reference on a small problem (its backward with\n"
          "--backward or --grid bwd).\n";
 }

@@ -1,5 +1,5 @@
 // hopattn-bench: times hopattn::forward (or hopattn::backward: --backward, --grid bwd) over a grid of
-// shapes and prints ms and TFLOP/s per shape.
+// shapes and prints ms, TFLOP/s and TB/s per shape.
 // See usage_text() in cli.cpp, or run with --help.
 #include <cuda_runtime_api.h>
 
@@ -42,11 +42,8 @@ int run_on_gpu(const CliOptions& options, RunInfo info) {
   int exit_code = 0;
   print_table_header();
   for (const Shape& shape : options.shapes) {
-    Row row{shape, time_shape(shape, timing, seed), 0.0};
+    const Row row = timed_row(shape, time_shape(shape, timing, seed));
     seed += 1000;
-    if (row.measurement.outcome == Outcome::kOk) {
-      row.tflops = timed_flops(shape) / (row.measurement.median_ms * 1e9);
-    }
     print_row(row);
     rows.push_back(row);
     if (row.measurement.outcome == Outcome::kError && cudaDeviceSynchronize() != cudaSuccess) {

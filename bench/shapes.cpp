@@ -203,6 +203,16 @@ double backward_flops(const Shape& shape) { return 2.5 * forward_flops(shape); }
 
 double timed_flops(const Shape& shape) { return shape.backward ? backward_flops(shape) : forward_flops(shape); }
 
+double forward_bytes(const Shape& shape) {
+  const double in = dtype_size(shape.dtype);
+  const double out = shape.dtype == Dtype::kFloat8E4M3 ? 2.0 : in;  // fp8 attention writes bf16
+  const double q_elements = 1.0 * shape.batch * shape.seqlen_q * shape.heads_q * shape.hdim;
+  const double kv_elements = 1.0 * shape.batch * shape.seqlen_k * shape.heads_kv * shape.hdim;
+  return q_elements * (in + out) + 2.0 * kv_elements * in;
+}
+
+double timed_bytes(const Shape& shape) { return shape.backward ? 0.0 : forward_bytes(shape); }
+
 std::string backward_variant(const std::string& forward_variant) {
   return forward_variant == "default" ? "backward" : "backward_" + forward_variant;
 }

@@ -65,6 +65,14 @@ double backward_flops(const Shape& shape);
 // The FLOPs of the pass the shape times: backward_flops when shape.backward, else forward_flops.
 double timed_flops(const Shape& shape);
 
+// The bytes a forward call must move at the least: q, k and v read once, out written once (the LSE left
+// out, as not every caller writes it). With few query rows that is nearly all K and V, the call is
+// bound by memory bandwidth, and bytes / time against the HBM rate says how close it gets.
+double forward_bytes(const Shape& shape);
+
+// forward_bytes for a forward shape; 0 for a backward one (its traffic is not counted).
+double timed_bytes(const Shape& shape);
+
 // The variant name of a backward row: "backward" for "default", else "backward_" + forward_variant.
 std::string backward_variant(const std::string& forward_variant);
 
