@@ -62,7 +62,7 @@ bool check_backward_shape(const Shape& s, std::string* error) {
 std::string usage_text() {
   return std::string(
              "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead]\n"
-             "                     [--json PATH]\n"
+             "                     [--list] [--json PATH]\n"
              "Times hopattn::forward, or hopattn::backward with --backward / --grid bwd (CUDA events, median),\n"
              "and prints TFLOP/s and TB/s (the bytes a forward must move, over its time) per shape.\n"
              "  --grid NAME      one of: ") +
@@ -86,6 +86,8 @@ std::string usage_text() {
          "  --queue-ahead    queue all of a shape's timed calls before the GPU starts them, so that each call's\n"
          "                   events time its GPU work alone, without the wait for its host-side launch (which\n"
          "                   can take longer than a decoding call)\n"
+         "  --list           print the shapes (and with --json write them, status not_run) and time nothing;\n"
+         "                   runs on any machine\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
@@ -130,12 +132,12 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       options->write_lse = false;
       continue;
     }
-    if (flag == "--queue-ahead") {
+    if (flag == "--queue-ahead" || flag == "--list") {
       if (has_inline_value) {
-        *error = "--queue-ahead takes no value; got '" + value + "'";
+        *error = flag + " takes no value; got '" + value + "'";
         return false;
       }
-      options->queue_ahead = true;
+      (flag == "--list" ? options->list_only : options->queue_ahead) = true;
       continue;
     }
     if (flag == "--backward") {

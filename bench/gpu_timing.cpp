@@ -377,6 +377,7 @@ const char* outcome_name(Outcome outcome) {
     case Outcome::kOk: return "ok";
     case Outcome::kUnsupported: return "unsupported";
     case Outcome::kError: return "error";
+    case Outcome::kNotRun: return "not_run";
   }
   return "error";
 }

@@ -20,7 +20,7 @@ struct TimingOptions {
   int device = 0;
 };
 
-enum class Outcome { kOk, kUnsupported, kError };
+enum class Outcome { kOk, kUnsupported, kError, kNotRun };  // kNotRun: listed (--list), not timed
 
 struct Measurement {
   Outcome outcome = Outcome::kError;

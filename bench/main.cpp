@@ -15,6 +15,33 @@
 namespace hopattn::bench {
 namespace {
 
+// Writes the rows to --json's path when given; returns 0, or 1 when the file cannot be written.
+int write_json_if_asked(const CliOptions& options, const RunInfo& info, const std::vector<Row>& rows) {
+  if (options.json_path.empty()) return 0;
+  std::string error;
+  if (!write_json(options.json_path, info, rows, &error)) {
+    std::fprintf(stderr, "hopattn-bench: %s\n", error.c_str());
+    return 1;
+  }
+  std::printf("wrote %s\n", options.json_path.c_str());
+  return 0;
+}
+
+// --list: the shapes as rows that were not run, on any machine.
+int list_shapes(const CliOptions& options, RunInfo info) {
+  info.backend = "none";
+  std::printf("hopattn-bench --list, grid %s: %zu shapes\n", info.grid.c_str(), options.shapes.size());
+  std::vector<Row> rows;
+  print_table_header();
+  for (const Shape& shape : options.shapes) {
+    Measurement not_run;
+    not_run.outcome = Outcome::kNotRun;
+    rows.push_back(timed_row(shape, not_run));
+    print_row(rows.back());
+  }
+  return write_json_if_asked(options, info, rows);
+}
+
 // Times every shape in order; returns the exit code. A failing row is reported and the run goes on,
 // unless the failure left the CUDA context unusable (a kernel fault is sticky).
 int run_on_gpu(const CliOptions& options, RunInfo info) {
@@ -54,16 +81,7 @@ int run_on_gpu(const CliOptions& options, RunInfo info) {
     }
   }
   cudaStreamDestroy(stream);
-
-  if (!options.json_path.empty()) {
-    std::string error;
-    if (!write_json(options.json_path, info, rows, &error)) {
-      std::fprintf(stderr, "hopattn-bench: %s\n", error.c_str());
-      return 1;
-    }
-    std::printf("wrote %s\n", options.json_path.c_str());
-  }
-  return exit_code;
+  return write_json_if_asked(options, info, rows) != 0 ? 1 : exit_code;
 }
 
 }  // namespace
@@ -87,6 +105,10 @@ int main(int argc, char** argv) {
   info.warmup = options.warmup;
   info.write_lse = options.write_lse;
   info.queue_ahead = options.queue_ahead;
+  if (options.list_only) {
+    info.device = hopattn::device_description();
+    return list_shapes(options, info);
+  }
   if (!hopattn::hopper_available()) {
     info.device = hopattn::device_description();
     std::printf("No Hopper GPU (%s): timing the CPU reference on a small problem instead.\n", info.device.c_str());
