@@ -35,7 +35,7 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--num-splits", "--page-size",
-                            "--iters", "--warmup", "--json"}) {
+                            "--cache-seqlen", "--iters", "--warmup", "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -47,6 +47,7 @@ bool check_backward_shape(const Shape& s, std::string* error) {
   const char* clash = nullptr;
   if (s.dtype == Dtype::kFloat8E4M3) clash = "--dtype fp8 (the backward takes bf16 or fp16)";
   else if (s.page_size > 0) clash = "--page-size (the backward takes dense k and v, no paged cache)";
+  else if (s.cache_seqlen_k > 0) clash = "--cache-seqlen (a forward option)";
   else if (s.fp8_block_rows > 0) clash = "--fp8-block-rows (an fp8 forward option)";
   else if (s.v_keys_contiguous) clash = "--v-keys-contiguous (an fp8 forward option)";
   else if (s.num_splits != 0) clash = "--num-splits (a forward option)";
@@ -55,6 +56,21 @@ bool check_backward_shape(const Shape& s, std::string* error) {
   if (clash == nullptr) return true;
   *error = std::string("--backward is not supported with ") + clash;
   return false;
+}
+
+// --cache-seqlen: a cache at least as long as the keys in use, over dense k and v (the bench does not
+// pack it with --varlen).
+bool check_cache_shape(const Shape& s, std::string* error) {
+  if (s.cache_seqlen_k < s.seqlen_k) {
+    *error = "--cache-seqlen " + std::to_string(s.cache_seqlen_k) + " must be at least seqlen_k " +
+             std::to_string(s.seqlen_k) + " (the keys in use)";
+    return false;
+  }
+  if (s.varlen) {
+    *error = "--cache-seqlen is not supported with --varlen (the cache is dense or --page-size paged)";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -76,6 +92,8 @@ std::string usage_text() {
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (bf16/fp16: the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --page-size N (bf16/fp16: k and v as a paged cache of N-key pages in shuffled order)\n"
+         "    --cache-seqlen N (bf16/fp16: k and v a cache of N >= seqlen_k keys per sequence, of which\n"
+         "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
          "    --backward (bf16/fp16, dense or --varlen: time hopattn::backward (dq, dk, dv) after one forward\n"
          "               that writes out and the LSE; FLOPs 2.5x the forward's; not with fp8, --page-size,\n"
          "               --no-lse, --num-splits or the --no-* switches)\n"
@@ -187,6 +205,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--seqlen-k") shape_int = &single.seqlen_k;
     else if (flag == "--hdim") shape_int = &single.hdim;
     else if (flag == "--page-size") shape_int = &single.page_size;
+    else if (flag == "--cache-seqlen") shape_int = &single.cache_seqlen_k;
     if (shape_int != nullptr) {
       if (!parse_positive_int(flag, value, shape_int, error)) return false;
       single_given = true;
@@ -194,6 +213,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       seqlen_k_given = seqlen_k_given || shape_int == &single.seqlen_k;
       if (shape_int == &single.fp8_block_rows) single.variant = "block_scales";
       if (shape_int == &single.page_size) single.variant = "paged_" + value;
+      if (shape_int == &single.cache_seqlen_k) single.variant = "seqused_k";
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;
@@ -253,9 +273,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       if (single.deterministic) single.variant = single.variant == "default" ? "deterministic" : single.variant + "_deterministic";
       single.variant = backward_variant(single.variant);
     }
-    if (single.page_size > 0 && single.seqlen_k % single.page_size != 0) {
-      *error = "--page-size " + std::to_string(single.page_size) + " must divide seqlen_k " +
-               std::to_string(single.seqlen_k) + " (the bench fills every page)";
+    if (single.cache_seqlen_k > 0 && !check_cache_shape(single, error)) return false;
+    if (single.page_size > 0 && allocated_keys(single) % single.page_size != 0) {
+      *error = "--page-size " + std::to_string(single.page_size) + " must divide " +
+               (single.cache_seqlen_k > 0 ? "--cache-seqlen " : "seqlen_k ") + std::to_string(allocated_keys(single)) +
+               " (the bench fills every page)";
       return false;
     }
     options->shapes = {single};

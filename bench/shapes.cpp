@@ -203,6 +203,8 @@ double backward_flops(const Shape& shape) { return 2.5 * forward_flops(shape); }
 
 double timed_flops(const Shape& shape) { return shape.backward ? backward_flops(shape) : forward_flops(shape); }
 
+int allocated_keys(const Shape& shape) { return shape.cache_seqlen_k > 0 ? shape.cache_seqlen_k : shape.seqlen_k; }
+
 double forward_bytes(const Shape& shape) {
   const double in = dtype_size(shape.dtype);
   const double out = shape.dtype == Dtype::kFloat8E4M3 ? 2.0 : in;  // fp8 attention writes bf16
