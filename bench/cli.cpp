@@ -84,7 +84,10 @@ std::string usage_text() {
              "  --grid NAME      one of: ") +
          grid_names() +
          " (default quick;\n"
-         "                   bwd: the backward on the paper grid's shapes at head dims 64 and 128)\n"
+         "                   bwd: the backward on the paper grid's shapes at head dims 64 and 128;\n"
+         "                   decode: decoding, one query row (one row of four) against 1k-64k cached keys,\n"
+         "                   GQA and MHA, paged and seqused_k rows; timed with --queue-ahead and --no-lse;\n"
+         "                   read its TB/s column against the HBM rate)\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
@@ -103,7 +106,7 @@ std::string usage_text() {
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
          "  --queue-ahead    queue all of a shape's timed calls before the GPU starts them, so that each call's\n"
          "                   events time its GPU work alone, without the wait for its host-side launch (which\n"
-         "                   can take longer than a decoding call)\n"
+         "                   can take longer than a decoding call); default for --grid decode\n"
          "  --list           print the shapes (and with --json write them, status not_run) and time nothing;\n"
          "                   runs on any machine\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
@@ -284,6 +287,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     options->grid = "single";
   } else {
     make_grid(options->grid, &options->shapes);
+    // A decoding call can take less GPU time than its launch, and inference does not write the LSE.
+    if (options->grid == "decode") {
+      options->queue_ahead = true;
+      options->write_lse = false;
+    }
   }
   if (!options->write_lse &&
       std::any_of(options->shapes.begin(), options->shapes.end(), [](const Shape& s) { return s.backward; })) {

@@ -50,7 +50,7 @@ struct Shape {
 // Short dtype names used on the command line and in the table: bf16, fp16, fp8.
 const char* dtype_short_name(Dtype dtype);
 
-// The grid called `name` (quick, paper, long, ablation, fp8, bwd); false if there is no such grid.
+// The grid called `name` (quick, paper, long, ablation, fp8, bwd, decode); false if there is no such grid.
 bool make_grid(const std::string& name, std::vector<Shape>* shapes);
 // The names make_grid accepts, for usage text and error messages.
 const char* grid_names();
