@@ -108,7 +108,7 @@ std::string usage_text() {
          "                   events time its GPU work alone, without the wait for its host-side launch (which\n"
          "                   can take longer than a decoding call); default for --grid decode\n"
          "  --list           print the shapes (and with --json write them, status not_run) and time nothing;\n"
-         "                   runs on any machine\n"
+         "                   runs on any machine (bench/decode_peers.py --shapes reads that JSON)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
