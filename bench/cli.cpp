@@ -35,7 +35,7 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--num-splits", "--page-size",
-                            "--iters", "--warmup", "--json"}) {
+                            "--cache-seqlen", "--iters", "--warmup", "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -47,6 +47,7 @@ bool check_backward_shape(const Shape& s, std::string* error) {
   const char* clash = nullptr;
   if (s.dtype == Dtype::kFloat8E4M3) clash = "--dtype fp8 (the backward takes bf16 or fp16)";
   else if (s.page_size > 0) clash = "--page-size (the backward takes dense k and v, no paged cache)";
+  else if (s.cache_seqlen_k > 0) clash = "--cache-seqlen (a forward option)";
   else if (s.fp8_block_rows > 0) clash = "--fp8-block-rows (an fp8 forward option)";
   else if (s.v_keys_contiguous) clash = "--v-keys-contiguous (an fp8 forward option)";
   else if (s.num_splits != 0) clash = "--num-splits (a forward option)";
@@ -58,17 +59,37 @@ bool check_backward_shape(const Shape& s, std::string* error) {
   return false;
 }
 
+// --cache-seqlen: a cache at least as long as the keys in use, over dense k and v (the bench does not
+// pack it with --varlen).
+bool check_cache_shape(const Shape& s, std::string* error) {
+  if (s.cache_seqlen_k < s.seqlen_k) {
+    *error = "--cache-seqlen " + std::to_string(s.cache_seqlen_k) + " must be at least seqlen_k " +
+             std::to_string(s.seqlen_k) + " (the keys in use)";
+    return false;
+  }
+  if (s.varlen) {
+    *error = "--cache-seqlen is not supported with --varlen (the cache is dense or --page-size paged)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string usage_text() {
   return std::string(
-             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--json PATH]\n"
+             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead]\n"
+             "                     [--list] [--json PATH]\n"
              "Times hopattn::forward, or hopattn::backward with --backward / --grid bwd (CUDA events, median),\n"
-             "and prints TFLOP/s per shape.\n"
+             "and prints TFLOP/s and TB/s (the bytes a forward must move, over its time) per shape.\n"
              "  --grid NAME      one of: ") +
          grid_names() +
          " (default quick;\n"
-         "                   bwd: the backward on the paper grid's shapes at head dims 64 and 128)\n"
+         "                   bwd: the backward on the paper grid's shapes at head dims 64 and 128;\n"
+         "                   decode: decoding, one query row (one row of four) against 1k-64k cached keys,\n"
+         "                   GQA and MHA, paged and seqused_k rows; timed with --queue-ahead and --no-lse;\n"
+         "                   read its TB/s column against the HBM rate. With PyTorch's peers beside it on\n"
+         "                   a GPU machine: bench/device_bench.sh --grid decode)\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
@@ -76,6 +97,8 @@ std::string usage_text() {
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (bf16/fp16: the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --page-size N (bf16/fp16: k and v as a paged cache of N-key pages in shuffled order)\n"
+         "    --cache-seqlen N (bf16/fp16: k and v a cache of N >= seqlen_k keys per sequence, of which\n"
+         "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
          "    --backward (bf16/fp16, dense or --varlen: time hopattn::backward (dq, dk, dv) after one forward\n"
          "               that writes out and the LSE; FLOPs 2.5x the forward's; not with fp8, --page-size,\n"
          "               --no-lse, --num-splits or the --no-* switches)\n"
@@ -83,11 +106,17 @@ std::string usage_text() {
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
+         "  --queue-ahead    queue all of a shape's timed calls before the GPU starts them, so that each call's\n"
+         "                   events time its GPU work alone, without the wait for its host-side launch (which\n"
+         "                   can take longer than a decoding call); default for --grid decode\n"
+         "  --list           print the shapes (and with --json write them, status not_run) and time nothing;\n"
+         "                   runs on any machine (bench/decode_peers.py --shapes reads that JSON)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
          "  --no-pack-gqa    do not pack the query heads of a K/V head into one tile (single shape)\n"
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
-         "  --json PATH      also write every row, the device, date and git commit as JSON\n"
+         "  --json PATH      also write every row, the device, date and git commit as JSON (rows carry flops,\n"
+         "                   bytes (forward: q, k, v read and out written once) and kv_tbps = bytes / time)\n"
          "Without a Hopper GPU it says so and times the CPU reference on a small problem (its backward with\n"
          "--backward or --grid bwd).\n";
 }
@@ -125,6 +154,14 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
     if (flag == "--no-lse") {
       options->write_lse = false;
+      continue;
+    }
+    if (flag == "--queue-ahead" || flag == "--list") {
+      if (has_inline_value) {
+        *error = flag + " takes no value; got '" + value + "'";
+        return false;
+      }
+      (flag == "--list" ? options->list_only : options->queue_ahead) = true;
       continue;
     }
     if (flag == "--backward") {
@@ -181,6 +218,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--seqlen-k") shape_int = &single.seqlen_k;
     else if (flag == "--hdim") shape_int = &single.hdim;
     else if (flag == "--page-size") shape_int = &single.page_size;
+    else if (flag == "--cache-seqlen") shape_int = &single.cache_seqlen_k;
     if (shape_int != nullptr) {
       if (!parse_positive_int(flag, value, shape_int, error)) return false;
       single_given = true;
@@ -188,6 +226,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       seqlen_k_given = seqlen_k_given || shape_int == &single.seqlen_k;
       if (shape_int == &single.fp8_block_rows) single.variant = "block_scales";
       if (shape_int == &single.page_size) single.variant = "paged_" + value;
+      if (shape_int == &single.cache_seqlen_k) single.variant = "seqused_k";
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;
@@ -247,15 +286,22 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       if (single.deterministic) single.variant = single.variant == "default" ? "deterministic" : single.variant + "_deterministic";
       single.variant = backward_variant(single.variant);
     }
-    if (single.page_size > 0 && single.seqlen_k % single.page_size != 0) {
-      *error = "--page-size " + std::to_string(single.page_size) + " must divide seqlen_k " +
-               std::to_string(single.seqlen_k) + " (the bench fills every page)";
+    if (single.cache_seqlen_k > 0 && !check_cache_shape(single, error)) return false;
+    if (single.page_size > 0 && allocated_keys(single) % single.page_size != 0) {
+      *error = "--page-size " + std::to_string(single.page_size) + " must divide " +
+               (single.cache_seqlen_k > 0 ? "--cache-seqlen " : "seqlen_k ") + std::to_string(allocated_keys(single)) +
+               " (the bench fills every page)";
       return false;
     }
     options->shapes = {single};
     options->grid = "single";
   } else {
     make_grid(options->grid, &options->shapes);
+    // A decoding call can take less GPU time than its launch, and inference does not write the LSE.
+    if (options->grid == "decode") {
+      options->queue_ahead = true;
+      options->write_lse = false;
+    }
   }
   if (!options->write_lse &&
       std::any_of(options->shapes.begin(), options->shapes.end(), [](const Shape& s) { return s.backward; })) {

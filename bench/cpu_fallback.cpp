@@ -65,8 +65,7 @@ int run_cpu_reference(const CliOptions& options, RunInfo info) {
     bwd_args.dv = make_tensor(dv.data(), Dtype::kFloat32, {s.batch, s.seqlen_k, s.heads_kv, s.hdim});
   }
 
-  Row row{s, Measurement{}, 0.0};
-  Measurement& m = row.measurement;
+  Measurement m;
   m.input_sets = 1;
   std::vector<double> times;
   for (int i = 0; i < kCalls && status.ok(); ++i) {
@@ -108,9 +107,9 @@ int run_cpu_reference(const CliOptions& options, RunInfo info) {
     info.iters = kCalls;
     info.warmup = 0;
     info.write_lse = true;
-    if (m.outcome == Outcome::kOk) row.tflops = timed_flops(s) / (m.median_ms * 1e9);
+    info.queue_ahead = false;
     std::string error;
-    if (!write_json(options.json_path, info, {row}, &error)) {
+    if (!write_json(options.json_path, info, {timed_row(s, m)}, &error)) {
       std::fprintf(stderr, "hopattn-bench: %s\n", error.c_str());
       return 1;
     }

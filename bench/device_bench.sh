@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # The benchmark run on the GPU machine, from the repo root: hopattn-bench on a grid, the PyTorch peers
-# (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then
-# bench/report.py to merge them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
+# (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then a report
+# that merges them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
 #
-#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd] [--flex] [--build DIR] [--peers PATH]
+#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode] [--flex] [--build DIR] [--peers PATH]
 #
-#   --grid   default paper. The peers only run the FlashAttention papers' shapes (16k tokens, hidden
-#            2048, bf16), so they are timed for paper, quick and bwd (the backward: peers.py --bwd, which
-#            also times their forward); long, ablation and fp8 time hopattn alone.
-#   --flex   also time FlexAttention (its Triton compile adds minutes).
+#   --grid   default paper. The peers script only runs the FlashAttention papers' shapes (16k tokens,
+#            hidden 2048, bf16), so it is run for paper, quick and bwd (the backward: peers.py --bwd,
+#            which also times their forward); long, ablation and fp8 time hopattn alone. decode times
+#            the decoding grid, then bench/decode_peers.py on the same shapes (SDPA's flash, cuDNN
+#            and efficient backends), then bench/decode_report.py (us, TB/s, ours/peer time ratios).
+#   --flex   also time FlexAttention (its Triton compile adds minutes; with decode, one per shape).
 #   --build  build folder holding bench/hopattn-bench (default build); configured and built here
 #            (HOPATTN_SM90=ON, tests off) when the binary is missing.
 #   --peers  the peers script (default .carry/peers.py: a copy of shared/peers.py, since ../shared
-#            does not travel to the GPU machine).
-# Outputs: ours.json/.txt, peers.json/.txt, report.txt, <date>-<gpu>[-grid].json/.png, gpu.txt.
+#            does not travel to the GPU machine); decode uses bench/decode_peers.py instead.
+# Outputs: ours.json/.txt, peers.json/.txt, report.txt, <date>-<gpu>[-grid].json/.png, gpu.txt;
+# decode also shapes.json (the grid, from hopattn-bench --list) and no .png.
 # Exit status: hopattn-bench's (non-zero when a row failed so badly the CUDA context was lost).
 set -uo pipefail
 
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
     --flex) flex=1; shift ;;
     --build) build="$2"; shift 2 ;;
     --peers) peers="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "device_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -36,8 +39,8 @@ case "$grid" in
   paper) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384 ;;
   quick) peer_hdims=64,128,256; peer_seqlens=8192 ;;
   bwd) peer_hdims=64,128; peer_seqlens=512,1024,2048,4096,8192,16384; peer_pass=(--bwd) ;;
-  long|ablation|fp8) peer_hdims="" ;;
-  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8 or bwd, got '$grid'" >&2; exit 2 ;;
+  long|ablation|fp8|decode) peer_hdims="" ;;
+  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8, bwd or decode, got '$grid'" >&2; exit 2 ;;
 esac
 
 out="${OUT:-/tmp/hopattn-bench-out}"
@@ -61,7 +64,20 @@ echo "== hopattn-bench --grid $grid"
 ours_status=${PIPESTATUS[0]}
 
 peers_args=()
-if [ -z "$peer_hdims" ]; then
+if [ "$grid" = decode ]; then
+  if ! "$bin" --grid decode --list --json "$out/shapes.json" > /dev/null; then
+    echo "== peers: hopattn-bench --list failed; report without peers"
+  elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+    echo "== peers: PyTorch with CUDA not importable; report without peers"
+  else
+    flex_arg=()
+    [ "$flex" = 1 ] && flex_arg=(--flex)
+    echo "== decode peers"
+    python3 bench/decode_peers.py --shapes "$out/shapes.json" "${flex_arg[@]}" --json "$out/peers.json" 2>&1 |
+      tee "$out/peers.txt"
+    [ -f "$out/peers.json" ] && peers_args=(--peers "$out/peers.json")
+  fi
+elif [ -z "$peer_hdims" ]; then
   echo "== peers: not run for grid $grid (its shapes are outside the peers' 16k-token grid)"
 elif [ ! -f "$peers" ]; then
   echo "== peers: $peers not found (copy shared/peers.py there); report without peers"
@@ -76,8 +92,10 @@ else
   [ -f "$out/peers.json" ] && peers_args=(--peers "$out/peers.json")
 fi
 
+report=bench/report.py
+[ "$grid" = decode ] && report=bench/decode_report.py
 if [ -f "$out/ours.json" ]; then
   echo "== report"
-  python3 bench/report.py --ours "$out/ours.json" "${peers_args[@]}" --out-dir "$out" 2>&1 | tee "$out/report.txt"
+  python3 "$report" --ours "$out/ours.json" "${peers_args[@]}" --out-dir "$out" 2>&1 | tee "$out/report.txt"
 fi
 exit "$ours_status"

@@ -10,6 +10,7 @@
 
 #include "cuda_check.hpp"
 #include "device_buffer.hpp"
+#include "launch_gate.hpp"
 #include "random_fill.hpp"
 
 namespace hopattn::bench {
@@ -29,6 +30,7 @@ struct InputSet {
   DeviceBuffer q_block_descale, k_block_descale, v_block_descale;  // Shape::fp8_block_rows > 0
   DeviceBuffer cu_seqlens_q, cu_seqlens_k;                           // Shape::varlen
   DeviceBuffer page_table;                                           // Shape::page_size > 0
+  DeviceBuffer seqused_k;                                            // Shape::cache_seqlen_k > 0
   DeviceBuffer dout, dq, dk, dv;                                     // Shape::backward
 };
 
@@ -65,8 +67,10 @@ Status make_cu_seqlens(int batch, int seqlen, DeviceBuffer* buffer) {
 }
 
 struct Extents {
-  std::int64_t q, kv, lse;  // elements; out has q's
+  std::int64_t q, kv, lse;  // elements; out has q's; kv: k's storage, allocated_keys per sequence
+  std::int64_t kv_used;     // elements of k in use: seqlen_k keys per sequence (kv unless cache_seqlen_k)
   std::int64_t v;           // v's storage: kv, or with v keys-contiguous its keys padded to 16
+  std::int64_t v_used;      // elements of v's storage a call reads
   int v_row_keys;           // v keys-contiguous: keys per (batch, head, dim) row of storage
   Dtype out_dtype;
 };
@@ -74,18 +78,20 @@ struct Extents {
 Extents extents_of(const Shape& s) {
   Extents e;
   e.q = std::int64_t{s.batch} * s.seqlen_q * s.heads_q * s.hdim;
-  e.kv = std::int64_t{s.batch} * s.seqlen_k * s.heads_kv * s.hdim;
+  e.kv = std::int64_t{s.batch} * allocated_keys(s) * s.heads_kv * s.hdim;
+  e.kv_used = std::int64_t{s.batch} * s.seqlen_k * s.heads_kv * s.hdim;
   e.lse = std::int64_t{s.batch} * s.heads_q * s.seqlen_q;
   e.v_row_keys = ceil_div(s.seqlen_k, 16) * 16;  // TMA: the V^T rows' stride a multiple of 16 bytes
   e.v = s.v_keys_contiguous ? std::int64_t{s.batch} * s.heads_kv * s.hdim * e.v_row_keys : e.kv;
+  e.v_used = s.v_keys_contiguous ? e.v : e.kv_used;
   e.out_dtype = s.dtype == Dtype::kFloat8E4M3 ? Dtype::kBFloat16 : s.dtype;  // fp8 attention writes bf16
   return e;
 }
 
-// The bytes of one input set: what a call reads and writes. A backward (write_lse true) also has dout
-// and dq like q, dk and dv like k and v, all in the inputs' dtype.
+// The bytes of one input set that a call reads and writes (of a cache, the keys in use). A backward
+// (write_lse true) also has dout and dq like q, dk and dv like k and v, all in the inputs' dtype.
 std::size_t set_bytes(const Extents& e, Dtype in, bool write_lse, bool backward) {
-  const std::size_t forward = static_cast<std::size_t>(e.q + e.kv + e.v) * dtype_size(in) +
+  const std::size_t forward = static_cast<std::size_t>(e.q + e.kv_used + e.v_used) * dtype_size(in) +
                               static_cast<std::size_t>(e.q) * dtype_size(e.out_dtype) +
                               (write_lse ? static_cast<std::size_t>(e.lse) * 4 : 0);
   return backward ? forward + static_cast<std::size_t>(2 * e.q + 2 * e.kv) * dtype_size(in) : forward;
@@ -120,7 +126,11 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     if (Status st = make_cu_seqlens(s.batch, s.seqlen_k, &set->cu_seqlens_k); !st.ok()) return st;
   }
   if (s.page_size > 0) {
-    if (Status st = make_page_table(s.batch, s.seqlen_k / s.page_size, seed, &set->page_table); !st.ok()) return st;
+    if (Status st = make_page_table(s.batch, allocated_keys(s) / s.page_size, seed, &set->page_table); !st.ok())
+      return st;
+  }
+  if (s.cache_seqlen_k > 0) {
+    if (Status st = upload(std::vector<int>(s.batch, s.seqlen_k), &set->seqused_k); !st.ok()) return st;
   }
   if (s.backward) {
     if (Status st = set->dout.allocate(e.q * in_size); !st.ok()) return st;
@@ -137,8 +147,12 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   const DeviceType cuda = DeviceType::kCuda;
   FwdArgs args;
   args.q = make_tensor(set.q.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
-  args.k = make_tensor(set.k.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
-  args.v = make_tensor(set.v.get(), s.dtype, {s.batch, s.seqlen_k, s.heads_kv, s.hdim}, cuda, options.device);
+  const int kv_keys = allocated_keys(s);
+  args.k = make_tensor(set.k.get(), s.dtype, {s.batch, kv_keys, s.heads_kv, s.hdim}, cuda, options.device);
+  args.v = make_tensor(set.v.get(), s.dtype, {s.batch, kv_keys, s.heads_kv, s.hdim}, cuda, options.device);
+  if (s.cache_seqlen_k > 0) {
+    args.seqused_k = make_tensor(set.seqused_k.get(), Dtype::kInt32, {s.batch}, cuda, options.device);
+  }
   if (s.v_keys_contiguous) {  // (batch, heads_kv, hdim, row keys) storage viewed as (batch, keys, heads_kv, hdim)
     const std::int64_t row = e.v_row_keys;
     const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * s.hdim * row, 1, std::int64_t{s.hdim} * row, row};
@@ -173,8 +187,8 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     args.max_seqlen_q = s.seqlen_q;
     args.max_seqlen_k = s.seqlen_k;
   }
-  if (s.page_size > 0) {  // the same k and v storage as pages: (batch * seqlen_k / page_size, page_size, ...)
-    const int pages_per_seq = s.seqlen_k / s.page_size;
+  if (s.page_size > 0) {  // the same k and v storage as pages: (batch * kv_keys / page_size, page_size, ...)
+    const int pages_per_seq = kv_keys / s.page_size;
     const std::int64_t pages = std::int64_t{s.batch} * pages_per_seq;
     args.k = make_tensor(set.k.get(), s.dtype, {pages, s.page_size, s.heads_kv, s.hdim}, cuda, options.device);
     args.v = make_tensor(set.v.get(), s.dtype, {pages, s.page_size, s.heads_kv, s.hdim}, cuda, options.device);
@@ -313,11 +327,19 @@ Status warm_up_and_time(int n_sets, const Call& call, const Check& check_warmed_
   const int iters = std::min(options.iters, std::max(kMinTimedIters, static_cast<int>(kTimedBudgetMs / std::max(estimate_ms, 1e-3))));
   EventList events(2 * static_cast<std::size_t>(iters));
   if (Status st = events.create(); !st.ok()) return st;
+  LaunchGate gate;
+  if (options.queue_ahead) {
+    if (Status st = gate.close(stream); !st.ok()) return st;
+  }
   // Calls are queued back to back; each is bracketed by its own pair of events.
   for (int i = 0; i < iters; ++i) {
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i], stream));
     if (Status st = call((i + 1) % n_sets); !st.ok()) return st;
     HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i + 1], stream));
+  }
+  if (options.queue_ahead && !gate.open()) {
+    m->message = "--queue-ahead: the gate opened by itself before all calls were queued; times may include "
+                 "host launch gaps";
   }
   HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
   std::vector<double> times(iters);
@@ -368,6 +390,7 @@ const char* outcome_name(Outcome outcome) {
     case Outcome::kOk: return "ok";
     case Outcome::kUnsupported: return "unsupported";
     case Outcome::kError: return "error";
+    case Outcome::kNotRun: return "not_run";
   }
   return "error";
 }

@@ -13,18 +13,21 @@ struct TimingOptions {
   int iters = 50;
   int warmup = 10;
   bool write_lse = true;
+  // The timed calls all queued behind a LaunchGate before the GPU starts them: each call's time is then
+  // its GPU work alone, with no wait for the host to launch it.
+  bool queue_ahead = false;
   void* stream = nullptr;  // cudaStream_t
   int device = 0;
 };
 
-enum class Outcome { kOk, kUnsupported, kError };
+enum class Outcome { kOk, kUnsupported, kError, kNotRun };  // kNotRun: listed (--list), not timed
 
 struct Measurement {
   Outcome outcome = Outcome::kError;
   double median_ms = 0.0;
   int iters = 0;       // timed calls actually made (fewer than asked when one call takes long)
   int input_sets = 0;  // distinct q/k/v/out (and backward) sets rotated through so that L2 never holds them
-  std::string message;  // why the row is unsupported or failed
+  std::string message;  // why the row is unsupported or failed; on an ok row, a caveat on its time
 };
 
 Measurement time_forward(const Shape& shape, const TimingOptions& options, std::uint64_t seed);

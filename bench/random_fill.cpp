@@ -67,15 +67,18 @@ void fill_random_host(void* data, Dtype dtype, std::int64_t count, std::uint64_t
 }
 
 Status fill_random_device(void* data, Dtype dtype, std::int64_t count, std::uint64_t seed) {
-  constexpr std::int64_t kChunkElements = std::int64_t{1} << 24;
   const std::size_t element_bytes = dtype_size(dtype);
-  std::vector<unsigned char> staging(static_cast<std::size_t>(std::min(count, kChunkElements)) * element_bytes);
-  std::uint64_t state = seed;
-  for (std::int64_t begin = 0; begin < count; begin += kChunkElements) {
-    const std::int64_t n = std::min(kChunkElements, count - begin);
-    fill_host(staging.data(), dtype, n, &state);
-    HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(static_cast<unsigned char*>(data) + begin * element_bytes, staging.data(),
-                                        static_cast<std::size_t>(n) * element_bytes, cudaMemcpyHostToDevice));
+  auto* bytes = static_cast<unsigned char*>(data);
+  const std::int64_t random_count = std::min(count, kRandomElements);
+  std::vector<unsigned char> staging(static_cast<std::size_t>(random_count) * element_bytes);
+  fill_host(staging.data(), dtype, random_count, &seed);
+  HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(bytes, staging.data(), staging.size(), cudaMemcpyHostToDevice));
+  // The rest repeats what is there, doubling on the device.
+  for (std::int64_t filled = random_count; filled < count;) {
+    const std::int64_t n = std::min(filled, count - filled);
+    HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(bytes + filled * element_bytes, bytes,
+                                        static_cast<std::size_t>(n) * element_bytes, cudaMemcpyDeviceToDevice));
+    filled += n;
   }
   return Status::Ok();
 }

@@ -35,6 +35,15 @@ const char* json_bool(bool value) { return value ? "true" : "false"; }
 
 }  // namespace
 
+Row timed_row(const Shape& shape, const Measurement& measurement) {
+  Row row{shape, measurement};
+  if (measurement.outcome == Outcome::kOk) {
+    row.tflops = timed_flops(shape) / (measurement.median_ms * 1e9);
+    row.kv_tbps = timed_bytes(shape) / (measurement.median_ms * 1e9);
+  }
+  return row;
+}
+
 RunInfo current_run_info() {
   RunInfo info;
   const std::time_t now = std::time(nullptr);
@@ -48,8 +57,8 @@ RunInfo current_run_info() {
 }
 
 void print_table_header() {
-  std::printf("%-5s %5s %7s %7s %7s %4s %6s %-20s %10s %8s  %s\n", "dtype", "batch", "hq/hkv", "seq_q", "seq_k",
-              "hdim", "causal", "variant", "ms(med)", "TFLOP/s", "status");
+  std::printf("%-5s %5s %7s %7s %7s %4s %6s %-20s %10s %8s %6s  %s\n", "dtype", "batch", "hq/hkv", "seq_q", "seq_k",
+              "hdim", "causal", "variant", "ms(med)", "TFLOP/s", "TB/s", "status");
   std::fflush(stdout);
 }
 
@@ -61,10 +70,13 @@ void print_row(const Row& row) {
   std::printf("%-5s %5d %7s %7d %7d %4d %6s %-20s ", dtype_short_name(s.dtype), s.batch, heads, s.seqlen_q,
               s.seqlen_k, s.hdim, s.causal ? "yes" : "no", s.variant.c_str());
   if (m.outcome == Outcome::kOk) {
-    std::printf("%10.3f %8.1f  ok\n", m.median_ms, row.tflops);
+    std::printf("%10.4f %8.1f ", m.median_ms, row.tflops);
+    if (row.kv_tbps > 0.0) std::printf("%6.2f", row.kv_tbps);
+    else std::printf("%6s", "-");
   } else {
-    std::printf("%10s %8s  %s: %s\n", "-", "-", outcome_name(m.outcome), m.message.c_str());
+    std::printf("%10s %8s %6s", "-", "-", "-");
   }
+  std::printf("  %s%s%s\n", outcome_name(m.outcome), m.message.empty() ? "" : ": ", m.message.c_str());
   std::fflush(stdout);
 }
 
@@ -81,6 +93,7 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
      << "  \"iters\": " << info.iters << ",\n"
      << "  \"warmup\": " << info.warmup << ",\n"
      << "  \"write_lse\": " << json_bool(info.write_lse) << ",\n"
+     << "  \"queue_ahead\": " << json_bool(info.queue_ahead) << ",\n"
      << "  \"rows\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Shape& s = rows[i].shape;
@@ -89,16 +102,23 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
        << ", \"batch\": " << s.batch << ", \"heads_q\": " << s.heads_q << ", \"heads_kv\": " << s.heads_kv
        << ", \"seqlen_q\": " << s.seqlen_q << ", \"seqlen_k\": " << s.seqlen_k << ", \"hdim\": " << s.hdim
        << ", \"causal\": " << json_bool(s.causal) << ", \"variant\": " << json_string(s.variant)
+       << ", \"page_size\": " << s.page_size << ", \"cache_seqlen_k\": " << s.cache_seqlen_k
        << ", \"backward\": " << json_bool(s.backward) << ", \"deterministic\": " << json_bool(s.deterministic)
        << ", \"warp_specialized\": " << json_bool(s.options.warp_specialized)
        << ", \"pingpong\": " << json_bool(s.options.pingpong)
        << ", \"intra_wg_overlap\": " << json_bool(s.options.intra_wg_overlap)
        << ", \"persistent\": " << json_bool(s.options.persistent)
-       << ", \"status\": " << json_string(outcome_name(m.outcome));
+       << ", \"status\": " << json_string(outcome_name(m.outcome))
+       << ", \"flops\": " << static_cast<long long>(timed_flops(s));  // whole numbers: exact as integers
+    const double bytes = timed_bytes(s);
+    if (bytes > 0.0) js << ", \"bytes\": " << static_cast<long long>(bytes);
+    else js << ", \"bytes\": null";
     if (m.outcome == Outcome::kOk) {
       js << ", \"ms\": " << m.median_ms << ", \"tflops\": " << rows[i].tflops;
+      if (bytes > 0.0) js << ", \"kv_tbps\": " << rows[i].kv_tbps;
+      else js << ", \"kv_tbps\": null";
     } else {
-      js << ", \"ms\": null, \"tflops\": null";
+      js << ", \"ms\": null, \"tflops\": null, \"kv_tbps\": null";
     }
     js << ", \"iters\": " << m.iters << ", \"input_sets\": " << m.input_sets
        << ", \"message\": " << json_string(m.message) << "}";

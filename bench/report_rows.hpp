@@ -12,8 +12,12 @@ namespace hopattn::bench {
 struct Row {
   Shape shape;
   Measurement measurement;
-  double tflops = 0.0;  // 0 unless the measurement is ok
+  double tflops = 0.0;   // 0 unless the measurement is ok
+  double kv_tbps = 0.0;  // timed_bytes / time in TB/s; 0 unless ok (and for backward rows)
 };
+
+// The row of a measurement, its rates computed from the median time when it is ok.
+Row timed_row(const Shape& shape, const Measurement& measurement);
 
 struct RunInfo {
   std::string tool = "hopattn-bench";
@@ -25,6 +29,7 @@ struct RunInfo {
   int iters = 0;
   int warmup = 0;
   bool write_lse = true;
+  bool queue_ahead = false;
 };
 
 // Date and git commit filled in; the rest left to the caller.
@@ -34,9 +39,10 @@ void print_table_header();
 void print_row(const Row& row);
 
 // Writes {"tool", "device", ..., "rows": [...]} to path; false (with *error) if the file can't be written.
-// Each row has the shape, "variant", "backward" (true: the row timed hopattn::backward, its TFLOP/s
-// counting backward_flops), the kernel options, "status", "ms", "tflops", "iters", "input_sets" and
-// "message".
+// Each row has the shape, "variant", "page_size" and "cache_seqlen_k" (0: not paged, no cache),
+// "backward" (true: the row timed hopattn::backward, its TFLOP/s counting backward_flops), the kernel
+// options, "status", "flops", "bytes" (timed_bytes; null for a backward row), "ms", "tflops", "kv_tbps"
+// (bytes / time), "iters", "input_sets" and "message".
 bool write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows, std::string* error);
 
 }  // namespace hopattn::bench

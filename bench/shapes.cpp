@@ -161,6 +161,64 @@ std::vector<Shape> fp8_grid() {
   return shapes;
 }
 
+// Decoding (inference): one query row per sequence against a KV cache of seqlen_k keys, bf16, d 128.
+// Heads 32/8 (GQA 4, Llama-3-8B-like), 32/32 (MHA) and 28/4 (GQA 7, Qwen2-7B-like) over batch 1, 8, 32
+// and 1k-64k keys (28/4 from 4k), skipping caches over kMaxDecodeKvBytes. Then, at batch 8 x 16k keys of
+// 32/8: head dim 64 (also at 1 x 64k), 4 query rows causal (speculative decoding: bottom-right
+// aligned, each draft token sees the keys before it), 1 row with causal set (the same math; callers
+// of flash-attention pass it), a paged cache of 256-key pages (also at 32 x 4k), and a cache with
+// room for 32k keys of which 16k are used (seqused_k).
+constexpr double kMaxDecodeKvBytes = 16.0 * (1 << 30);
+
+std::vector<Shape> decode_grid() {
+  Shape base;
+  base.heads_q = 32;
+  base.heads_kv = 8;
+  base.seqlen_q = 1;
+  base.hdim = 128;
+  struct Heads {
+    int q, kv, min_seqlen_k;
+  };
+  std::vector<Shape> shapes;
+  for (Heads heads : {Heads{32, 8, 1024}, Heads{32, 32, 1024}, Heads{28, 4, 4096}}) {
+    for (int batch : {1, 8, 32}) {
+      for (int seqlen_k : {1024, 4096, 16384, 65536}) {
+        Shape s = base;
+        s.heads_q = heads.q;
+        s.heads_kv = heads.kv;
+        s.batch = batch;
+        s.seqlen_k = seqlen_k;
+        const double kv_bytes = 2.0 * batch * heads.kv * seqlen_k * s.hdim * dtype_size(s.dtype);
+        if (seqlen_k >= heads.min_seqlen_k && kv_bytes <= kMaxDecodeKvBytes) shapes.push_back(s);
+      }
+    }
+  }
+  Shape mid = base;  // batch 8 x 16k keys, 32/8
+  mid.batch = 8;
+  mid.seqlen_k = 16384;
+  Shape d64 = mid;
+  d64.hdim = 64;
+  Shape d64_long = d64;
+  d64_long.batch = 1;
+  d64_long.seqlen_k = 65536;
+  Shape speculative = mid;
+  speculative.seqlen_q = 4;
+  speculative.causal = true;
+  Shape causal = mid;
+  causal.causal = true;
+  Shape paged = mid;
+  paged.page_size = 256;
+  paged.variant = "paged_256";
+  Shape paged_wide = paged;
+  paged_wide.batch = 32;
+  paged_wide.seqlen_k = 4096;
+  Shape cache = mid;
+  cache.cache_seqlen_k = 32768;
+  cache.variant = "seqused_k";
+  for (const Shape& s : {d64, d64_long, speculative, causal, paged, paged_wide, cache}) shapes.push_back(s);
+  return shapes;
+}
+
 }  // namespace
 
 const char* dtype_short_name(Dtype dtype) {
@@ -172,7 +230,7 @@ const char* dtype_short_name(Dtype dtype) {
   }
 }
 
-const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd"; }
+const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode"; }
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   if (name == "quick") *shapes = quick_grid();
@@ -181,6 +239,7 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   else if (name == "ablation") *shapes = ablation_grid();
   else if (name == "fp8") *shapes = fp8_grid();
   else if (name == "bwd") *shapes = bwd_grid();
+  else if (name == "decode") *shapes = decode_grid();
   else return false;
   return true;
 }
@@ -202,6 +261,18 @@ double forward_flops(const Shape& shape) {
 double backward_flops(const Shape& shape) { return 2.5 * forward_flops(shape); }
 
 double timed_flops(const Shape& shape) { return shape.backward ? backward_flops(shape) : forward_flops(shape); }
+
+int allocated_keys(const Shape& shape) { return shape.cache_seqlen_k > 0 ? shape.cache_seqlen_k : shape.seqlen_k; }
+
+double forward_bytes(const Shape& shape) {
+  const double in = dtype_size(shape.dtype);
+  const double out = shape.dtype == Dtype::kFloat8E4M3 ? 2.0 : in;  // fp8 attention writes bf16
+  const double q_elements = 1.0 * shape.batch * shape.seqlen_q * shape.heads_q * shape.hdim;
+  const double kv_elements = 1.0 * shape.batch * shape.seqlen_k * shape.heads_kv * shape.hdim;
+  return q_elements * (in + out) + 2.0 * kv_elements * in;
+}
+
+double timed_bytes(const Shape& shape) { return shape.backward ? 0.0 : forward_bytes(shape); }
 
 std::string backward_variant(const std::string& forward_variant) {
   return forward_variant == "default" ? "backward" : "backward_" + forward_variant;

@@ -33,6 +33,10 @@ struct Shape {
   // 16-bit only, > 0: k and v passed as a paged cache of pages of this many keys (seqlen_k a multiple of
   // it), each sequence's pages in shuffled order through a page table.
   int page_size = 0;
+  // 16-bit only, > 0: k and v allocated as a cache of this many keys per sequence (>= seqlen_k) of which
+  // seqlen_k are in use, passed as seqused_k (flash-attention's cache_seqlens): the decoding call of a
+  // serving engine whose cache has room to grow. FLOPs and bytes count the seqlen_k keys in use.
+  int cache_seqlen_k = 0;
   // Times hopattn::backward (dq, dk, dv from q, k, v, out, dout and the forward's LSE) instead of the
   // forward: bf16/fp16, dense or varlen; KernelOptions and num_splits do not apply to it.
   bool backward = false;
@@ -46,7 +50,7 @@ struct Shape {
 // Short dtype names used on the command line and in the table: bf16, fp16, fp8.
 const char* dtype_short_name(Dtype dtype);
 
-// The grid called `name` (quick, paper, long, ablation, fp8, bwd); false if there is no such grid.
+// The grid called `name` (quick, paper, long, ablation, fp8, bwd, decode); false if there is no such grid.
 bool make_grid(const std::string& name, std::vector<Shape>* shapes);
 // The names make_grid accepts, for usage text and error messages.
 const char* grid_names();
@@ -62,8 +66,20 @@ double forward_flops(const Shape& shape);
 // (and of the peers, which count the same way) compare.
 double backward_flops(const Shape& shape);
 
+// Keys allocated per sequence in k and v: cache_seqlen_k when given, else seqlen_k.
+int allocated_keys(const Shape& shape);
+
 // The FLOPs of the pass the shape times: backward_flops when shape.backward, else forward_flops.
 double timed_flops(const Shape& shape);
+
+// The bytes a forward call must move at the least: q, k and v read once, out written once (k and v: the
+// seqlen_k keys in use; the LSE left out, as not every caller writes it). With few query rows that is
+// nearly all K and V, the call is bound by memory bandwidth, and bytes / time against the HBM rate
+// says how close it gets.
+double forward_bytes(const Shape& shape);
+
+// forward_bytes for a forward shape; 0 for a backward one (its traffic is not counted).
+double timed_bytes(const Shape& shape);
 
 // The variant name of a backward row: "backward" for "default", else "backward_" + forward_variant.
 std::string backward_variant(const std::string& forward_variant);

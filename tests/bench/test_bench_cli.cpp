@@ -1,0 +1,168 @@
+// hopattn-bench's command line and grids (bench/cli.cpp, bench/shapes.cpp): the decode grid, the
+// byte count behind its TB/s column, and the flags it brought (--list, --queue-ahead, --cache-seqlen).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.hpp"
+#include "shapes.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+// parse_cli over {"hopattn-bench", args...}; *error holds its message when it returns false.
+bool parse(std::vector<std::string> args, CliOptions* options, std::string* error) {
+  args.insert(args.begin(), "hopattn-bench");
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  return parse_cli(static_cast<int>(argv.size()), argv.data(), options, error);
+}
+
+CliOptions parsed(std::vector<std::string> args) {
+  CliOptions options;
+  std::string error;
+  EXPECT_TRUE(parse(std::move(args), &options, &error)) << error;
+  return options;
+}
+
+std::string parse_error(std::vector<std::string> args) {
+  CliOptions options;
+  std::string error;
+  EXPECT_FALSE(parse(std::move(args), &options, &error));
+  return error;
+}
+
+TEST(BenchDecodeGrid, ParsesAndTimesAsInference) {
+  const CliOptions options = parsed({"--grid", "decode"});
+  EXPECT_EQ(options.grid, "decode");
+  EXPECT_TRUE(options.queue_ahead);
+  EXPECT_FALSE(options.write_lse);
+  EXPECT_GE(options.shapes.size(), 30u);
+  EXPECT_LE(options.shapes.size(), 40u);
+  EXPECT_NE(std::string(grid_names()).find("decode"), std::string::npos);
+}
+
+TEST(BenchDecodeGrid, OtherGridsKeepTheirTiming) {
+  const CliOptions options = parsed({"--grid", "paper"});
+  EXPECT_FALSE(options.queue_ahead);
+  EXPECT_TRUE(options.write_lse);
+}
+
+TEST(BenchDecodeGrid, RowsAreDecodingSteps) {
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(make_grid("decode", &shapes));
+  int speculative = 0;
+  std::set<std::pair<int, int>> heads;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE("batch " + std::to_string(s.batch) + " seqlen_k " + std::to_string(s.seqlen_k) + " " + s.variant);
+    EXPECT_EQ(s.dtype, Dtype::kBFloat16);
+    EXPECT_FALSE(s.backward);
+    EXPECT_TRUE(s.hdim == 128 || s.hdim == 64);
+    EXPECT_TRUE(s.batch == 1 || s.batch == 8 || s.batch == 32);
+    EXPECT_GE(s.seqlen_k, 1024);
+    EXPECT_LE(s.seqlen_k, 65536);
+    // K and V of one call stay within 16 GiB.
+    EXPECT_LE(2.0 * s.batch * s.heads_kv * allocated_keys(s) * s.hdim * 2, 16.0 * (1 << 30));
+    if (s.seqlen_q == 4) {
+      EXPECT_TRUE(s.causal) << "the speculative row is causal";
+      ++speculative;
+    } else {
+      EXPECT_EQ(s.seqlen_q, 1);
+    }
+    if (s.page_size > 0) EXPECT_EQ(allocated_keys(s) % s.page_size, 0);
+    heads.insert({s.heads_q, s.heads_kv});
+  }
+  EXPECT_EQ(speculative, 1);
+  EXPECT_EQ(heads, (std::set<std::pair<int, int>>{{32, 8}, {32, 32}, {28, 4}}));
+}
+
+TEST(BenchDecodeGrid, HasPagedAndSequsedRows) {
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(make_grid("decode", &shapes));
+  const auto paged = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
+    return s.page_size == 256 && s.variant == "paged_256";
+  });
+  const auto cached = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
+    return s.cache_seqlen_k > s.seqlen_k && s.variant == "seqused_k";
+  });
+  EXPECT_GE(paged, 1);
+  EXPECT_GE(cached, 1);
+}
+
+TEST(BenchForwardBytes, CountsQKVReadAndOutWritten) {
+  Shape s;  // bf16
+  s.batch = 1;
+  s.heads_q = 32;
+  s.heads_kv = 8;
+  s.seqlen_q = 1;
+  s.seqlen_k = 1024;
+  s.hdim = 128;
+  const double q = 32 * 128 * 2, kv = 1024 * 8 * 128 * 2;
+  EXPECT_DOUBLE_EQ(forward_bytes(s), 2 * q + 2 * kv);  // q and out, k and v
+  EXPECT_DOUBLE_EQ(timed_bytes(s), forward_bytes(s));
+
+  Shape cached = s;  // a larger cache reads only the keys in use
+  cached.cache_seqlen_k = 4096;
+  EXPECT_DOUBLE_EQ(forward_bytes(cached), forward_bytes(s));
+
+  Shape fp8 = s;  // one byte in, bf16 out
+  fp8.dtype = Dtype::kFloat8E4M3;
+  EXPECT_DOUBLE_EQ(forward_bytes(fp8), q / 2 + q + kv);
+
+  Shape backward = s;
+  backward.backward = true;
+  EXPECT_DOUBLE_EQ(timed_bytes(backward), 0.0);
+}
+
+TEST(BenchForwardFlops, SpeculativeRowsCountTheBottomRightMask) {
+  Shape s;
+  s.batch = 1;
+  s.heads_q = 1;
+  s.hdim = 1;
+  s.seqlen_q = 4;
+  s.seqlen_k = 16384;
+  s.causal = true;
+  // Query i sees keys 0 ..= i + 16380: 16381 + 16382 + 16383 + 16384 pairs, 4 FLOPs each.
+  EXPECT_DOUBLE_EQ(forward_flops(s), 4.0 * (16381 + 16382 + 16383 + 16384));
+}
+
+TEST(BenchCli, CacheSeqlenIsSequsedK) {
+  const CliOptions options = parsed({"--seqlen-q", "1", "--seqlen-k", "1000", "--cache-seqlen", "4096"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  EXPECT_EQ(options.shapes[0].cache_seqlen_k, 4096);
+  EXPECT_EQ(options.shapes[0].variant, "seqused_k");
+  EXPECT_EQ(allocated_keys(options.shapes[0]), 4096);
+}
+
+TEST(BenchCli, CacheSeqlenRefusals) {
+  EXPECT_NE(parse_error({"--seqlen-k", "1000", "--cache-seqlen", "999"}).find("at least seqlen_k"), std::string::npos);
+  EXPECT_NE(parse_error({"--seqlen-k", "1000", "--cache-seqlen", "2000", "--varlen"}).find("--varlen"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--seqlen-k", "1000", "--cache-seqlen", "2000", "--page-size", "256"}).find("must divide"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--seqlen-k", "1024", "--cache-seqlen", "2048", "--backward"}).find("--cache-seqlen"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--cache-seqlen", "0"}).find("positive integer"), std::string::npos);
+}
+
+TEST(BenchCli, ListAndQueueAhead) {
+  const CliOptions options = parsed({"--grid", "quick", "--list", "--queue-ahead"});
+  EXPECT_TRUE(options.list_only);
+  EXPECT_TRUE(options.queue_ahead);
+  EXPECT_NE(parse_error({"--list=1"}).find("takes no value"), std::string::npos);
+  EXPECT_NE(parse_error({"--queue-ahead=yes"}).find("takes no value"), std::string::npos);
+}
+
+TEST(BenchCli, UsageNamesTheDecodeFlags) {
+  const std::string usage = usage_text();
+  for (const char* flag : {"decode", "--list", "--queue-ahead", "--cache-seqlen", "kv_tbps"}) {
+    EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace hopattn::bench
