@@ -27,28 +27,36 @@ KernelOptions without(bool KernelOptions::*field) {
   return o;
 }
 
-class ForwardOptions : public HopperTest, public ::testing::WithParamInterface<Switches> {};
-
-TEST_P(ForwardOptions, RandomSweepMatchesReference) {
-  const Switches& s = GetParam();
+// kCasesPerSetting random cases with `options` (edge lengths first), each judged as the default is;
+// draw_case gives each from the generator and the forced lengths. name: the setting, in the messages.
+template <class DrawCase>
+void expect_random_sweep_passes(const KernelOptions& options, const std::string& name, DrawCase draw_case) {
   const std::uint64_t seed = run_seed();
-  RecordProperty("seed", std::to_string(seed));
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
   int passed = 0, failed = 0;
   constexpr int kEdges = static_cast<int>(std::size(kEdgeSeqlens));
   for (int i = 0; i < kCasesPerSetting && failed < 10; ++i) {
-    const ForwardCase c = random_case(rng, kMaxWork, false, i < kEdges ? kEdgeSeqlens[i] : 0,
-                                      i < kEdges ? kEdgeSeqlens[kEdges - 1 - i] : 0);
-    const CaseResult r = run_forward_case(c, s.options, splitmix64(seed + i));
+    const ForwardCase c =
+        draw_case(rng, i < kEdges ? kEdgeSeqlens[i] : 0, i < kEdges ? kEdgeSeqlens[kEdges - 1 - i] : 0);
+    const CaseResult r = run_forward_case(c, options, splitmix64(seed + i));
     if (r.kind == CaseResult::kPassed) {
       ++passed;
     } else {
       ++failed;
-      ADD_FAILURE() << s.name << ", case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe()
+      ADD_FAILURE() << name << ", case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe()
                     << "\n  " << (r.kind == CaseResult::kUnsupported ? "refused: " : "") << r.detail;
     }
   }
-  std::cout << "[ options  ] " << s.name << ": passed " << passed << " of " << kCasesPerSetting << std::endl;
+  std::cout << "[ options  ] " << name << ": passed " << passed << " of " << kCasesPerSetting << std::endl;
+}
+
+class ForwardOptions : public HopperTest, public ::testing::WithParamInterface<Switches> {};
+
+TEST_P(ForwardOptions, RandomSweepMatchesReference) {
+  expect_random_sweep_passes(GetParam().options, GetParam().name, [](std::mt19937_64& rng, int sq, int sk) {
+    return random_case(rng, kMaxWork, false, sq, sk);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -63,31 +71,18 @@ INSTANTIATE_TEST_SUITE_P(
 class ForwardPackGqa : public HopperTest,
                        public ::testing::WithParamInterface<KernelOptions::PackGqa> {};
 
-// Head dims 64 and 128 (those kernels pack): a drawn d 256 case is drawn again.
+// Head dims 64 and 128 (those kernels pack), windows and softcaps too: a drawn d 256 case is drawn again.
 TEST_P(ForwardPackGqa, RandomSweepMatchesReference) {
   KernelOptions options;
   options.pack_gqa = GetParam();
-  const std::uint64_t seed = run_seed();
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  int passed = 0, failed = 0;
-  constexpr int kEdges = static_cast<int>(std::size(kEdgeSeqlens));
-  for (int i = 0; i < kCasesPerSetting && failed < 10; ++i) {
+  const std::string name = GetParam() == KernelOptions::PackGqa::kOn ? "pack_gqa on" : "pack_gqa off";
+  expect_random_sweep_passes(options, name, [](std::mt19937_64& rng, int sq, int sk) {
     ForwardCase c;
     do {
-      c = random_case(rng, kMaxWork, true, i < kEdges ? kEdgeSeqlens[i] : 0,
-                      i < kEdges ? kEdgeSeqlens[kEdges - 1 - i] : 0);
+      c = random_case(rng, kMaxWork, true, sq, sk);
     } while (c.head_dim > 128);
-    const CaseResult r = run_forward_case(c, options, splitmix64(seed + i));
-    if (r.kind == CaseResult::kPassed) {
-      ++passed;
-    } else {
-      ++failed;
-      ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  "
-                    << (r.kind == CaseResult::kUnsupported ? "refused: " : "") << r.detail;
-    }
-  }
-  std::cout << "[ pack_gqa ] passed " << passed << " of " << kCasesPerSetting << std::endl;
+    return c;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(OnAndOff, ForwardPackGqa,

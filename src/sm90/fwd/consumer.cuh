@@ -11,13 +11,15 @@
 // (named barriers), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
 // A variable-length kernel (Traits::kVarlen) masks each tile by its own sequence's lengths
 // (sequence.cuh), zeroes the V rows past them before their P V (v_tail.cuh) and stores each tile
-// through store_varlen_tile.
+// through store_varlen_tile; at head dims 64 and 128 a tile may be GQA-packed (packed_gqa.cuh) and a
+// split piece's O goes to the combine kernel (varlen_combine.cuh) instead of the tile.
 #pragma once
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/wgmma.cuh"
+#include "sm90/fwd/combine_rows.cuh"
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/packed_gqa.cuh"
@@ -27,7 +29,6 @@
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd/v_tail.cuh"
-#include "sm90/fwd/combine_rows.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
 #include "sm90/tile/a_fragment.cuh"

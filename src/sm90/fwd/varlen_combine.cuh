@@ -56,18 +56,10 @@ __global__ void __launch_bounds__(128) attention_forward_varlen_combine_kernel(c
 template <class Traits>
 Status launch_varlen_combine(const FwdParams& p, cudaStream_t stream) {
   static_assert(Traits::kORegisters % (4 * kCombineChunks) == 0, "the combine's z extent");
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
-                        Traits::kORegisters / (4 * kCombineChunks));
-  config.blockDim = dim3(128);
-  config.stream = stream;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &overlap;
-  config.numAttrs = 1;
-  return cuda_status(cudaLaunchKernelEx(&config, attention_forward_varlen_combine_kernel<Traits>, p),
-                     "launching the variable-length split combine kernel");
+  const dim3 grid(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
+                  Traits::kORegisters / (4 * kCombineChunks));
+  return launch_dependent_kernel(attention_forward_varlen_combine_kernel<Traits>, grid, stream, p,
+                                 "launching the variable-length split combine kernel");
 }
 
 }  // namespace hopattn::sm90
