@@ -76,8 +76,9 @@ struct KernelOptions {
   bool persistent = true;         // grid = SM count, tiles handed out by a scheduler
   // GQA packing (bf16/fp16): the query heads that share a K/V head fill one tile's rows together, so
   // a decoding step (a few query rows per head) computes and loads K/V once per K/V head instead of
-  // once per query head. kAuto packs where that needs fewer tiles (GQA with fewer query rows than a
-  // tile holds); kOn packs whenever heads_q / heads_kv <= 128 (else kUnsupported); kOff never.
+  // once per query head. Head dims 64 and 128, warp-specialized kernels. kAuto packs where that needs
+  // fewer tiles (GQA with fewer query rows than a tile holds); kOn packs any call it can (kUnsupported
+  // at head dim 256, without warp specialization, or for heads_q / heads_kv > 128); kOff never.
   enum class PackGqa { kAuto, kOn, kOff };
   PackGqa pack_gqa = PackGqa::kAuto;
 };
@@ -117,8 +118,8 @@ struct FwdArgs {
 
   // Split-KV: the sm_90a kernels cut tiles along the keys over idle SMs and merge the pieces. Dense
   // batches: non-causal launches without a window; FP8 at head dims 64 and 128, not with block
-  // descales alone. Variable-length and paged batches (bf16/fp16, any mask): every tile in the same
-  // number of pieces, each a share of its own sequence's keys. 0 = where that shortens the launch (the
+  // descales alone. Variable-length and paged batches (bf16/fp16 at head dims 64 and 128, any mask):
+  // every tile in the same number of pieces, each a share of its own sequence's keys. 0 = where that shortens the launch (the
   // last rounds' tiles, or every tile when there are fewer tiles than SMs; variable lengths: when
   // there are at most half as many tiles as SMs), 1 = never, n >= 2 = every tile in n pieces (as long
   // as tiles x n <= 1024). Results match either way, to rounding.

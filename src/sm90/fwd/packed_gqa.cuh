@@ -62,7 +62,8 @@ __device__ __forceinline__ bool thread_has_live_row(const FwdParams& p, const Ti
 }
 
 // apply_mask (mask.cuh) for a packed tile: row0 is the packed index of the warpgroup's row 0, and each
-// row is masked as the query row it holds.
+// row is masked as the query row it holds. The loop body is apply_mask's, repeated for mask.cuh's
+// reason: sharing it through a helper changed ptxas's predicate code in every kernel's masked blocks.
 template <int kSRegisters, class Bounds>
 __device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int thread_in_warpgroup, int row0, int n0,
                                                   const Bounds& seq, const FwdParams& p) {
