@@ -46,24 +46,8 @@ class VarlenBackwardCall {
     const int hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
     const Dtype dt = c.dtype;
     const int total_q = starts_q_.back(), total_k = starts_k_.back(), k_rows_stored = total_k + c.trailing_k_rows;
-    if (c.packed_qkv) {
-      q_rows_ = make_rows(dt, total_q, hq + 2 * hkv, d, c.padded_rows, 0);
-      fill_normal(q_rows_.storage.data(), dt, q_rows_.elements, splitmix64(seed ^ 1), c.amplitude);
-      q_ = q_rows_.view.heads_slice(0, hq);
-      k_ = q_rows_.view.heads_slice(hq, hkv);
-      v_ = q_rows_.view.heads_slice(hq + hkv, hkv);
-    } else {
-      q_rows_ = make_rows(dt, total_q, hq, d, c.padded_rows, 0);
-      k_rows_ = make_rows(dt, k_rows_stored, hkv, d, c.padded_rows, 0);
-      v_rows_ = make_rows(dt, k_rows_stored, hkv, d, c.padded_rows, 0);
-      fill_inputs(q_rows_, k_rows_, v_rows_, seed, c.amplitude);
-      q_ = q_rows_.view, k_ = k_rows_.view, v_ = v_rows_.view;
-      if (c.unused_row_value) {
-        const DeviceBuffer flags = upload(unused_key_rows(c, starts_k_, k_rows_stored));
-        fill_flagged_rows(k_rows_, flags, *c.unused_row_value);
-        fill_flagged_rows(v_rows_, flags, *c.unused_row_value);
-      }
-    }
+    inputs_ = make_sequence_inputs(c, starts_k_, total_q, k_rows_stored, seed);
+    q_ = inputs_.q, k_ = inputs_.k, v_ = inputs_.v;
     // A varlen k of k_rows_stored rows (and so dk, dv): the last sequence may end before the tensor does.
     std::vector<int> stored_k = starts_k_;
     stored_k.back() = k_rows_stored;
@@ -197,7 +181,8 @@ class VarlenBackwardCall {
 
   VarlenBackwardCase c_;
   std::vector<int> starts_q_, starts_k_;
-  RowBuffer q_rows_, k_rows_, v_rows_, dout_, out_;
+  SequenceInputs inputs_;
+  RowBuffer dout_, out_;
   RowView q_, k_, v_;
   std::optional<LseBuffer> lse_;
   std::optional<DeviceBuffer> cu_q_, cu_k_, seqused_;

@@ -167,6 +167,42 @@ std::vector<std::uint8_t> unused_key_rows(const Case& c, const std::vector<int>&
   return unused;
 }
 
+// The q, k and v of a variable-length case: fresh normal values over their whole storage, padding
+// included; with packed_qkv the three are head slices of one (total_q, hq + 2 hkv, d) buffer (q_rows),
+// else k and v have k_rows_stored rows each, and with unused_row_value every k/v row no sequence uses
+// holds that value. Case: the forward's and the backward's variable-length cases, which name these
+// fields alike.
+struct SequenceInputs {
+  RowBuffer q_rows, k_rows, v_rows;
+  RowView q, k, v;
+};
+
+template <class Case>
+SequenceInputs make_sequence_inputs(const Case& c, const std::vector<int>& starts_k, int total_q, int k_rows_stored,
+                                    std::uint64_t seed) {
+  const int hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
+  SequenceInputs in;
+  if (c.packed_qkv) {
+    in.q_rows = make_rows(c.dtype, total_q, hq + 2 * hkv, d, c.padded_rows, 0);
+    fill_normal(in.q_rows.storage.data(), c.dtype, in.q_rows.elements, splitmix64(seed ^ 1), c.amplitude);
+    in.q = in.q_rows.view.heads_slice(0, hq);
+    in.k = in.q_rows.view.heads_slice(hq, hkv);
+    in.v = in.q_rows.view.heads_slice(hq + hkv, hkv);
+    return in;
+  }
+  in.q_rows = make_rows(c.dtype, total_q, hq, d, c.padded_rows, 0);
+  in.k_rows = make_rows(c.dtype, k_rows_stored, hkv, d, c.padded_rows, 0);
+  in.v_rows = make_rows(c.dtype, k_rows_stored, hkv, d, c.padded_rows, 0);
+  fill_inputs(in.q_rows, in.k_rows, in.v_rows, seed, c.amplitude);
+  in.q = in.q_rows.view, in.k = in.k_rows.view, in.v = in.v_rows.view;
+  if (c.unused_row_value) {
+    const DeviceBuffer flags = upload(unused_key_rows(c, starts_k, k_rows_stored));
+    fill_flagged_rows(in.k_rows, flags, *c.unused_row_value);
+    fill_flagged_rows(in.v_rows, flags, *c.unused_row_value);
+  }
+  return in;
+}
+
 // Float8 e4m3 inputs of a call to be refused: 0x38 is 1.0 in e4m3, valid inputs, should a kernel read them.
 inline void fill_e4m3_ones(std::initializer_list<const RowBuffer*> buffers) {
   for (const RowBuffer* t : buffers) HOPATTN_CUDA_CHECK(cudaMemset(t->storage.data(), 0x38, t->storage.bytes()));

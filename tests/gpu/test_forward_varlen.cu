@@ -82,32 +82,12 @@ void check_case_shape(const VarlenCase& c) {
 std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
   try {
     check_case_shape(c);
-    const int batch = c.batch(), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
+    const int batch = c.batch(), hq = c.heads_q, d = c.head_dim;
     const std::vector<int> starts_q = prefix_sums(c.len_q), starts_k = prefix_sums(c.len_k);
     const int total_q = starts_q.back(), total_k = starts_k.back(), k_rows_stored = total_k + c.trailing_k_rows;
 
-    // Inputs: fresh normal values over the whole storage, padding included. With packed_qkv, q_rows
-    // holds all three.
-    RowBuffer q_rows, k_rows, v_rows;
-    RowView q, k, v;
-    if (c.packed_qkv) {
-      q_rows = make_rows(c.dtype, total_q, hq + 2 * hkv, d, c.padded_rows, 0);
-      fill_normal(q_rows.storage.data(), c.dtype, q_rows.elements, splitmix64(seed ^ 1), c.amplitude);
-      q = q_rows.view.heads_slice(0, hq);
-      k = q_rows.view.heads_slice(hq, hkv);
-      v = q_rows.view.heads_slice(hq + hkv, hkv);
-    } else {
-      q_rows = make_rows(c.dtype, total_q, hq, d, c.padded_rows, 0);
-      k_rows = make_rows(c.dtype, k_rows_stored, hkv, d, c.padded_rows, 0);
-      v_rows = make_rows(c.dtype, k_rows_stored, hkv, d, c.padded_rows, 0);
-      fill_inputs(q_rows, k_rows, v_rows, seed, c.amplitude);
-      q = q_rows.view, k = k_rows.view, v = v_rows.view;
-      if (c.unused_row_value) {
-        const DeviceBuffer flags = upload(unused_key_rows(c, starts_k, k_rows_stored));
-        fill_flagged_rows(k_rows, flags, *c.unused_row_value);
-        fill_flagged_rows(v_rows, flags, *c.unused_row_value);
-      }
-    }
+    const SequenceInputs in = make_sequence_inputs(c, starts_k, total_q, k_rows_stored, seed);
+    const RowView &q = in.q, &k = in.k, &v = in.v;
 
     const PoisonedOutputs outputs(c.dtype, starts_q, c.varlen_q, hq, d, c.padded_rows, c.with_lse);
 
