@@ -11,13 +11,15 @@
 // (named barriers), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
 // A variable-length kernel (Traits::kVarlen) masks each tile by its own sequence's lengths
 // (sequence.cuh), zeroes the V rows past them before their P V (v_tail.cuh) and stores each tile
-// through store_varlen_tile.
+// through store_varlen_tile; at head dims 64 and 128 a tile may be GQA-packed (packed_gqa.cuh) and a
+// split piece's O goes to the combine kernel (varlen_combine.cuh) instead of the tile.
 #pragma once
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/wgmma.cuh"
+#include "sm90/fwd/combine_rows.cuh"
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/packed_gqa.cuh"
@@ -115,7 +117,13 @@ class Consumer {
       } else {
         mainloop_sequential(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
-      if (__builtin_expect(piece.split(), 0) && !finish_split(piece, rows_live(c), o, softmax)) {
+      if constexpr (Traits::kVarlenSplit) {
+        if (piece.split()) {  // the combine kernel stores the tile (varlen_combine.cuh)
+          store_varlen_piece(piece, c, o, softmax);
+          if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
+          continue;
+        }
+      } else if (__builtin_expect(piece.split(), 0) && !finish_split(piece, o, softmax)) {
         // another piece stores the tile
         if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
         continue;
@@ -174,23 +182,26 @@ class Consumer {
   // A split piece's end (split_merge.cuh); true when this warpgroup stores the tile. (scale_log2 is
   // passed although finish_split_piece could read it from p_: reading it there moved ptxas's
   // schedule, +0.6% cycles at d 128 16k, H200 2026-12-01.)
-  __device__ bool finish_split(SplitPiece piece, bool live, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
-    return finish_split_piece<kO, Traits::kConsumerWarpgroups, Traits::kVarlen ? 4 : 1>(p_, piece, warpgroup_, thread_,
+  __device__ bool finish_split(SplitPiece piece, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
+    return finish_split_piece<kO, Traits::kConsumerWarpgroups>(p_, piece, warpgroup_, thread_,
                                                               Traits::kEpilogueBarrierBase + warpgroup_, o,
-                                                              softmax.row_max, softmax.row_sum, p_.scale_log2, live);
+                                                              softmax.row_max, softmax.row_sum, p_.scale_log2);
   }
 
-  // Whether this thread holds a row the tile stores: a variable-length tile's rows past its sequence,
-  // and a packed tile's idle rows, are not (their split partials are skipped). Every row of a dense
-  // tile's split piece is kept: the dense kernels stay as measured. The sequence's length is read
-  // again (an L1 hit) rather than kept through the mainloop, which spilled at head dim 128.
-  __device__ bool rows_live(const TileCoord& c) const {
-    if constexpr (Traits::kVarlenSplit) {
-      const int seqlen_q = varlen_sequence(p_, c.batch).bounds.seqlen_q;
-      return thread_has_live_row(p_, c, seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup, thread_);
-    } else {
-      return true;
-    }
+  // A variable-length split piece's end: its O normalized and its LSE into its slot, for the threads
+  // that hold a live row (rows past the sequence and a packed tile's idle rows are not combined). The
+  // sequence's length is read again (an L1 hit) rather than kept through the mainloop, which spilled
+  // at head dim 128. finish_rows comes first, on every thread: its row sums are quad shuffles over
+  // the whole warp, and a thread that left early would be on its way to the next visit's aligned
+  // wgmma while the others wait for it in the shuffle (the hang of perf-notes v62).
+  __device__ void store_varlen_piece(SplitPiece piece, const TileCoord& c, const float (&o)[kO],
+                                     const OnlineSoftmax<kS>& softmax) {
+    float inv_sum[2];
+    float lse[2];
+    finish_rows(p_, softmax, inv_sum, lse);
+    const int seqlen_q = varlen_sequence(p_, c.batch).bounds.seqlen_q;
+    if (!thread_has_live_row(p_, c, seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup, thread_)) return;
+    store_combine_partial<kO, Traits::kConsumerWarpgroups>(p_, piece.slot(), warpgroup_, thread_, o, inv_sum, lse);
   }
 
   // Our turn to issue GEMMs: wait until the other warpgroup has issued its own.

@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                              const __grid_constant__ FwdParams params) {
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
+  if constexpr (Traits::kVarlenSplit) allow_dependent_launch();  // the split combine (varlen_combine.cuh)
   if (threadIdx.x == 0) {
     if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();  // the alignment promised above
     tma_prefetch_descriptor(&tm_q);

@@ -52,8 +52,8 @@ __device__ __forceinline__ TileRow tile_row(const FwdParams& p, const TileCoord&
 
 // Does this thread hold a live row (either half)? Live rows come first in a tile (packed rows are
 // ordered by query row), so that is whether its first row is below the tile's live rows. A split
-// piece's partials of dead rows are neither stored nor merged (split_merge.cuh): in a decoding step
-// that is most of the tile.
+// piece's partials of dead rows are neither stored nor combined (varlen_combine.cuh): in a decoding
+// step that is most of the tile.
 __device__ __forceinline__ bool thread_has_live_row(const FwdParams& p, const TileCoord& c, int seqlen_q,
                                                     int warpgroup_row, int thread) {
   const int q_rows_left = seqlen_q - c.m_block * p.tile_q_rows;
@@ -79,18 +79,16 @@ __device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int t
   }
 }
 
-// The epilogue of a packed tile, through registers (its rows are not one box of out): O normalized
-// and LSE, each live row to its own (row, head) of out. seq: the tile's sequence (rows from q_row0 of
-// q_batch in a packed out).
-template <class Traits>
-__device__ __forceinline__ void store_packed_output(const FwdParams& p, const VarlenSequence& seq, const TileCoord& c,
-                                                    int warpgroup_row, int thread,
-                                                    const float (&o)[Traits::kORegisters],
-                                                    const OnlineSoftmax<Traits::kSRegisters>& softmax) {
+// Stores O registers [first, first + kRegisters) of `thread` (o[i] is register first + i, first a
+// multiple of 4) to the rows tile_row maps them to, scaled per row half by out_scale, and with_lse
+// its rows' LSE from one thread per quad; dead rows store nothing. seq: the tile's sequence (rows from
+// q_row0 of q_batch in a packed out). Through registers: a packed tile's rows are not one box of out.
+template <class Traits, int kRegisters>
+__device__ __forceinline__ void store_tile_registers(const FwdParams& p, const VarlenSequence& seq,
+                                                     const TileCoord& c, int warpgroup_row, int thread, int first,
+                                                     const float (&o)[kRegisters], const float (&out_scale)[2],
+                                                     const float (&lse)[2], bool with_lse) {
   using Element = typename Traits::Element;
-  float inv_sum[2];
-  float lse[2];
-  finish_rows(p, softmax, inv_sum, lse);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const TileRow t = tile_row(p, c, seq.bounds.seqlen_q, warpgroup_row, thread, half);
@@ -99,15 +97,27 @@ __device__ __forceinline__ void store_packed_output(const FwdParams& p, const Va
     Element* out = static_cast<Element*>(p.out) + seq.rows.q_batch * p.out_batch_stride + row * p.out_row_stride +
                    t.head * p.out_head_stride;
 #pragma unroll
-    for (int i = 0; i < Traits::kORegisters; i += 2) {
+    for (int i = 0; i < kRegisters; i += 2) {
       if (fragment_row_half(i) != half) continue;
-      *reinterpret_cast<std::uint32_t*>(out + accumulator_col(thread, i)) =
-          pack_pair<Traits::kIsBf16>(o[i] * inv_sum[half], o[i + 1] * inv_sum[half]);
+      *reinterpret_cast<std::uint32_t*>(out + accumulator_col(thread, first + i)) =
+          pack_pair<Traits::kIsBf16>(o[i] * out_scale[half], o[i + 1] * out_scale[half]);
     }
-    if (p.lse != nullptr && thread % 4 == 0) {
+    if (with_lse && p.lse != nullptr && thread % 4 == 0) {
       p.lse[seq.rows.q_batch * p.lse_batch_stride + t.head * p.lse_head_stride + row * p.lse_row_stride] = lse[half];
     }
   }
+}
+
+// The epilogue of a packed tile: O normalized and LSE, each live row to its own (row, head) of out.
+template <class Traits>
+__device__ __forceinline__ void store_packed_output(const FwdParams& p, const VarlenSequence& seq, const TileCoord& c,
+                                                    int warpgroup_row, int thread,
+                                                    const float (&o)[Traits::kORegisters],
+                                                    const OnlineSoftmax<Traits::kSRegisters>& softmax) {
+  float inv_sum[2];
+  float lse[2];
+  finish_rows(p, softmax, inv_sum, lse);
+  store_tile_registers<Traits>(p, seq, c, warpgroup_row, thread, 0, o, inv_sum, lse, true);
 }
 
 }  // namespace hopattn::sm90

@@ -62,19 +62,14 @@ __device__ __forceinline__ void store_split_partial(const FwdParams& p, int slot
 
 // Returns true when this warpgroup stores the tile; o, row_max and row_sum then hold the merged
 // state. row_max times max_to_log2 is in log2 units (the 16-bit softmax keeps raw scores: scale_log2).
-// barrier: a named barrier of this warpgroup's 128 threads alone. A thread whose rows are not stored
-// (live false: rows past a variable-length sequence, a packed tile's idle rows) neither writes nor
-// merges its part of the slots, which only the same thread of another piece reads; it still counts in
-// the barriers, and its o is left as it was. kPiecesInFlight: pieces whose loads the merge loops issue
-// together (unrolled): each pass over the pieces waits out one L2 round trip per kPiecesInFlight
-// pieces, which a decoding step's 16-piece tiles feel (the variable-length kernels take 4).
-template <int kORegisters, int kWarpgroups, int kPiecesInFlight = 1>
+// barrier: a named barrier of this warpgroup's 128 threads alone.
+template <int kORegisters, int kWarpgroups>
 __device__ __forceinline__ bool finish_split_piece(const FwdParams& p, SplitPiece piece, int warpgroup, int thread,
                                                    int barrier, float (&o)[kORegisters], float (&row_max)[2],
-                                                   float (&row_sum)[2], float max_to_log2, bool live = true) {
+                                                   float (&row_sum)[2], float max_to_log2) {
   using Partials = SplitPartials<kORegisters, kWarpgroups>;
   constexpr int kStateChunk = Partials::kStateChunk;
-  if (live) store_split_partial<kORegisters, kWarpgroups>(p, piece.slot(), warpgroup, thread, o, row_max, row_sum);
+  store_split_partial<kORegisters, kWarpgroups>(p, piece.slot(), warpgroup, thread, o, row_max, row_sum);
   __threadfence();  // our slot, before the counter says it is there
   named_barrier_sync(barrier, Partials::kThreads);
   bool last = false;
@@ -85,50 +80,38 @@ __device__ __forceinline__ bool finish_split_piece(const FwdParams& p, SplitPiec
     if (last) atomicExch(counter, 0);  // every piece has counted: zero for the next launch
   }
   if (!named_barrier_or(barrier, Partials::kThreads, last)) return false;
-  if (!live) return true;
   __threadfence();  // the other pieces' slots, after their counts
 
   // L2 loads (ld.global.cg): L1 is not coherent, and an earlier launch may have left these lines there.
   const auto state_of = [&](int slot) {
     return __ldcg(Partials::slot(p, slot, warpgroup) + kStateChunk * Partials::kThreads + thread);
   };
-  // body(slot) for each piece's slot, in block order. kPiecesInFlight > 1 unrolls the loop so that
-  // that many pieces' loads are in flight together; the dense kernels' loop (1) carries no pragma:
-  // even "unroll 1" changed their code.
-  const auto for_each_piece = [&](auto&& body) {
-    if constexpr (kPiecesInFlight == 1) {
-      for (int u = pieces.first_unit; u <= pieces.last_unit; ++u) {
-        if (const int slot = pieces.slot(p.split, u); slot >= 0) body(slot);
-      }
-    } else {
-#pragma unroll kPiecesInFlight
-      for (int u = pieces.first_unit; u <= pieces.last_unit; ++u) {
-        if (const int slot = pieces.slot(p.split, u); slot >= 0) body(slot);
-      }
-    }
-  };
   float max[2] = {-INFINITY, -INFINITY};
-  for_each_piece([&](int slot) {
-    const float4 state = state_of(slot);
-    max[0] = fmaxf(max[0], state.x);
-    max[1] = fmaxf(max[1], state.y);
-  });
+  for (int u = pieces.first_unit; u <= pieces.last_unit; ++u) {
+    if (const int slot = pieces.slot(p.split, u); slot >= 0) {
+      const float4 state = state_of(slot);
+      max[0] = fmaxf(max[0], state.x);
+      max[1] = fmaxf(max[1], state.y);
+    }
+  }
   // A piece's weight per row half; a piece whose rows saw no key (max -inf) adds nothing (no -inf - -inf).
   const auto weights_of = [&](const float4& state, float (&w)[2]) {
     w[0] = state.x == -INFINITY ? 0.0f : exp2f((state.x - max[0]) * max_to_log2);
     w[1] = state.y == -INFINITY ? 0.0f : exp2f((state.y - max[1]) * max_to_log2);
   };
   row_sum[0] = row_sum[1] = 0.0f;
-  for_each_piece([&](int slot) {
-    const float4 state = state_of(slot);
-    float w[2];
-    weights_of(state, w);
-    row_sum[0] = fmaf(w[0], state.z, row_sum[0]);
-    row_sum[1] = fmaf(w[1], state.w, row_sum[1]);
-  });
+  for (int u = pieces.first_unit; u <= pieces.last_unit; ++u) {
+    if (const int slot = pieces.slot(p.split, u); slot >= 0) {
+      const float4 state = state_of(slot);
+      float w[2];
+      weights_of(state, w);
+      row_sum[0] = fmaf(w[0], state.z, row_sum[0]);
+      row_sum[1] = fmaf(w[1], state.w, row_sum[1]);
+    }
+  }
   // O a few chunks at a time, each over all pieces: loads of one group cannot be hoisted into
-  // another's loop, so at most kGroup float4 (per piece in flight) are loaded beside O (at head dim
-  // 256 O alone holds 128 of the 240 registers).
+  // another's loop, so at most kGroup float4 are in flight beside O (at head dim 256 O alone holds
+  // 128 of the 240 registers).
   constexpr int kGroup = 8;
 #pragma unroll
   for (int g = 0; g < kORegisters / 4; g += kGroup) {
@@ -136,7 +119,9 @@ __device__ __forceinline__ bool finish_split_piece(const FwdParams& p, SplitPiec
     for (int c = g; c < g + kGroup && c < kORegisters / 4; ++c) {
       o[4 * c] = o[4 * c + 1] = o[4 * c + 2] = o[4 * c + 3] = 0.0f;
     }
-    for_each_piece([&](int slot) {
+    for (int u = pieces.first_unit; u <= pieces.last_unit; ++u) {
+      const int slot = pieces.slot(p.split, u);
+      if (slot < 0) continue;
       float w[2];
       weights_of(state_of(slot), w);
       const float4* partial = Partials::slot(p, slot, warpgroup);
@@ -149,7 +134,7 @@ __device__ __forceinline__ bool finish_split_piece(const FwdParams& p, SplitPiec
         o[4 * c + 2] = fmaf(w[1], x.z, o[4 * c + 2]);
         o[4 * c + 3] = fmaf(w[1], x.w, o[4 * c + 3]);
       }
-    });
+    }
   }
   row_max[0] = max[0];
   row_max[1] = max[1];

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
+#include "sm90/fwd/combine_rows.cuh"
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
@@ -34,16 +35,6 @@ __device__ __forceinline__ void fp8_finish_rows(const Softmax& softmax, float v_
   }
 }
 
-// A split piece's O, normalized like the output (out_scale) but in float32, and its LSE, into its
-// slot (split_merge.cuh's layout, with {lse[0], lse[1]} in the state chunk).
-template <int kORegisters, int kWarpgroups>
-__device__ __forceinline__ void store_fp8_partial(const FwdParams& p, int slot, int warpgroup, int thread,
-                                                  const float (&o)[kORegisters], const float (&out_scale)[2],
-                                                  const float (&lse)[2]) {
-  store_partial_slot<kORegisters, kWarpgroups>(p, slot, warpgroup, thread, o, out_scale[0], out_scale[1],
-                                               make_float4(lse[0], lse[1], 0.0f, 0.0f));
-}
-
 template <class Traits, class Softmax>
 __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Traits::SharedStorage& s,
                                                  const CUtensorMap* tm_o, const TileCoord& c, int warpgroup, int row0,
@@ -54,8 +45,8 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Tr
   fp8_finish_rows(softmax, v_scale, out_scale, lse);
   if constexpr (Traits::kTailSplit) {
     if (__builtin_expect(split_slot >= 0, 0)) {  // a split piece: the combine kernel stores the tile
-      store_fp8_partial<Traits::kORegisters, Traits::kConsumerWarpgroups>(p, split_slot, warpgroup, thread, o,
-                                                                          out_scale, lse);
+      store_combine_partial<Traits::kORegisters, Traits::kConsumerWarpgroups>(p, split_slot, warpgroup, thread, o,
+                                                                              out_scale, lse);
       return;
     }
   }

@@ -36,19 +36,11 @@ inline BshdView fp8_transposed_byte_view(const Tensor& v) {
 template <class Traits>
 Status launch_split_combine(const Fp8FwdParams& fp, cudaStream_t stream) {
   const FwdParams& p = fp.base;
-  cudaLaunchConfig_t config{};
   static_assert(Traits::kORegisters % (4 * kCombineChunks) == 0, "the combine's z extent");
-  config.gridDim = dim3(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
-                        Traits::kORegisters / (4 * kCombineChunks));
-  config.blockDim = dim3(128);
-  config.stream = stream;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &overlap;
-  config.numAttrs = 1;
-  return cuda_status(cudaLaunchKernelEx(&config, attention_forward_fp8_split_combine_kernel<Traits>, fp),
-                     "launching the fp8 split combine kernel");
+  const dim3 grid(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
+                  Traits::kORegisters / (4 * kCombineChunks));
+  return launch_dependent_kernel(attention_forward_fp8_split_combine_kernel<Traits>, grid, stream, fp,
+                                 "launching the fp8 split combine kernel");
 }
 
 template <class Traits>

@@ -42,4 +42,23 @@ inline int device_attribute(cudaDeviceAttr attr, int device, int fallback) {
   return value;
 }
 
+// Launches `kernel` (128-thread CTAs) on `stream` as a programmatic dependent of the kernel queued
+// before it (programmatic stream serialization): it may start once every CTA of that kernel has run
+// griddepcontrol.launch_dependents or exited, and must griddepcontrol.wait before reading its
+// results. The split combine kernels use it to start as the forward kernel's CTAs exit. `what` names
+// the kernel in the error.
+template <class Kernel, class Params>
+Status launch_dependent_kernel(Kernel kernel, dim3 grid, cudaStream_t stream, const Params& params, const char* what) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(128);
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, params), what);
+}
+
 }  // namespace hopattn::sm90
