@@ -180,9 +180,10 @@ def test_cpu_packed_gradients_reach_the_packed_tensor():
 
 def test_opcheck_fake_kernel_and_autograd_registration():
     q, k, v = random_qkv((1, 5, 2, 8), (1, 6, 1, 8), torch.float32, "cpu", requires_grad=True)
-    args = (q, k, v, None, True, -1, -1, 0.0, None, None, 0, 0, None, None, 0, None, None, None,
-            None, None, None, 128, 128)
-    torch.library.opcheck(torch.ops.hopattn.fwd.default, args)
+    for pack_gqa in (None, True, False):
+        args = (q, k, v, None, True, -1, -1, 0.0, None, None, 0, 0, None, None, 0, pack_gqa, None,
+                None, None, None, None, None, 128, 128)
+        torch.library.opcheck(torch.ops.hopattn.fwd.default, args)
 
 
 def test_compile_fullgraph_on_cpu():
@@ -265,7 +266,7 @@ def test_opcheck_with_float8_and_block_descales():
     q, k, v = random_qkv((1, 5, 2, 16), (1, 6, 1, 16), torch.bfloat16, "cpu")
     q8, k8, v8, *blocks = hopattn.quantize_fp8(q, k, v, block_rows_q=2, block_rows_kv=4)
     args = (q8, k8, v8, None, False, -1, -1, 0.0, None, None, 0, 0, None, None, 0, None, None, None,
-            *blocks, 2, 4)
+            None, *blocks, 2, 4)
     # opcheck's schema test does arithmetic that torch has no float8 kernels for; the others run.
     torch.library.opcheck(torch.ops.hopattn.fwd.default, args,
                           test_utils=("test_faketensor", "test_autograd_registration",
@@ -354,8 +355,8 @@ def check_gradients(rng, device, dtype, head_dim, seqlen_q, seqlen_k, heads_q, h
 
 FWD_DEFAULTS = dict(softmax_scale=None, causal=False, window_left=-1, window_right=-1, softcap=0.0,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
-                    seqused_k=None, page_table=None, num_splits=0, q_descale=None, k_descale=None,
-                    v_descale=None, q_block_descale=None, k_block_descale=None,
+                    seqused_k=None, page_table=None, num_splits=0, pack_gqa=None, q_descale=None,
+                    k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
                     v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128)
 
 
