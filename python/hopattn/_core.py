@@ -45,10 +45,12 @@ def _call(function, lib, q, arrays, **scalars):
 
 def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=False, window_left=-1,
             window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-            max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, q_descale=None,
-            k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
-            v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128):
-    """Returns (out, lse); lse is None unless return_lse."""
+            max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, pack_gqa=None,
+            q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
+            k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
+            descale_block_rows_kv=128):
+    """Returns (out, lse); lse is None unless return_lse. pack_gqa None, True or False is
+    hopattn::KernelOptions::pack_gqa's kAuto, kOn or kOff."""
     arrays = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                   seqused_k=seqused_k, page_table=page_table, q_descale=q_descale,
                   k_descale=k_descale, v_descale=v_descale, q_block_descale=q_block_descale,
@@ -63,7 +65,8 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
     _call(_C.forward, lib, q, arrays, softmax_scale=softmax_scale, causal=causal,
           window_left=window_left, window_right=window_right, softcap=softcap,
           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
-          descale_block_rows_q=descale_block_rows_q, descale_block_rows_kv=descale_block_rows_kv)
+          pack_gqa=pack_gqa, descale_block_rows_q=descale_block_rows_q,
+          descale_block_rows_kv=descale_block_rows_kv)
     return out, lse
 
 

@@ -42,6 +42,15 @@ def _window(window_size):
     return int(window_size[0]), int(window_size[1])
 
 
+def _pack_gqa(pack_gqa):
+    # Only the three values flash-attention 3 takes; an int is refused rather than read as a truth
+    # value, since num_splits=0 means automatic and pack_gqa=0 could be meant either way.
+    if not (pack_gqa is None or pack_gqa is True or pack_gqa is False):
+        raise TypeError(f"pack_gqa: expected None (automatic), True (always pack) or False (never "
+                        f"pack), got {pack_gqa!r}")
+    return pack_gqa
+
+
 # hopattn.torch's forward, set when that module is imported (hopattn/__init__.py imports it when
 # torch is already loaded), so that torch.compile never traces an import here.
 torch_forward = None
@@ -62,8 +71,9 @@ def _forward(q, k, v, out, return_lse, deterministic=False, **kwargs):
 def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     return_attn_probs=False, q_descale=None, k_descale=None, v_descale=None,
                     q_block_descale=None, k_block_descale=None, v_block_descale=None,
-                    descale_block_rows_q=128, descale_block_rows_kv=128, num_splits=0, out=None,
-                    dropout_p=0.0, alibi_slopes=None, deterministic=False):
+                    descale_block_rows_q=128, descale_block_rows_kv=128, num_splits=0,
+                    pack_gqa=None, out=None, dropout_p=0.0, alibi_slopes=None,
+                    deterministic=False):
     """Attention over dense batches.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads_q a
@@ -77,6 +87,12 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     ceil(seqlen_k / descale_block_rows_kv)); row i of q (key j) is multiplied by entry
     i // descale_block_rows_q (j // descale_block_rows_kv), on top of the per-head factor.
 
+    pack_gqa (flash-attention 3's): None lets the sm_90a kernels put the query heads that share a
+    K/V head into one tile where that needs fewer tiles (GQA with fewer query rows than a 128-row
+    tile: decoding); True packs every call they can (bf16/fp16 at head dims 64 and 128, at most 128
+    query heads per K/V head; any other call raises NotImplementedError); False never packs.
+    Results match either way, to rounding. The CPU backend ignores it, as it does in the C++ API.
+
     deterministic: torch's backward gives bitwise reproducible dq, dk, dv (the CUDA kernel then
     sums dq in a fixed order, which is slower; see hopattn::BwdArgs).
     """
@@ -85,7 +101,7 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
                     causal=causal, window_left=left, window_right=right, softcap=softcap,
-                    num_splits=num_splits,
+                    num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa),
                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                     q_block_descale=q_block_descale, k_block_descale=k_block_descale,
                     v_block_descale=v_block_descale, descale_block_rows_q=descale_block_rows_q,
@@ -96,7 +112,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, return_attn_probs=False,
                            block_table=None, page_table=None, q_descale=None, k_descale=None,
-                           v_descale=None, num_splits=0, out=None, dropout_p=0.0,
+                           v_descale=None, num_splits=0, pack_gqa=None, out=None, dropout_p=0.0,
                            alibi_slopes=None, deterministic=False):
     """Attention over packed variable-length sequences.
 
@@ -105,7 +121,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
     seqused_k: int32 (batch), keys actually used per sequence; with a paged cache, cu_seqlens_k may
     give those counts instead (flash-attention 2's convention). Returns out, or (out, lse) with lse
-    float32 (heads_q, total_q) when return_attn_probs. deterministic: as in flash_attn_func.
+    float32 (heads_q, total_q) when return_attn_probs. pack_gqa and deterministic: as in
+    flash_attn_func.
     """
     _reject("seqused_q", seqused_q)
     _reject("dropout_p", dropout_p, 0.0)
@@ -125,16 +142,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
                     seqused_k=seqused_k, page_table=page_table,
-                    num_splits=num_splits, q_descale=q_descale, k_descale=k_descale,
-                    v_descale=v_descale)
+                    num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale,
+                    k_descale=k_descale, v_descale=v_descale)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None,
                             page_table=None, block_table=None, cu_seqlens_q=None, max_seqlen_q=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             q_descale=None, k_descale=None, v_descale=None, num_splits=0,
-                            return_softmax_lse=False, out=None, rotary_cos=None, rotary_sin=None,
-                            cache_batch_idx=None, cache_leftpad=None, alibi_slopes=None):
+                            pack_gqa=None, return_softmax_lse=False, out=None, rotary_cos=None,
+                            rotary_sin=None, cache_batch_idx=None, cache_leftpad=None,
+                            alibi_slopes=None):
     """Attention of new queries over a KV cache (decoding).
 
     q: (batch, seqlen_q, heads_q, head_dim), or (total_q, heads_q, head_dim) with cu_seqlens_q.
@@ -143,7 +161,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     cache_seqlens: int or int32 (batch): keys in use per sequence (seqused_k); causal aligns the
     queries to the end of those keys. num_splits: split-KV, 0 = heuristic, 1 = none, n = n pieces
     per query tile (the sm_90a kernels, for non-causal calls without a window; FP8 at head dims 64
-    and 128, not with block descales alone; results match to rounding either way).
+    and 128, not with block descales alone; results match to rounding either way). pack_gqa: as
+    in flash_attn_func.
     Appending new keys (k, v), rotary embedding, cache_batch_idx and cache_leftpad are not
     implemented: write new keys into the cache first and pass the grown cache_seqlens.
     Returns out, or (out, lse) when return_softmax_lse.
@@ -171,7 +190,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
                     causal=causal, window_left=left, window_right=right, softcap=softcap,
                     cu_seqlens_q=cu_seqlens_q, max_seqlen_q=int(max_seqlen_q or 0),
                     seqused_k=cache_seqlens, page_table=page_table, num_splits=num_splits,
-                    q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+                    pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale, k_descale=k_descale,
+                    v_descale=v_descale)
 
 def _unpack(packed, name, count, rank, layout):
     """The `count` strided views of a packed q/k/v array along its packing axis (rank - 3), no copy."""

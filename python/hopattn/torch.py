@@ -59,7 +59,7 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 causal: bool, window_left: int, window_right: int, softcap: float,
                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
                 max_seqlen_q: int, max_seqlen_k: int, seqused_k: Optional[torch.Tensor],
-                page_table: Optional[torch.Tensor], num_splits: int,
+                page_table: Optional[torch.Tensor], num_splits: int, pack_gqa: Optional[bool],
                 q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
                 v_descale: Optional[torch.Tensor], q_block_descale: Optional[torch.Tensor],
                 k_block_descale: Optional[torch.Tensor], v_block_descale: Optional[torch.Tensor],
@@ -70,9 +70,10 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                          window_left=window_left, window_right=window_right, softcap=softcap,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
-                         page_table=page_table, num_splits=num_splits, q_descale=q_descale,
-                         k_descale=k_descale, v_descale=v_descale, q_block_descale=q_block_descale,
-                         k_block_descale=k_block_descale, v_block_descale=v_block_descale,
+                         page_table=page_table, num_splits=num_splits, pack_gqa=pack_gqa,
+                         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                         q_block_descale=q_block_descale, k_block_descale=k_block_descale,
+                         v_block_descale=v_block_descale,
                          descale_block_rows_q=descale_block_rows_q,
                          descale_block_rows_kv=descale_block_rows_kv)
 
@@ -82,7 +83,7 @@ _fwd = torch.library.custom_op("hopattn::fwd", mutates_args=())(_fwd_kernel)
 
 @_fwd.register_fake
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
-              cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits,
+              cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
               q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
               descale_block_rows_q, descale_block_rows_kv, deterministic=False):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
@@ -122,7 +123,7 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, windo
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k,
-     max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, q_descale, *_) = inputs
+     max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, _, q_descale, *_) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
     ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
@@ -177,7 +178,7 @@ def _only_the_kernel_would_run(args):
     use (no torch.compile, tracing, TorchDispatchMode or TorchFunctionMode, functorch transform or
     profiler), nothing for autograd to record, plain CPU/CUDA tensors and scalars of the schema's
     own types. forward then calls the kernel itself: the dispatcher and the custom_op wrappers cost
-    some 20 us of host time per call (boxing 23 arguments twice, autograd and alias checks)."""
+    some 20 us of host time per call (boxing 25 arguments twice, autograd and alias checks)."""
     if not _SHORTCUT_AVAILABLE:
         return False
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
@@ -204,18 +205,19 @@ def _only_the_kernel_would_run(args):
 
 def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, window_left=-1,
             window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-            max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, q_descale=None,
-            k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
-            v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
-            deterministic=False):
-    """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs, and
-    deterministic for the backward (hopattn::BwdArgs). With return_lse=False, lse may be None (plain
-    eager calls then skip computing it)."""
+            max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, pack_gqa=None,
+            q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
+            k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
+            descale_block_rows_kv=128, deterministic=False):
+    """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs (pack_gqa
+    None, True or False for its options.pack_gqa kAuto, kOn or kOff), and deterministic for the
+    backward (hopattn::BwdArgs). With return_lse=False, lse may be None (plain eager calls then skip
+    computing it)."""
     dense_kv = cu_seqlens_k is None and page_table is None
     args = (_last_dim_contiguous(q), _last_dim_contiguous(k), _v_layout(v, dense_kv),
             softmax_scale, causal, window_left, window_right, float(softcap), cu_seqlens_q,
-            cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, q_descale,
-            k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
+            cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
+            q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
             descale_block_rows_q, descale_block_rows_kv, bool(deterministic))
     if _only_the_kernel_would_run(args):
         # What the op would run, without its dispatch overhead, and computing lse only if asked to

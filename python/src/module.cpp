@@ -86,13 +86,20 @@ void set_masking_and_lengths(Args& args, ArrayViews& views, std::optional<float>
   args.seqused_k = views.optional_input(seqused_k, "seqused_k");
 }
 
+// flash-attention 3's pack_gqa: None leaves the choice to the kernels, True forces packing, False
+// forbids it.
+KernelOptions::PackGqa pack_gqa_option(std::optional<bool> pack_gqa) {
+  if (!pack_gqa) return KernelOptions::PackGqa::kAuto;
+  return *pack_gqa ? KernelOptions::PackGqa::kOn : KernelOptions::PackGqa::kOff;
+}
+
 void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
              std::optional<float> softmax_scale, bool causal, int window_left, int window_right, float softcap,
              nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-             nb::handle seqused_k, nb::handle page_table, int num_splits, nb::handle q_descale,
-             nb::handle k_descale, nb::handle v_descale, nb::handle q_block_descale, nb::handle k_block_descale,
-             nb::handle v_block_descale, int descale_block_rows_q, int descale_block_rows_kv, std::uintptr_t stream,
-             bool raw_bits, bool synchronize) {
+             nb::handle seqused_k, nb::handle page_table, int num_splits, std::optional<bool> pack_gqa,
+             nb::handle q_descale, nb::handle k_descale, nb::handle v_descale, nb::handle q_block_descale,
+             nb::handle k_block_descale, nb::handle v_block_descale, int descale_block_rows_q,
+             int descale_block_rows_kv, std::uintptr_t stream, bool raw_bits, bool synchronize) {
   ArrayViews views(raw_bits);
   FwdArgs args;
   args.q = views.input(q, "q");
@@ -104,6 +111,7 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
   args.page_table = views.optional_input(page_table, "page_table");
   args.num_splits = num_splits;
+  args.options.pack_gqa = pack_gqa_option(pack_gqa);
   args.q_descale = views.optional_input(q_descale, "q_descale");
   args.k_descale = views.optional_input(k_descale, "k_descale");
   args.v_descale = views.optional_input(v_descale, "v_descale");
@@ -180,8 +188,9 @@ NB_MODULE(_C, m) {
         "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
         "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0,
         "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
-        "q_descale"_a = nb::none(), "k_descale"_a = nb::none(), "v_descale"_a = nb::none(),
-        "q_block_descale"_a = nb::none(), "k_block_descale"_a = nb::none(), "v_block_descale"_a = nb::none(),
+        "pack_gqa"_a = nb::none(), "q_descale"_a = nb::none(), "k_descale"_a = nb::none(),
+        "v_descale"_a = nb::none(), "q_block_descale"_a = nb::none(), "k_block_descale"_a = nb::none(),
+        "v_block_descale"_a = nb::none(),
         "descale_block_rows_q"_a = 128, "descale_block_rows_kv"_a = 128, "stream"_a = 0, "raw_bits"_a = false,
         "synchronize"_a = false,
         "Writes attention of q, k, v into out (and lse); see hopattn::FwdArgs.");

@@ -1,6 +1,8 @@
 """Every rejected input surfaces as the documented exception type, with a message that starts with
 (or names) the offending argument. Inputs are valid except for the one thing each case breaks."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -56,6 +58,26 @@ def test_int64_cu_seqlens_is_a_type_error(rng):
 def test_window_size_must_be_a_pair(qkv):
     with pytest.raises(TypeError, match="^window_size: expected a pair"):
         hopattn.flash_attn_func(*qkv, window_size=3)
+
+
+@pytest.mark.parametrize("value", [2, 0, 1, 1.0, "on", "auto", [True]])
+@pytest.mark.parametrize("function", ["flash_attn_func", "flash_attn_varlen_func",
+                                      "flash_attn_with_kvcache"])
+def test_pack_gqa_takes_only_none_true_or_false(rng, function, value):
+    # An int is refused too: num_splits=0 means automatic, so pack_gqa=0 could be meant either way.
+    q, k, v, cu_q, cu_k = varlen_inputs(rng)
+    calls = {
+        "flash_attn_func": lambda **kw: hopattn.flash_attn_func(q[None], k[None], v[None], **kw),
+        "flash_attn_varlen_func": lambda **kw: hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k,
+                                                                              4, 5, **kw),
+        "flash_attn_with_kvcache": lambda **kw: hopattn.flash_attn_with_kvcache(
+            q[None], k[None], v[None], cache_seqlens=9, **kw),
+    }
+    message = ("pack_gqa: expected None (automatic), True (always pack) or False (never pack), "
+               f"got {value!r}")
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        calls[function](pack_gqa=value)
+    calls[function](pack_gqa=True)  # the same call with a valid value runs
 
 
 def test_positional_options_are_refused(qkv):
