@@ -10,7 +10,8 @@
 //      warpgroups have stored their keys (ds_ready), the next step (PendingDq) issues this
 //      warpgroup's half of dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own
 //      S^T, and stores it to shared memory, from where one of its threads adds it into the float32 dq
-//      workspace with a bulk reduction.
+//      workspace with a bulk reduction (at d 64 every thread adds its own accumulators instead:
+//      Traits::kDqFromRegisters).
 // The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
 // first, each zeroes its K and V rows past the sequence's keys, if the block has any (key_tail.cuh).
 // dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
@@ -19,6 +20,7 @@
 #include <cmath>
 
 #include "sm90/arch/convert.cuh"
+#include "sm90/arch/global_reduce.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/sync.cuh"
@@ -83,9 +85,13 @@ class BwdConsumer {
       Turns::end(true, warpgroup_);
       wgmma_wait<0>();
       pin_registers(dq);
-      stage_dq_share(dq, pending);
-      named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
-      reduce_dq_share(pending);
+      if constexpr (Traits::kDqFromRegisters) {
+        add_dq_from_registers(dq, pending);
+      } else {
+        stage_dq_share(dq, pending);
+        named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+        reduce_dq_share(pending);
+      }
     }
     store_gradients(dk, dv);
     if (issues_dq_reductions()) tma_store_wait_all();  // the reductions read shared memory until they finish
@@ -133,10 +139,14 @@ class BwdConsumer {
       Turns::end(true, warpgroup_);
       wgmma_wait<Traits::kDpBesideDq ? 2 : 1>();  // the previous step's dQ done; S^T (and dP^T) may still run
       pin_registers(dq);
-      stage_dq_share(dq, pending);  // frees dq's registers for dP^T at once
-      if constexpr (Traits::kDqReducedAtOnce) {
-        named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
-        reduce_dq_share(pending);
+      if constexpr (Traits::kDqFromRegisters) {
+        add_dq_from_registers(dq, pending);  // frees dq's registers for dP^T at once
+      } else {
+        stage_dq_share(dq, pending);  // frees dq's registers for dP^T at once
+        if constexpr (Traits::kDqReducedAtOnce) {
+          named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+          reduce_dq_share(pending);
+        }
       }
       if constexpr (!Traits::kDpBesideDq) issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
     } else {
@@ -158,16 +168,30 @@ class BwdConsumer {
       pin_registers(dp);
       softcapped_gradients(s, dp, stage, m0, masked);
     } else {
+      // The row statistics into registers: before each wait (their shared-memory latency under the
+      // GEMM's) or after it (Traits::kRowStatsBeforeWaits).
+      RowValues lse_log2, dout_dot_out;
+      if constexpr (Traits::kRowStatsBeforeWaits) load_row_values(s_.row_stats[stage][0], lse_log2);
       wgmma_wait<1>();  // S^T done; dP^T may still run under the exponentials
       pin_registers(s);
-      probabilities(s, stage, m0, masked);
+      if constexpr (!Traits::kRowStatsBeforeWaits) load_row_values(s_.row_stats[stage][0], lse_log2);
+      probabilities(s, lse_log2, m0, masked);
+      if constexpr (Traits::kRowStatsBeforeWaits) load_row_values(s_.row_stats[stage][1], dout_dot_out);
       wgmma_wait<0>();
       pin_registers(dp);
-      score_gradients(s, dp, stage);
+      if constexpr (!Traits::kRowStatsBeforeWaits) load_row_values(s_.row_stats[stage][1], dout_dot_out);
+      score_gradients(s, dp, dout_dot_out);
     }
     Fragments p_frag, ds_frag;
     to_a_fragments(s, p_frag);
     to_a_fragments(dp, ds_frag);
+    // This consumer's keys of dS into the step's buffer, for both consumers' dQ GEMMs of the next step,
+    // before the turn: the stores are under way while we wait for it and issue, so the other consumer's
+    // next turn, which waits for them (ds_ready), starts sooner. A buffer is written again two steps
+    // later: by then the other consumer has issued and waited for its dQ GEMM reading it (it did so
+    // before storing its own dS of the step in between, which this consumer's next step waits for).
+    const PendingDq this_step{head, m0, pending.uses + 1};
+    store_ds_transposed(ds_frag, smem_address(s_.ds[this_step.buffer()]));
     Turns::begin(true, warpgroup_);
     wgmma_fence();
     issue_key_gradient(dv, p_frag, smem_address(s_.dout[stage]));
@@ -176,14 +200,9 @@ class BwdConsumer {
     Turns::end(true, warpgroup_);
     // The turn's barrier synchronized this warpgroup: every thread's share of the previous step's dQ is
     // in shared memory (stage_dq_share). Issued after the GEMMs, which wait for all four warps.
-    if (!Traits::kDqReducedAtOnce && pending.head >= 0) reduce_dq_share(pending);
+    if (!Traits::kDqFromRegisters && !Traits::kDqReducedAtOnce && pending.head >= 0) reduce_dq_share(pending);
 
-    // This consumer's keys of dS into the step's buffer, for both consumers' dQ GEMMs of the next step.
-    // A buffer is written again two steps later: by then the other consumer has issued and waited for
-    // its dQ GEMM reading it (it did so before storing its own dS of the step in between, which this
-    // consumer's next step waits for).
-    pending = PendingDq{head, m0, pending.uses + 1};
-    store_ds_transposed(ds_frag, smem_address(s_.ds[pending.buffer()]));
+    pending = this_step;
     fence_proxy_async_shared();  // generic-proxy stores -> the wgmma (async proxy) reads of the next step
     release_from_warp(&s_.ds_ready[warpgroup_][pending.buffer()], thread_);
     wgmma_wait<0>();
@@ -242,21 +261,33 @@ class BwdConsumer {
     return true;
   }
 
+  // A row statistic of each q row (accumulator column) this thread holds: accumulator i's is
+  // value[i / 4 * 2 + i % 2] (columns 8 (i / 4) + 2 (thread % 4) + i % 2).
+  static constexpr int kRowValues = kS / 2;
+  using RowValues = float[kRowValues];
+  __device__ void load_row_values(const float* stats, RowValues& value) const {
+#pragma unroll
+    for (int j = 0; j < kRowValues / 2; ++j) {
+      const float2 pair = *reinterpret_cast<const float2*>(stats + accumulator_col(thread_, 4 * j));
+      value[2 * j] = pair.x;
+      value[2 * j + 1] = pair.y;
+    }
+  }
+  __device__ static float row_value(const RowValues& value, int i) { return value[i / 4 * 2 + i % 2]; }
+
   // s: raw scores -> P^T. Rows past seqlen_q and rows that saw no key have lse_log2 = +inf (P = 0).
-  __device__ void probabilities(float (&s)[kS], int stage, int m0, bool masked) {
-    const float* lse_log2 = s_.row_stats[stage][0];
+  __device__ void probabilities(float (&s)[kS], const RowValues& lse_log2, int m0, bool masked) {
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
-      const float p = fast_exp2(fmaf(s[i], p_.score_scale_log2, -lse_log2[accumulator_col(thread_, i)]));
+      const float p = fast_exp2(fmaf(s[i], p_.score_scale_log2, -row_value(lse_log2, i)));
       s[i] = masked && !visible(i, m0) ? 0.0f : p;
     }
   }
 
   // dp: dP^T -> dS^T = P^T (dP^T - D).
-  __device__ void score_gradients(const float (&p)[kS], float (&dp)[kS], int stage) {
-    const float* dout_dot_out = s_.row_stats[stage][1];
+  __device__ void score_gradients(const float (&p)[kS], float (&dp)[kS], const RowValues& dout_dot_out) {
 #pragma unroll
-    for (int i = 0; i < kS; ++i) dp[i] = p[i] * (dp[i] - dout_dot_out[accumulator_col(thread_, i)]);
+    for (int i = 0; i < kS; ++i) dp[i] = p[i] * (dp[i] - row_value(dout_dot_out, i));
   }
 
   // Both at once under the softcap, where s holds the scores t = tanh(raw * softmax_scale / softcap) and
@@ -337,7 +368,19 @@ class BwdConsumer {
   //      wait for the reduction's turn before it and for its completion after it (dq_order.cuh): thread
   //      0's warp stalls there, and the warpgroup with it at its next barrier.
   __device__ void wait_dq_share_free() const {
-    if (issues_dq_reductions()) tma_store_wait_read<Traits::kDqBuffers - 1>();
+    if (!Traits::kDqFromRegisters && issues_dq_reductions()) tma_store_wait_read<Traits::kDqBuffers - 1>();
+  }
+
+  // Without the share: every thread adds its dQ accumulators into the workspace (in the share's
+  // order), four at a time.
+  __device__ void add_dq_from_registers(const float (&dq)[kDq], const PendingDq& pending) const {
+    const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
+    float* share = p_.dq_accum + row * Traits::kHeadDim + warpgroup_ * kDqShareFloats;
+#pragma unroll
+    for (int j = 0; j < kDq / 4; ++j) {
+      red_add_f32x4(share + (j * Traits::kWarpgroupThreads + thread_) * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                    dq[4 * j + 3]);
+    }
   }
 
   // This consumer's share of a step's dQ (its kHeadDim / 2 columns, in the order of

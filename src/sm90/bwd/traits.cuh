@@ -42,7 +42,9 @@ struct BwdTraits {
   static constexpr int kBlockN = 128;  // keys per CTA
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;
-  static constexpr int kStages = 2;  // q-block stages (Q, dO, their row statistics) in flight
+  // q-block stages (Q, dO, their row statistics) in flight; d 64's short steps take a third (+0.3-0.9%,
+  // perf-notes v63).
+  static constexpr int kStages = kHeadDim == 64 ? 3 : 2;
   // dS buffers, alternating by step: a consumer writes the next step's dS while the other may still
   // be reading this one in its dQ GEMM (consumer.cuh, PendingDq).
   static constexpr int kDsBuffers = 2;
@@ -83,6 +85,14 @@ struct BwdTraits {
   // second GEMM turn (no barrier of its own: +8% at d 128), or at once behind a named barrier, which
   // measured 4% faster at d 64 (perf-notes v55).
   static constexpr bool kDqReducedAtOnce = kHeadDim == 64;
+  // At d 64 (not deterministic) every thread adds its dQ accumulators into the workspace itself, four
+  // floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy fence
+  // and named barrier between the first turn and the exponentials (+5%, perf-notes v63; at d 128 it
+  // needed 8 bytes of stack). The share buffers (dq below) then go unused.
+  static constexpr bool kDqFromRegisters = !kDeterministic && kHeadDim == 64;
+  // Whether the consumers read a step's row statistics before the waits for S^T and dP^T (their
+  // shared-memory latency hidden under the GEMMs) or after: +4-6% at d 128, -1% at d 64 (v63).
+  static constexpr bool kRowStatsBeforeWaits = kHeadDim == 128;
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
   // forward), which also hand each step's dQ share to its reducing thread, each consumer's own
