@@ -430,18 +430,26 @@ class Consumer {
   // warpgroup's share of a V tail cleared after its first turn, and its K, Q and V releases, each after
   // the block has landed (so that it counts in the stage's current phase, with or without turns). Its
   // O stays 0 and its rows store nothing.
+  // The V tail is cleared where the live warpgroup's mainloop clears it: mainloop_sequential before its
+  // first turn, mainloop_overlapped after it (the other order deadlocks against the live warpgroup's
+  // wait for the clear, H200 2026-12-02).
   template <class Bounds>
   __device__ void mainloop_idle(const Bounds& seq, int n_begin, int n_end) {
+    const bool overlapped = p_.intra_wg_overlap;
+    if (!overlapped) {
+      clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
+      wait_v_tail_cleared(seq, n_end);
+    }
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
       const std::uint32_t phase = ring_.phase();
       mbarrier_wait(&s_.k_full[stage], phase);
       begin_gemm_turn();
       end_gemm_turn();
-      if (n == n_end - 1) clear_v_tail(seq, n_end, stage, phase);
+      if (overlapped && n == n_end - 1) clear_v_tail(seq, n_end, stage, phase);
       release(&s_.k_empty[stage]);
       release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, n == n_begin);
-      if (n == n_end - 1) wait_v_tail_cleared(seq, n_end);
+      if (overlapped && n == n_end - 1) wait_v_tail_cleared(seq, n_end);
       mbarrier_wait(&s_.v_full[stage], phase);
       release_v(stage);
       ring_.advance();
