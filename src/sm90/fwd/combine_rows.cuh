@@ -6,6 +6,8 @@
 // pass, weighting the pieces by their LSE.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cmath>
 
 #include "sm90/fwd/params.hpp"
@@ -19,6 +21,15 @@ namespace hopattn::sm90 {
 constexpr int kCombineChunks = 4;
 // Pieces whose loads are issued together: one memory latency per kCombineBatch pieces.
 constexpr int kCombineBatch = 4;
+
+// A combine kernel's grid: one 128-thread CTA per split region tile, consumer warpgroup and group of
+// kCombineChunks O chunks.
+template <class Traits>
+inline dim3 combine_grid(const FwdParams& p) {
+  static_assert(Traits::kORegisters % (4 * kCombineChunks) == 0, "the combine's z extent");
+  return dim3(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
+              Traits::kORegisters / (4 * kCombineChunks));
+}
 
 // What a combine thread reads of one piece: its LSE per row half ({lse[0], lse[1], -, -}: the state
 // chunk of store_combine_partial) and its kCombineChunks chunks of normalized O.

@@ -55,10 +55,7 @@ __global__ void __launch_bounds__(128) attention_forward_varlen_combine_kernel(c
 // warpgroup and group of O chunks, allowed to launch while the forward kernel runs.
 template <class Traits>
 Status launch_varlen_combine(const FwdParams& p, cudaStream_t stream) {
-  static_assert(Traits::kORegisters % (4 * kCombineChunks) == 0, "the combine's z extent");
-  const dim3 grid(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
-                  Traits::kORegisters / (4 * kCombineChunks));
-  return launch_dependent_kernel(attention_forward_varlen_combine_kernel<Traits>, grid, stream, p,
+  return launch_dependent_kernel(attention_forward_varlen_combine_kernel<Traits>, combine_grid<Traits>(p), stream, p,
                                  "launching the variable-length split combine kernel");
 }
 

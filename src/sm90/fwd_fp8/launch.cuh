@@ -35,12 +35,8 @@ inline BshdView fp8_transposed_byte_view(const Tensor& v) {
 // group of O chunks, allowed to launch while the forward kernel runs (programmatic stream serialization).
 template <class Traits>
 Status launch_split_combine(const Fp8FwdParams& fp, cudaStream_t stream) {
-  const FwdParams& p = fp.base;
-  static_assert(Traits::kORegisters % (4 * kCombineChunks) == 0, "the combine's z extent");
-  const dim3 grid(static_cast<unsigned>(p.num_tiles - p.split.first_tile), Traits::kConsumerWarpgroups,
-                  Traits::kORegisters / (4 * kCombineChunks));
-  return launch_dependent_kernel(attention_forward_fp8_split_combine_kernel<Traits>, grid, stream, fp,
-                                 "launching the fp8 split combine kernel");
+  return launch_dependent_kernel(attention_forward_fp8_split_combine_kernel<Traits>, combine_grid<Traits>(fp.base),
+                                 stream, fp, "launching the fp8 split combine kernel");
 }
 
 template <class Traits>
