@@ -99,6 +99,12 @@ class Consumer {
       const int row0 = (Traits::kPacksGqa ? c.m_block * p_.packed_rows : m0) + warpgroup_ * Traits::kRowsPerWarpgroup;
       const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(seq, m0);
 
+      // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle).
+      bool idle = false;
+      if constexpr (Traits::kVarlen) {
+        idle = !warpgroup_has_live_row(p_, c, seq.seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup);
+      }
+
       float o[kO];
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
@@ -106,12 +112,14 @@ class Consumer {
       QFragments q;
       if constexpr (Traits::kQInRegisters) {
         // Q is handed back after the first S GEMM (release_q_after_s_gemm)
-        load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
+        if (!idle) load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
       }
 
       if (inline_loads()) producer_.begin_visit(p_, c, n_begin, n_end);
       if (n_end <= n_begin) {
         release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
+      } else if (idle) {
+        mainloop_idle(seq, n_begin, n_end);
       } else if (p_.intra_wg_overlap) {
         mainloop_overlapped(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
@@ -414,6 +422,38 @@ class Consumer {
     wgmma_wait<0>();
     pin_registers(o);
     release_v(pv_stage);
+  }
+
+  // The mainloop of a warpgroup none of whose rows is live (a decoding tile's second warpgroup, the
+  // rows past a short sequence): no GEMMs and no softmax, only the barrier traffic of a mainloop, in its
+  // order, so the other warpgroup and the producer see what they would: one GEMM turn per block, this
+  // warpgroup's share of a V tail cleared after its first turn, and its K, Q and V releases, each after
+  // the block has landed (so that it counts in the stage's current phase, with or without turns). Its
+  // O stays 0 and its rows store nothing.
+  // The V tail is cleared where the live warpgroup's mainloop clears it: mainloop_sequential before its
+  // first turn, mainloop_overlapped after it (the other order deadlocks against the live warpgroup's
+  // wait for the clear, H200 2026-12-02).
+  template <class Bounds>
+  __device__ void mainloop_idle(const Bounds& seq, int n_begin, int n_end) {
+    const bool overlapped = p_.intra_wg_overlap;
+    if (!overlapped) {
+      clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
+      wait_v_tail_cleared(seq, n_end);
+    }
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      const std::uint32_t phase = ring_.phase();
+      mbarrier_wait(&s_.k_full[stage], phase);
+      begin_gemm_turn();
+      end_gemm_turn();
+      if (overlapped && n == n_end - 1) clear_v_tail(seq, n_end, stage, phase);
+      release(&s_.k_empty[stage]);
+      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, n == n_begin);
+      if (overlapped && n == n_end - 1) wait_v_tail_cleared(seq, n_end);
+      mbarrier_wait(&s_.v_full[stage], phase);
+      release_v(stage);
+      ring_.advance();
+    }
   }
 
   typename Traits::SharedStorage& s_;

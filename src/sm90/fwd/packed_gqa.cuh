@@ -54,11 +54,21 @@ __device__ __forceinline__ TileRow tile_row(const FwdParams& p, const TileCoord&
 // ordered by query row), so that is whether its first row is below the tile's live rows. A split
 // piece's partials of dead rows are neither stored nor combined (varlen_combine.cuh): in a decoding
 // step that is most of the tile.
+__device__ __forceinline__ int tile_live_rows(const FwdParams& p, const TileCoord& c, int seqlen_q) {
+  const int q_rows_left = seqlen_q - c.m_block * p.tile_q_rows;
+  return p.pack_gqa ? min(p.packed_rows, q_rows_left * p.head_ratio) : q_rows_left;
+}
+
 __device__ __forceinline__ bool thread_has_live_row(const FwdParams& p, const TileCoord& c, int seqlen_q,
                                                     int warpgroup_row, int thread) {
-  const int q_rows_left = seqlen_q - c.m_block * p.tile_q_rows;
-  const int live_rows = p.pack_gqa ? min(p.packed_rows, q_rows_left * p.head_ratio) : q_rows_left;
-  return warpgroup_row + accumulator_row(thread, 0) < live_rows;
+  return warpgroup_row + accumulator_row(thread, 0) < tile_live_rows(p, c, seqlen_q);
+}
+
+// Does the warpgroup whose first row is warpgroup_row hold any live row? In a decoding tile the
+// second warpgroup usually does not (Consumer::mainloop_idle).
+__device__ __forceinline__ bool warpgroup_has_live_row(const FwdParams& p, const TileCoord& c, int seqlen_q,
+                                                       int warpgroup_row) {
+  return warpgroup_row < tile_live_rows(p, c, seqlen_q);
 }
 
 // apply_mask (mask.cuh) for a packed tile: row0 is the packed index of the warpgroup's row 0, and each
