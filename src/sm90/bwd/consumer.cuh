@@ -46,7 +46,7 @@ class BwdConsumer {
   using DsTile = typename Traits::DsTile;
   static constexpr int kS = Traits::kSRegisters;
   static constexpr int kG = Traits::kGradRegisters;
-  static constexpr int kDq = Traits::kDqGemmRegisters;
+  static constexpr int kDq = Traits::kDqRegisters;
   static constexpr int kQSteps = Traits::kQSteps;
   using Fragments = std::uint32_t[kQSteps][4];
 
@@ -110,13 +110,11 @@ class BwdConsumer {
     __device__ std::uint32_t phase() const { return (uses / Traits::kDsBuffers) % 2; }
   };
 
-  // Waits until the consumers whose keys of the pending dS it reads (both, or itself alone:
-  // Traits::kDqOverOwnKeys) have stored them, then issues this consumer's part of its dQ.
+  // Waits until both consumers have stored their halves of the pending dS, then issues this
+  // consumer's columns of its dQ.
   __device__ void issue_pending_dq(float (&dq)[kDq], const PendingDq& pending) {
 #pragma unroll
-    for (int w = 0; w < Traits::kConsumerWarpgroups; ++w) {
-      if (!Traits::kDqOverOwnKeys || w == warpgroup_) mbarrier_wait(&s_.ds_ready[w][pending.buffer()], pending.phase());
-    }
+    for (int w = 0; w < Traits::kConsumerWarpgroups; ++w) mbarrier_wait(&s_.ds_ready[w][pending.buffer()], pending.phase());
     issue_dq(dq, smem_address(s_.ds[pending.buffer()]));
   }
 
@@ -340,21 +338,19 @@ class BwdConsumer {
     }
   }
 
-  // This warpgroup's part of dQ (64 q rows) = dS (64 q rows x keys, K-major) K (MN-major): its kDqCols
-  // columns over all 128 keys, or (Traits::kDqOverOwnKeys) every column over its own 64 keys.
+  // This warpgroup's kDqCols columns of dQ (64 q rows) = dS (64 q rows x 128 keys, K-major) K (MN-major).
   __device__ void issue_dq(float (&dq)[kDq], std::uint32_t ds_tile) {
-    const int first_col = Traits::kDqOverOwnKeys ? 0 : warpgroup_ * Traits::kDqCols;
-    const int first_key_step = Traits::kDqOverOwnKeys ? warpgroup_ * Traits::kDqKeySteps : 0;
+    const int first_col = warpgroup_ * Traits::kDqCols;
     const std::uint32_t k_base = smem_address(s_.k) + (first_col / KTile::kColsPerBlock) * KTile::kColumnBlockBytes +
                                  (first_col % KTile::kColsPerBlock) * Traits::kElementBytes;
     wgmma_fence();
 #pragma unroll
-    for (int step = first_key_step; step < first_key_step + Traits::kDqKeySteps; ++step) {
+    for (int step = 0; step < Traits::kKeySteps; ++step) {
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
       const std::uint64_t desc_a = kmajor_descriptor(ds_tile + block * DsTile::kColumnBlockBytes + in_row);
       const std::uint64_t desc_b = mnmajor_descriptor(k_base + step * 16 * kSwizzleBytes, KTile::kColumnBlockBytes);
-      wgmma_ss<Traits::kDqGemmCols, Traits::kIsBf16, /*kBMNMajor=*/true>(dq, desc_a, desc_b, step > first_key_step);
+      wgmma_ss<Traits::kDqCols, Traits::kIsBf16, /*kBMNMajor=*/true>(dq, desc_a, desc_b, step > 0);
     }
     wgmma_commit();
   }
@@ -395,8 +391,7 @@ class BwdConsumer {
   __device__ void note_dq_target(const PendingDq& step) const {
     if (!Traits::kDqFromRegisters || thread_ != 0) return;
     const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, step.head, step.m0);
-    const int share = Traits::kDqOverOwnKeys ? 0 : warpgroup_;  // a whole tile's order from its start
-    s_.dq_target[warpgroup_][step.uses % 2] = p_.dq_accum + row * Traits::kHeadDim + share * kDqShareFloats;
+    s_.dq_target[warpgroup_][step.uses % 2] = p_.dq_accum + row * Traits::kHeadDim + warpgroup_ * kDqShareFloats;
   }
 
   // This consumer's share of a step's dQ (its kHeadDim / 2 columns, in the order of

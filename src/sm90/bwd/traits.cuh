@@ -76,6 +76,7 @@ struct BwdTraits {
   static constexpr int kDqRegisters = kDqCols / 2;
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
+  static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
   // A step's first GEMM turn issues the previous step's dQ with this step's S^T and dP^T (consumer.cuh);
   // at head dim 128 dP^T follows once that dQ has left the registers (dK, dV, dQ, S^T and dP^T together
   // spill), and the dQ GEMM accumulates in dP^T's registers.
@@ -90,15 +91,6 @@ struct BwdTraits {
   // d 128: v65, with the target address through shared memory). The share buffers (dq below) then go
   // unused.
   static constexpr bool kDqFromRegisters = !kDeterministic;
-  // With kDqFromRegisters at d 64, each consumer's dQ GEMM covers all columns over its own 64 keys
-  // (dS[:, own keys] K[own keys, :]) instead of half the columns over all 128 keys: it never waits for
-  // the other consumer's dS (ds_ready, the largest consumer stall in v63's profile), for twice the
-  // reductions into the workspace (perf-notes v66). The workspace order is the same: an m64 x d
-  // accumulator's element i of thread t sits where the shares below put it.
-  static constexpr bool kDqOverOwnKeys = kDqFromRegisters && kHeadDim == 64;
-  static constexpr int kDqGemmCols = kDqOverOwnKeys ? kHeadDim : kDqCols;
-  static constexpr int kDqGemmRegisters = kDqGemmCols / 2;
-  static constexpr int kDqKeySteps = (kDqOverOwnKeys ? kKeysPerWarpgroup : kBlockN) / 16;  // k16 steps of dQ = dS K
   // Whether the consumers read a step's row statistics before the waits for S^T and dP^T (their
   // shared-memory latency hidden under the GEMMs) or after: +4-6% at d 128, -1% at d 64 (v63).
   static constexpr bool kRowStatsBeforeWaits = kHeadDim == 128;
