@@ -203,7 +203,6 @@ class BwdConsumer {
     if (!Traits::kDqFromRegisters && !Traits::kDqReducedAtOnce && pending.head >= 0) reduce_dq_share(pending);
 
     pending = this_step;
-    note_dq_target(this_step);
     fence_proxy_async_shared();  // generic-proxy stores -> the wgmma (async proxy) reads of the next step
     release_from_warp(&s_.ds_ready[warpgroup_][pending.buffer()], thread_);
     wgmma_wait<0>();
@@ -373,25 +372,15 @@ class BwdConsumer {
   }
 
   // Without the share: every thread adds its dQ accumulators into the workspace (in the share's
-  // order), four at a time. Where they go was written to shared memory by thread 0 at the end of the
-  // pending step (note_dq_target): computed here, the 64-bit address arithmetic beside S^T, dK, dV and
-  // dQ spilled at d 128.
+  // order), four at a time.
   __device__ void add_dq_from_registers(const float (&dq)[kDq], const PendingDq& pending) const {
-    float* share = s_.dq_target[warpgroup_][pending.uses % 2];
+    const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
+    float* share = p_.dq_accum + row * Traits::kHeadDim + warpgroup_ * kDqShareFloats;
 #pragma unroll
     for (int j = 0; j < kDq / 4; ++j) {
       red_add_f32x4(share + (j * Traits::kWarpgroupThreads + thread_) * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
                     dq[4 * j + 3]);
     }
-  }
-
-  // Thread 0 notes where this consumer's dQ of `step` goes in the workspace, for add_dq_from_registers
-  // in the next step: the turn barriers between synchronize the warpgroup, and the two slots
-  // alternate, so the next step's note never overwrites one still being read.
-  __device__ void note_dq_target(const PendingDq& step) const {
-    if (!Traits::kDqFromRegisters || thread_ != 0) return;
-    const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, step.head, step.m0);
-    s_.dq_target[warpgroup_][step.uses % 2] = p_.dq_accum + row * Traits::kHeadDim + warpgroup_ * kDqShareFloats;
   }
 
   // This consumer's share of a step's dQ (its kHeadDim / 2 columns, in the order of

@@ -85,12 +85,11 @@ struct BwdTraits {
   // second GEMM turn (no barrier of its own: +8% at d 128), or at once behind a named barrier, which
   // measured 4% faster at d 64 (perf-notes v55).
   static constexpr bool kDqReducedAtOnce = kHeadDim == 64;
-  // Outside the deterministic mode every thread adds its dQ accumulators into the workspace itself,
-  // four floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy
-  // fence and named barrier between the first turn and the exponentials (+5% at d 64, perf-notes v63;
-  // d 128: v65, with the target address through shared memory). The share buffers (dq below) then go
-  // unused.
-  static constexpr bool kDqFromRegisters = !kDeterministic;
+  // At d 64 (not deterministic) every thread adds its dQ accumulators into the workspace itself, four
+  // floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy fence
+  // and named barrier between the first turn and the exponentials (+5%, perf-notes v63; at d 128 it
+  // needed 8 bytes of stack). The share buffers (dq below) then go unused.
+  static constexpr bool kDqFromRegisters = !kDeterministic && kHeadDim == 64;
   // Whether the consumers read a step's row statistics before the waits for S^T and dP^T (their
   // shared-memory latency hidden under the GEMMs) or after: +4-6% at d 128, -1% at d 64 (v63).
   static constexpr bool kRowStatsBeforeWaits = kHeadDim == 128;
@@ -117,7 +116,6 @@ struct BwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t ds[kDsBuffers][DsTile::kBytes];
     alignas(128) float dq[kDqBuffers][kDqTileFloats];
     alignas(128) float row_stats[kStages][2][kBlockM];  // lse * log2(e), then D (BwdParams::row_stats)
-    float* dq_target[kConsumerWarpgroups][2];  // kDqFromRegisters: where each consumer's next dQ goes
     std::uint64_t kv_full;
     std::uint64_t q_full[kStages];
     std::uint64_t q_empty[kStages];
