@@ -274,13 +274,11 @@ std::vector<std::string> spoiled_gradient_reports(const VarlenBackwardCase& c, s
 }
 
 VarlenBackwardCase random_varlen_backward_case(std::mt19937_64& rng, double max_pairs) {
-  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   constexpr int kEdgeLengths[] = {1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300};
   constexpr int kMaxLength = 700;
   VarlenBackwardCase c;
   draw_lengths(rng, c, kEdgeLengths, kMaxLength, 0.3);
-  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()));
-  c.head_dim = chance(0.5) ? 64 : 128;  // the backward kernel's head dims
+  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()), 128);  // the backward's widest
   c.with_lse = true;
   if (c.softcap > 0.0f) c.amplitude = std::uniform_real_distribution<float>(3.0f, 8.0f)(rng);  // tanh bends
 

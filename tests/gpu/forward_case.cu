@@ -82,7 +82,7 @@ std::string ForwardCase::describe() const {
 
 bool ForwardCase::in_first_supported_set() const {
   return (dtype == Dtype::kBFloat16 || dtype == Dtype::kFloat16) &&
-         (head_dim == 64 || head_dim == 128 || head_dim == 256) && window_left < 0 && window_right < 0 &&
+         head_dim % 8 == 0 && head_dim >= 8 && head_dim <= 256 && window_left < 0 && window_right < 0 &&
          softcap == 0.0f;
 }
 
@@ -96,13 +96,12 @@ ForwardCase random_case(std::mt19937_64& rng, double max_work, bool extra_featur
     return std::clamp(static_cast<int>(std::lround(x)), 1, kMaxSeqlen);
   };
   constexpr int kRatios[] = {1, 2, 4, 8};
-  constexpr int kHeadDims[] = {64, 128, 256};
 
   ForwardCase c;
   c.batch = pick(1, 4);
   c.heads_kv = pick(1, 4);
   c.heads_q = c.heads_kv * kRatios[pick(0, 3)];
-  c.head_dim = kHeadDims[pick(0, 2)];
+  c.head_dim = draw_head_dim(rng, 256);
   c.dtype = chance(0.5) ? Dtype::kBFloat16 : Dtype::kFloat16;
   c.seqlen_q = forced_seqlen_q > 0 ? forced_seqlen_q : seqlen();
   c.seqlen_k = forced_seqlen_k > 0 ? forced_seqlen_k : chance(0.25) ? c.seqlen_q : seqlen();

@@ -26,8 +26,8 @@ struct ForwardCase : AttentionProblem {
   int num_splits = 0;       // FwdArgs::num_splits (0: the launch's tail-split heuristic)
 
   std::string describe() const;
-  // Part of what the sm_90a forward supports from the start: bf16/fp16, d 64/128/256, causal or not,
-  // GQA/MQA, any scale, LSE, any lengths and strides; no window, no softcap.
+  // Part of what the sm_90a forward supports: bf16/fp16, d a multiple of 8 from 8 to 256, causal or
+  // not, GQA/MQA, any scale, LSE, any lengths and strides; no window, no softcap.
   bool in_first_supported_set() const;
   double work() const { return double(batch) * heads_q * seqlen_q * seqlen_k * head_dim; }
 };
@@ -46,7 +46,8 @@ CaseResult run_forward_case(const ForwardCase& c, const KernelOptions& options, 
 constexpr int kEdgeSeqlens[] = {1, 63, 65, 127, 129, 4097};
 
 // Draws a case from `rng`: batch 1-4, heads_kv 1-4, GQA ratio 1/2/4/8, seqlens log-uniform in
-// [1, 4500] (often an edge length), either dtype and every head dim, shrunk until work() <= max_work.
+// [1, 4500] (often an edge length), either dtype, a head dim of draw_head_dim (padded ones too),
+// shrunk until work() <= max_work.
 // With `extra_features` it sometimes adds a window or a softcap (outside the first supported set).
 // A forced seqlen (> 0) is used as given and never shrunk.
 ForwardCase random_case(std::mt19937_64& rng, double max_work, bool extra_features, int forced_seqlen_q = 0,

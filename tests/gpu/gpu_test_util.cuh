@@ -143,6 +143,25 @@ inline std::uint64_t run_seed() {
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
 }
 
+// Head dims of the 16-bit sm_90a kernels' tiles. Any other multiple of 8 runs in the next wider kernel
+// (up to 256 forward, 128 backward), with the columns past d zero-filled by the TMA loads and left out of
+// the stores: kPaddedHeadDims are such dims, either side of each tile width and at the smallest.
+constexpr int kNativeHeadDims[] = {64, 128, 256};
+constexpr int kPaddedHeadDims[] = {8, 32, 40, 72, 80, 96, 112, 136, 160, 192, 200, 248};
+
+// A head dim <= max_dim (>= 64) for a random case: a native one about 3 times in 4, else a padded one,
+// so that the sweeps keep their weight on the tiles and still reach the zero-filled columns.
+inline int draw_head_dim(std::mt19937_64& rng, int max_dim) {
+  if (max_dim < kNativeHeadDims[0]) throw std::invalid_argument("draw_head_dim: max_dim below every native dim");
+  const bool native = std::bernoulli_distribution(0.75)(rng);
+  const auto draw_from = [&](const auto& dims) {
+    int count = 0;  // the lists are ascending: the first `count` are <= max_dim
+    while (count < static_cast<int>(std::size(dims)) && dims[count] <= max_dim) ++count;
+    return dims[std::uniform_int_distribution<int>(0, count - 1)(rng)];
+  };
+  return native ? draw_from(kNativeHeadDims) : draw_from(kPaddedHeadDims);
+}
+
 __host__ __device__ inline std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -34,7 +34,6 @@ constexpr int kLsePad = 192;     // poisoned LSE entries before the first head's
 constexpr int kRowPad = 8;       // elements added after each head of a row with padded_rows (16 bytes)
 
 constexpr Dtype kBf16 = Dtype::kBFloat16, kFp16 = Dtype::kFloat16;
-constexpr int kHeadDims[] = {64, 128, 256};  // what the 16-bit sm_90a kernels take
 
 inline std::string join(const std::vector<int>& values) {
   std::ostringstream s;
@@ -409,15 +408,16 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
 }
 
 // The random part of a random case that is not about lengths, drawn in this order: heads_kv 1-4 with a
-// GQA ratio of 1, 2, 4 or 8, every head dim and 16-bit dtype; causal, windows (left up to the longest
-// key length `max_len_k`), softcap, scale, LSE, amplitude and padded rows at random.
-inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k) {
+// GQA ratio of 1, 2, 4 or 8, a head dim up to max_head_dim (draw_head_dim: padded ones too) and either
+// 16-bit dtype; causal, windows (left up to the longest key length `max_len_k`), softcap, scale, LSE,
+// amplitude and padded rows at random.
+inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k, int max_head_dim = 256) {
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   constexpr int kRatios[] = {1, 2, 4, 8};
   c.heads_kv = pick(1, 4);
   c.heads_q = c.heads_kv * kRatios[pick(0, 3)];
-  c.head_dim = kHeadDims[pick(0, 2)];
+  c.head_dim = draw_head_dim(rng, max_head_dim);
   c.dtype = chance(0.5) ? kBf16 : kFp16;
   c.causal = chance(0.5);
   if (chance(0.25)) {

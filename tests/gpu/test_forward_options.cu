@@ -71,7 +71,8 @@ INSTANTIATE_TEST_SUITE_P(
 class ForwardPackGqa : public HopperTest,
                        public ::testing::WithParamInterface<KernelOptions::PackGqa> {};
 
-// Head dims 64 and 128 (those kernels pack), windows and softcaps too: a drawn d 256 case is drawn again.
+// Head dims up to 128 (the 64 and 128 kernels pack; padded dims run in them), windows and softcaps too:
+// a drawn wider case is drawn again.
 TEST_P(ForwardPackGqa, RandomSweepMatchesReference) {
   KernelOptions options;
   options.pack_gqa = GetParam();

@@ -254,10 +254,11 @@ std::vector<NamedCase<PagedCase>> corner_cases() {
   const std::vector<int> edge_keys = {1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 191, 192, 193, 1000, 0};
   const int edge_batch = static_cast<int>(edge_keys.size());
   for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
-    for (int j = 0; j < static_cast<int>(std::size(kHeadDims)); ++j) {
+    for (int j = 0; j < static_cast<int>(std::size(kNativeHeadDims)); ++j) {
       for (const Dtype dtype : {kBf16, kFp16}) {
         const int heads_q = j == 0 ? 8 : 4, heads_kv = j == 0 ? 2 : j == 1 ? 1 : 4;
-        PagedCase c = paged(same(edge_batch, 80), edge_keys, kPageSizes[i], heads_q, heads_kv, kHeadDims[j], dtype);
+        PagedCase c =
+            paged(same(edge_batch, 80), edge_keys, kPageSizes[i], heads_q, heads_kv, kNativeHeadDims[j], dtype);
         c.causal = (i + j) % 2 == 0;  // causal: the rows of the first 80 - len_k see no key
         c.padded_table = i % 2 == 1;
         c.extra_columns = i % 3;
@@ -270,7 +271,7 @@ std::vector<NamedCase<PagedCase>> corner_cases() {
   for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
     const int ps = kPageSizes[i];
     int f = 0;  // feature index: shifts the rotation so that each feature meets every head dim
-    const auto d = [&] { return kHeadDims[(i + f) % 3]; };
+    const auto d = [&] { return kNativeHeadDims[(i + f) % 3]; };
     const auto dtype = [&] { return (i + f) % 2 ? kFp16 : kBf16; };
     {
       // Decode: one query row against a long cache, GQA 8/1 (causal or not: the same mask at one row).
@@ -354,11 +355,11 @@ std::vector<NamedCase<PagedCase>> non_finite_tail_cases() {
   const std::vector<int> varlen_rows = {1, 80, 4, 129, 1, 300, 2};
   for (const float value : {NAN, INFINITY}) {
     for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
-      for (int j = 0; j < static_cast<int>(std::size(kHeadDims)); ++j) {
+      for (int j = 0; j < static_cast<int>(std::size(kNativeHeadDims)); ++j) {
         for (const Dtype dtype : {kBf16, kFp16}) {
           const bool varlen_q = dtype == kFp16;
           PagedCase c = paged(varlen_q ? varlen_rows : same(static_cast<int>(keys.size()), 80), keys, kPageSizes[i],
-                              4, 2, kHeadDims[j], dtype);
+                              4, 2, kNativeHeadDims[j], dtype);
           c.varlen_q = varlen_q;
           c.causal = (i + j) % 2 == 0;
           c.non_key_value = value;
@@ -427,7 +428,8 @@ constexpr double kMaxWork = 2e10;
 // Batch 1-6, a page size of kPageSizes; query lengths mostly decode-like (1, 2-8) else log-uniform in
 // [1, 1000], key lengths log-uniform in [1, 4000] or at a page or block edge, sometimes 0; varlen q and
 // seqused_k at random (without it, full pages); spare pages, extra table columns and a padded table;
-// every head dim, dtype and GQA ratio; causal, windows, softcap, scale, LSE and padded rows at random.
+// head dims of draw_head_dim (padded ones too), every dtype and GQA ratio; causal, windows, softcap,
+// scale, LSE and padded rows at random.
 PagedCase random_paged_case(std::mt19937_64& rng) {
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };

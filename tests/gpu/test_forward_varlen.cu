@@ -310,7 +310,7 @@ INSTANTIATE_TEST_SUITE_P(Decode, ForwardVarlenCorners, ::testing::ValuesIn(decod
 std::vector<NamedCase<VarlenCase>> non_finite_tail_cases() {
   std::vector<NamedCase<VarlenCase>> cases;
   for (const float value : {NAN, INFINITY}) {
-    for (const int d : kHeadDims) {
+    for (const int d : kNativeHeadDims) {
       for (const Dtype dtype : {kBf16, kFp16}) {
         for (const bool causal : {false, true}) {
           const std::string name = std::string(std::isnan(value) ? "Nan" : "Inf") + (causal ? "_causal" : "") + "_d" +
@@ -374,8 +374,9 @@ constexpr int kRandomCases = 40;
 constexpr double kMaxWork = 4e10;
 
 // Batch 1-6; varlen q, varlen k and seqused_k drawn independently (at least one); lengths log-uniform
-// in [1, 3000], often an edge length, sometimes 0 on a varlen side; every head dim, dtype and GQA
-// ratio; causal, windows, softcap, scale, LSE, padded rows and packed qkv at random.
+// in [1, 3000], often an edge length, sometimes 0 on a varlen side; head dims of draw_head_dim (padded
+// ones too), every dtype and GQA ratio; causal, windows, softcap, scale, LSE, padded rows and packed qkv
+// at random.
 VarlenCase random_varlen_case(std::mt19937_64& rng) {
   VarlenCase c;
   draw_lengths(rng, c, kEdgeLengths, kMaxLength, 0.25);
