@@ -1,10 +1,11 @@
-// What the GPU tests of batches of independent sequences (test_forward_varlen.cu, test_forward_paged.cu)
-// share. Each sequence of such a call is an ordinary attention problem of its own lengths, judged
-// against the float32 GPU reference run on that sequence alone, through batch-1 views, by the rule of
-// the dense tests (forward_case.cu). Here: the settings every sequence of a call shares, rows of
-// (heads, d) elements (optionally padded, optionally bracketed by guard rows), the float32 LSE with
-// padding, outputs poisoned with NaN, the per-sequence comparison with its NaN and written-outside
-// checks, and the loop of a random sweep. Header-only: everything here is inline or a template.
+// What the GPU tests of batches of independent sequences (varlen_case.cu, paged_case.cu,
+// backward_varlen_case.cu) share. Each sequence of such a call is an ordinary attention problem of its
+// own lengths, judged against the float32 GPU reference run on that sequence alone, through batch-1
+// views, by the rule of the dense tests (forward_case.cu). Here: the settings every sequence of a call
+// shares, rows of (heads, d) elements (optionally padded, optionally bracketed by guard rows), the
+// float32 LSE with padding, outputs poisoned with NaN, the per-sequence comparison with its NaN and
+// written-outside checks, and the loop of a random sweep. Header-only: everything here is inline or a
+// template.
 #pragma once
 
 #include <gtest/gtest.h>
