@@ -136,13 +136,15 @@ INSTANTIATE_TEST_SUITE_P(
                       laid_out(causal(bwd(kFp16, 3, 3, 1, 513, 255, 64)), BackwardLayout::kHeadMajor)));
 
 // Small shapes for compute-sanitizer (scripts/device_tests.sh runs memcheck, racecheck and synccheck on
-// them): a few tiles each of causal GQA, softcap, a window with empty rows, and a packed layout.
+// them): a few tiles each of causal GQA, softcap, a window with empty rows, a packed layout, and d 40
+// (in the d 64 kernel, whose stores must stop at d).
 INSTANTIATE_TEST_SUITE_P(
     SanitizerSmall, BackwardMatchesReference,
     ::testing::Values(causal(bwd(kBf16, 1, 4, 2, 129, 255, 64)),
                       softcap(bwd(kFp16, 1, 2, 1, 100, 100, 128), 30.0f, 8.0f),
                       window(bwd(kBf16, 2, 2, 2, 200, 70, 128), 16, 4),
-                      laid_out(bwd(kFp16, 1, 2, 1, 65, 65, 64), BackwardLayout::kPacked)));
+                      laid_out(bwd(kFp16, 1, 2, 1, 65, 65, 64), BackwardLayout::kPacked),
+                      causal(bwd(kBf16, 1, 4, 2, 65, 129, 40))));
 
 // Pairs per random case (batch * heads_q * seqlen_q * seqlen_k): 24 MB of reference scratch at most.
 constexpr double kMaxSweepPairs = 1.5e6;

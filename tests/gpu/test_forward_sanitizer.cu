@@ -1,8 +1,8 @@
 // Small shapes for compute-sanitizer (memcheck, racecheck, synccheck; scripts/device_tests.sh runs
 // them with --gtest_filter='SanitizerSmall.*'). They also pass the accuracy rule on their own, so a
 // plain run checks them too. Each one touches a different edge: partial tiles, empty causal rows,
-// a single query row, GQA, head dims 64/128/256, tiles split along the keys, and the kernel with
-// every speed switch off.
+// a single query row, GQA, head dims 64/128/256 and two between them (run in the next wider kernel,
+// whose stores must stop at d), tiles split along the keys, and the kernel with every speed switch off.
 #include <string>
 
 #include "gpu/forward_case.cuh"
@@ -43,7 +43,9 @@ INSTANTIATE_TEST_SUITE_P(
         // (fwd/split_merge.cuh); at d 256 the warpgroups that merge nothing still pass the O stage on.
         SanitizerCase{"d256_tail_split_pieces", small(1, 2, 1, 200, 300, 256, Dtype::kBFloat16, false), {}},
         SanitizerCase{"d128_all_switches_off", small(1, 4, 2, 100, 150, 128, Dtype::kFloat16, true),
-                      KernelOptions{false, false, false, false}}),
+                      KernelOptions{false, false, false, false}},
+        SanitizerCase{"d40_in_the_d64_kernel", small(1, 4, 2, 65, 129, 40, Dtype::kBFloat16, true), {}},
+        SanitizerCase{"d200_in_the_d256_kernel", small(1, 2, 1, 130, 70, 200, Dtype::kFloat16, false), {}}),
     [](const ::testing::TestParamInfo<SanitizerCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
