@@ -217,20 +217,57 @@ TEST(ValidationLayout, HostHeadDimBoundariesPass) {
   }
 }
 
-TEST(ValidationLayout, CudaHeadDimOutside64_128_256IsUnsupported) {
-  for (int d : {32, 96, 512}) {
-    DenseCall call(d);
-    call.to_cuda();
-    EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q", {"64, 128 or 256", "CUDA"})) << "d=" << d;
+// bf16/fp16 on CUDA: any multiple of 8 from 8 to 256 (a non-native one runs in the next wider kernel,
+// whose TMA loads need rows of a multiple of 16 bytes); anything else is refused, naming head_dim.
+TEST(ValidationLayout, CudaHeadDimsOutsideMultiplesOf8To256AreUnsupported) {
+  for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
+    for (int d : {4, 12, 100, 264, 512}) {
+      DenseCall call(d, dtype);
+      call.to_cuda();
+      const std::string named = "head_dim " + std::to_string(d);
+      EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q",
+                        {named.c_str(), "a multiple of 8 from 8 to 256", "CUDA"}))
+          << dtype_name(dtype) << " d=" << d;
+    }
   }
 }
 
-TEST(ValidationLayout, CudaHeadDims64_128_256Pass) {
+TEST(ValidationLayout, CudaHeadDimsMultiplesOf8To256Pass) {
+  for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
+    for (int d = 8; d <= 256; d += 8) {
+      DenseCall call(d, dtype);
+      call.to_cuda();
+      EXPECT_TRUE(call.validate().ok()) << dtype_name(dtype) << " d=" << d << ": " << call.validate().message();
+    }
+  }
+}
+
+// FP8 kernels exist at 64, 128 and 256 only: no wider kernel runs the others.
+TEST(ValidationLayout, CudaFp8HeadDimOutside64_128_256IsUnsupported) {
+  for (int d : {32, 96, 200}) {
+    DenseCall call(d, Dtype::kFloat8E4M3);
+    call.to_cuda();
+    const std::string named = "head_dim " + std::to_string(d);
+    EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q", {named.c_str(), "64, 128 or 256"})) << "d=" << d;
+  }
+}
+
+TEST(ValidationLayout, CudaFp8HeadDims64_128_256Pass) {
   for (int d : {64, 128, 256}) {
-    DenseCall call(d);
+    DenseCall call(d, Dtype::kFloat8E4M3);
     call.to_cuda();
     EXPECT_TRUE(call.validate().ok()) << "d=" << d << ": " << call.validate().message();
   }
+}
+
+// The backward's arguments pass the same head_dim rule (its kernels' own limit, 128, is the dispatch's).
+TEST(ValidationLayout, CudaBackwardHeadDimFollowsTheSameRule) {
+  BackwardCall padded(40, Dtype::kBFloat16);
+  padded.to_cuda();
+  EXPECT_TRUE(padded.validate().ok()) << padded.validate().message();
+  BackwardCall odd(100, Dtype::kBFloat16);
+  odd.to_cuda();
+  EXPECT_TRUE(Fails(odd.validate(), StatusCode::kUnsupported, "q", {"head_dim 100", "a multiple of 8 from 8 to 256"}));
 }
 
 TEST(ValidationLayout, CudaBasePointerMustBe16ByteAligned) {
