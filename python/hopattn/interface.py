@@ -81,6 +81,10 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     return_attn_probs: like flash-attention 3, the log-sum-exp (float32, (batch, heads_q,
     seqlen_q), natural log) is returned, not the attention probabilities.
 
+    head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256 (a head dim other than
+    64, 128 or 256 runs in the next wider kernel), their backward any multiple of 8 up to 128, FP8
+    64, 128 or 256; host arrays any head dim from 1 to 512. The same holds for every function here.
+
     FP8 e4m3 inputs take float32 descales: q/k/v_descale (batch, heads_kv) per head, and/or the
     per-block scales of quantize_fp8(granularity="block"): q_block_descale (batch, heads_q,
     ceil(seqlen_q / descale_block_rows_q)), k/v_block_descale (batch, heads_kv,
@@ -89,7 +93,7 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
 
     pack_gqa (flash-attention 3's): None lets the sm_90a kernels put the query heads that share a
     K/V head into one tile where that needs fewer tiles (GQA with fewer query rows than a 128-row
-    tile: decoding); True packs every call they can (bf16/fp16 at head dims 64 and 128, at most 128
+    tile: decoding); True packs every call they can (bf16/fp16 at head dims up to 128, at most 128
     query heads per K/V head; any other call raises NotImplementedError); False never packs.
     Results match either way, to rounding. The CPU backend ignores it, as it does in the C++ API.
 

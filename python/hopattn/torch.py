@@ -4,12 +4,13 @@ Each has a fake (meta) kernel, so torch.compile traces calls without graph break
 formula calls bwd, which runs where the C++ library has a backward pass:
 - host tensors: the CPU reference, dense and variable-length, float32/float16/bfloat16;
 - CUDA tensors: the sm_90a backward kernel, bfloat16/float16 q/k/v, dense (batch, seqlen, heads,
-  head_dim) or variable-length (cu_seqlens, seqused_k / cache_seqlens), at head dim 64 or 128, with
-  causal, window, softcap, GQA/MQA and softmax_scale. It sums dq over key blocks with float
-  reductions in L2, so dq may differ in its last bits from run to run (dk and dv do not), unless
-  fwd was called with deterministic=True (a fixed order of those reductions; slower).
-Head dim 256 on CUDA, and paged KV caches and FP8 inputs anywhere, have no backward:
-NotImplementedError, naming what is supported.
+  head_dim) or variable-length (cu_seqlens, seqused_k / cache_seqlens), at any head dim that is a
+  multiple of 8 up to 128, with causal, window, softcap, GQA/MQA and softmax_scale. It sums dq over
+  key blocks with float reductions in L2, so dq may differ in its last bits from run to run (dk and
+  dv do not), unless fwd was called with deterministic=True (a fixed order of those reductions;
+  slower).
+Head dims above 128 on CUDA (the forward takes multiples of 8 up to 256), and paged KV caches and
+FP8 inputs anywhere, have no backward: NotImplementedError, naming what is supported.
 Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
 kernel directly where the dispatcher would do nothing else (plain eager calls with nothing for
 autograd to record), which saves its host overhead. Importing this module imports torch;
@@ -105,7 +106,8 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     # on CUDA it gets a copy unless it already qualifies. q, k, v passed the library's checks for
     # CUDA tensors in the forward (aligned strides, no empty extent), out and lse are the forward's
     # own contiguous outputs, and _core.backward allocates dq, dk, dv with torch.empty in q's, k's
-    # and v's shapes: contiguous, aligned (d 64 and 128 rows are 128 or 256 bytes), non-empty.
+    # and v's shapes: contiguous, aligned (rows of a multiple of 8 elements are multiples of 16
+    # bytes), non-empty.
     dout = _tma_ready(dout) if dout.is_cuda else _last_dim_contiguous(dout)
     return _core.backward(dout, q, k, v, out, lse,
                           softmax_scale=softmax_scale, causal=causal, window_left=window_left,
@@ -140,7 +142,8 @@ def _backward(ctx, dout, dlse):
         raise NotImplementedError(f"hopattn has no backward pass for {ctx.unsupported}; it "
                                   "differentiates dense and varlen float32/float16/bfloat16 "
                                   "attention on host tensors and, on CUDA tensors, dense and "
-                                  "varlen bfloat16/float16 attention at head dim 64 or 128")
+                                  "varlen bfloat16/float16 attention at head dims that are "
+                                  "multiples of 8 up to 128")
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
     (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
      deterministic) = ctx.params

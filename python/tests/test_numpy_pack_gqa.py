@@ -75,8 +75,9 @@ def test_the_setting_reaches_the_binding(rng, pack_gqa_passed, call):
 
 
 def test_cpu_backend_ignores_it_where_the_gpu_kernels_refuse_it(rng):
-    # The C++ API checks pack_gqa in the sm_90a backend only (kUnsupported there for FP8, head dim
-    # 256, more than 128 query heads per K/V head); the CPU reference computes as with any setting.
+    # The C++ API checks pack_gqa in the sm_90a backend only (kUnsupported there for FP8, head dims
+    # above 128, more than 128 query heads per K/V head); the CPU reference computes as with any
+    # setting.
     ml_dtypes = pytest.importorskip("ml_dtypes")
     q = normal(rng, (2, 3, 258, 256), np.float32)
     k, v = (normal(rng, (2, 9, 2, 256), np.float32) for _ in range(2))

@@ -517,11 +517,17 @@ def test_cpu_pack_gqa_reaches_the_library_on_every_path(rng, pack_gqa_passed, pa
 
 # ---- CUDA tensors: the sm_90a kernels ----------------------------------------------------------
 
+# Head dims: the kernels' tile widths 3 times in 4, else one that runs in the next wider kernel.
+NATIVE_HEAD_DIMS = [64, 128, 256]
+PADDED_HEAD_DIMS = [8, 40, 96, 136, 200, 248]
+
+
 def random_gpu_case(rng):
     heads_kv = int(rng.choice([1, 2, 4]))
+    head_dims = NATIVE_HEAD_DIMS if rng.random() < 0.75 else PADDED_HEAD_DIMS
     return dict(batch=int(rng.integers(1, 4)), seqlen_q=int(rng.choice([1, 113, 128, 255, 512, 1000])),
                 seqlen_k=int(rng.choice([1, 97, 128, 256, 511, 1024])), heads_kv=heads_kv,
-                heads_q=heads_kv * int(rng.choice([1, 2, 3])), head_dim=int(rng.choice([64, 128, 256])))
+                heads_q=heads_kv * int(rng.choice([1, 2, 3])), head_dim=int(rng.choice(head_dims)))
 
 
 @needs_hopper
@@ -594,6 +600,32 @@ def test_gpu_gradients_match_float64_within_flash_attention_rule(rng, dtype, hea
                                                                  feature):
     check_gradients(rng, "cuda", getattr(torch, dtype), head_dim, seqlen_q, seqlen_k, heads_q,
                     heads_kv, GRADIENT_FEATURES[feature])
+
+
+# Head dims between the tile widths run in the next wider kernel (the loads zero-fill the columns
+# past d, the stores leave them out); the backward takes them up to 128.
+@needs_hopper
+@pytest.mark.parametrize("feature", ["plain", "causal", "softcap"])
+@pytest.mark.parametrize("head_dim", [8, 40, 96, 112])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_padded_head_dim_gradients_match_float64_within_flash_attention_rule(rng, dtype,
+                                                                              head_dim, feature):
+    check_gradients(rng, "cuda", getattr(torch, dtype), head_dim, 100, 300, 6, 2,
+                    GRADIENT_FEATURES[feature])
+
+
+# Head dims no kernel runs: the library's kUnsupported, as NotImplementedError naming head_dim.
+@needs_hopper
+@pytest.mark.parametrize("head_dim, dtype, rule", [
+    (100, torch.bfloat16, "a multiple of 8 from 8 to 256"),
+    (264, torch.float16, "a multiple of 8 from 8 to 256"),
+    (96, torch.float8_e4m3fn, "64, 128 or 256"),
+])
+def test_gpu_head_dim_without_a_kernel_is_not_implemented(head_dim, dtype, rule):
+    q, k, v = (x.to(dtype) for x in random_qkv((1, 64, 4, head_dim), (1, 64, 2, head_dim),
+                                               torch.bfloat16, "cuda"))
+    with pytest.raises(NotImplementedError, match=f"^q: head_dim {head_dim} .*{re.escape(rule)}"):
+        hopattn.flash_attn_func(q, k, v)
 
 
 @needs_hopper
@@ -713,17 +745,19 @@ def test_gpu_compile_fullgraph_backward(rng):
 
 
 @needs_hopper
-@pytest.mark.parametrize("case", ["head_dim_256", "varlen_head_dim_256", "paged"])
+@pytest.mark.parametrize("case", ["head_dim_256", "head_dim_136", "varlen_head_dim_256", "paged"])
 def test_gpu_backward_without_a_kernel_is_not_implemented(case):
-    # The forward runs on the GPU; the backward has no kernel for these and says so (C++
-    # kUnsupported, or the Python layer for paged caches) instead of computing anything.
+    # The forward runs on the GPU (d 136 in the d 256 kernel); the backward has no kernel for these
+    # and says so (C++ kUnsupported, or the Python layer for paged caches) instead of computing
+    # anything.
     dtype, heads_kv = torch.bfloat16, 2
-    head_dim = 256 if "head_dim_256" in case else 128
+    head_dim = {"head_dim_256": 256, "varlen_head_dim_256": 256, "head_dim_136": 136}.get(case, 128)
     q, k, v = random_qkv((2, 100, 4, head_dim), (2, 130, heads_kv, head_dim), dtype, "cuda",
                          requires_grad=True)
-    if case == "head_dim_256":
+    if case in ("head_dim_256", "head_dim_136"):
         out = hopattn.flash_attn_func(q, k, v, causal=True)
-        match = "head dim 256 is not supported by the sm_90a backward kernel.*head dim 64 or 128"
+        match = (f"head dim {head_dim} is not supported by the sm_90a backward kernel"
+                 ".*head dim up to 128")
     elif case == "varlen_head_dim_256":
         cu_q = torch.tensor([0, 100, 200], dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0, 130, 260], dtype=torch.int32, device="cuda")
@@ -908,7 +942,7 @@ def test_gpu_pack_gqa_decoding_matches_float64(rng, seqlen_q, heads_q, heads_kv,
 # pack_gqa=True where no kernel packs. The library refuses KernelOptions::PackGqa::kOn there
 # (kUnsupported); its message must come out in NotImplementedError as it is.
 PACK_GQA_REFUSALS = {
-    "head_dim_256": (dict(head_dim=256), "at head dim 256 (head dims 64 and 128 pack)"),
+    "head_dim_256": (dict(head_dim=256), "at head dim 256 (head dims up to 128 pack)"),
     "float8": (dict(dtype=torch.float8_e4m3fn), "with FP8 (bf16 and fp16 pack)"),
     "129_heads_per_kv_head": (dict(heads_q=129), "with heads_q / heads_kv = 129 (packing takes at "
                                                  "most 128 query heads per K/V head)"),
