@@ -15,6 +15,7 @@ namespace hopattn::detail {
 namespace {
 
 constexpr int kHostMaxHeadDim = 512;
+constexpr int kMaxCudaHeadDim = 256;  // the widest sm_90a forward kernel
 constexpr const char* kQkvRule = "q, k and v must share one dtype";
 
 // The arguments forward and backward share.
@@ -189,10 +190,20 @@ Status check_heads_and_head_dim(const Problem& p) {
                    "; heads_q must be a multiple of heads_kv (GQA/MQA)");
   if (p.head_dim < 1 || p.head_dim > kHostMaxHeadDim)
     return invalid("q: head_dim " + str(p.head_dim) + " is not allowed; head_dim must be in 1..512");
-  if (p.device == DeviceType::kCuda && p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+  if (p.device != DeviceType::kCuda) return Status::Ok();
+  // FP8 kernels exist at their tile widths only; the 16-bit ones run any other head dim in the next
+  // wider kernel, whose TMA loads zero-fill the columns past it: rows of a multiple of 8 columns are
+  // what keeps every stride a multiple of the 16 bytes TMA requires.
+  if (p.in_dtype == Dtype::kFloat8E4M3) {
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+      return unsupported("q: head_dim " + str(p.head_dim) +
+                         " is not supported for FP8 CUDA tensors; the sm_90a FP8 kernels take head_dim 64, 128 or "
+                         "256 (bf16/fp16 take any multiple of 8 from 8 to 256; host tensors 1..512)");
+  } else if (p.head_dim % 8 != 0 || p.head_dim > kMaxCudaHeadDim) {
     return unsupported("q: head_dim " + str(p.head_dim) +
-                       " is not supported on CUDA tensors; the sm_90a kernels take head_dim 64, 128 or 256 "
-                       "(host tensors take 1..512)");
+                       " is not supported on CUDA tensors; the sm_90a kernels take a head_dim that is a multiple "
+                       "of 8 from 8 to 256 (host tensors take 1..512)");
+  }
   return Status::Ok();
 }
 

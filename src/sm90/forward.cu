@@ -18,7 +18,7 @@ Status unsupported(const std::string& what) {
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
                        "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k) or with a paged KV "
                        "cache (page_size a power of two >= 16), and FP8 e4m3 dense q/k/v, with head dim 64, 128 "
-                       "or 256, causal or not, sliding window, softcap, GQA/MQA, softmax_scale and LSE (the CPU "
+                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, softcap, GQA/MQA, softmax_scale and LSE (the CPU "
                        "reference backend supports every feature on host tensors)");
 }
 
@@ -47,14 +47,15 @@ Status launch(const FwdArgs& args, const detail::Problem& pr) {
                                         : launch_shipped_forward<kHeadDim, Element>(args, pr);
 }
 
+// The kernel whose tile width is the head dim, or the next wider one: its TMA loads zero-fill the
+// columns past head_dim (adding nothing to q.k and to P V) and its stores leave them out
+// (FwdParams::head_dim). Validation let through multiples of 8 up to 256.
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
-  switch (pr.head_dim) {
-    case 64: return launch<64, Element>(args, pr);
-    case 128: return launch<128, Element>(args, pr);
-    case 256: return launch<256, Element>(args, pr);
-    default: return unsupported("head dim " + std::to_string(pr.head_dim));
-  }
+  if (pr.head_dim <= 64) return launch<64, Element>(args, pr);
+  if (pr.head_dim <= 128) return launch<128, Element>(args, pr);
+  if (pr.head_dim <= 256) return launch<256, Element>(args, pr);
+  return unsupported("head dim " + std::to_string(pr.head_dim));
 }
 
 }  // namespace
@@ -71,7 +72,8 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
     if (pr.in_dtype == Dtype::kFloat8E4M3)
       return unsupported("KernelOptions::pack_gqa = kOn with FP8 (bf16 and fp16 pack)");
     if (pr.head_dim > 128)
-      return unsupported("KernelOptions::pack_gqa = kOn at head dim 256 (head dims 64 and 128 pack)");
+      return unsupported("KernelOptions::pack_gqa = kOn at head dim " + std::to_string(pr.head_dim) +
+                         " (head dims up to 128 pack)");
     if (!args.options.warp_specialized)
       return unsupported("KernelOptions::pack_gqa = kOn with warp_specialized = false (the packing kernels are "
                          "warp-specialized)");

@@ -416,7 +416,8 @@ class BwdConsumer {
   }
 
   // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers: every key
-  // row stored for the sequence (key_rows), so those past the keys it uses get their 0.
+  // row stored for the sequence (key_rows), so those past the keys it uses get their 0; no column past
+  // head_dim (a pair never straddles it: head_dim is even).
   __device__ void store_gradients(const float (&dk)[kG], const float (&dv)[kG]) const {
     using Element = typename Traits::Element;
     const std::int64_t row0 = seq_.rows.k_row0;
@@ -429,6 +430,7 @@ class BwdConsumer {
       const int key = key_of(i);
       if (key >= seq_.key_rows) continue;
       const int col = accumulator_col(thread_, i);
+      if (col >= p_.head_dim) continue;
       *reinterpret_cast<std::uint32_t*>(dk_out + key * p_.dk_row_stride + col) =
           pack_pair<Traits::kIsBf16>(dk[i] * p_.softmax_scale, dk[i + 1] * p_.softmax_scale);
       *reinterpret_cast<std::uint32_t*>(dv_out + key * p_.dv_row_stride + col) =

@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
     const float4 sum = *reinterpret_cast<const float4*>(block + offset);
     std::uint16_t* dq = static_cast<std::uint16_t*>(p.dq) + seq.rows.q_batch * p.dq_batch_stride +
                         std::int64_t(seq.rows.q_row0) * p.dq_row_stride + head * p.dq_head_stride + col;
+    if (col >= p.head_dim) continue;  // a column the next wider kernel added (backward.cu)
     if (row < seqlen_q) {
       *reinterpret_cast<std::uint32_t*>(dq + row * p.dq_row_stride) =
           pack_pair<Traits::kIsBf16>(sum.x * p.softmax_scale, sum.y * p.softmax_scale);

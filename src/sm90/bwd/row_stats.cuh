@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kRowStatsWarps * 32) backward_row_stats_kernel
                           q_row * p.dout_row_stride + head * p.dout_head_stride;
 #pragma unroll
     for (int c = 2 * lane; c < kHeadDim; c += 64) {
-      dot += float(out[c]) * float(dout[c]) + float(out[c + 1]) * float(dout[c + 1]);
+      if (c < p.head_dim) dot += float(out[c]) * float(dout[c]) + float(out[c + 1]) * float(dout[c + 1]);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);

@@ -37,7 +37,8 @@ __device__ __forceinline__ void store_lse_rows(const FwdParams& p, const RowEnd&
 
 // Stores O registers [first, first + kRegisters) of a warpgroup's 64 rows (o[i] is register first + i;
 // first a multiple of 4), scaled per row by out_scale, as 16-bit pairs straight from the accumulator
-// registers; rows at or past rows.seqlen_q are dropped.
+// registers; rows at or past rows.seqlen_q and columns past p.head_dim are dropped (a pair never
+// straddles it: head_dim is even).
 template <bool kBf16, typename Element, int kRegisters, class RowEnd>
 __device__ __forceinline__ void store_row_registers(const FwdParams& p, const RowEnd& rows, const TileCoord& c,
                                                     int row0, int thread, int first, const float (&o)[kRegisters],
@@ -47,8 +48,9 @@ __device__ __forceinline__ void store_row_registers(const FwdParams& p, const Ro
   for (int i = 0; i < kRegisters; i += 2) {
     const int r = fragment_row_half(i);
     const int row = row0 + accumulator_row(thread, first + i);
-    if (row < rows.seqlen_q) {
-      *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + accumulator_col(thread, first + i)) =
+    const int col = accumulator_col(thread, first + i);
+    if (row < rows.seqlen_q && col < p.head_dim) {
+      *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + col) =
           pack_pair<kBf16>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
     }
   }
@@ -132,7 +134,7 @@ __device__ __forceinline__ void retire_o_turns(int warpgroup) {
 // O stage (swizzled like Q) with one stmatrix.x4 per 16 columns: the accumulators of columns
 // [16k, 16k + 16), packed in pairs, are the A-fragment layout that ldmatrix reads for Q
 // (a_fragment.hpp, conflict-free), so the same lane addresses store them. One thread TMA-stores the
-// rows, 64 columns per box; rows past the tensor map's end are not written (a dense map ends at
+// rows, 64 columns per box; rows and columns past the tensor map's end are not written (a dense map ends at
 // seqlen_q; a packed one at the last sequence's end, so callers store a variable-length warpgroup
 // whose rows run past its sequence through registers instead). Its
 // own rows (kOStagePerWarpgroup) are rewritten only once the previous tile's stores have read them

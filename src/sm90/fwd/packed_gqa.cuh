@@ -108,8 +108,9 @@ __device__ __forceinline__ void store_tile_registers(const FwdParams& p, const V
                    t.head * p.out_head_stride;
 #pragma unroll
     for (int i = 0; i < kRegisters; i += 2) {
-      if (fragment_row_half(i) != half) continue;
-      *reinterpret_cast<std::uint32_t*>(out + accumulator_col(thread, first + i)) =
+      const int col = accumulator_col(thread, first + i);
+      if (fragment_row_half(i) != half || col >= p.head_dim) continue;  // past head_dim: see store_row_registers
+      *reinterpret_cast<std::uint32_t*>(out + col) =
           pack_pair<Traits::kIsBf16>(o[i] * out_scale[half], o[i + 1] * out_scale[half]);
     }
     if (with_lse && p.lse != nullptr && thread % 4 == 0) {

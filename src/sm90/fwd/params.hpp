@@ -16,6 +16,9 @@ struct FwdParams {
   int seqlen_q;
   int seqlen_k;
   int head_ratio;  // heads_q / heads_kv
+  // Columns of q, k, v and out: the kernel's kHeadDim or fewer (forward.cu runs a head dim in the
+  // next wider kernel); the register stores leave out the columns past it.
+  int head_dim;
   // Scores reach the softmax as raw q.k, or as softcap * tanh(q.k * softmax_scale / softcap) when
   // softcap > 0; logit_scale turns them into logits (softmax_scale, or 1 after the softcap) and
   // scale_log2 = logit_scale * log2(e) is what the exp2 softmax multiplies by.

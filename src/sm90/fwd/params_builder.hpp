@@ -37,6 +37,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
                                  bool pack_gqa = false) {
   FwdParams p{};
   p.batch = pr.batch;
+  p.head_dim = pr.head_dim;
   p.heads_q = pr.heads_q;
   p.heads_kv = pr.heads_kv;
   p.seqlen_q = pr.seqlen_q;
