@@ -31,10 +31,20 @@ bool packs(const FwdArgs& args, const detail::Problem& pr) {
          packs_gqa(args.options.pack_gqa, pr, kTileRows);
 }
 
+// Query rows that fill at most one consumer warpgroup of a tile (decoding steps that pack nothing: MHA,
+// or pack_gqa off): the variable-length kernels leave the other warpgroup idle and split every tile,
+// where the dense kernels run both warpgroups and split only the last round's tiles. Batch-1 MHA steps
+// took 7-33% less time there, batch 8 the same (perf-notes, session 19).
+bool decodes(const FwdArgs& args, const detail::Problem& pr) {
+  return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized &&
+         pr.seqlen_q <= kTileRows / 2;
+}
+
 // Batches whose sequences differ in length or location take the variable-length kernels, and so do
-// launches that pack GQA heads into tiles (only those kernels pack; a dense batch is a special case).
+// launches that pack GQA heads into tiles (only those kernels pack; a dense batch is a special case)
+// and decoding steps.
 bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
-  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged || packs(args, pr);
+  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged || packs(args, pr) || decodes(args, pr);
 }
 
 // A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
