@@ -427,12 +427,11 @@ class Consumer {
   // The mainloop of a warpgroup none of whose rows is live (a decoding tile's second warpgroup, the
   // rows past a short sequence): no GEMMs and no softmax, only the barrier traffic of a mainloop, in its
   // order, so the other warpgroup and the producer see what they would: one GEMM turn per block, this
-  // warpgroup's share of a V tail cleared after its first turn, and its K, Q and V releases, each after
-  // the block has landed (so that it counts in the stage's current phase, with or without turns). Its
-  // O stays 0 and its rows store nothing.
-  // The V tail is cleared where the live warpgroup's mainloop clears it: mainloop_sequential before its
-  // first turn, mainloop_overlapped after it (the other order deadlocks against the live warpgroup's
-  // wait for the clear, H200 2026-12-02).
+  // warpgroup's share of a V tail cleared, and its K, Q and V releases, each after the block has landed
+  // (so that it counts in the stage's current phase, with or without turns). Its O stays 0 and its rows
+  // store nothing. The V tail is cleared where the live warpgroup's mainloop clears it:
+  // mainloop_sequential before its first turn, mainloop_overlapped after it (the other order deadlocks
+  // against the live warpgroup's wait for the clear, H200 2026-12-02).
   template <class Bounds>
   __device__ void mainloop_idle(const Bounds& seq, int n_begin, int n_end) {
     const bool overlapped = p_.intra_wg_overlap;
