@@ -7,8 +7,9 @@
 //   lse     float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen q; natural log.
 // Every tensor may have any strides as long as its last dimension is contiguous (one exception: an
 // fp8 v may have its keys contiguous instead, see FwdArgs::v). Tensors on the host
-// run on the CPU reference backend (float64 accumulation); tensors on a CUDA device run on the sm_90a
-// kernels. Every call returns a Status; nothing throws and nothing aborts on bad input.
+// run on the CPU reference backend (float64 accumulation, d 1..512); tensors on a CUDA device run on
+// the sm_90a kernels (bf16/fp16: d a multiple of 8 up to 256, up to 128 for backward; fp8: d 64, 128
+// or 256). Every call returns a Status; nothing throws and nothing aborts on bad input.
 #pragma once
 
 #include <cstddef>
@@ -76,9 +77,9 @@ struct KernelOptions {
   bool persistent = true;         // grid = SM count, tiles handed out by a scheduler
   // GQA packing (bf16/fp16): the query heads that share a K/V head fill one tile's rows together, so
   // a decoding step (a few query rows per head) computes and loads K/V once per K/V head instead of
-  // once per query head. Head dims 64 and 128, warp-specialized kernels. kAuto packs where that needs
+  // once per query head. Head dims up to 128, warp-specialized kernels. kAuto packs where that needs
   // fewer tiles (GQA with fewer query rows than a tile holds); kOn packs any call it can (kUnsupported
-  // at head dim 256, without warp specialization, or for heads_q / heads_kv > 128); kOff never.
+  // at head dims above 128, without warp specialization, or for heads_q / heads_kv > 128); kOff never.
   enum class PackGqa { kAuto, kOn, kOff };
   PackGqa pack_gqa = PackGqa::kAuto;
 };
@@ -118,8 +119,8 @@ struct FwdArgs {
 
   // Split-KV: the sm_90a kernels cut tiles along the keys over idle SMs and merge the pieces. Dense
   // batches: non-causal launches without a window; FP8 at head dims 64 and 128, not with block
-  // descales alone. Variable-length and paged batches (bf16/fp16 at head dims 64 and 128, any mask):
-  // every tile in the same number of pieces, each a share of its own sequence's keys. 0 = where that shortens the launch (the
+  // descales alone. Variable-length and paged batches, and decoding steps of at most 64 query rows
+  // (bf16/fp16 at head dims up to 128, any mask): every tile in the same number of pieces, each a share of its own sequence's keys. 0 = where that shortens the launch (the
   // last rounds' tiles, or every tile when there are fewer tiles than SMs; variable lengths: when
   // there are at most half as many tiles as SMs), 1 = never, n >= 2 = every tile in n pieces (as long
   // as tiles x n <= 1024). Results match either way, to rounding.
