@@ -42,14 +42,20 @@ int index_of_dim(int d) {
 
 std::string dim_name(const ::testing::TestParamInfo<int>& info) { return "d" + std::to_string(info.param); }
 
-class PaddedHeadDimForward : public HopperTest, public ::testing::WithParamInterface<int> {};
-
-ForwardCase dense(int d, int b, int hq, int hkv, int sq, int sk, Dtype dtype, bool causal, Layout layout) {
-  ForwardCase c;
+// A dense forward (ForwardCase, Layout) or backward (BackwardCase, BackwardLayout) case.
+template <class Case, class CaseLayout>
+Case dense_case(int d, int b, int hq, int hkv, int sq, int sk, Dtype dtype, bool causal, CaseLayout layout) {
+  Case c;
   c.batch = b, c.heads_q = hq, c.heads_kv = hkv, c.seqlen_q = sq, c.seqlen_k = sk, c.head_dim = d;
   c.dtype = dtype, c.causal = causal, c.layout = layout;
   return c;
 }
+
+ForwardCase dense(int d, int b, int hq, int hkv, int sq, int sk, Dtype dtype, bool causal, Layout layout) {
+  return dense_case<ForwardCase>(d, b, hq, hkv, sq, sk, dtype, causal, layout);
+}
+
+class PaddedHeadDimForward : public HopperTest, public ::testing::WithParamInterface<int> {};
 
 // Each case with the default kernel and with every speed switch off (the ablation stores its own way).
 TEST_P(PaddedHeadDimForward, DenseCasesMatchReference) {
@@ -122,10 +128,7 @@ class PaddedHeadDimBackward : public HopperTest, public ::testing::WithParamInte
 
 BackwardCase backward_case(int d, int b, int hq, int hkv, int sq, int sk, Dtype dtype, bool causal,
                            BackwardLayout layout) {
-  BackwardCase c;
-  c.batch = b, c.heads_q = hq, c.heads_kv = hkv, c.seqlen_q = sq, c.seqlen_k = sk, c.head_dim = d;
-  c.dtype = dtype, c.causal = causal, c.layout = layout;
-  return c;
+  return dense_case<BackwardCase>(d, b, hq, hkv, sq, sk, dtype, causal, layout);
 }
 
 // Contiguous, padded heads (gradients followed by poisoned padding) and a packed dqkv.
