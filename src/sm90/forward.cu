@@ -18,7 +18,7 @@ Status unsupported(const std::string& what) {
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
                        "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k) or with a paged KV "
                        "cache (page_size a power of two >= 16), and FP8 e4m3 dense q/k/v, with head dim 64, 128 "
-                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, softcap, GQA/MQA, softmax_scale and LSE (the CPU "
+                       "or 256 (bf16/fp16: any multiple of 8 up to 256; tiles of 64, 128, 192, 256), causal or not, sliding window, softcap, GQA/MQA, softmax_scale and LSE (the CPU "
                        "reference backend supports every feature on host tensors)");
 }
 
@@ -64,6 +64,7 @@ template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.head_dim <= 64) return launch<64, Element>(args, pr);
   if (pr.head_dim <= 128) return launch<128, Element>(args, pr);
+  if (pr.head_dim <= 192) return launch<192, Element>(args, pr);
   if (pr.head_dim <= 256) return launch<256, Element>(args, pr);
   return unsupported("head dim " + std::to_string(pr.head_dim));
 }

@@ -146,8 +146,8 @@ inline std::uint64_t run_seed() {
 // Head dims of the 16-bit sm_90a kernels' tiles. Any other multiple of 8 runs in the next wider kernel
 // (up to 256 forward, 128 backward), with the columns past d zero-filled by the TMA loads and left out of
 // the stores: kPaddedHeadDims are such dims, either side of each tile width and at the smallest.
-constexpr int kNativeHeadDims[] = {64, 128, 256};
-constexpr int kPaddedHeadDims[] = {8, 32, 40, 72, 80, 96, 112, 136, 160, 192, 200, 248};
+constexpr int kNativeHeadDims[] = {64, 128, 192, 256};
+constexpr int kPaddedHeadDims[] = {8, 32, 40, 72, 80, 96, 112, 136, 160, 184, 200, 248};
 
 // A head dim <= max_dim (>= 64) for a random case: a native one about 3 times in 4, else a padded one,
 // so that the sweeps keep their weight on the tiles and still reach the zero-filled columns.

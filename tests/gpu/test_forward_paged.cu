@@ -60,7 +60,7 @@ std::vector<NamedCase<PagedCase>> corner_cases() {
   for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
     const int ps = kPageSizes[i];
     int f = 0;  // feature index: shifts the rotation so that each feature meets every head dim
-    const auto d = [&] { return kNativeHeadDims[(i + f) % 3]; };
+    const auto d = [&] { return kNativeHeadDims[(i + f) % std::size(kNativeHeadDims)]; };
     const auto dtype = [&] { return (i + f) % 2 ? kFp16 : kBf16; };
     {
       // Decode: one query row against a long cache, GQA 8/1 (causal or not: the same mask at one row).

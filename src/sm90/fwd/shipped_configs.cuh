@@ -25,8 +25,12 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   } else if constexpr (kHeadDim == 128) {
     // 176 keys (FlashAttention-3's non-causal choice) measured 4-9% slower than 128 at 512-8k here.
     return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
+  } else if constexpr (kHeadDim == 192) {
+    // d 256's 64-key blocks: two K/V stages and a 64-row O stage per warpgroup fit, and Q fits in
+    // registers (128-key blocks do not fit twice beside Q). Head dims 136-192 run here, 200-256 at 256.
+    return launch_forward<FwdTraits<192, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
   } else {
-    static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 256");
+    static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 192, 256");
     return launch_forward<FwdTraits<256, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
   }
 }

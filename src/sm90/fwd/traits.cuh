@@ -71,7 +71,7 @@ struct FwdTraits {
   // Q as the A operand of S = Q K^T from registers (loaded once per tile, tile/a_fragment.hpp) rather
   // than from shared memory per K block: it takes load off shared-memory bandwidth, and the Q buffer
   // is free for the next tile's Q right away. kHeadDim / 4 registers, where they fit beside O, S and
-  // P with 48 left for addresses and softmax state (shipped: d 64 and 128; d 256 spills).
+  // P with 48 left for addresses and softmax state (shipped: d 64, 128 and 192; d 256 spills).
   static constexpr int kQRegisters = kHeadDim / 4;
   static constexpr bool kQInRegisters =
       kQRegisters + kSRegisters + kBlockN / 4 + kORegisters <= kConsumerRegisters - 48;
