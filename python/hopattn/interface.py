@@ -11,13 +11,14 @@ torch, bypasses autograd.
 
 import numbers
 
-from . import _core
+from . import _core, _kvcache
 from ._arrays import library_of
 
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, softcap, GQA/MQA, variable "
-             "lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV (page_table) and FP8 "
+             "lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV (page_table), FP8 "
              "e4m3 inputs with q/k/v_descale (and per-block q/k/v_block_descale in "
-             "flash_attn_func), and deterministic backward passes")
+             "flash_attn_func), deterministic backward passes, and in flash_attn_with_kvcache "
+             "k/v appends, rotary embedding, cache_batch_idx and cache_leftpad")
 
 
 def _reject(name, value, default=None):
@@ -155,28 +156,49 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             q_descale=None, k_descale=None, v_descale=None, num_splits=0,
                             pack_gqa=None, return_softmax_lse=False, out=None, rotary_cos=None,
-                            rotary_sin=None, cache_batch_idx=None, cache_leftpad=None,
-                            alibi_slopes=None):
-    """Attention of new queries over a KV cache (decoding).
+                            rotary_sin=None, rotary_interleaved=False, cache_batch_idx=None,
+                            cache_leftpad=None, alibi_slopes=None):
+    """Attention of new queries over a KV cache (decoding), with flash-attention's semantics.
 
     q: (batch, seqlen_q, heads_q, head_dim), or (total_q, heads_q, head_dim) with cu_seqlens_q.
-    k_cache, v_cache: (batch, seqlen_cache, heads_kv, head_dim), or paged
-    (num_pages, page_size, heads_kv, head_dim) with page_table/block_table (batch, pages_per_seq).
-    cache_seqlens: int or int32 (batch): keys in use per sequence (seqused_k); causal aligns the
-    queries to the end of those keys. num_splits: split-KV, 0 = heuristic, 1 = none, n = n pieces
-    per query tile (the sm_90a kernels, for non-causal calls without a window; FP8 at head dims 64
-    and 128, not with block descales alone; results match to rounding either way). pack_gqa: as
-    in flash_attn_func.
-    Appending new keys (k, v), rotary embedding, cache_batch_idx and cache_leftpad are not
-    implemented: write new keys into the cache first and pass the grown cache_seqlens.
+    k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv, head_dim), or paged
+    (num_pages, page_size, heads_kv, head_dim) with page_table/block_table (batch, pages_per_seq):
+    position p of sequence b is row p % page_size of page page_table[b, p // page_size].
+    cache_seqlens: int or int32 (batch): keys in use per sequence (seqused_k); causal and windows
+    align the queries to the end of the keys in use. None: the whole cache.
+
+    k, v (batch, seqlen_new, heads_kv, head_dim), of the cache's dtype: written into k_cache and
+    v_cache IN PLACE at positions cache_seqlens[b] + i (cache_seqlens is then required; it is not
+    modified); attention then runs over cache_seqlens + seqlen_new keys. Not with cu_seqlens_q.
+    The append runs before the attention: an error of the attention itself (a head dim the GPU
+    kernels lack, say) leaves the new keys written. No gradient flows into k and v.
+    rotary_cos, rotary_sin (seqlen_ro >= the cache's keys per sequence, rotary_dim / 2), only with
+    k and v: the new keys are rotated at positions cache_seqlens[b] + i before they are written;
+    q (a rotated copy; q itself is unchanged) at cache_seqlens[b] + i when causal or with a window,
+    else every query at cache_seqlens[b]. Only the first rotary_dim (even, <= head_dim) features
+    turn; computed in float32 and rounded to the inputs' dtype. rotary_interleaved: False rotates
+    feature i with i + rotary_dim / 2 (GPT-NeoX), True features 2i with 2i + 1 (GPT-J).
+    cache_batch_idx int32 (batch), dense caches only: sequence b uses cache row
+    cache_batch_idx[b], for the append and the attention. The cache is then read as a paged one
+    whose pages are the cache rows (or power-of-two pieces of them, at least 16 keys, what the GPU
+    kernels take), without a copy; where no such view exists (seqlen_cache without a power-of-two
+    divisor >= 16, or rows not back to back), the rows are gathered into a temporary copy first:
+    correct, but that costs a copy of batch cache rows per call.
+    cache_leftpad int32 (batch), dense caches only: sequence b's keys start at cache_leftpad[b];
+    the keys in use are [cache_leftpad[b], cache_seqlens[b] + seqlen_new), and rotary positions
+    stay those of the cache. It reads the cache as packed keys through cu_seqlens_k (a cache whose
+    rows do not lie back to back is copied first).
+    Index values (cache_seqlens, cache_batch_idx, cache_leftpad, page tables) of CUDA arrays are
+    trusted, as in flash-attention: checking them would need a device sync. Host arrays are
+    checked (ValueError naming the argument) before anything is written. JAX arrays are immutable:
+    k and v raise TypeError (write the cache yourself and pass the grown cache_seqlens), and
+    cache_batch_idx and cache_leftpad are not implemented for them.
+
+    num_splits: split-KV, 0 = heuristic, 1 = none, n = n pieces per query tile (the sm_90a
+    kernels, for non-causal calls without a window; FP8 at head dims 64 and 128, not with block
+    descales alone; results match to rounding either way). pack_gqa: as in flash_attn_func.
     Returns out, or (out, lse) when return_softmax_lse.
     """
-    _reject("k", k)
-    _reject("v", v)
-    _reject("rotary_cos", rotary_cos)
-    _reject("rotary_sin", rotary_sin)
-    _reject("cache_batch_idx", cache_batch_idx)
-    _reject("cache_leftpad", cache_leftpad)
     _reject("alibi_slopes", alibi_slopes)
     if block_table is not None and page_table is not None:
         raise ValueError("block_table and page_table name the same argument; pass one of them")
@@ -184,18 +206,36 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
         page_table = block_table
     varlen_q = cu_seqlens_q is not None
     _core.check_q_rank(q.shape, varlen_q)
-    if isinstance(cache_seqlens, int):
-        batch = int(cu_seqlens_q.shape[0]) - 1 if varlen_q else int(q.shape[0])
-        cache_seqlens = library_of(q, "q").int32_full(q, (batch,), cache_seqlens)
     if varlen_q and max_seqlen_q is None:
         raise ValueError("max_seqlen_q: required with cu_seqlens_q")
+    batch = int(cu_seqlens_q.shape[0]) - 1 if varlen_q else int(q.shape[0])
     left, right = _window(window_size)
-    return _forward(q, k_cache, v_cache, out, return_softmax_lse, softmax_scale=softmax_scale,
-                    causal=causal, window_left=left, window_right=right, softcap=softcap,
-                    cu_seqlens_q=cu_seqlens_q, max_seqlen_q=int(max_seqlen_q or 0),
-                    seqused_k=cache_seqlens, page_table=page_table, num_splits=num_splits,
-                    pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale, k_descale=k_descale,
-                    v_descale=v_descale)
+    arguments = dict(q=q, k=k_cache, v=v_cache, out=out, seqused_k=cache_seqlens,
+                     page_table=page_table, cu_seqlens_q=cu_seqlens_q,
+                     max_seqlen_q=int(max_seqlen_q or 0), cu_seqlens_k=None, max_seqlen_k=0)
+    finish = None
+    if (k is not None or v is not None or rotary_cos is not None or rotary_sin is not None
+            or cache_batch_idx is not None or cache_leftpad is not None):
+        descaled = q_descale is not None or k_descale is not None or v_descale is not None
+        arguments, finish = _kvcache.prepare(
+            q, k_cache, v_cache, k, v, batch=batch, cache_seqlens=cache_seqlens,
+            page_table=page_table, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+            rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
+            causal=causal, window=(left, right), cu_seqlens_q=cu_seqlens_q,
+            max_seqlen_q=arguments["max_seqlen_q"], out=out, descaled=descaled)
+    elif isinstance(cache_seqlens, int):
+        arguments["seqused_k"] = library_of(q, "q").int32_full(q, (batch,), cache_seqlens)
+    q, k_cache, v_cache, out = (arguments.pop(name) for name in ("q", "k", "v", "out"))
+    result = _forward(q, k_cache, v_cache, out, return_softmax_lse,
+                      softmax_scale=softmax_scale, causal=causal, window_left=left,
+                      window_right=right, softcap=softcap, num_splits=num_splits,
+                      pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale, k_descale=k_descale,
+                      v_descale=v_descale, **arguments)
+    if finish is None:
+        return result
+    out, lse = finish(*(result if return_softmax_lse else (result, None)))
+    return (out, lse) if return_softmax_lse else out
+
 
 def _unpack(packed, name, count, rank, layout):
     """The `count` strided views of a packed q/k/v array along its packing axis (rank - 3), no copy."""

@@ -187,12 +187,19 @@ def test_seqused_q_is_not_implemented(rng):
         hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 5, seqused_q=np.array([1, 1], np.int32))
 
 
-@pytest.mark.parametrize("option", ["k", "v", "rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad"])
-def test_unsupported_kvcache_options_raise_not_implemented(rng, option):
+def test_kvcache_leftpad_with_a_paged_cache_is_not_implemented(rng):
+    # As in flash-attention: cache_leftpad takes a dense cache.
     q, k_cache, v_cache, table = paged_inputs(rng)
-    with pytest.raises(NotImplementedError, match=f"^{option}: an array of shape"):
+    with pytest.raises(NotImplementedError, match="^cache_leftpad: not supported with a paged cache"):
         hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, page_table=table, cache_seqlens=3,
-                                        **{option: np.zeros((2, 1, 1, 8), np.float32)})
+                                        cache_leftpad=np.zeros(2, np.int32))
+
+
+def test_kvcache_alibi_is_not_implemented(rng):
+    q, k_cache, v_cache, table = paged_inputs(rng)
+    with pytest.raises(NotImplementedError, match="^alibi_slopes: an array of shape"):
+        hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, page_table=table, cache_seqlens=3,
+                                        alibi_slopes=np.ones(2, np.float32))
 
 
 def test_backward_of_float8_is_not_implemented():
