@@ -23,6 +23,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_reference.cuh"
@@ -430,6 +431,18 @@ inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k, 
   c.with_lse = chance(0.85);
   c.amplitude = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng);
   c.padded_rows = chance(0.2);
+}
+
+// A variable-length case (the forward's VarlenCase, the backward's VarlenBackwardCase) of these
+// lengths, heads, head dim and dtype; every other field at its default.
+template <class Case>
+Case varlen_case_of(std::vector<int> len_q, std::vector<int> len_k, int heads_q, int heads_kv, int head_dim,
+                    Dtype dtype) {
+  Case c;
+  c.len_q = std::move(len_q);
+  c.len_k = std::move(len_k);
+  c.heads_q = heads_q, c.heads_kv = heads_kv, c.head_dim = head_dim, c.dtype = dtype;
+  return c;
 }
 
 // The checks every variable-length case's lengths pass (the forward's and the backward's cases name

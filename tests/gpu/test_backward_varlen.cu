@@ -20,11 +20,7 @@ namespace {
 
 VarlenBackwardCase varlen(std::vector<int> len_q, std::vector<int> len_k, int heads_q, int heads_kv, int head_dim,
                           Dtype dtype) {
-  VarlenBackwardCase c;
-  c.len_q = std::move(len_q);
-  c.len_k = std::move(len_k);
-  c.heads_q = heads_q, c.heads_kv = heads_kv, c.head_dim = head_dim, c.dtype = dtype;
-  return c;
+  return varlen_case_of<VarlenBackwardCase>(std::move(len_q), std::move(len_k), heads_q, heads_kv, head_dim, dtype);
 }
 
 // The lengths the brief of the backward's varlen tests names: the 64- and 128-row edges, 300 and 0,

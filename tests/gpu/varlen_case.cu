@@ -75,11 +75,7 @@ std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
 
 VarlenCase varlen(std::vector<int> len_q, std::vector<int> len_k, int heads_q, int heads_kv, int head_dim,
                   Dtype dtype) {
-  VarlenCase c;
-  c.len_q = std::move(len_q);
-  c.len_k = std::move(len_k);
-  c.heads_q = heads_q, c.heads_kv = heads_kv, c.head_dim = head_dim, c.dtype = dtype;
-  return c;
+  return varlen_case_of<VarlenCase>(std::move(len_q), std::move(len_k), heads_q, heads_kv, head_dim, dtype);
 }
 
 }  // namespace hopattn::test
