@@ -15,8 +15,9 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a backward kernel yet; it supports bf16/fp16 q/k/v, dense "
                        "(batch, seqlen, heads, head_dim) or variable-length (cu_seqlens_q, cu_seqlens_k, "
-                       "seqused_k), with head dim up to 128 (a multiple of 8), causal or not, sliding window, softcap, GQA/MQA and "
-                       "softmax_scale (the CPU reference backend supports every feature on host tensors)");
+                       "seqused_k), with head dim up to 128 (a multiple of 8), causal or not, sliding window, "
+                       "softcap, GQA/MQA and softmax_scale (the CPU reference backend supports every feature on host "
+                       "tensors)");
 }
 
 template <int kHeadDim, typename Element>

@@ -18,8 +18,9 @@ Status unsupported(const std::string& what) {
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
                        "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k) or with a paged KV "
                        "cache (page_size a power of two >= 16), and FP8 e4m3 dense q/k/v, with head dim 64, 128 "
-                       "or 256 (bf16/fp16: any multiple of 8 up to 256; tiles of 64, 128, 192, 256), causal or not, sliding window, softcap, GQA/MQA, softmax_scale and LSE (the CPU "
-                       "reference backend supports every feature on host tensors)");
+                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, softcap, "
+                       "GQA/MQA, softmax_scale and LSE (the CPU reference backend supports every feature on host "
+                       "tensors)");
 }
 
 // The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).
@@ -34,7 +35,7 @@ bool packs(const FwdArgs& args, const detail::Problem& pr) {
 // Query rows that fill at most one consumer warpgroup of a tile (decoding steps that pack nothing: MHA,
 // or pack_gqa off): the variable-length kernels leave the other warpgroup idle and split every tile,
 // where the dense kernels run both warpgroups and split only the last round's tiles. Batch-1 MHA steps
-// took 7-33% less time there, batch 8 the same (perf-notes, session 19).
+// took 6-32% less time there, batch 8 the same (perf-notes, session 19).
 bool decodes(const FwdArgs& args, const detail::Problem& pr) {
   return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized &&
          pr.seqlen_q <= kTileRows / 2;

@@ -50,15 +50,15 @@ __device__ __forceinline__ TileRow tile_row(const FwdParams& p, const TileCoord&
   return t;
 }
 
-// Does this thread hold a live row (either half)? Live rows come first in a tile (packed rows are
-// ordered by query row), so that is whether its first row is below the tile's live rows. A split
-// piece's partials of dead rows are neither stored nor combined (varlen_combine.cuh): in a decoding
-// step that is most of the tile.
+// How many of the tile's rows are live; they come first (packed rows are ordered by query row).
 __device__ __forceinline__ int tile_live_rows(const FwdParams& p, const TileCoord& c, int seqlen_q) {
   const int q_rows_left = seqlen_q - c.m_block * p.tile_q_rows;
   return p.pack_gqa ? min(p.packed_rows, q_rows_left * p.head_ratio) : q_rows_left;
 }
 
+// Does this thread hold a live row (either half)? That is whether its first row is below the tile's
+// live rows. A split piece's partials of dead rows are neither stored nor combined
+// (varlen_combine.cuh): in a decoding step that is most of the tile.
 __device__ __forceinline__ bool thread_has_live_row(const FwdParams& p, const TileCoord& c, int seqlen_q,
                                                     int warpgroup_row, int thread) {
   return warpgroup_row + accumulator_row(thread, 0) < tile_live_rows(p, c, seqlen_q);
