@@ -3,10 +3,10 @@
 # (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then a report
 # that merges them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
 #
-#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode] [--flex] [--build DIR] [--peers PATH]
+#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode|headdims] [--flex] [--build DIR] [--peers PATH]
 #
 #   --grid   default paper. The peers script only runs the FlashAttention papers' shapes (16k tokens,
-#            hidden 2048, bf16), so it is run for paper, quick and bwd (the backward: peers.py --bwd,
+#            hidden 2048, bf16), so it is run for paper, quick, headdims and bwd (the backward: peers.py --bwd,
 #            which also times their forward); long, ablation and fp8 time hopattn alone. decode times
 #            the decoding grid, then bench/decode_peers.py on the same shapes (SDPA's flash, cuDNN
 #            and efficient backends), then bench/decode_report.py (us, TB/s, ours/peer time ratios).
@@ -39,8 +39,9 @@ case "$grid" in
   paper) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384 ;;
   quick) peer_hdims=64,128,256; peer_seqlens=8192 ;;
   bwd) peer_hdims=64,128; peer_seqlens=512,1024,2048,4096,8192,16384; peer_pass=(--bwd) ;;
+  headdims) peer_hdims=80,96,160,192; peer_seqlens=2048,8192 ;;
   long|ablation|fp8|decode) peer_hdims="" ;;
-  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8, bwd or decode, got '$grid'" >&2; exit 2 ;;
+  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8, bwd, decode or headdims, got '$grid'" >&2; exit 2 ;;
 esac
 
 out="${OUT:-/tmp/hopattn-bench-out}"

@@ -46,6 +46,22 @@ TEST(BenchDecodeGrid, ParsesAndTimesAsInference) {
   EXPECT_NE(std::string(grid_names()).find("decode"), std::string::npos);
 }
 
+// The head-dim grid: forward rows at head dims other than the papers' 64, 128 and 256, on the papers'
+// convention (16k tokens, hidden 2048), which is what device_bench.sh runs the peers on.
+TEST(BenchHeadDimsGrid, RowsAreForwardsAtTheOtherHeadDims) {
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(make_grid("headdims", &shapes));
+  ASSERT_EQ(shapes.size(), 16u);  // 4 head dims x causal or not x 2 lengths
+  std::set<int> dims;
+  for (const Shape& s : shapes) {
+    EXPECT_FALSE(s.backward);
+    EXPECT_EQ(s.batch * s.seqlen_q, 16384);
+    EXPECT_EQ(s.heads_q, 2048 / s.hdim);
+    dims.insert(s.hdim);
+  }
+  EXPECT_EQ(dims, (std::set<int>{80, 96, 160, 192}));
+}
+
 TEST(BenchDecodeGrid, OtherGridsKeepTheirTiming) {
   const CliOptions options = parsed({"--grid", "paper"});
   EXPECT_FALSE(options.queue_ahead);
