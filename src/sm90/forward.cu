@@ -26,10 +26,15 @@ Status unsupported(const std::string& what) {
 // The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).
 constexpr int kTileRows = 128;
 
-// GQA packing: the 16-bit variable-length kernels at head dims 64 and 128 (FwdTraits::kPacksGqa).
+// The decoding kernels: the 16-bit variable-length ones at head dims up to 128, which pack GQA heads
+// and split every tile (FwdTraits::kPacksGqa, kVarlenSplit); warp-specialized only.
+bool has_decoding_kernels(const FwdArgs& args, const detail::Problem& pr) {
+  return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized;
+}
+
+// GQA packing (packs_gqa decides where it pays).
 bool packs(const FwdArgs& args, const detail::Problem& pr) {
-  return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized &&
-         packs_gqa(args.options.pack_gqa, pr, kTileRows);
+  return has_decoding_kernels(args, pr) && packs_gqa(args.options.pack_gqa, pr, kTileRows);
 }
 
 // Query rows that fill at most one consumer warpgroup of a tile (decoding steps that pack nothing: MHA,
@@ -37,8 +42,7 @@ bool packs(const FwdArgs& args, const detail::Problem& pr) {
 // where the dense kernels run both warpgroups and split only the last round's tiles. Batch-1 MHA steps
 // took 6-32% less time there, batch 8 the same (perf-notes, session 19).
 bool decodes(const FwdArgs& args, const detail::Problem& pr) {
-  return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized &&
-         pr.seqlen_q <= kTileRows / 2;
+  return has_decoding_kernels(args, pr) && pr.seqlen_q <= kTileRows / 2;
 }
 
 // Batches whose sequences differ in length or location take the variable-length kernels, and so do
