@@ -1,6 +1,6 @@
 """Fresh random inputs each run: the seed comes from the OS unless HOPATTN_TEST_SEED is set, and
-is printed so that a failure can be replayed (pytest shows the output of failed tests). Also a
-recorder of what reaches the binding."""
+is printed so that a failure can be replayed (pytest shows the output of failed tests). Also
+recorders of what reaches the library's functions."""
 
 import os
 
@@ -15,18 +15,31 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
-@pytest.fixture
-def pack_gqa_passed(monkeypatch):
-    """The pack_gqa value of every hopattn._C.forward call the test makes, in order (the calls still
+def record_keyword(monkeypatch, owner, name, keyword):
+    """The `keyword` argument of every call of owner.name the test makes, in order (the calls still
     run)."""
-    import hopattn
-
     seen = []
-    binding_forward = hopattn._C.forward
+    function = getattr(owner, name)
 
     def recording(*args, **kwargs):
-        seen.append(kwargs["pack_gqa"])
-        return binding_forward(*args, **kwargs)
+        seen.append(kwargs[keyword])
+        return function(*args, **kwargs)
 
-    monkeypatch.setattr(hopattn._C, "forward", recording)
+    monkeypatch.setattr(owner, name, recording)
     return seen
+
+
+@pytest.fixture
+def pack_gqa_passed(monkeypatch):
+    """The pack_gqa value of every hopattn._C.forward call the test makes."""
+    import hopattn
+
+    return record_keyword(monkeypatch, hopattn._C, "forward", "pack_gqa")
+
+
+@pytest.fixture
+def deterministic_passed(monkeypatch):
+    """The deterministic value of every hopattn._core.backward call the test makes."""
+    import hopattn
+
+    return record_keyword(monkeypatch, hopattn._core, "backward", "deterministic")

@@ -146,17 +146,9 @@ def test_cpu_varlen_gradients_flow():
     torch.testing.assert_close(q.grad[:3].double(), q0.grad.double(), rtol=1e-5, atol=1e-5)
 
 
-def test_cpu_deterministic_reaches_the_backward(monkeypatch):
+def test_cpu_deterministic_reaches_the_backward(deterministic_passed):
     # deterministic=True flows from the entry points through fwd's autograd formula into the
     # library's backward (the CPU backend is deterministic either way: the gradients are equal).
-    seen = []
-    library_backward = hopattn._core.backward
-
-    def recording(*args, **kwargs):
-        seen.append(kwargs["deterministic"])
-        return library_backward(*args, **kwargs)
-
-    monkeypatch.setattr(hopattn._core, "backward", recording)
     q, k, v = random_qkv((2, 9, 4, 16), (2, 11, 2, 16), torch.float32, "cpu", requires_grad=True)
     dout = torch.randn(2, 9, 4, 16)
     grads = [torch.autograd.grad(hopattn.flash_attn_func(q, k, v, causal=True, deterministic=flag),
@@ -168,7 +160,7 @@ def test_cpu_deterministic_reaches_the_backward(monkeypatch):
     out.sum().backward()
     qkv = torch.randn(2, 7, 3, 2, 16, requires_grad=True)
     hopattn.flash_attn_qkvpacked_func(qkv, deterministic=True).sum().backward()
-    assert seen == [True, False, True, True]
+    assert deterministic_passed == [True, False, True, True]
 
 
 def test_cpu_packed_gradients_reach_the_packed_tensor():
