@@ -85,7 +85,7 @@ std::string usage_text() {
              "  --grid NAME      one of: ") +
          grid_names() +
          " (default quick;\n"
-         "                   bwd: the backward on the paper grid's shapes at head dims 64 and 128;\n"
+         "                   bwd: the backward on the paper grid's shapes at head dims 64, 128 and 256;\n"
          "                   decode: decoding, one query row (one row of four) against 1k-64k cached keys,\n"
          "                   GQA and MHA, paged and seqused_k rows; timed with --queue-ahead and --no-lse;\n"
          "                   read its TB/s column against the HBM rate. With PyTorch's peers beside it on\n"

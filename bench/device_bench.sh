@@ -38,7 +38,7 @@ peer_pass=()
 case "$grid" in
   paper) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384 ;;
   quick) peer_hdims=64,128,256; peer_seqlens=8192 ;;
-  bwd) peer_hdims=64,128; peer_seqlens=512,1024,2048,4096,8192,16384; peer_pass=(--bwd) ;;
+  bwd) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384; peer_pass=(--bwd) ;;
   headdims) peer_hdims=80,96,160,192; peer_seqlens=2048,8192 ;;
   long|ablation|fp8|decode) peer_hdims="" ;;
   *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8, bwd, decode or headdims, got '$grid'" >&2; exit 2 ;;

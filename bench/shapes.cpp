@@ -34,10 +34,11 @@ std::vector<Shape> paper_grid() {
   return flash_papers_grid(Dtype::kBFloat16, {64, 128, 256}, {512, 1024, 2048, 4096, 8192, 16384});
 }
 
-// The papers' backward grid: the paper grid's shapes at the head dims the sm_90a backward kernel
-// takes (64 and 128; FlashAttention-2/3 report their backward at those too), timing hopattn::backward.
+// The papers' backward grid: the paper grid's shapes at the backward kernels' head dims (64, 128, 256),
+// timing hopattn::backward.
 std::vector<Shape> bwd_grid() {
-  std::vector<Shape> shapes = flash_papers_grid(Dtype::kBFloat16, {64, 128}, {512, 1024, 2048, 4096, 8192, 16384});
+  std::vector<Shape> shapes =
+      flash_papers_grid(Dtype::kBFloat16, {64, 128, 256}, {512, 1024, 2048, 4096, 8192, 16384});
   for (Shape& s : shapes) {
     s.backward = true;
     s.variant = backward_variant(s.variant);

@@ -8,7 +8,7 @@
 // Every tensor may have any strides as long as its last dimension is contiguous (one exception: an
 // fp8 v may have its keys contiguous instead, see FwdArgs::v). Tensors on the host
 // run on the CPU reference backend (float64 accumulation, d 1..512); tensors on a CUDA device run on
-// the sm_90a kernels (bf16/fp16: d a multiple of 8 up to 256, up to 128 for backward; fp8: d 64, 128
+// the sm_90a kernels (bf16/fp16: d a multiple of 8 up to 256, forward and backward; fp8: d 64, 128
 // or 256). Every call returns a Status; nothing throws and nothing aborts on bad input.
 #pragma once
 

@@ -15,7 +15,7 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a backward kernel yet; it supports bf16/fp16 q/k/v, dense "
                        "(batch, seqlen, heads, head_dim) or variable-length (cu_seqlens_q, cu_seqlens_k, "
-                       "seqused_k), with head dim up to 128 (a multiple of 8), causal or not, sliding window, "
+                       "seqused_k), with head dim up to 256 (a multiple of 8), causal or not, sliding window, "
                        "softcap, GQA/MQA and softmax_scale (the CPU reference backend supports every feature on host "
                        "tensors)");
 }
@@ -28,11 +28,12 @@ Status launch(const BwdArgs& args, const detail::Problem& pr) {
 
 // The kernel whose tile width is the head dim, or the next wider one, as in the forward: TMA
 // zero-fills the columns past head_dim of q, k, v and dout, and the stores leave them out
-// (BwdParams::head_dim). At 256, dK and dV alone would fill a thread's registers.
+// (BwdParams::head_dim).
 template <typename Element>
 Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
   if (pr.head_dim <= 64) return launch<64, Element>(args, pr);
   if (pr.head_dim <= 128) return launch<128, Element>(args, pr);
+  if (pr.head_dim <= 256) return launch<256, Element>(args, pr);
   return unsupported("head dim " + std::to_string(pr.head_dim));
 }
 

@@ -371,7 +371,7 @@ BackwardCase random_backward_case(std::mt19937_64& rng, double max_pairs) {
   c.batch = pick(1, 3);
   c.heads_kv = pick(1, 3);
   c.heads_q = c.heads_kv * kRatios[pick(0, 3)];
-  c.head_dim = draw_head_dim(rng, 128);  // the backward's widest kernel
+  c.head_dim = draw_head_dim(rng, 256);  // the backward's widest kernel
   c.dtype = chance(0.5) ? Dtype::kBFloat16 : Dtype::kFloat16;
   c.seqlen_q = seqlen();
   c.seqlen_k = chance(0.25) ? c.seqlen_q : seqlen();

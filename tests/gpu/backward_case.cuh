@@ -123,7 +123,7 @@ std::string run_backward_case(const BackwardCase& c, std::uint64_t seed);
 // Lengths the fixed cases and the sweep draw from: 1, odd, both sides of the 64- and 128-row tiles.
 constexpr int kBackwardSeqlens[] = {1, 17, 64, 100, 128, 129, 255, 300, 513};
 
-// Draws a case mixing every feature: batch 1-3, GQA ratio 1/2/4/8, d up to 128 (draw_head_dim: padded
+// Draws a case mixing every feature: batch 1-3, GQA ratio 1/2/4/8, d up to 256 (draw_head_dim: padded
 // ones too), either dtype, lengths from kBackwardSeqlens or log-uniform in [1, 600], causal, windows,
 // softcap with large scores, a scale, any layout; shrunk until pairs() <= max_pairs.
 BackwardCase random_backward_case(std::mt19937_64& rng, double max_pairs);

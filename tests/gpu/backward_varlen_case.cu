@@ -278,7 +278,7 @@ VarlenBackwardCase random_varlen_backward_case(std::mt19937_64& rng, double max_
   constexpr int kMaxLength = 700;
   VarlenBackwardCase c;
   draw_lengths(rng, c, kEdgeLengths, kMaxLength, 0.3);
-  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()), 128);  // the backward's widest
+  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()), 256);  // the backward's widest
   c.with_lse = true;
   if (c.softcap > 0.0f) c.amplitude = std::uniform_real_distribution<float>(3.0f, 8.0f)(rng);  // tanh bends
 

@@ -60,7 +60,7 @@ std::string run_varlen_backward_repeatedly(const VarlenBackwardCase& c, std::uin
 std::vector<std::string> spoiled_gradient_reports(const VarlenBackwardCase& c, std::uint64_t seed);
 
 // Batch 1-6; varlen q, varlen k and seqused_k drawn independently (at least one); lengths log-uniform
-// in [1, 700], often an edge of the 64- and 128-row blocks, sometimes 0 on a varlen side; d up to 128,
+// in [1, 700], often an edge of the 64- and 128-row blocks, sometimes 0 on a varlen side; d up to 256,
 // either dtype, GQA ratio 1-8; causal, windows, softcap, scale, padded rows and packed qkv at random;
 // heads then lengths shrunk until pairs() <= max_pairs.
 VarlenBackwardCase random_varlen_backward_case(std::mt19937_64& rng, double max_pairs);

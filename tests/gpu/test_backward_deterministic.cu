@@ -48,6 +48,11 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
     c.softcap = 30.0f, c.amplitude = 6.0f;
     cases.push_back({"Softcap_d128_fp16", c});
   }
+  {
+    BackwardCase c = dense(kBf16, 1, 4, 2, 700, 1029, 256);
+    c.causal = true;
+    cases.push_back({"Causal_gqa_d256_bf16", c});
+  }
   return cases;
 }
 
@@ -55,7 +60,9 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
 std::vector<NamedCase<BackwardCase>> sanitizer_cases() {
   BackwardCase c = dense(kBf16, 1, 2, 1, 100, 300, 64);
   c.causal = true;
-  return {{"Causal_gqa_d64_bf16", c}};
+  BackwardCase wide = dense(kFp16, 1, 2, 1, 100, 200, 256);
+  wide.causal = true;
+  return {{"Causal_gqa_d64_bf16", c}, {"Causal_gqa_d256_fp16", wide}};
 }
 
 class BackwardDeterministic : public HopperTest, public ::testing::WithParamInterface<NamedCase<BackwardCase>> {};

@@ -34,6 +34,7 @@ std::vector<NamedCase<VarlenBackwardCase>> corner_cases() {
 
   add("Edges_d64_bf16_gqa", varlen(kEdgesQ, kEdgesK, 8, 2, 64, kBf16));
   add("Edges_d128_fp16_mha", varlen(kEdgesQ, kEdgesK, 2, 2, 128, kFp16));
+  add("Edges_d256_bf16_gqa", varlen(kEdgesQ, kEdgesK, 4, 2, 256, kBf16));
   {
     VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 4, 1, 64, kFp16);
     c.causal = true;  // bottom-right per sequence: where len_q > len_k the first rows see no key
@@ -214,6 +215,12 @@ std::vector<NamedCase<VarlenBackwardCase>> sanitizer_cases() {
     c.seqused_k = {{100, 1}}, c.causal = true, c.unused_row_value = NAN;
     cases.push_back({"NanPastSeqused_d128_bf16", c});
   }
+  {
+    // At d 256 both consumers clear half the column blocks of the same key rows.
+    VarlenBackwardCase c = varlen({65, 30}, {100, 70}, 2, 1, 256, kFp16);
+    c.seqused_k = {{37, 1}}, c.causal = true, c.unused_row_value = NAN;
+    cases.push_back({"NanPastSeqused_d256_fp16", c});
+  }
   return cases;
 }
 
@@ -265,9 +272,10 @@ TEST_F(BackwardVarlen, SpoiledGradientsAreReported) {
 
 class BackwardVarlenRefusals : public HopperTest {};
 
-// Head dim 256 with variable lengths has no kernel; max_seqlen_k 0 with cu_seqlens_k cannot size the
-// grid. Both are refused, naming why, before anything is written.
-TEST_F(BackwardVarlenRefusals, HeadDim256AndMaxSeqlenK0) {
+// Head dim 264 has no kernel (the widest is 256; the forward refuses it too, so the call is built
+// without one); max_seqlen_k 0 with cu_seqlens_k cannot size the grid. Both are refused, naming why,
+// before anything is written.
+TEST_F(BackwardVarlenRefusals, HeadDim264AndMaxSeqlenK0) {
   const std::uint64_t seed = run_seed();
   const std::vector<int> len_q = {100, 0, 129}, len_k = {300, 1, 129};
   const std::vector<int> starts_q = prefix_sums(len_q), starts_k = prefix_sums(len_k);
@@ -277,7 +285,7 @@ TEST_F(BackwardVarlenRefusals, HeadDim256AndMaxSeqlenK0) {
     StatusCode code;
     const char* must_mention;
   };
-  for (const Mode& m : {Mode{"head dim 256", 256, 300, StatusCode::kUnsupported, "head dim 256"},
+  for (const Mode& m : {Mode{"head dim 264", 264, 300, StatusCode::kUnsupported, "head_dim 264"},
                         Mode{"max_seqlen_k 0", 128, 0, StatusCode::kInvalidArgument, "max_seqlen_k"}}) {
     RowBuffer q = make_rows(kBf16, starts_q.back(), 4, m.head_dim, false, 0);
     RowBuffer k = make_rows(kBf16, starts_k.back(), 2, m.head_dim, false, 0);

@@ -1,12 +1,12 @@
 // Head dims other than the kernels' tile widths (kPaddedHeadDims, gpu_test_util.cuh): the 16-bit
-// forward runs any multiple of 8 up to 256 in the next wider kernel, and the backward any up to 128; the
+// forward and the backward run any multiple of 8 up to 256 in the next wider kernel; the
 // TMA loads zero-fill the columns past d and the stores (TMA and register) leave them out. The random
 // sweeps draw such dims a quarter of the time; here every one of them runs, every time: dense forward
 // cases (causal or not, odd lengths, one query row, GQA, LSE, contiguous rows and rows followed by
 // poisoned padding, where a store past d shows), a variable-length batch, a paged cache and decoding
 // steps (GQA packed, split), the backward dense and variable-length, and the refusals of what has no
-// kernel: 16-bit dims that are no multiple of 8 or above 256, FP8 dims other than 64, 128 and 256, and
-// backward dims above 128.
+// kernel: 16-bit dims that are no multiple of 8 or above 256, FP8 dims other than 64, 128 and 256
+// (the backward's refusal of d 264: test_backward_varlen.cu, BackwardVarlenRefusals).
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -22,16 +22,6 @@
 
 namespace hopattn::test {
 namespace {
-
-constexpr int kMaxBackwardHeadDim = 128;
-
-// The padded dims up to `max_dim`, for the backward's instantiation.
-std::vector<int> padded_head_dims_up_to(int max_dim) {
-  std::vector<int> dims;
-  for (int d : kPaddedHeadDims)
-    if (d <= max_dim) dims.push_back(d);
-  return dims;
-}
 
 // Which of the list d is: the cases alternate dtypes and page sizes along it.
 int index_of_dim(int d) {
@@ -165,7 +155,7 @@ TEST_P(PaddedHeadDimBackward, VarlenGradientsMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Padded, PaddedHeadDimBackward,
-                         ::testing::ValuesIn(padded_head_dims_up_to(kMaxBackwardHeadDim)), dim_name);
+                         ::testing::ValuesIn(kPaddedHeadDims), dim_name);
 
 class HeadDimRefusals : public HopperTest {};
 
@@ -209,20 +199,6 @@ TEST_F(HeadDimRefusals, ForwardHeadDimsWithoutAKernelAreUnsupported) {
     EXPECT_NE(status.message().find(r.rule), std::string::npos) << what << ": " << status.message();
     EXPECT_EQ(count_unpoisoned(out.data(), out_dtype, nq), 0) << what << ": out written";
     EXPECT_EQ(count_unpoisoned(lse.data(), Dtype::kFloat32, nlse), 0) << what << ": lse written";
-  }
-}
-
-// The backward's widest kernel is 128: d 136 (which the forward runs, for out and lse) is refused,
-// naming the head dim, and no gradient is written.
-TEST_F(HeadDimRefusals, BackwardAbove128IsUnsupported) {
-  for (const Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
-    const BackwardCall call(backward_case(136, 2, 4, 2, 100, 129, dtype, true, BackwardLayout::kContiguous),
-                            run_seed());
-    const Status status = backward(call.args);
-    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(status.code(), StatusCode::kUnsupported) << dtype_name(dtype) << ": " << status.message();
-    EXPECT_NE(status.message().find("136"), std::string::npos) << dtype_name(dtype) << ": " << status.message();
-    EXPECT_EQ(call.gradient_elements_written(), 0) << dtype_name(dtype) << ": a gradient was written";
   }
 }
 

@@ -1,5 +1,6 @@
-// A consumer warpgroup of the backward: 64 keys of the CTA's key block. For each q block (64 rows of
-// one q head) the producer stages, it
+// A consumer warpgroup of the backward: 64 keys of the CTA's key block (at d 256 both consumers take
+// the same 64 keys, each with half of dK's and dV's columns: Traits::kSplitsColumns). For each q block
+// (64 rows of one q head) the producer stages, it
 //   1. issues S^T = K Q^T and dP^T = V dO^T (SS-wgmma, keys as M: both are 64 keys x 64 q rows);
 //   2. recomputes P^T = exp2(S^T * scale - lse) from the forward's LSE (no running max: the row sums
 //      are already known), and dS^T = P^T (dP^T - D) (times 1 - tanh^2 under the softcap);
@@ -7,13 +8,14 @@
 //      accumulator of S^T columns [16k, 16k + 16) is, in order, the A fragment of step k) and dO, Q read
 //      MN-major: no transposes;
 //   4. stores dS^T transposed (stmatrix.trans) into the step's dS buffer (q rows x keys); once both
-//      warpgroups have stored their keys (ds_ready), the next step (PendingDq) issues this
+//      warpgroups have stored their halves (ds_ready), the next step (PendingDq) issues this
 //      warpgroup's half of dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own
 //      S^T, and stores it to shared memory, from where one of its threads adds it into the float32 dq
-//      workspace with a bulk reduction (at d 64 every thread adds its own accumulators instead:
-//      Traits::kDqFromRegisters).
+//      workspace with a bulk reduction (at d 64 and 256 every thread adds its own accumulators
+//      instead: Traits::kDqFromRegisters).
 // The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
-// first, each zeroes its K and V rows past the sequence's keys, if the block has any (key_tail.cuh).
+// first, each zeroes its share of the K and V rows past the sequence's keys, if the block has any
+// (key_tail.cuh).
 // dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
 #pragma once
 
@@ -59,7 +61,8 @@ class BwdConsumer {
         seq_(seq),
         warpgroup_(warpgroup),
         thread_(threadIdx.x % Traits::kWarpgroupThreads),
-        key0_(block.n_block * Traits::kBlockN + warpgroup * Traits::kKeysPerWarpgroup) {}
+        key0_(block.n_block * Traits::kBlockN + first_key_in_tile()),
+        grad_col0_(Traits::kSplitsColumns ? warpgroup * Traits::kGradCols : 0) {}
 
   __device__ void run() {
     float dk[kG], dv[kG];
@@ -68,7 +71,7 @@ class BwdConsumer {
     const StepList<Traits> steps(p_, block_, bounds());
     mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
     Turns::open_first_turn(true, warpgroup_);
-    clear_key_tail();  // after opening the first turn: the other consumer's first GEMMs need none of it
+    clear_key_tail();  // after opening the first turn, which is no wait (the clear's barrier orders what needs it)
     StageRing<Traits::kStages> ring;
     PendingDq pending;
     for (int head = steps.first_head; head < steps.first_head + p_.head_ratio; ++head) {
@@ -85,10 +88,9 @@ class BwdConsumer {
       Turns::end(true, warpgroup_);
       wgmma_wait<0>();
       pin_registers(dq);
-      if constexpr (Traits::kDqFromRegisters) {
-        add_dq_from_registers(dq, pending);
-      } else {
-        stage_dq_share(dq, pending);
+      emit_dq_part(dq, pending, 0);
+      issue_and_emit_later_dq_parts(dq, pending);
+      if constexpr (!Traits::kDqFromRegisters) {
         named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
         reduce_dq_share(pending);
       }
@@ -110,12 +112,34 @@ class BwdConsumer {
     __device__ std::uint32_t phase() const { return (uses / Traits::kDsBuffers) % 2; }
   };
 
-  // Waits until both consumers have stored their halves of the pending dS, then issues this
-  // consumer's columns of its dQ.
+  // Waits until both consumers have stored their halves of the pending dS, then issues the first part
+  // of this consumer's columns of its dQ.
   __device__ void issue_pending_dq(float (&dq)[kDq], const PendingDq& pending) {
 #pragma unroll
     for (int w = 0; w < Traits::kConsumerWarpgroups; ++w) mbarrier_wait(&s_.ds_ready[w][pending.buffer()], pending.phase());
-    issue_dq(dq, smem_address(s_.ds[pending.buffer()]));
+    issue_dq(dq, smem_address(s_.ds[pending.buffer()]), 0);
+  }
+
+  // The first part of the pending dQ has left dq's registers: the later parts (d 256) through the same
+  // registers, one after the other (their waits also wait for this step's S^T).
+  __device__ void issue_and_emit_later_dq_parts(float (&dq)[kDq], const PendingDq& pending) {
+#pragma unroll
+    for (int part = 1; part < Traits::kDqParts; ++part) {
+      issue_dq(dq, smem_address(s_.ds[pending.buffer()]), part);
+      wgmma_wait<0>();
+      pin_registers(dq);
+      emit_dq_part(dq, pending, part);
+    }
+  }
+
+  // A finished part of dQ out of the registers: into the workspace (Traits::kDqFromRegisters) or into
+  // this consumer's share, which reduce_dq_share adds into the workspace once every part is in.
+  __device__ void emit_dq_part(const float (&dq)[kDq], const PendingDq& pending, int part) {
+    if constexpr (Traits::kDqFromRegisters) {
+      add_dq_from_registers(dq, pending, part);
+    } else {
+      stage_dq_share(dq, pending, part);
+    }
   }
 
   // One step. Its GEMMs are issued in two turns (ping-pong with the other consumer, as in the forward:
@@ -139,14 +163,11 @@ class BwdConsumer {
       Turns::end(true, warpgroup_);
       wgmma_wait<Traits::kDpBesideDq ? 2 : 1>();  // the previous step's dQ done; S^T (and dP^T) may still run
       pin_registers(dq);
-      if constexpr (Traits::kDqFromRegisters) {
-        add_dq_from_registers(dq, pending);  // frees dq's registers for dP^T at once
-      } else {
-        stage_dq_share(dq, pending);  // frees dq's registers for dP^T at once
-        if constexpr (Traits::kDqReducedAtOnce) {
-          named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
-          reduce_dq_share(pending);
-        }
+      emit_dq_part(dq, pending, 0);  // frees dq's registers for dP^T at once
+      issue_and_emit_later_dq_parts(dq, pending);
+      if constexpr (!Traits::kDqFromRegisters && Traits::kDqReducedAtOnce) {
+        named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+        reduce_dq_share(pending);
       }
       if constexpr (!Traits::kDpBesideDq) issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
     } else {
@@ -185,7 +206,7 @@ class BwdConsumer {
     Fragments p_frag, ds_frag;
     to_a_fragments(s, p_frag);
     to_a_fragments(dp, ds_frag);
-    // This consumer's keys of dS into the step's buffer, for both consumers' dQ GEMMs of the next step,
+    // This consumer's half of dS into the step's buffer, for both consumers' dQ GEMMs of the next step,
     // before the turn: the stores are under way while we wait for it and issue, so the other consumer's
     // next turn, which waits for them (ds_ready), starts sooner. A buffer is written again two steps
     // later: by then the other consumer has issued and waited for its dQ GEMM reading it (it did so
@@ -218,15 +239,18 @@ class BwdConsumer {
   // D(64 keys x 64 q rows) = A(64 keys of K or V, K-major) B(Q or dO, K-major) over the head dim,
   // committed as one group.
   __device__ void issue_scores(float (&d)[kS], std::uint32_t keys_tile, std::uint32_t rows_tile) {
-    const std::uint32_t a_base = keys_tile + warpgroup_ * Traits::kKeysPerWarpgroup * kSwizzleBytes;
+    const std::uint32_t a_base = keys_tile + first_key_in_tile() * kSwizzleBytes;
+    const std::uint64_t a_desc = kmajor_descriptor(a_base), b_desc = kmajor_descriptor(rows_tile);
+    constexpr bool kAdvance = Traits::kLeanAddressing;
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kDSteps; ++step) {
       // 16 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_a = kmajor_descriptor(a_base + block * KTile::kColumnBlockBytes + in_row);
-      const std::uint64_t desc_b = kmajor_descriptor(rows_tile + block * QTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_a = kmajor_descriptor_at<kAdvance>(a_desc, a_base, block * KTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_b =
+          kmajor_descriptor_at<kAdvance>(b_desc, rows_tile, block * QTile::kColumnBlockBytes + in_row);
       wgmma_ss<Traits::kBlockM, Traits::kIsBf16>(d, desc_a, desc_b, step > 0);
     }
     wgmma_commit();
@@ -239,6 +263,11 @@ class BwdConsumer {
     const int first_row = bounds().seqlen_k - key0_;
     if (first_row < Traits::kKeysPerWarpgroup) clear_key_rows<Traits>(s_, first_row, warpgroup_, thread_);
     wait_key_rows_cleared<Traits>(warpgroup_);
+  }
+
+  // This consumer's first key row in the K and V tiles.
+  __device__ int first_key_in_tile() const {
+    return Traits::kSplitsColumns ? 0 : warpgroup_ * Traits::kKeysPerWarpgroup;
   }
 
   // What the step list and masks see. Through this accessor rather than seq_.bounds at each use: ptxas
@@ -314,42 +343,54 @@ class BwdConsumer {
     }
   }
 
-  // grad(64 keys x d) += A(64 keys x 64 q rows, registers) B(dO or Q: q rows x d, MN-major).
+  // grad(64 keys x kGradCols) += A(64 keys x 64 q rows, registers) B(dO or Q: q rows x this consumer's
+  // columns, MN-major).
   __device__ void issue_key_gradient(float (&grad)[kG], const Fragments& a, std::uint32_t rows_tile) {
+    const std::uint32_t b_base = rows_tile + grad_col0_ / QTile::kColsPerBlock * QTile::kColumnBlockBytes;
+    const std::uint64_t b_desc = mnmajor_descriptor(b_base, QTile::kColumnBlockBytes);
 #pragma unroll
     for (int step = 0; step < kQSteps; ++step) {
       // 16 q rows = 16 rows of 128 bytes down every column block.
-      const std::uint64_t desc_b = mnmajor_descriptor(rows_tile + step * 16 * kSwizzleBytes, QTile::kColumnBlockBytes);
-      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(grad, a[step], desc_b, 1);
+      const std::uint64_t desc_b = mnmajor_descriptor_at<Traits::kLeanAddressing>(
+          b_desc, b_base, step * 16 * kSwizzleBytes, QTile::kColumnBlockBytes);
+      wgmma_rs<Traits::kGradCols, Traits::kIsBf16>(grad, a[step], desc_b, 1);
     }
   }
 
   // ds (A fragments of dS^T: keys x q rows) -> the dS tile (q rows x keys). Matrix i of step k is keys
   // 8 (i % 2) .. + 7 of the warp's 16 by q rows 16 k + 8 (i / 2) .. + 7; stored transposed, each lane
-  // addresses one q row's 16 bytes of those keys.
+  // addresses one q row's 16 bytes of those keys. Where both consumers hold the same dS^T, each stores
+  // every other step's 16 q rows.
   __device__ void store_ds_transposed(const Fragments& ds, std::uint32_t ds_tile) const {
     const int lane = thread_ % 32, matrix = lane / 8;
-    const int key = warpgroup_ * Traits::kKeysPerWarpgroup + 16 * (thread_ / 32) + 8 * (matrix % 2);
+    const int key = first_key_in_tile() + 16 * (thread_ / 32) + 8 * (matrix % 2);
 #pragma unroll
     for (int step = 0; step < kQSteps; ++step) {
+      if (Traits::kSplitsColumns && step % Traits::kConsumerWarpgroups != warpgroup_) continue;
       const int row = 16 * step + 8 * (matrix / 2) + lane % 8;
       stmatrix_x4_trans(ds_tile + DsTile::offset(row, key), ds[step]);
     }
   }
 
-  // This warpgroup's kDqCols columns of dQ (64 q rows) = dS (64 q rows x 128 keys, K-major) K (MN-major).
-  __device__ void issue_dq(float (&dq)[kDq], std::uint32_t ds_tile) {
-    const int first_col = warpgroup_ * Traits::kDqCols;
+  // Part `part` of this warpgroup's kDqCols columns of dQ (64 q rows) = dS (64 q rows x kBlockN keys,
+  // K-major) K (MN-major).
+  __device__ void issue_dq(float (&dq)[kDq], std::uint32_t ds_tile, int part) {
+    const int first_col = warpgroup_ * Traits::kDqCols + part * Traits::kDqPartCols;
     const std::uint32_t k_base = smem_address(s_.k) + (first_col / KTile::kColsPerBlock) * KTile::kColumnBlockBytes +
                                  (first_col % KTile::kColsPerBlock) * Traits::kElementBytes;
+    const std::uint64_t a_desc = kmajor_descriptor(ds_tile);
+    const std::uint64_t b_desc = mnmajor_descriptor(k_base, KTile::kColumnBlockBytes);
+    constexpr bool kAdvance = Traits::kLeanAddressing;
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kKeySteps; ++step) {
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
-      const std::uint64_t desc_a = kmajor_descriptor(ds_tile + block * DsTile::kColumnBlockBytes + in_row);
-      const std::uint64_t desc_b = mnmajor_descriptor(k_base + step * 16 * kSwizzleBytes, KTile::kColumnBlockBytes);
-      wgmma_ss<Traits::kDqCols, Traits::kIsBf16, /*kBMNMajor=*/true>(dq, desc_a, desc_b, step > 0);
+      const std::uint64_t desc_a =
+          kmajor_descriptor_at<kAdvance>(a_desc, ds_tile, block * DsTile::kColumnBlockBytes + in_row);
+      const std::uint64_t desc_b =
+          mnmajor_descriptor_at<kAdvance>(b_desc, k_base, step * 16 * kSwizzleBytes, KTile::kColumnBlockBytes);
+      wgmma_ss<Traits::kDqPartCols, Traits::kIsBf16, /*kBMNMajor=*/true>(dq, desc_a, desc_b, step > 0);
     }
     wgmma_commit();
   }
@@ -373,9 +414,9 @@ class BwdConsumer {
 
   // Without the share: every thread adds its dQ accumulators into the workspace (in the share's
   // order), four at a time.
-  __device__ void add_dq_from_registers(const float (&dq)[kDq], const PendingDq& pending) const {
+  __device__ void add_dq_from_registers(const float (&dq)[kDq], const PendingDq& pending, int part) const {
     const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
-    float* share = p_.dq_accum + row * Traits::kHeadDim + warpgroup_ * kDqShareFloats;
+    float* share = p_.dq_accum + row * Traits::kHeadDim + warpgroup_ * kDqShareFloats + part * kDqPartFloats;
 #pragma unroll
     for (int j = 0; j < kDq / 4; ++j) {
       red_add_f32x4(share + (j * Traits::kWarpgroupThreads + thread_) * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
@@ -385,14 +426,16 @@ class BwdConsumer {
 
   // This consumer's share of a step's dQ (its kHeadDim / 2 columns, in the order of
   // Traits::kDqTileFloats) in the step's buffer; the shares are contiguous, so each consumer reduces its
-  // own.
+  // own. Each part's accumulators follow the previous part's, which is the order of one GEMM over all
+  // the share's columns (dq_convert.cuh reads it so).
   static constexpr int kDqShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
+  static constexpr int kDqPartFloats = Traits::kBlockM * Traits::kDqPartCols;
   __device__ float* dq_share(const PendingDq& pending) const {
     return s_.dq[pending.uses % Traits::kDqBuffers] + warpgroup_ * kDqShareFloats;
   }
 
-  __device__ void stage_dq_share(const float (&dq)[kDq], const PendingDq& pending) const {
-    float* share = dq_share(pending);
+  __device__ void stage_dq_share(const float (&dq)[kDq], const PendingDq& pending, int part) const {
+    float* share = dq_share(pending) + part * kDqPartFloats;
 #pragma unroll
     for (int j = 0; j < kDq / 4; ++j) {
       *reinterpret_cast<float4*>(share + (j * Traits::kWarpgroupThreads + thread_) * 4) =
@@ -429,7 +472,7 @@ class BwdConsumer {
     for (int i = 0; i < kG; i += 2) {
       const int key = key_of(i);
       if (key >= seq_.key_rows) continue;
-      const int col = accumulator_col(thread_, i);
+      const int col = grad_col0_ + accumulator_col(thread_, i);
       if (col >= p_.head_dim) continue;
       *reinterpret_cast<std::uint32_t*>(dk_out + key * p_.dk_row_stride + col) =
           pack_pair<Traits::kIsBf16>(dk[i] * p_.softmax_scale, dk[i + 1] * p_.softmax_scale);
@@ -444,7 +487,8 @@ class BwdConsumer {
   const BwdSequence seq_;
   const int warpgroup_;
   const int thread_;
-  const int key0_;  // first key of this warpgroup's 64
+  const int key0_;       // first key of this warpgroup's 64
+  const int grad_col0_;  // first column of this warpgroup's dK and dV
 };
 
 }  // namespace hopattn::sm90

@@ -25,20 +25,23 @@ namespace hopattn::sm90 {
 // (first_row < 0: all of them), which must have landed (kv_full waited for), and fences the proxies:
 // generic-proxy stores before the async-proxy reads of wgmma. Whole 128-byte rows of each column block,
 // so the swizzle (a permutation within a row) does not matter; a warp stores 512 contiguous bytes at a
-// time, conflict free. 8 (d 64) or 16 (d 128) predicated 16-byte stores a thread.
+// time, conflict free. 8 (d 64) or 16 (d 128, 256) predicated 16-byte stores a thread. Where the
+// consumers share their keys (Traits::kSplitsColumns), each clears half of the column blocks.
 template <class Traits>
 __device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s, int first_row, int warpgroup,
                                                int thread_in_warpgroup) {
   using KTile = typename Traits::KTile;
   constexpr int kChunksPerRow = kSwizzleBytes / 16;
   constexpr int kStores = Traits::kKeysPerWarpgroup * kChunksPerRow / Traits::kWarpgroupThreads;
-  const std::uint32_t rows_offset = warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
+  constexpr int kBlocks = Traits::kSplitsColumns ? KTile::kColumnBlocks / Traits::kConsumerWarpgroups : KTile::kColumnBlocks;
+  const std::uint32_t rows_offset = Traits::kSplitsColumns ? 0 : warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
+  const int first_block = Traits::kSplitsColumns ? warpgroup * kBlocks : 0;
   const int first_chunk = first_row * kChunksPerRow;
   const std::uint32_t tiles[] = {smem_address(s.k), smem_address(s.v)};
 #pragma unroll
   for (const std::uint32_t tile : tiles) {
 #pragma unroll
-    for (int block = 0; block < KTile::kColumnBlocks; ++block) {
+    for (int block = first_block; block < first_block + kBlocks; ++block) {
 #pragma unroll
       for (int i = 0; i < kStores; ++i) {
         const int chunk = thread_in_warpgroup + i * Traits::kWarpgroupThreads;
@@ -49,12 +52,17 @@ __device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s
   fence_proxy_async_shared();
 }
 
-// The warpgroup's own barrier after its clear: its S^T and dP^T GEMMs, which read only its keys, issue
-// once all four of its warps have stored and fenced. The other consumer reads these K rows only in its
-// dQ GEMMs, each of which first waits for a dS of this consumer's (ds_ready), released after the clear.
+// The barrier after the clear: a consumer's S^T and dP^T GEMMs, which read only its keys, issue once
+// all four of its warps have stored and fenced; where the consumers share the keys, once both have. The
+// other consumer reads these K rows otherwise only in its dQ GEMMs, each of which first waits for a dS
+// of this consumer's (ds_ready), released after the clear.
 template <class Traits>
 __device__ __forceinline__ void wait_key_rows_cleared(int warpgroup) {
-  named_barrier_sync(Traits::kKeyTailBarrierBase + warpgroup, Traits::kWarpgroupThreads);
+  if constexpr (Traits::kSplitsColumns) {
+    named_barrier_sync(Traits::kKeyTailBarrierBase, Traits::kConsumerThreads);
+  } else {
+    named_barrier_sync(Traits::kKeyTailBarrierBase + warpgroup, Traits::kWarpgroupThreads);
+  }
 }
 
 }  // namespace hopattn::sm90

@@ -57,6 +57,7 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
   using QTile = typename Traits::QTile;
   using KTile = typename Traits::KTile;
   constexpr int kCols = Traits::kColsPerBlock;
+  constexpr bool kUnrolled = !Traits::kSplitsColumns;  // d 256's four column blocks: tile_load.cuh
   const int k_row = seq.rows.k_row0 + block.n_block * Traits::kBlockN;
   mbarrier_arrive_expect_tx(&s.kv_full, 2 * KTile::kBytes);
   load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
@@ -70,8 +71,8 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
       mbarrier_wait(&s.q_empty[stage], ring.phase() ^ 1);  // the consumers are done with the stage
       mbarrier_arrive_expect_tx(&s.q_full[stage], 2 * QTile::kBytes + sizeof(s.row_stats[0]));
       const int q_row = seq.rows.q_row0 + m * Traits::kBlockM;
-      load_tile<QTile, kCols>(s.q[stage], maps.q, &s.q_full[stage], q_row, head, seq.rows.q_batch);
-      load_tile<QTile, kCols>(s.dout[stage], maps.dout, &s.q_full[stage], q_row, head, seq.rows.q_batch);
+      load_tile<QTile, kCols, kUnrolled>(s.q[stage], maps.q, &s.q_full[stage], q_row, head, seq.rows.q_batch);
+      load_tile<QTile, kCols, kUnrolled>(s.dout[stage], maps.dout, &s.q_full[stage], q_row, head, seq.rows.q_batch);
       tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0,
                   workspace_block(p, seq, head, m), 0, 0);
       ring.advance();

@@ -1,14 +1,18 @@
 // Tile shapes, roles, register budgets and the shared-memory plan of the backward kernel, per (head
 // dim, element type).
 //
-// A CTA owns kBlockN = 128 keys of one K/V head; each of the two consumer warpgroups owns 64 of them
-// (one m64 wgmma row block), and keeps their dK and dV accumulators (64 x d f32 each) in registers for
-// the whole CTA. The CTA walks q blocks of kBlockM = 64 rows of every q head that reads the K/V head:
-// per q block it computes S^T = K Q^T and dP^T = V dO^T (keys as the wgmma M, so that dV += P^T dO and
-// dK += dS^T Q take P^T and dS^T straight from the accumulators as A fragments), and dQ = dS K (dS
-// through shared memory), added into a float32 workspace by one bulk reduction per consumer and step
-// (cp.reduce.async.bulk). At head dim 256 dK and dV alone would take
-// 256 registers a thread: not shipped.
+// Up to head dim 128 a CTA owns kBlockN = 128 keys of one K/V head; each of the two consumer warpgroups
+// owns 64 of them (one m64 wgmma row block), and keeps their dK and dV accumulators (64 x d f32 each)
+// in registers for the whole CTA. The CTA walks q blocks of kBlockM = 64 rows of every q head that reads
+// the K/V head: per q block it computes S^T = K Q^T and dP^T = V dO^T (keys as the wgmma M, so that
+// dV += P^T dO and dK += dS^T Q take P^T and dS^T straight from the accumulators as A fragments), and
+// dQ = dS K (dS through shared memory), added into a float32 workspace per consumer and step.
+//
+// At head dim 256 dK and dV of 64 keys would take 256 registers a thread: there both consumers take the
+// same 64 keys (kSplitsColumns), each keeps dK and dV of half the columns, and each computes the whole
+// S^T and dP^T of those keys itself. That repeats two of the step's five GEMMs (5/7 of the tensor work
+// is useful) but keeps every GEMM operand where the narrower kernels have it and the two consumers
+// independent, so their ping-pong stays (exchanging halves of S^T would tie them together every step).
 //
 // Dense and variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) take the same kernels:
 // each CTA reads its sequence's lengths and first rows (bwd/sequence.cuh). Dense batches ran 2-6%
@@ -36,21 +40,24 @@ struct BwdTraits {
   static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
   static constexpr int kElementBytes = 2;
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "backward head dims: 64, 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "backward head dims: 64, 128, 256");
 
-  static constexpr int kBlockM = 64;   // q rows per step (128 at d 64 was 20% slower: perf-notes v54)
-  static constexpr int kBlockN = 128;  // keys per CTA
+  // Both consumers on the same keys, each with half of dK's and dV's columns (above).
+  static constexpr bool kSplitsColumns = kHeadDim > 128;
+  static constexpr int kBlockM = 64;  // q rows per step (128 at d 64 was 20% slower: perf-notes v54)
   static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;
+  static constexpr int kKeysPerWarpgroup = 64;
+  static constexpr int kBlockN = kSplitsColumns ? kKeysPerWarpgroup : kConsumerWarpgroups * kKeysPerWarpgroup;  // keys per CTA
   // q-block stages (Q, dO, their row statistics) in flight; d 64's short steps take a third (+0.3-0.9%,
-  // perf-notes v63).
-  static constexpr int kStages = kHeadDim == 64 ? 3 : 2;
+  // perf-notes v63). The deterministic d 256 kernel's dQ share leaves room for one.
+  static constexpr int kStages = kHeadDim == 64 ? 3 : (kSplitsColumns && kDeterministic ? 1 : 2);
   // dS buffers, alternating by step: a consumer writes the next step's dS while the other may still
   // be reading this one in its dQ GEMM (consumer.cuh, PendingDq).
   static constexpr int kDsBuffers = 2;
   // dQ shares, alternating by step: a step's bulk reduction may still be reading its share while the
-  // next step stores its own (consumer.cuh, stage_dq_share).
-  static constexpr int kDqBuffers = 2;
+  // next step stores its own (consumer.cuh, stage_dq_share). One at d 256 (64 KB): the next step's
+  // stores wait for the reduction's reads.
+  static constexpr int kDqBuffers = kSplitsColumns ? 1 : 2;
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
@@ -71,9 +78,15 @@ struct BwdTraits {
 
   // Accumulator registers per consumer thread (m64 x N f32 over 128 threads).
   static constexpr int kSRegisters = kBlockM / 2;          // S^T and dP^T: 64 keys x 64 q rows
-  static constexpr int kGradRegisters = kHeadDim / 2;      // dK and dV: 64 keys x d
+  // dK and dV: 64 keys x kGradCols, from column kGradCols x warpgroup where the columns are split.
+  static constexpr int kGradCols = kSplitsColumns ? kHeadDim / kConsumerWarpgroups : kHeadDim;
+  static constexpr int kGradRegisters = kGradCols / 2;
   static constexpr int kDqCols = kHeadDim / kConsumerWarpgroups;  // each warpgroup's share of dQ's columns
-  static constexpr int kDqRegisters = kDqCols / 2;
+  // The share's GEMMs: one, or at d 256 two of 64 columns each, one after the other through the same
+  // registers (dQ's 64 registers beside S^T, dK and dV would spill).
+  static constexpr int kDqPartCols = kSplitsColumns ? 64 : kDqCols;
+  static constexpr int kDqParts = kDqCols / kDqPartCols;
+  static constexpr int kDqRegisters = kDqPartCols / 2;
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
   static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
@@ -88,16 +101,21 @@ struct BwdTraits {
   // At d 64 (not deterministic) every thread adds its dQ accumulators into the workspace itself, four
   // floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy fence
   // and named barrier between the first turn and the exponentials (+5%, perf-notes v63; at d 128 it
-  // needed 8 bytes of stack). The share buffers (dq below) then go unused.
-  static constexpr bool kDqFromRegisters = !kDeterministic && kHeadDim == 64;
+  // needed 8 bytes of stack). At d 256 the shares and two stages would not fit in shared memory.
+  static constexpr bool kDqFromRegisters = !kDeterministic && (kHeadDim == 64 || kSplitsColumns);
   // Whether the consumers read a step's row statistics before the waits for S^T and dP^T (their
   // shared-memory latency hidden under the GEMMs) or after: +4-6% at d 128, -1% at d 64 (v63).
-  static constexpr bool kRowStatsBeforeWaits = kHeadDim == 128;
+  static constexpr bool kRowStatsBeforeWaits = kHeadDim >= 128;
+  // wgmma descriptors advanced from the tile's by one add (smem_layout.hpp, advance_descriptor) rather
+  // than rebuilt per GEMM step: 10% fewer instructions in the d 256 kernel, whose score GEMMs take 16
+  // steps; the narrower kernels keep their measured code.
+  static constexpr bool kLeanAddressing = kSplitsColumns;
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
   // forward), which also hand each step's dQ share to its reducing thread, each consumer's own
   // hand-off of a share (kDqReducedAtOnce, and the last step's after the loop; ids 3 and 4), and each
-  // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6).
+  // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6;
+  // id 5 for both consumers where they share the keys).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
   static constexpr int kKeyTailBarrierBase = 5;
@@ -114,12 +132,14 @@ struct BwdTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t q[kStages][QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t dout[kStages][QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t ds[kDsBuffers][DsTile::kBytes];
-    alignas(128) float dq[kDqBuffers][kDqTileFloats];
+    // One float where the consumers add dQ from registers (kDqFromRegisters): no share to stage.
+    alignas(128) float dq[kDqFromRegisters ? 1 : kDqBuffers][kDqFromRegisters ? 1 : kDqTileFloats];
     alignas(128) float row_stats[kStages][2][kBlockM];  // lse * log2(e), then D (BwdParams::row_stats)
     std::uint64_t kv_full;
     std::uint64_t q_full[kStages];
     std::uint64_t q_empty[kStages];
-    // ds_ready[w][b]: consumer w's 4 warps stored their keys' half of the dS in buffer b.
+    // ds_ready[w][b]: consumer w's 4 warps stored their half of the dS in buffer b (their keys, or
+    // where the consumers share the keys, half the q rows).
     std::uint64_t ds_ready[kConsumerWarpgroups][kDsBuffers];
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
