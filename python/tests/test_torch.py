@@ -276,10 +276,20 @@ def test_paged_backward_is_not_implemented():
         out.sum().backward()
 
 
+def test_fp8_backward_is_not_implemented():
+    # The CPU reference runs the FP8 forward; no backend differentiates it.
+    q, k, v = (x.to(torch.float8_e4m3fn).requires_grad_()
+               for x in random_qkv((1, 4, 2, 16), (1, 6, 1, 16), torch.bfloat16, "cpu"))
+    out = hopattn.flash_attn_func(q, k, v)
+    assert out.requires_grad
+    with pytest.raises(NotImplementedError, match="no backward pass for FP8 inputs"):
+        out.sum().backward()
+
+
 def test_cpu_not_implemented_from_the_library_reaches_the_backward_caller(monkeypatch):
     # On CUDA the library answers kUnsupported for what the GPU backward lacks; the error must come
     # out of the custom op and the autograd engine as the NotImplementedError it was, message kept.
-    message = "head dim 256 is not supported by the sm_90a backward kernel yet"
+    message = "head dim 264 is not supported by the sm_90a backward kernel yet"
 
     def unsupported(*args, **kwargs):
         raise NotImplementedError(message)
@@ -737,31 +747,23 @@ def test_gpu_compile_fullgraph_backward(rng):
 
 
 @needs_hopper
-@pytest.mark.parametrize("case", ["head_dim_256", "head_dim_136", "varlen_head_dim_256", "paged"])
+@pytest.mark.parametrize("case", ["paged", "fp8"])
 def test_gpu_backward_without_a_kernel_is_not_implemented(case):
-    # The forward runs on the GPU (d 136 in the d 256 kernel); the backward has no kernel for these
-    # and says so (C++ kUnsupported, or the Python layer for paged caches) instead of computing
-    # anything.
-    dtype, heads_kv = torch.bfloat16, 2
-    head_dim = {"head_dim_256": 256, "varlen_head_dim_256": 256, "head_dim_136": 136}.get(case, 128)
-    q, k, v = random_qkv((2, 100, 4, head_dim), (2, 130, heads_kv, head_dim), dtype, "cuda",
-                         requires_grad=True)
-    if case in ("head_dim_256", "head_dim_136"):
-        out = hopattn.flash_attn_func(q, k, v, causal=True)
-        match = (f"head dim {head_dim} is not supported by the sm_90a backward kernel"
-                 ".*head dim up to 128")
-    elif case == "varlen_head_dim_256":
-        cu_q = torch.tensor([0, 100, 200], dtype=torch.int32, device="cuda")
-        cu_k = torch.tensor([0, 130, 260], dtype=torch.int32, device="cuda")
-        out = hopattn.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
-                                             cu_q, cu_k, 100, 130, causal=True)
-        match = "head dim 256 is not supported by the sm_90a backward kernel.*variable-length"
-    else:
+    # The forward runs on the GPU; the backward has no kernel for paged caches or FP8 inputs, and
+    # the Python layer says so instead of computing anything.
+    dtype, heads_kv, head_dim = torch.bfloat16, 2, 128
+    q, k, v = random_qkv((2, 100, 4, head_dim), (2, 130, heads_kv, head_dim), dtype, "cuda")
+    if case == "paged":
+        q.requires_grad_()
         pages = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device="cuda")
         cache = torch.randn(6, 64, heads_kv, head_dim, dtype=dtype, device="cuda")
         out = hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=130,
                                               page_table=pages)
         match = "no backward pass for a paged KV cache"
+    else:
+        q, k, v = (x.to(torch.float8_e4m3fn).requires_grad_() for x in (q, k, v))
+        out = hopattn.flash_attn_func(q, k, v, causal=True)
+        match = "no backward pass for FP8 inputs"
     assert out.requires_grad
     with pytest.raises(NotImplementedError, match=match):
         torch.autograd.grad(out, q, torch.randn_like(out))
