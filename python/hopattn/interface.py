@@ -82,9 +82,9 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     return_attn_probs: like flash-attention 3, the log-sum-exp (float32, (batch, heads_q,
     seqlen_q), natural log) is returned, not the attention probabilities.
 
-    head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256 (a head dim other than
-    64, 128 or 256 runs in the next wider kernel), their backward any multiple of 8 up to 128, FP8
-    64, 128 or 256; host arrays any head dim from 1 to 512. The same holds for every function here.
+    head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256, forward and backward
+    (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 64, 128 or 256; host
+    arrays any head dim from 1 to 512. The same holds for every function here.
 
     FP8 e4m3 inputs take float32 descales: q/k/v_descale (batch, heads_kv) per head, and/or the
     per-block scales of quantize_fp8(granularity="block"): q_block_descale (batch, heads_q,

@@ -5,12 +5,12 @@ formula calls bwd, which runs where the C++ library has a backward pass:
 - host tensors: the CPU reference, dense and variable-length, float32/float16/bfloat16;
 - CUDA tensors: the sm_90a backward kernel, bfloat16/float16 q/k/v, dense (batch, seqlen, heads,
   head_dim) or variable-length (cu_seqlens, seqused_k / cache_seqlens), at any head dim that is a
-  multiple of 8 up to 128, with causal, window, softcap, GQA/MQA and softmax_scale. It sums dq over
-  key blocks with float reductions in L2, so dq may differ in its last bits from run to run (dk and
-  dv do not), unless fwd was called with deterministic=True (a fixed order of those reductions;
-  slower).
-Head dims above 128 on CUDA (the forward takes multiples of 8 up to 256), and paged KV caches and
-FP8 inputs anywhere, have no backward: NotImplementedError, naming what is supported.
+  multiple of 8 up to 256 (as the forward), with causal, window, softcap, GQA/MQA and softmax_scale.
+  It sums dq over key blocks with float reductions in L2, so dq may differ in its last bits from run
+  to run (dk and dv do not), unless fwd was called with deterministic=True (a fixed order of those
+  reductions; slower).
+Paged KV caches and FP8 inputs, anywhere, have no backward: NotImplementedError, naming what is
+supported.
 Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
 kernel directly where the dispatcher would do nothing else (plain eager calls with nothing for
 autograd to record), which saves its host overhead. Importing this module imports torch;
@@ -143,7 +143,7 @@ def _backward(ctx, dout, dlse):
                                   "differentiates dense and varlen float32/float16/bfloat16 "
                                   "attention on host tensors and, on CUDA tensors, dense and "
                                   "varlen bfloat16/float16 attention at head dims that are "
-                                  "multiples of 8 up to 128")
+                                  "multiples of 8 up to 256")
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
     (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
      deterministic) = ctx.params

@@ -276,10 +276,20 @@ def test_paged_backward_is_not_implemented():
         out.sum().backward()
 
 
+def test_fp8_backward_is_not_implemented():
+    # The CPU reference runs the FP8 forward; no backend differentiates it.
+    q, k, v = (x.to(torch.float8_e4m3fn).requires_grad_()
+               for x in random_qkv((1, 4, 2, 16), (1, 6, 1, 16), torch.bfloat16, "cpu"))
+    out = hopattn.flash_attn_func(q, k, v)
+    assert out.requires_grad
+    with pytest.raises(NotImplementedError, match="no backward pass for FP8 inputs"):
+        out.sum().backward()
+
+
 def test_cpu_not_implemented_from_the_library_reaches_the_backward_caller(monkeypatch):
     # On CUDA the library answers kUnsupported for what the GPU backward lacks; the error must come
     # out of the custom op and the autograd engine as the NotImplementedError it was, message kept.
-    message = "head dim 256 is not supported by the sm_90a backward kernel yet"
+    message = "head dim 264 is not supported by the sm_90a backward kernel yet"
 
     def unsupported(*args, **kwargs):
         raise NotImplementedError(message)
@@ -322,6 +332,18 @@ def test_cpu_bf16_gradients_within_flash_attention_rule(rng, case):
     check_gradients(rng, "cpu", torch.bfloat16, 32, seqlen_q, seqlen_k, 4, heads_kv, options)
 
 
+def bend_for_softcap(q, options):
+    """q scaled, with a softcap, so that the scores reach the tanh's bend (as in flash-attention's
+    tests): by 3. A softmax_scale given does not shrink with the head dim as the default 1/sqrt(d)
+    does, so above d 128 q is scaled by 3 * sqrt(128 / d) instead, and the scores spread as at d 128
+    (see GRADIENT_FEATURES)."""
+    if not options.get("softcap"):
+        return q
+    if options.get("softmax_scale") is not None and q.shape[-1] > 128:
+        return q * (3 * (128 / q.shape[-1]) ** 0.5)
+    return q * 3
+
+
 def check_gradients(rng, device, dtype, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv, options):
     """flash_attn_func's forward and backward on fresh random inputs against float64 math with
     flash-attention's rule (assert_gradients_within_rule)."""
@@ -329,8 +351,7 @@ def check_gradients(rng, device, dtype, head_dim, seqlen_q, seqlen_k, heads_q, h
     batch = 2
     q, k, v = random_qkv((batch, seqlen_q, heads_q, head_dim), (batch, seqlen_k, heads_kv, head_dim),
                          dtype, device, generator=generator)
-    if options.get("softcap"):
-        q = q * 3  # scores of a few units, where the softcap's tanh bends (as flash-attention's tests)
+    q = bend_for_softcap(q, options)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = hopattn.flash_attn_func(q, k, v, **options)
     dout = torch.randn(out.shape, dtype=dtype, device=device, generator=generator)
@@ -563,10 +584,10 @@ def test_gpu_compile_fullgraph():
     torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), rtol=0, atol=0)
 
 
-# The GPU backward: bf16/fp16 dense q/k/v at head dim 64 and 128, with every masking and scaling
-# option, MHA, GQA and MQA, and query/key lengths that are not multiples of the kernel's blocks,
-# shorter and longer than each other (causal with more queries than keys leaves rows that see no
-# key: their dq must be 0, not NaN) or a single query.
+# The GPU backward: bf16/fp16 dense q/k/v at head dim 64, 128 and 256 (its three kernels), with
+# every masking and scaling option, MHA, GQA and MQA, and query/key lengths that are not multiples
+# of the kernel's blocks, shorter and longer than each other (causal with more queries than keys
+# leaves rows that see no key: their dq must be 0, not NaN) or a single query.
 GRADIENT_FEATURES = {
     "plain": dict(),
     "causal": dict(causal=True),
@@ -575,9 +596,10 @@ GRADIENT_FEATURES = {
     "softcap": dict(softcap=5.0),
     "scale_softcap_causal": dict(softmax_scale=0.07, softcap=2.0, causal=True),
 }
-# With softcap, q is scaled by 3 (check_gradients), so that scores reach the tanh's bend: s / softcap
-# of standard deviation 0.6 to 1.2 here. Much further into saturation, the kernel's approximate tanh
-# (see assert_gradients_within_rule) costs float16 gradients more than the rule's allowance.
+# With softcap, q is scaled by 3 (bend_for_softcap), so that scores reach the tanh's bend:
+# s / softcap of standard deviation 0.6 to 1.2 here (softmax_scale=0.07 at d 256 would give 1.7:
+# there q is scaled less). Much further into saturation, the kernel's approximate tanh (see
+# assert_gradients_within_rule) costs float16 gradients more than the rule's allowance.
 
 
 @needs_hopper
@@ -585,7 +607,7 @@ GRADIENT_FEATURES = {
 @pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(100, 300), (300, 100), (1, 239)],
                          ids=["100x300", "300x100", "1x239"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_gpu_gradients_match_float64_within_flash_attention_rule(rng, dtype, head_dim, seqlen_q,
                                                                  seqlen_k, heads_q, heads_kv,
@@ -595,10 +617,11 @@ def test_gpu_gradients_match_float64_within_flash_attention_rule(rng, dtype, hea
 
 
 # Head dims between the tile widths run in the next wider kernel (the loads zero-fill the columns
-# past d, the stores leave them out); the backward takes them up to 128.
+# past d, the stores leave them out), the backward's too: d 8-56 in the d 64 kernel, 72-120 in the
+# d 128 one, 136-248 in the d 256 one.
 @needs_hopper
 @pytest.mark.parametrize("feature", ["plain", "causal", "softcap"])
-@pytest.mark.parametrize("head_dim", [8, 40, 96, 112])
+@pytest.mark.parametrize("head_dim", [8, 40, 96, 112, 136, 200, 248])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_gpu_padded_head_dim_gradients_match_float64_within_flash_attention_rule(rng, dtype,
                                                                               head_dim, feature):
@@ -689,21 +712,22 @@ def test_gpu_dk_dv_are_reproducible_and_dq_within_rounding(rng):
 
 
 @needs_hopper
+@pytest.mark.parametrize("head_dim", [128, 256])
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
-def test_gpu_deterministic_gradients_are_bitwise_reproducible(rng, varlen):
+def test_gpu_deterministic_gradients_are_bitwise_reproducible(rng, varlen, head_dim):
     # deterministic=True: dq too is bitwise identical across runs (many key blocks add into each q
     # block), and the gradients stay within flash-attention's rule.
     generator = torch_generator(rng, "cuda")
     if varlen:
         lengths_q, lengths_k = [333, 1, 1100], [1201, 65, 1000]
-        q, k, v = random_qkv((sum(lengths_q), 8, 128), (sum(lengths_k), 2, 128), torch.bfloat16,
-                             "cuda", requires_grad=True, generator=generator)
+        q, k, v = random_qkv((sum(lengths_q), 8, head_dim), (sum(lengths_k), 2, head_dim),
+                             torch.bfloat16, "cuda", requires_grad=True, generator=generator)
         out = hopattn.flash_attn_varlen_func(q, k, v, cumulative(lengths_q, "cuda"),
                                              cumulative(lengths_k, "cuda"), max(lengths_q),
                                              max(lengths_k), causal=True, deterministic=True)
     else:
-        q, k, v = random_qkv((2, 1111, 8, 128), (2, 1303, 2, 128), torch.bfloat16, "cuda",
-                             requires_grad=True, generator=generator)
+        q, k, v = random_qkv((2, 1111, 8, head_dim), (2, 1303, 2, head_dim), torch.bfloat16,
+                             "cuda", requires_grad=True, generator=generator)
         out = hopattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
     dout = torch.randn(out.shape, dtype=out.dtype, device="cuda", generator=generator)
     runs = [torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) for _ in range(3)]
@@ -737,31 +761,23 @@ def test_gpu_compile_fullgraph_backward(rng):
 
 
 @needs_hopper
-@pytest.mark.parametrize("case", ["head_dim_256", "head_dim_136", "varlen_head_dim_256", "paged"])
+@pytest.mark.parametrize("case", ["paged", "fp8"])
 def test_gpu_backward_without_a_kernel_is_not_implemented(case):
-    # The forward runs on the GPU (d 136 in the d 256 kernel); the backward has no kernel for these
-    # and says so (C++ kUnsupported, or the Python layer for paged caches) instead of computing
-    # anything.
-    dtype, heads_kv = torch.bfloat16, 2
-    head_dim = {"head_dim_256": 256, "varlen_head_dim_256": 256, "head_dim_136": 136}.get(case, 128)
-    q, k, v = random_qkv((2, 100, 4, head_dim), (2, 130, heads_kv, head_dim), dtype, "cuda",
-                         requires_grad=True)
-    if case in ("head_dim_256", "head_dim_136"):
-        out = hopattn.flash_attn_func(q, k, v, causal=True)
-        match = (f"head dim {head_dim} is not supported by the sm_90a backward kernel"
-                 ".*head dim up to 128")
-    elif case == "varlen_head_dim_256":
-        cu_q = torch.tensor([0, 100, 200], dtype=torch.int32, device="cuda")
-        cu_k = torch.tensor([0, 130, 260], dtype=torch.int32, device="cuda")
-        out = hopattn.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
-                                             cu_q, cu_k, 100, 130, causal=True)
-        match = "head dim 256 is not supported by the sm_90a backward kernel.*variable-length"
-    else:
+    # The forward runs on the GPU; the backward has no kernel for paged caches or FP8 inputs, and
+    # the Python layer says so instead of computing anything.
+    dtype, heads_kv, head_dim = torch.bfloat16, 2, 128
+    q, k, v = random_qkv((2, 100, 4, head_dim), (2, 130, heads_kv, head_dim), dtype, "cuda")
+    if case == "paged":
+        q.requires_grad_()
         pages = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device="cuda")
         cache = torch.randn(6, 64, heads_kv, head_dim, dtype=dtype, device="cuda")
         out = hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=130,
                                               page_table=pages)
         match = "no backward pass for a paged KV cache"
+    else:
+        q, k, v = (x.to(torch.float8_e4m3fn).requires_grad_() for x in (q, k, v))
+        out = hopattn.flash_attn_func(q, k, v, causal=True)
+        match = "no backward pass for FP8 inputs"
     assert out.requires_grad
     with pytest.raises(NotImplementedError, match=match):
         torch.autograd.grad(out, q, torch.randn_like(out))
@@ -800,22 +816,15 @@ VARLEN_LENGTHS_Q = [1, 63, 0, 129, 300, 64, 65]
 VARLEN_LENGTHS_K = [65, 128, 17, 0, 300, 127, 1]
 
 
-@needs_hopper
-@pytest.mark.parametrize("feature", GRADIENT_FEATURES)
-@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_gpu_varlen_gradients_match_float64_within_flash_attention_rule(rng, dtype, head_dim,
-                                                                        heads_q, heads_kv, feature):
-    # flash_attn_varlen_func's forward and backward on packed sequences, each against float64 math
-    # on its own rows, with flash-attention's rule over the whole packed gradients.
-    options = GRADIENT_FEATURES[feature]
-    dtype, generator = getattr(torch, dtype), torch_generator(rng, "cuda")
+def check_varlen_gradients(rng, dtype, head_dim, heads_q, heads_kv, options):
+    """flash_attn_varlen_func's forward and backward on the VARLEN_LENGTHS sequences, packed, each
+    against float64 math on its own rows, with flash-attention's rule over the whole packed
+    gradients."""
+    generator = torch_generator(rng, "cuda")
     total_q, total_k = sum(VARLEN_LENGTHS_Q), sum(VARLEN_LENGTHS_K)
     q, k, v = random_qkv((total_q, heads_q, head_dim), (total_k, heads_kv, head_dim), dtype, "cuda",
                          generator=generator)
-    if options.get("softcap"):
-        q = q * 3  # as check_gradients: scores where the tanh bends
+    q = bend_for_softcap(q, options)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = hopattn.flash_attn_varlen_func(q, k, v, cumulative(VARLEN_LENGTHS_Q, "cuda"),
                                          cumulative(VARLEN_LENGTHS_K, "cuda"), max(VARLEN_LENGTHS_Q),
@@ -825,6 +834,28 @@ def test_gpu_varlen_gradients_match_float64_within_flash_attention_rule(rng, dty
     ref_grads, naive_grads = varlen_reference_gradients(dout, q, k, v, VARLEN_LENGTHS_Q,
                                                         VARLEN_LENGTHS_K, **math_options(**options))
     assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=options.get("softcap", 0.0))
+
+
+@needs_hopper
+@pytest.mark.parametrize("feature", GRADIENT_FEATURES)
+@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_varlen_gradients_match_float64_within_flash_attention_rule(rng, dtype, head_dim,
+                                                                        heads_q, heads_kv, feature):
+    check_varlen_gradients(rng, getattr(torch, dtype), head_dim, heads_q, heads_kv,
+                           GRADIENT_FEATURES[feature])
+
+
+# Padded head dims (see the dense test above) on packed sequences: one in the d 64 kernel, the
+# narrowest and the widest in the d 256 one.
+@needs_hopper
+@pytest.mark.parametrize("feature", ["plain", "causal", "softcap"])
+@pytest.mark.parametrize("head_dim", [40, 136, 248])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_varlen_gradients_at_padded_head_dims_within_flash_attention_rule(rng, dtype,
+                                                                              head_dim, feature):
+    check_varlen_gradients(rng, getattr(torch, dtype), head_dim, 6, 2, GRADIENT_FEATURES[feature])
 
 
 @needs_hopper
