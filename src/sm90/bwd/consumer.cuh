@@ -1,6 +1,6 @@
 // A consumer warpgroup of the backward: 64 keys of the CTA's key block (at d 256 both consumers take
-// the same 64 keys, each with half of dK's and dV's columns: Traits::kSplitsColumns). For each q block
-// (64 rows of one q head) the producer stages, it
+// the same 64 keys and split the steps below by role: run_role_step, Traits::kSplitsRoles). For each q
+// block (64 rows of one q head) the producer stages, it
 //   1. issues S^T = K Q^T and dP^T = V dO^T (SS-wgmma, keys as M: both are 64 keys x 64 q rows);
 //   2. recomputes P^T = exp2(S^T * scale - lse) from the forward's LSE (no running max: the row sums
 //      are already known), and dS^T = P^T (dP^T - D) (times 1 - tanh^2 under the softcap);
@@ -16,7 +16,8 @@
 // The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
 // first, each zeroes its share of the K and V rows past the sequence's keys, if the block has any
 // (key_tail.cuh).
-// dK and dV stay in registers for the whole CTA and are stored at the end (dK times softmax_scale).
+// dK and dV (at d 256 one of them per consumer) stay in registers for the whole CTA and are stored at
+// the end (dK times softmax_scale).
 #pragma once
 
 #include <cmath>
@@ -61,13 +62,46 @@ class BwdConsumer {
         seq_(seq),
         warpgroup_(warpgroup),
         thread_(threadIdx.x % Traits::kWarpgroupThreads),
-        key0_(block.n_block * Traits::kBlockN + first_key_in_tile()),
-        grad_col0_(Traits::kSplitsColumns ? warpgroup * Traits::kGradCols : 0) {}
+        key0_(block.n_block * Traits::kBlockN + first_key_in_tile()) {}
 
   __device__ void run() {
-    float dk[kG], dv[kG];
+    if constexpr (Traits::kSplitsRoles) {
+      float grad[kG];  // dV (consumer 0) or dK (consumer 1)
 #pragma unroll
-    for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.0f;
+      for (int i = 0; i < kG; ++i) grad[i] = 0.0f;
+      walk_steps([&](int head, int m0, const StageRing<Traits::kStages>& ring, PendingDq& pending) {
+        run_role_step(head, m0, ring, pending, grad);
+      });
+      store_role_gradient(grad);
+    } else {
+      float dk[kG], dv[kG];
+#pragma unroll
+      for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.0f;
+      walk_steps([&](int head, int m0, const StageRing<Traits::kStages>& ring, PendingDq& pending) {
+        run_step(head, m0, ring, pending, dk, dv);
+      });
+      store_gradients(dk, dv);
+    }
+    if (issues_dq_reductions()) tma_store_wait_all();  // the reductions read shared memory until they finish
+  }
+
+ private:
+  using Turns = WarpgroupTurns<Traits::kTurnBarrierBase, Traits::kConsumerThreads, Traits::kConsumerWarpgroups>;
+
+  // The step whose dS is in shared memory and whose dQ GEMM the next step issues (head -1: none): a
+  // step carries its dS, as the forward carries P into the next block's turn, so that nothing stays in
+  // flight across steps and neither consumer waits for the other's dS inside a step. `uses` counts the
+  // steps, for the phase of ds_ready.
+  struct PendingDq {
+    int head = -1, m0 = 0, uses = -1;
+    __device__ int buffer() const { return uses % Traits::kDsBuffers; }
+    __device__ std::uint32_t phase() const { return (uses / Traits::kDsBuffers) % 2; }
+  };
+
+  // Waits for K and V, clears the key tail, runs step(head, m0, ring, pending) for every step of the
+  // CTA, then issues and adds the last step's dQ.
+  template <class Step>
+  __device__ void walk_steps(Step&& step) {
     const StepList<Traits> steps(p_, block_, bounds());
     mbarrier_wait(&s_.kv_full, 0);  // producer (TMA) -> us: K and V landed
     Turns::open_first_turn(true, warpgroup_);
@@ -76,7 +110,7 @@ class BwdConsumer {
     PendingDq pending;
     for (int head = steps.first_head; head < steps.first_head + p_.head_ratio; ++head) {
       for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
-        run_step(head, m * Traits::kBlockM, ring, pending, dk, dv);
+        step(head, m * Traits::kBlockM, ring, pending);
         ring.advance();
       }
     }
@@ -95,22 +129,7 @@ class BwdConsumer {
         reduce_dq_share(pending);
       }
     }
-    store_gradients(dk, dv);
-    if (issues_dq_reductions()) tma_store_wait_all();  // the reductions read shared memory until they finish
   }
-
- private:
-  using Turns = WarpgroupTurns<Traits::kTurnBarrierBase, Traits::kConsumerThreads, Traits::kConsumerWarpgroups>;
-
-  // The step whose dS is in shared memory and whose dQ GEMM the next step issues (head -1: none): a
-  // step carries its dS, as the forward carries P into the next block's turn, so that nothing stays in
-  // flight across steps and neither consumer waits for the other's dS inside a step. `uses` counts the
-  // steps, for the phase of ds_ready.
-  struct PendingDq {
-    int head = -1, m0 = 0, uses = -1;
-    __device__ int buffer() const { return uses % Traits::kDsBuffers; }
-    __device__ std::uint32_t phase() const { return (uses / Traits::kDsBuffers) % 2; }
-  };
 
   // Waits until both consumers have stored their halves of the pending dS, then issues the first part
   // of this consumer's columns of its dQ.
@@ -236,6 +255,121 @@ class BwdConsumer {
     release_ldmatrix_reads_to_tma(&s_.q_empty[stage], thread_);
   }
 
+  // One step at d 256 (Traits::kSplitsRoles), in run_step's two turns: consumer 0 issues S^T, turns it
+  // into P^T and issues dV += P^T dO; consumer 1 issues dP^T, makes dS^T with consumer 0's P^T (through
+  // p_exchange), stores dS and issues dK += dS^T Q. Each issues half of the previous step's dQ columns
+  // in its first turn. p_exchange needs one buffer: consumer 0 writes the next step's P^T only after its
+  // next first turn, which follows consumer 1's second turn of this step, issued once its P^T reads
+  // were done.
+  __device__ void run_role_step(int head, int m0, const StageRing<Traits::kStages>& ring, PendingDq& pending,
+                                float (&grad)[kG]) {
+    const int stage = ring.index();
+    const bool scores = warpgroup_ == 0;
+    mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
+    const std::uint32_t keys_tile = smem_address(scores ? s_.k : s_.v);
+    const std::uint32_t rows_tile = smem_address(scores ? s_.q[stage] : s_.dout[stage]);
+    float acc[kS];  // S^T (consumer 0) or dP^T (consumer 1)
+    if (pending.head >= 0) {
+      float dq[kDq];
+      wait_dq_share_free();
+      Turns::begin(true, warpgroup_);
+      issue_pending_dq(dq, pending);
+      issue_scores(acc, keys_tile, rows_tile);
+      Turns::end(true, warpgroup_);
+      wgmma_wait<1>();  // the previous step's first dQ part done; acc may still run
+      pin_registers(dq);
+      emit_dq_part(dq, pending, 0);
+      issue_and_emit_later_dq_parts(dq, pending);
+    } else {
+      Turns::begin(true, warpgroup_);
+      issue_scores(acc, keys_tile, rows_tile);
+      Turns::end(true, warpgroup_);
+    }
+    const SequenceBounds& b = bounds();
+    const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right);
+    Fragments frag;
+    const PendingDq this_step{head, m0, pending.uses + 1};
+    if (scores) {
+      share_probabilities(acc, stage, m0, masked);
+      to_a_fragments(acc, frag);
+    } else {
+      score_gradients_from_shared(acc, stage);
+      to_a_fragments(acc, frag);
+      store_ds_transposed(frag, smem_address(s_.ds[this_step.buffer()]));
+    }
+    Turns::begin(true, warpgroup_);
+    wgmma_fence();
+    issue_key_gradient(grad, frag, smem_address(scores ? s_.dout[stage] : s_.q[stage]));
+    wgmma_commit();
+    Turns::end(true, warpgroup_);
+    if (!Traits::kDqFromRegisters && !Traits::kDqReducedAtOnce && pending.head >= 0) reduce_dq_share(pending);
+
+    pending = this_step;
+    fence_proxy_async_shared();  // consumer 1's dS stores -> the wgmma (async proxy) reads of the next step
+    release_from_warp(&s_.ds_ready[warpgroup_][pending.buffer()], thread_);  // consumer 0's: nothing stored
+    wgmma_wait<0>();
+    pin_registers(grad);
+    pin_registers(frag);
+    release_ldmatrix_reads_to_tma(&s_.q_empty[stage], thread_);
+  }
+
+  // Consumer 0: s (raw scores S^T) -> P^T, and into p_exchange the factor consumer 1 multiplies
+  // dP^T - D by: P^T, or under the softcap P^T (1 - tanh^2) (softcapped_gradients' slope); then hands
+  // it over (kPReadyBarrier; the named barrier orders the shared-memory stores before consumer 1's loads).
+  __device__ void share_probabilities(float (&s)[kS], int stage, int m0, bool masked) {
+    float4* exchange = reinterpret_cast<float4*>(s_.p_exchange) + thread_;
+    if (p_.softcap > 0.0f) {
+      const float* lse_log2 = s_.row_stats[stage][0];
+      wgmma_wait<0>();
+      pin_registers(s);
+#pragma unroll
+      for (int j = 0; j < kS / 4; ++j) {
+        float factor[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 4 * j + e;
+          const float t = fast_tanh(s[i] * p_.softcap_input_scale);
+          float p = fast_exp2(fmaf(t, p_.score_scale_log2, -lse_log2[accumulator_col(thread_, i)]));
+          if (masked && !visible(i, m0)) p = 0.0f;
+          s[i] = p;
+          factor[e] = p * (1.0f - t * t);
+        }
+        exchange[j * Traits::kWarpgroupThreads] = make_float4(factor[0], factor[1], factor[2], factor[3]);
+      }
+    } else {
+      RowValues lse_log2;
+      load_row_values(s_.row_stats[stage][0], lse_log2);
+      wgmma_wait<0>();
+      pin_registers(s);
+      probabilities(s, lse_log2, m0, masked);
+#pragma unroll
+      for (int j = 0; j < kS / 4; ++j) exchange[j * Traits::kWarpgroupThreads] = make_float4(s[4 * j], s[4 * j + 1], s[4 * j + 2], s[4 * j + 3]);
+    }
+    named_barrier_arrive(Traits::kPReadyBarrier, Traits::kConsumerThreads);
+  }
+
+  // Consumer 1: dp (dP^T) -> dS^T = factor (dP^T - D), with consumer 0's factor of the step (the same
+  // accumulator element of the same thread: both consumers' S^T and dP^T cover the same keys and rows).
+  __device__ void score_gradients_from_shared(float (&dp)[kS], int stage) {
+    RowValues dout_dot_out;
+    load_row_values(s_.row_stats[stage][1], dout_dot_out);
+    wgmma_wait<0>();
+    pin_registers(dp);
+    named_barrier_sync(Traits::kPReadyBarrier, Traits::kConsumerThreads);
+    const float4* exchange = reinterpret_cast<const float4*>(s_.p_exchange) + thread_;
+#pragma unroll
+    for (int j = 0; j < kS / 4; ++j) {
+      const float4 f = exchange[j * Traits::kWarpgroupThreads];
+      const float factor[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 4 * j + e;
+        dp[i] = factor[e] * (dp[i] - row_value(dout_dot_out, i));
+      }
+    }
+  }
+
   // D(64 keys x 64 q rows) = A(64 keys of K or V, K-major) B(Q or dO, K-major) over the head dim,
   // committed as one group.
   __device__ void issue_scores(float (&d)[kS], std::uint32_t keys_tile, std::uint32_t rows_tile) {
@@ -267,7 +401,7 @@ class BwdConsumer {
 
   // This consumer's first key row in the K and V tiles.
   __device__ int first_key_in_tile() const {
-    return Traits::kSplitsColumns ? 0 : warpgroup_ * Traits::kKeysPerWarpgroup;
+    return Traits::kSplitsRoles ? 0 : warpgroup_ * Traits::kKeysPerWarpgroup;
   }
 
   // What the step list and masks see. Through this accessor rather than seq_.bounds at each use: ptxas
@@ -343,30 +477,27 @@ class BwdConsumer {
     }
   }
 
-  // grad(64 keys x kGradCols) += A(64 keys x 64 q rows, registers) B(dO or Q: q rows x this consumer's
-  // columns, MN-major).
+  // grad(64 keys x d) += A(64 keys x 64 q rows, registers) B(dO or Q: q rows x d, MN-major).
   __device__ void issue_key_gradient(float (&grad)[kG], const Fragments& a, std::uint32_t rows_tile) {
-    const std::uint32_t b_base = rows_tile + grad_col0_ / QTile::kColsPerBlock * QTile::kColumnBlockBytes;
+    const std::uint32_t b_base = rows_tile;
     const std::uint64_t b_desc = mnmajor_descriptor(b_base, QTile::kColumnBlockBytes);
 #pragma unroll
     for (int step = 0; step < kQSteps; ++step) {
       // 16 q rows = 16 rows of 128 bytes down every column block.
       const std::uint64_t desc_b = mnmajor_descriptor_at<Traits::kLeanAddressing>(
           b_desc, b_base, step * 16 * kSwizzleBytes, QTile::kColumnBlockBytes);
-      wgmma_rs<Traits::kGradCols, Traits::kIsBf16>(grad, a[step], desc_b, 1);
+      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(grad, a[step], desc_b, 1);
     }
   }
 
   // ds (A fragments of dS^T: keys x q rows) -> the dS tile (q rows x keys). Matrix i of step k is keys
   // 8 (i % 2) .. + 7 of the warp's 16 by q rows 16 k + 8 (i / 2) .. + 7; stored transposed, each lane
-  // addresses one q row's 16 bytes of those keys. Where both consumers hold the same dS^T, each stores
-  // every other step's 16 q rows.
+  // addresses one q row's 16 bytes of those keys.
   __device__ void store_ds_transposed(const Fragments& ds, std::uint32_t ds_tile) const {
     const int lane = thread_ % 32, matrix = lane / 8;
     const int key = first_key_in_tile() + 16 * (thread_ / 32) + 8 * (matrix % 2);
 #pragma unroll
     for (int step = 0; step < kQSteps; ++step) {
-      if (Traits::kSplitsColumns && step % Traits::kConsumerWarpgroups != warpgroup_) continue;
       const int row = 16 * step + 8 * (matrix / 2) + lane % 8;
       stmatrix_x4_trans(ds_tile + DsTile::offset(row, key), ds[step]);
     }
@@ -462,22 +593,47 @@ class BwdConsumer {
   // row stored for the sequence (key_rows), so those past the keys it uses get their 0; no column past
   // head_dim (a pair never straddles it: head_dim is even).
   __device__ void store_gradients(const float (&dk)[kG], const float (&dv)[kG]) const {
-    using Element = typename Traits::Element;
-    const std::int64_t row0 = seq_.rows.k_row0;
-    Element* dk_out = static_cast<Element*>(p_.dk) + seq_.rows.k_batch * p_.dk_batch_stride +
-                      row0 * p_.dk_row_stride + block_.kv_head * p_.dk_head_stride;
-    Element* dv_out = static_cast<Element*>(p_.dv) + seq_.rows.k_batch * p_.dv_batch_stride +
-                      row0 * p_.dv_row_stride + block_.kv_head * p_.dv_head_stride;
-#pragma unroll
-    for (int i = 0; i < kG; i += 2) {
-      const int key = key_of(i);
-      if (key >= seq_.key_rows) continue;
-      const int col = grad_col0_ + accumulator_col(thread_, i);
-      if (col >= p_.head_dim) continue;
+    Element* dk_out = gradient_rows(p_.dk, p_.dk_batch_stride, p_.dk_row_stride, p_.dk_head_stride);
+    Element* dv_out = gradient_rows(p_.dv, p_.dv_batch_stride, p_.dv_row_stride, p_.dv_head_stride);
+    for_each_stored_pair([&](int i, int key, int col) {
       *reinterpret_cast<std::uint32_t*>(dk_out + key * p_.dk_row_stride + col) =
           pack_pair<Traits::kIsBf16>(dk[i] * p_.softmax_scale, dk[i + 1] * p_.softmax_scale);
       *reinterpret_cast<std::uint32_t*>(dv_out + key * p_.dv_row_stride + col) =
           pack_pair<Traits::kIsBf16>(dv[i], dv[i + 1]);
+    });
+  }
+
+  // Traits::kSplitsRoles: consumer 0 stores dV, consumer 1 dK (times softmax_scale).
+  __device__ void store_role_gradient(const float (&grad)[kG]) const {
+    const bool is_dk = warpgroup_ == 1;
+    const std::int64_t row_stride = is_dk ? p_.dk_row_stride : p_.dv_row_stride;
+    Element* out = is_dk ? gradient_rows(p_.dk, p_.dk_batch_stride, row_stride, p_.dk_head_stride)
+                         : gradient_rows(p_.dv, p_.dv_batch_stride, row_stride, p_.dv_head_stride);
+    const float scale = is_dk ? p_.softmax_scale : 1.0f;
+    for_each_stored_pair([&](int i, int key, int col) {
+      *reinterpret_cast<std::uint32_t*>(out + key * row_stride + col) =
+          pack_pair<Traits::kIsBf16>(grad[i] * scale, grad[i + 1] * scale);
+    });
+  }
+
+  using Element = typename Traits::Element;
+  // Row 0 of this CTA's sequence and K/V head in dk or dv.
+  __device__ Element* gradient_rows(void* out, std::int64_t batch_stride, std::int64_t row_stride,
+                                    std::int64_t head_stride) const {
+    return static_cast<Element*>(out) + seq_.rows.k_batch * batch_stride + seq_.rows.k_row0 * row_stride +
+           block_.kv_head * head_stride;
+  }
+
+  // store(i, key, col) for each accumulator pair (i, i + 1) of a gradient that has a place in the output.
+  template <class Store>
+  __device__ void for_each_stored_pair(Store&& store) const {
+#pragma unroll
+    for (int i = 0; i < kG; i += 2) {
+      const int key = key_of(i);
+      if (key >= seq_.key_rows) continue;
+      const int col = accumulator_col(thread_, i);
+      if (col >= p_.head_dim) continue;
+      store(i, key, col);
     }
   }
 
@@ -487,8 +643,7 @@ class BwdConsumer {
   const BwdSequence seq_;
   const int warpgroup_;
   const int thread_;
-  const int key0_;       // first key of this warpgroup's 64
-  const int grad_col0_;  // first column of this warpgroup's dK and dV
+  const int key0_;  // first key of this warpgroup's 64
 };
 
 }  // namespace hopattn::sm90

@@ -26,16 +26,16 @@ namespace hopattn::sm90 {
 // generic-proxy stores before the async-proxy reads of wgmma. Whole 128-byte rows of each column block,
 // so the swizzle (a permutation within a row) does not matter; a warp stores 512 contiguous bytes at a
 // time, conflict free. 8 (d 64) or 16 (d 128, 256) predicated 16-byte stores a thread. Where the
-// consumers share their keys (Traits::kSplitsColumns), each clears half of the column blocks.
+// consumers share their keys (Traits::kSplitsRoles), each clears half of the column blocks.
 template <class Traits>
 __device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s, int first_row, int warpgroup,
                                                int thread_in_warpgroup) {
   using KTile = typename Traits::KTile;
   constexpr int kChunksPerRow = kSwizzleBytes / 16;
   constexpr int kStores = Traits::kKeysPerWarpgroup * kChunksPerRow / Traits::kWarpgroupThreads;
-  constexpr int kBlocks = Traits::kSplitsColumns ? KTile::kColumnBlocks / Traits::kConsumerWarpgroups : KTile::kColumnBlocks;
-  const std::uint32_t rows_offset = Traits::kSplitsColumns ? 0 : warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
-  const int first_block = Traits::kSplitsColumns ? warpgroup * kBlocks : 0;
+  constexpr int kBlocks = Traits::kSplitsRoles ? KTile::kColumnBlocks / Traits::kConsumerWarpgroups : KTile::kColumnBlocks;
+  const std::uint32_t rows_offset = Traits::kSplitsRoles ? 0 : warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
+  const int first_block = Traits::kSplitsRoles ? warpgroup * kBlocks : 0;
   const int first_chunk = first_row * kChunksPerRow;
   const std::uint32_t tiles[] = {smem_address(s.k), smem_address(s.v)};
 #pragma unroll
@@ -58,7 +58,7 @@ __device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s
 // of this consumer's (ds_ready), released after the clear.
 template <class Traits>
 __device__ __forceinline__ void wait_key_rows_cleared(int warpgroup) {
-  if constexpr (Traits::kSplitsColumns) {
+  if constexpr (Traits::kSplitsRoles) {
     named_barrier_sync(Traits::kKeyTailBarrierBase, Traits::kConsumerThreads);
   } else {
     named_barrier_sync(Traits::kKeyTailBarrierBase + warpgroup, Traits::kWarpgroupThreads);

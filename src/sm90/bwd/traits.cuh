@@ -9,10 +9,9 @@
 // dQ = dS K (dS through shared memory), added into a float32 workspace per consumer and step.
 //
 // At head dim 256 dK and dV of 64 keys would take 256 registers a thread: there both consumers take the
-// same 64 keys (kSplitsColumns), each keeps dK and dV of half the columns, and each computes the whole
-// S^T and dP^T of those keys itself. That repeats two of the step's five GEMMs (5/7 of the tensor work
-// is useful) but keeps every GEMM operand where the narrower kernels have it and the two consumers
-// independent, so their ping-pong stays (exchanging halves of S^T would tie them together every step).
+// same 64 keys and split the step's work by role (kSplitsRoles): consumer 0 computes S^T, P^T and
+// dV += P^T dO, consumer 1 dP^T, dS^T (with consumer 0's P^T, through shared memory) and dK += dS^T Q;
+// each keeps one gradient (64 keys x 256: 128 registers) and issues half of dQ's columns.
 //
 // Dense and variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) take the same kernels:
 // each CTA reads its sequence's lengths and first rows (bwd/sequence.cuh). Dense batches ran 2-6%
@@ -42,22 +41,22 @@ struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "backward head dims: 64, 128, 256");
 
-  // Both consumers on the same keys, each with half of dK's and dV's columns (above).
-  static constexpr bool kSplitsColumns = kHeadDim > 128;
+  // Both consumers on the same keys, one for dV and one for dK (above).
+  static constexpr bool kSplitsRoles = kHeadDim > 128;
   static constexpr int kBlockM = 64;  // q rows per step (128 at d 64 was 20% slower: perf-notes v54)
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kKeysPerWarpgroup = 64;
-  static constexpr int kBlockN = kSplitsColumns ? kKeysPerWarpgroup : kConsumerWarpgroups * kKeysPerWarpgroup;  // keys per CTA
+  static constexpr int kBlockN = kSplitsRoles ? kKeysPerWarpgroup : kConsumerWarpgroups * kKeysPerWarpgroup;  // keys per CTA
   // q-block stages (Q, dO, their row statistics) in flight; d 64's short steps take a third (+0.3-0.9%,
   // perf-notes v63). The deterministic d 256 kernel's dQ share leaves room for one.
-  static constexpr int kStages = kHeadDim == 64 ? 3 : (kSplitsColumns && kDeterministic ? 1 : 2);
+  static constexpr int kStages = kHeadDim == 64 ? 3 : (kSplitsRoles && kDeterministic ? 1 : 2);
   // dS buffers, alternating by step: a consumer writes the next step's dS while the other may still
   // be reading this one in its dQ GEMM (consumer.cuh, PendingDq).
   static constexpr int kDsBuffers = 2;
   // dQ shares, alternating by step: a step's bulk reduction may still be reading its share while the
   // next step stores its own (consumer.cuh, stage_dq_share). One at d 256 (64 KB): the next step's
   // stores wait for the reduction's reads.
-  static constexpr int kDqBuffers = kSplitsColumns ? 1 : 2;
+  static constexpr int kDqBuffers = kSplitsRoles ? 1 : 2;
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
@@ -78,13 +77,11 @@ struct BwdTraits {
 
   // Accumulator registers per consumer thread (m64 x N f32 over 128 threads).
   static constexpr int kSRegisters = kBlockM / 2;          // S^T and dP^T: 64 keys x 64 q rows
-  // dK and dV: 64 keys x kGradCols, from column kGradCols x warpgroup where the columns are split.
-  static constexpr int kGradCols = kSplitsColumns ? kHeadDim / kConsumerWarpgroups : kHeadDim;
-  static constexpr int kGradRegisters = kGradCols / 2;
+  static constexpr int kGradRegisters = kHeadDim / 2;  // dK and dV: 64 keys x d
   static constexpr int kDqCols = kHeadDim / kConsumerWarpgroups;  // each warpgroup's share of dQ's columns
   // The share's GEMMs: one, or at d 256 two of 64 columns each, one after the other through the same
   // registers (dQ's 64 registers beside S^T, dK and dV would spill).
-  static constexpr int kDqPartCols = kSplitsColumns ? 64 : kDqCols;
+  static constexpr int kDqPartCols = kSplitsRoles ? 64 : kDqCols;
   static constexpr int kDqParts = kDqCols / kDqPartCols;
   static constexpr int kDqRegisters = kDqPartCols / 2;
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
@@ -102,23 +99,25 @@ struct BwdTraits {
   // floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy fence
   // and named barrier between the first turn and the exponentials (+5%, perf-notes v63; at d 128 it
   // needed 8 bytes of stack). At d 256 the shares and two stages would not fit in shared memory.
-  static constexpr bool kDqFromRegisters = !kDeterministic && (kHeadDim == 64 || kSplitsColumns);
+  static constexpr bool kDqFromRegisters = !kDeterministic && (kHeadDim == 64 || kSplitsRoles);
   // Whether the consumers read a step's row statistics before the waits for S^T and dP^T (their
   // shared-memory latency hidden under the GEMMs) or after: +4-6% at d 128, -1% at d 64 (v63).
   static constexpr bool kRowStatsBeforeWaits = kHeadDim >= 128;
   // wgmma descriptors advanced from the tile's by one add (smem_layout.hpp, advance_descriptor) rather
   // than rebuilt per GEMM step: 10% fewer instructions in the d 256 kernel, whose score GEMMs take 16
   // steps; the narrower kernels keep their measured code.
-  static constexpr bool kLeanAddressing = kSplitsColumns;
+  static constexpr bool kLeanAddressing = kSplitsRoles;
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
   // forward), which also hand each step's dQ share to its reducing thread, each consumer's own
   // hand-off of a share (kDqReducedAtOnce, and the last step's after the loop; ids 3 and 4), and each
   // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6;
-  // id 5 for both consumers where they share the keys).
+  // id 5 for both consumers where they share the keys), and consumer 0's P^T handed to consumer 1
+  // (kSplitsRoles; id 7).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
   static constexpr int kKeyTailBarrierBase = 5;
+  static constexpr int kPReadyBarrier = 7;
   // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
   // warpgroup: element i of thread t's share at ((i / 4) * kWarpgroupThreads + t) * 4 + i % 4, so each
   // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one
@@ -135,6 +134,9 @@ struct BwdTraits {
     // One float where the consumers add dQ from registers (kDqFromRegisters): no share to stage.
     alignas(128) float dq[kDqFromRegisters ? 1 : kDqBuffers][kDqFromRegisters ? 1 : kDqTileFloats];
     alignas(128) float row_stats[kStages][2][kBlockM];  // lse * log2(e), then D (BwdParams::row_stats)
+    // kSplitsRoles: consumer 0's P^T of the step (times the softcap's slope 1 - tanh^2 when on) for
+    // consumer 1's dS^T, in accumulator order (element i of thread t at ((i / 4) * 128 + t) * 4 + i % 4).
+    alignas(16) float p_exchange[kSplitsRoles ? kBlockN * kBlockM : 4];
     std::uint64_t kv_full;
     std::uint64_t q_full[kStages];
     std::uint64_t q_empty[kStages];
