@@ -33,6 +33,7 @@ template <typename Element>
 Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
   if (pr.head_dim <= 64) return launch<64, Element>(args, pr);
   if (pr.head_dim <= 128) return launch<128, Element>(args, pr);
+  if (pr.head_dim <= 192) return launch<192, Element>(args, pr);
   if (pr.head_dim <= 256) return launch<256, Element>(args, pr);
   return unsupported("head dim " + std::to_string(pr.head_dim));
 }

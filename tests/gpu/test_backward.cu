@@ -63,14 +63,14 @@ TEST_P(BackwardMatchesReference, Gradients) {
 }
 
 // Both dtypes and native head dims over lengths 1, odd, equal and unequal both ways, either side of the
-// 64- and 128-row tiles; batch 1-3. At d 256 the CTA takes 64 keys, both consumers the same ones.
+// 64- and 128-row tiles; batch 1-3. At d 192 and 256 the CTA takes 64 keys, both consumers the same ones.
 std::vector<BackwardCase> shape_cases() {
   const std::pair<int, int> lengths[] = {{1, 1},     {1, 513},   {17, 300},  {300, 17},  {64, 64},  {100, 129},
                                          {128, 128}, {129, 255}, {255, 100}, {513, 513}, {513, 64}};
   std::vector<BackwardCase> cases;
   int index = 0;
   for (Dtype dtype : {kBf16, kFp16})
-    for (int d : {64, 128, 256})
+    for (int d : {64, 128, 192, 256})
       for (const auto& [sq, sk] : lengths) cases.push_back(bwd(dtype, 1 + index++ % 3, 2, 2, sq, sk, d));
   return cases;
 }
@@ -145,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
                       window(bwd(kBf16, 2, 2, 2, 200, 70, 128), 16, 4),
                       laid_out(bwd(kFp16, 1, 2, 1, 65, 65, 64), BackwardLayout::kPacked),
                       causal(bwd(kBf16, 1, 4, 2, 65, 129, 40)), causal(bwd(kFp16, 1, 2, 1, 100, 129, 256)),
-                      window(bwd(kBf16, 1, 2, 2, 77, 65, 200), 8, 8)));
+                      window(bwd(kBf16, 1, 2, 2, 77, 65, 200), 8, 8),
+                      softcap(causal(bwd(kFp16, 1, 4, 2, 129, 100, 160)), 30.0f, 8.0f)));
 
 // Pairs per random case (batch * heads_q * seqlen_q * seqlen_k): 24 MB of reference scratch at most.
 constexpr double kMaxSweepPairs = 1.5e6;

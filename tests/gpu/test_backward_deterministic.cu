@@ -53,6 +53,11 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
     c.causal = true;
     cases.push_back({"Causal_gqa_d256_bf16", c});
   }
+  {
+    BackwardCase c = dense(kFp16, 1, 3, 1, 1029, 777, 192);
+    c.window_left = 200, c.window_right = 16;
+    cases.push_back({"Window_mqa_d192_fp16", c});
+  }
   return cases;
 }
 

@@ -34,6 +34,7 @@ std::vector<NamedCase<VarlenBackwardCase>> corner_cases() {
 
   add("Edges_d64_bf16_gqa", varlen(kEdgesQ, kEdgesK, 8, 2, 64, kBf16));
   add("Edges_d128_fp16_mha", varlen(kEdgesQ, kEdgesK, 2, 2, 128, kFp16));
+  add("Edges_d192_fp16_gqa", varlen(kEdgesQ, kEdgesK, 4, 2, 192, kFp16));
   add("Edges_d256_bf16_gqa", varlen(kEdgesQ, kEdgesK, 4, 2, 256, kBf16));
   {
     VarlenBackwardCase c = varlen(kEdgesQ, kEdgesK, 4, 1, 64, kFp16);

@@ -139,11 +139,12 @@ class BwdConsumer {
     issue_dq(dq, smem_address(s_.ds[pending.buffer()]), 0);
   }
 
-  // The first part of the pending dQ has left dq's registers: the later parts (d 256) through the same
-  // registers, one after the other (their waits also wait for this step's S^T).
+  // The first part of the pending dQ has left dq's registers: the later parts (d 192, 256) through the
+  // same registers, one after the other (their waits also wait for this step's scores).
   __device__ void issue_and_emit_later_dq_parts(float (&dq)[kDq], const PendingDq& pending) {
 #pragma unroll
-    for (int part = 1; part < Traits::kDqParts; ++part) {
+    for (int part = 1; part < Traits::kDqPiecesOfFirst; ++part) {
+      if (part >= dq_pieces()) break;
       issue_dq(dq, smem_address(s_.ds[pending.buffer()]), part);
       wgmma_wait<0>();
       pin_registers(dq);
@@ -503,10 +504,10 @@ class BwdConsumer {
     }
   }
 
-  // Part `part` of this warpgroup's kDqCols columns of dQ (64 q rows) = dS (64 q rows x kBlockN keys,
-  // K-major) K (MN-major).
+  // Part `part` (a piece: Traits::kDqPieceCols) of this warpgroup's columns of dQ (64 q rows) = dS (64 q
+  // rows x kBlockN keys, K-major) K (MN-major).
   __device__ void issue_dq(float (&dq)[kDq], std::uint32_t ds_tile, int part) {
-    const int first_col = warpgroup_ * Traits::kDqCols + part * Traits::kDqPartCols;
+    const int first_col = (dq_first_piece() + part) * Traits::kDqPieceCols;
     const std::uint32_t k_base = smem_address(s_.k) + (first_col / KTile::kColsPerBlock) * KTile::kColumnBlockBytes +
                                  (first_col % KTile::kColsPerBlock) * Traits::kElementBytes;
     const std::uint64_t a_desc = kmajor_descriptor(ds_tile);
@@ -521,7 +522,7 @@ class BwdConsumer {
           kmajor_descriptor_at<kAdvance>(a_desc, ds_tile, block * DsTile::kColumnBlockBytes + in_row);
       const std::uint64_t desc_b =
           mnmajor_descriptor_at<kAdvance>(b_desc, k_base, step * 16 * kSwizzleBytes, KTile::kColumnBlockBytes);
-      wgmma_ss<Traits::kDqPartCols, Traits::kIsBf16, /*kBMNMajor=*/true>(dq, desc_a, desc_b, step > 0);
+      wgmma_ss<Traits::kDqPieceCols, Traits::kIsBf16, /*kBMNMajor=*/true>(dq, desc_a, desc_b, step > 0);
     }
     wgmma_commit();
   }
@@ -547,7 +548,7 @@ class BwdConsumer {
   // order), four at a time.
   __device__ void add_dq_from_registers(const float (&dq)[kDq], const PendingDq& pending, int part) const {
     const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
-    float* share = p_.dq_accum + row * Traits::kHeadDim + warpgroup_ * kDqShareFloats + part * kDqPartFloats;
+    float* share = p_.dq_accum + row * Traits::kHeadDim + (dq_first_piece() + part) * kDqPieceFloats;
 #pragma unroll
     for (int j = 0; j < kDq / 4; ++j) {
       red_add_f32x4(share + (j * Traits::kWarpgroupThreads + thread_) * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
@@ -555,18 +556,23 @@ class BwdConsumer {
     }
   }
 
-  // This consumer's share of a step's dQ (its kHeadDim / 2 columns, in the order of
-  // Traits::kDqTileFloats) in the step's buffer; the shares are contiguous, so each consumer reduces its
-  // own. Each part's accumulators follow the previous part's, which is the order of one GEMM over all
-  // the share's columns (dq_convert.cuh reads it so).
-  static constexpr int kDqShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
-  static constexpr int kDqPartFloats = Traits::kBlockM * Traits::kDqPartCols;
+  // This consumer's dQ pieces (Traits::kDqPieceCols): the first, and how many. Its share of a step's
+  // dQ (those pieces, each in accumulator order) in the step's buffer; the shares are contiguous, so
+  // each consumer reduces its own.
+  __device__ int dq_first_piece() const { return warpgroup_ * Traits::kDqPiecesOfFirst; }
+  // A constant where both have as many (every kernel but d 192's): the d 256 kernel measured 1-1.5%
+  // slower with the count read per warpgroup.
+  __device__ int dq_pieces() const {
+    if constexpr (Traits::kDqPieces == 2 * Traits::kDqPiecesOfFirst) return Traits::kDqPiecesOfFirst;
+    return warpgroup_ == 0 ? Traits::kDqPiecesOfFirst : Traits::kDqPieces - Traits::kDqPiecesOfFirst;
+  }
+  static constexpr int kDqPieceFloats = Traits::kBlockM * Traits::kDqPieceCols;
   __device__ float* dq_share(const PendingDq& pending) const {
-    return s_.dq[pending.uses % Traits::kDqBuffers] + warpgroup_ * kDqShareFloats;
+    return s_.dq[pending.uses % Traits::kDqBuffers] + dq_first_piece() * kDqPieceFloats;
   }
 
   __device__ void stage_dq_share(const float (&dq)[kDq], const PendingDq& pending, int part) const {
-    float* share = dq_share(pending) + part * kDqPartFloats;
+    float* share = dq_share(pending) + part * kDqPieceFloats;
 #pragma unroll
     for (int j = 0; j < kDq / 4; ++j) {
       *reinterpret_cast<float4*>(share + (j * Traits::kWarpgroupThreads + thread_) * 4) =
@@ -584,7 +590,8 @@ class BwdConsumer {
       order = dq_order_counter<Traits>(p_, row, warpgroup_);
       wait_dq_turn<Traits>(order, block_.n_block, pending.m0, bounds());
     }
-    bulk_reduce_add_f32(tile + warpgroup_ * kDqShareFloats, dq_share(pending), kDqShareFloats * sizeof(float));
+    bulk_reduce_add_f32(tile + dq_first_piece() * kDqPieceFloats, dq_share(pending),
+                        dq_pieces() * kDqPieceFloats * sizeof(float));
     tma_store_commit();
     if constexpr (Traits::kDeterministic) pass_dq_turn(order);
   }

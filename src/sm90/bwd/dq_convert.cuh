@@ -1,9 +1,9 @@
 // The backward's last kernel: dq = softmax_scale * dq_accum, from the float32 workspace the main
 // kernel's dQ writers added their blocks into, to q's dtype in dq's layout. The workspace holds each
 // (batch, head, 64-row q block) as one block of kBlockM x kHeadDim floats in the main kernel's
-// accumulator order (BwdTraits::kDqTileFloats): per consumer warpgroup w, 8-column block j and thread t,
-// the four floats of rows r, r + 8 (r = 16 (t / 32) + (t % 32) / 4) at columns c, c + 1
-// (c = w * kHeadDim / 2 + 8 j + 2 (t % 4)), as the m64 accumulator fragment lays them out.
+// accumulator order (BwdTraits::kDqTileFloats): per piece p of BwdTraits::kDqPieceCols columns, 8-column
+// block j and thread t, the four floats of rows r, r + 8 (r = 16 (t / 32) + (t % 32) / 4) at columns
+// c, c + 1 (c = p * kDqPieceCols + 8 j + 2 (t % 4)), as the m64 accumulator fragment lays them out.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@ template <class Traits>
 __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(const BwdParams p) {
   constexpr int kHeadDim = Traits::kHeadDim, kBlockM = Traits::kBlockM;
   constexpr int kWarpgroupThreads = Traits::kWarpgroupThreads;
-  constexpr int kShareFloats = Traits::kDqTileFloats / Traits::kConsumerWarpgroups;
+  constexpr int kPieceFloats = kBlockM * Traits::kDqPieceCols;
   constexpr int kQuads = Traits::kDqTileFloats / 4;
   const int head = blockIdx.y, m0 = blockIdx.x * kBlockM;
   const BwdSequence seq = backward_sequence<kBlockM>(p, blockIdx.z);
@@ -34,11 +34,11 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
   const float* block = p.dq_accum + workspace_row<kBlockM>(p, seq, head, m0) * kHeadDim;
   for (int quad = threadIdx.x; quad < kQuads; quad += kDqConvertThreads) {
     const int offset = 4 * quad;
-    const int warpgroup = offset / kShareFloats;
-    const int j = offset % kShareFloats / (4 * kWarpgroupThreads);
+    const int piece = offset / kPieceFloats;
+    const int j = offset % kPieceFloats / (4 * kWarpgroupThreads);
     const int t = quad % kWarpgroupThreads;
     const int row = m0 + accumulator_row(t, 0);
-    const int col = warpgroup * Traits::kDqCols + accumulator_col(t, 4 * j);
+    const int col = piece * Traits::kDqPieceCols + accumulator_col(t, 4 * j);
     const float4 sum = *reinterpret_cast<const float4*>(block + offset);
     std::uint16_t* dq = static_cast<std::uint16_t*>(p.dq) + seq.rows.q_batch * p.dq_batch_stride +
                         std::int64_t(seq.rows.q_row0) * p.dq_row_stride + head * p.dq_head_stride + col;

@@ -25,23 +25,26 @@ namespace hopattn::sm90 {
 // (first_row < 0: all of them), which must have landed (kv_full waited for), and fences the proxies:
 // generic-proxy stores before the async-proxy reads of wgmma. Whole 128-byte rows of each column block,
 // so the swizzle (a permutation within a row) does not matter; a warp stores 512 contiguous bytes at a
-// time, conflict free. 8 (d 64) or 16 (d 128, 256) predicated 16-byte stores a thread. Where the
-// consumers share their keys (Traits::kSplitsRoles), each clears half of the column blocks.
+// time, conflict free. 8 (d 64) or 16 (d 128 to 256) predicated 16-byte stores a thread. Where the
+// consumers share their keys (Traits::kSplitsRoles), consumer 0 clears the first half of the column
+// blocks (rounded up), consumer 1 the rest.
 template <class Traits>
 __device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s, int first_row, int warpgroup,
                                                int thread_in_warpgroup) {
   using KTile = typename Traits::KTile;
   constexpr int kChunksPerRow = kSwizzleBytes / 16;
   constexpr int kStores = Traits::kKeysPerWarpgroup * kChunksPerRow / Traits::kWarpgroupThreads;
-  constexpr int kBlocks = Traits::kSplitsRoles ? KTile::kColumnBlocks / Traits::kConsumerWarpgroups : KTile::kColumnBlocks;
+  constexpr int kBlocksOfFirst = Traits::kSplitsRoles ? (KTile::kColumnBlocks + 1) / 2 : KTile::kColumnBlocks;
   const std::uint32_t rows_offset = Traits::kSplitsRoles ? 0 : warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
-  const int first_block = Traits::kSplitsRoles ? warpgroup * kBlocks : 0;
+  const int first_block = Traits::kSplitsRoles && warpgroup == 1 ? kBlocksOfFirst : 0;
+  const int end_block = Traits::kSplitsRoles && warpgroup == 0 ? kBlocksOfFirst : KTile::kColumnBlocks;
   const int first_chunk = first_row * kChunksPerRow;
   const std::uint32_t tiles[] = {smem_address(s.k), smem_address(s.v)};
 #pragma unroll
   for (const std::uint32_t tile : tiles) {
 #pragma unroll
-    for (int block = first_block; block < first_block + kBlocks; ++block) {
+    for (int block = 0; block < KTile::kColumnBlocks; ++block) {
+      if (block < first_block || block >= end_block) continue;
 #pragma unroll
       for (int i = 0; i < kStores; ++i) {
         const int chunk = thread_in_warpgroup + i * Traits::kWarpgroupThreads;

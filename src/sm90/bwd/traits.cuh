@@ -8,10 +8,11 @@
 // dV += P^T dO and dK += dS^T Q take P^T and dS^T straight from the accumulators as A fragments), and
 // dQ = dS K (dS through shared memory), added into a float32 workspace per consumer and step.
 //
-// At head dim 256 dK and dV of 64 keys would take 256 registers a thread: there both consumers take the
-// same 64 keys and split the step's work by role (kSplitsRoles): consumer 0 computes S^T, P^T and
-// dV += P^T dO, consumer 1 dP^T, dS^T (with consumer 0's P^T, through shared memory) and dK += dS^T Q;
-// each keeps one gradient (64 keys x 256: 128 registers) and issues half of dQ's columns.
+// At head dims 192 and 256 dK and dV of 64 keys would take 192 or 256 registers a thread: there both
+// consumers take the same 64 keys and split the step's work by role (kSplitsRoles): consumer 0
+// computes S^T, P^T and dV += P^T dO, consumer 1 dP^T, dS^T (with consumer 0's P^T, through shared
+// memory) and dK += dS^T Q; each keeps one gradient (64 keys x d: d/2 registers) and issues about half
+// of dQ's columns (kDqPieceCols below).
 //
 // Dense and variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) take the same kernels:
 // each CTA reads its sequence's lengths and first rows (bwd/sequence.cuh). Dense batches ran 2-6%
@@ -39,7 +40,8 @@ struct BwdTraits {
   static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
   static constexpr int kElementBytes = 2;
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "backward head dims: 64, 128, 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "backward head dims: 64, 128, 192, 256");
 
   // Both consumers on the same keys, one for dV and one for dK (above).
   static constexpr bool kSplitsRoles = kHeadDim > 128;
@@ -48,14 +50,14 @@ struct BwdTraits {
   static constexpr int kKeysPerWarpgroup = 64;
   static constexpr int kBlockN = kSplitsRoles ? kKeysPerWarpgroup : kConsumerWarpgroups * kKeysPerWarpgroup;  // keys per CTA
   // q-block stages (Q, dO, their row statistics) in flight; d 64's short steps take a third (+0.3-0.9%,
-  // perf-notes v63). The deterministic d 256 kernel's dQ share leaves room for one.
+  // perf-notes v63). The deterministic d 192/256 kernels' dQ share leaves room for one.
   static constexpr int kStages = kHeadDim == 64 ? 3 : (kSplitsRoles && kDeterministic ? 1 : 2);
   // dS buffers, alternating by step: a consumer writes the next step's dS while the other may still
   // be reading this one in its dQ GEMM (consumer.cuh, PendingDq).
   static constexpr int kDsBuffers = 2;
   // dQ shares, alternating by step: a step's bulk reduction may still be reading its share while the
-  // next step stores its own (consumer.cuh, stage_dq_share). One at d 256 (64 KB): the next step's
-  // stores wait for the reduction's reads.
+  // next step stores its own (consumer.cuh, stage_dq_share). One at d 192/256 (48/64 KB): the next
+  // step's stores wait for the reduction's reads.
   static constexpr int kDqBuffers = kSplitsRoles ? 1 : 2;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -78,12 +80,16 @@ struct BwdTraits {
   // Accumulator registers per consumer thread (m64 x N f32 over 128 threads).
   static constexpr int kSRegisters = kBlockM / 2;          // S^T and dP^T: 64 keys x 64 q rows
   static constexpr int kGradRegisters = kHeadDim / 2;  // dK and dV: 64 keys x d
-  static constexpr int kDqCols = kHeadDim / kConsumerWarpgroups;  // each warpgroup's share of dQ's columns
-  // The share's GEMMs: one, or at d 256 two of 64 columns each, one after the other through the same
-  // registers (dQ's 64 registers beside S^T, dK and dV would spill).
-  static constexpr int kDqPartCols = kSplitsRoles ? 64 : kDqCols;
-  static constexpr int kDqParts = kDqCols / kDqPartCols;
-  static constexpr int kDqRegisters = kDqPartCols / 2;
+  // dQ's columns in pieces of kDqPieceCols, one GEMM each, kept in the workspace (and the shares) in
+  // accumulator order, piece after piece (dq_convert.cuh). Up to d 128 each consumer has one piece, half
+  // the columns; at d 192 and 256 pieces of 64, consumer 0 the first half of them (rounded up),
+  // consumer 1 the rest, each consumer's one after the other through the same registers (64 dQ
+  // registers beside the scores and a gradient would spill).
+  static constexpr int kDqPieceCols = kSplitsRoles ? 64 : kHeadDim / kConsumerWarpgroups;
+  static constexpr int kDqPieces = kHeadDim / kDqPieceCols;
+  static constexpr int kDqPiecesOfFirst = (kDqPieces + 1) / 2;  // consumer 0's
+  static constexpr int kDqRegisters = kDqPieceCols / 2;
+  static_assert(kDqPiecesOfFirst <= 2, "consumer.cuh issues at most two dQ pieces per consumer and step");
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
   static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
