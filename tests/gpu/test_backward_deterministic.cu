@@ -25,19 +25,16 @@ BackwardCase dense(Dtype dtype, int batch, int heads_q, int heads_kv, int seqlen
   return c;
 }
 
+BackwardCase causal(BackwardCase c) {
+  c.causal = true;
+  return c;
+}
+
 std::vector<NamedCase<BackwardCase>> dense_cases() {
   std::vector<NamedCase<BackwardCase>> cases;
-  {
-    BackwardCase c = dense(kBf16, 2, 8, 2, 1111, 1303, 128);
-    c.causal = true;
-    cases.push_back({"Causal_gqa_d128_bf16", c});
-  }
+  cases.push_back({"Causal_gqa_d128_bf16", causal(dense(kBf16, 2, 8, 2, 1111, 1303, 128))});
   cases.push_back({"Plain_mha_d64_fp16", dense(kFp16, 1, 4, 4, 777, 2049, 64)});
-  {
-    BackwardCase c = dense(kFp16, 1, 8, 1, 1029, 1029, 128);
-    c.causal = true;
-    cases.push_back({"Causal_mqa_d128_fp16", c});
-  }
+  cases.push_back({"Causal_mqa_d128_fp16", causal(dense(kFp16, 1, 8, 1, 1029, 1029, 128))});
   {
     BackwardCase c = dense(kBf16, 2, 6, 3, 1500, 1001, 64);
     c.window_left = 300, c.window_right = 40;
@@ -48,11 +45,7 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
     c.softcap = 30.0f, c.amplitude = 6.0f;
     cases.push_back({"Softcap_d128_fp16", c});
   }
-  {
-    BackwardCase c = dense(kBf16, 1, 4, 2, 700, 1029, 256);
-    c.causal = true;
-    cases.push_back({"Causal_gqa_d256_bf16", c});
-  }
+  cases.push_back({"Causal_gqa_d256_bf16", causal(dense(kBf16, 1, 4, 2, 700, 1029, 256))});
   {
     BackwardCase c = dense(kFp16, 1, 3, 1, 1029, 777, 192);
     c.window_left = 200, c.window_right = 16;
@@ -63,11 +56,8 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
 
 // A few key blocks, for compute-sanitizer (scripts/device_tests.sh).
 std::vector<NamedCase<BackwardCase>> sanitizer_cases() {
-  BackwardCase c = dense(kBf16, 1, 2, 1, 100, 300, 64);
-  c.causal = true;
-  BackwardCase wide = dense(kFp16, 1, 2, 1, 100, 200, 256);
-  wide.causal = true;
-  return {{"Causal_gqa_d64_bf16", c}, {"Causal_gqa_d256_fp16", wide}};
+  return {{"Causal_gqa_d64_bf16", causal(dense(kBf16, 1, 2, 1, 100, 300, 64))},
+          {"Causal_gqa_d256_fp16", causal(dense(kFp16, 1, 2, 1, 100, 200, 256))}};
 }
 
 class BackwardDeterministic : public HopperTest, public ::testing::WithParamInterface<NamedCase<BackwardCase>> {};
