@@ -1,6 +1,6 @@
-// A consumer warpgroup of the backward: 64 keys of the CTA's key block (at d 256 both consumers take
-// the same 64 keys and split the steps below by role: run_role_step, Traits::kSplitsRoles). For each q
-// block (64 rows of one q head) the producer stages, it
+// A consumer warpgroup of the backward: 64 keys of the CTA's key block (at d 192 and 256 both
+// consumers take the same 64 keys and split the steps below by role: run_role_step,
+// Traits::kSplitsRoles). For each q block (64 rows of one q head) the producer stages, it
 //   1. issues S^T = K Q^T and dP^T = V dO^T (SS-wgmma, keys as M: both are 64 keys x 64 q rows);
 //   2. recomputes P^T = exp2(S^T * scale - lse) from the forward's LSE (no running max: the row sums
 //      are already known), and dS^T = P^T (dP^T - D) (times 1 - tanh^2 under the softcap);
@@ -11,13 +11,13 @@
 //      warpgroups have stored their halves (ds_ready), the next step (PendingDq) issues this
 //      warpgroup's half of dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own
 //      S^T, and stores it to shared memory, from where one of its threads adds it into the float32 dq
-//      workspace with a bulk reduction (at d 64 and 256 every thread adds its own accumulators
-//      instead: Traits::kDqFromRegisters).
+//      workspace with a bulk reduction (at d 64, 192 and 256 every thread adds its own
+//      accumulators instead: Traits::kDqFromRegisters).
 // The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
 // first, each zeroes its share of the K and V rows past the sequence's keys, if the block has any
 // (key_tail.cuh).
-// dK and dV (at d 256 one of them per consumer) stay in registers for the whole CTA and are stored at
-// the end (dK times softmax_scale).
+// dK and dV (at d 192 and 256 one of them per consumer) stay in registers for the whole CTA and are
+// stored at the end (dK times softmax_scale).
 #pragma once
 
 #include <cmath>
@@ -256,10 +256,10 @@ class BwdConsumer {
     release_ldmatrix_reads_to_tma(&s_.q_empty[stage], thread_);
   }
 
-  // One step at d 256 (Traits::kSplitsRoles), in run_step's two turns: consumer 0 issues S^T, turns it
-  // into P^T and issues dV += P^T dO; consumer 1 issues dP^T, makes dS^T with consumer 0's P^T (through
-  // p_exchange), stores dS and issues dK += dS^T Q. Each issues half of the previous step's dQ columns
-  // in its first turn. p_exchange needs one buffer: consumer 0 writes the next step's P^T only after its
+  // One step at d 192 and 256 (Traits::kSplitsRoles), in run_step's two turns: consumer 0 issues S^T,
+  // turns it into P^T and issues dV += P^T dO; consumer 1 issues dP^T, makes dS^T with consumer 0's P^T
+  // (through p_exchange), stores dS and issues dK += dS^T Q. Each issues its pieces of the previous
+  // step's dQ columns in its first turn. p_exchange needs one buffer: consumer 0 writes the next step's P^T only after its
   // next first turn, which follows consumer 1's second turn of this step, issued once its P^T reads
   // were done.
   __device__ void run_role_step(int head, int m0, const StageRing<Traits::kStages>& ring, PendingDq& pending,

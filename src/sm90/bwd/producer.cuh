@@ -57,7 +57,7 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
   using QTile = typename Traits::QTile;
   using KTile = typename Traits::KTile;
   constexpr int kCols = Traits::kColsPerBlock;
-  constexpr bool kUnrolled = !Traits::kSplitsRoles;  // d 256's four column blocks: tile_load.cuh
+  constexpr bool kUnrolled = !Traits::kSplitsRoles;  // d 192/256's 3-4 column blocks: tile_load.cuh
   const int k_row = seq.rows.k_row0 + block.n_block * Traits::kBlockN;
   mbarrier_arrive_expect_tx(&s.kv_full, 2 * KTile::kBytes);
   load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
