@@ -317,11 +317,36 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   }
   const double bound = 2 * emul_err + 0x1p-8 * max_ref + 1e-5;
   if (!(err <= bound)) {
+    // What tells a kernel fault (many rows, out far from emul) from a bound the rounding outran (one
+    // peaky row, out and emul both off): how many elements and rows are past the bound, and the
+    // worst row's (batch, query, head) with its largest misses beside the emulation.
+    std::int64_t elements_over = 0, rows_over = 0;
+    for (std::int64_t r = 0; r < nq / c.head_dim; ++r) {
+      std::int64_t over = 0;
+      for (int col = 0; col < c.head_dim; ++col) {
+        const double x = bf16_bits_to_float(out_h[r * out_row + col]);
+        over += std::fabs(x - ref_h[r * c.head_dim + col]) > bound;
+      }
+      elements_over += over;
+      rows_over += over > 0;
+    }
+    const std::int64_t row = worst / c.head_dim;
     std::ostringstream s;
     s << "max|out - ref| " << err << " > bound " << bound << " (emulation error " << emul_err << ", max|ref| "
-      << max_ref << "); worst element " << worst << ": out "
-      << bf16_bits_to_float(out_h[worst / c.head_dim * out_row + worst % c.head_dim]) << " ref "
-      << ref_h[worst];
+      << max_ref << "); " << elements_over << " elements in " << rows_over << " rows past the bound; worst row (b "
+      << row / (c.seqlen_q * c.heads_q) << ", query " << row / c.heads_q % c.seqlen_q << ", head " << row % c.heads_q
+      << "), columns by |out - ref|:";
+    std::vector<int> cols(c.head_dim);
+    for (int col = 0; col < c.head_dim; ++col) cols[col] = col;
+    const auto miss = [&](int col) {
+      return std::fabs(bf16_bits_to_float(out_h[row * out_row + col]) - ref_h[row * c.head_dim + col]);
+    };
+    std::sort(cols.begin(), cols.end(), [&](int a, int b) { return miss(a) > miss(b); });
+    for (int n = 0; n < 6; ++n) {
+      const int col = cols[n];
+      s << "\n    col " << col << ": out " << bf16_bits_to_float(out_h[row * out_row + col]) << " emul "
+        << emul_h[row * c.head_dim + col] << " ref " << ref_h[row * c.head_dim + col];
+    }
     return s.str();
   }
   if (c.with_lse) {
