@@ -52,8 +52,8 @@ bool check_backward_shape(const Shape& s, std::string* error) {
   else if (s.v_keys_contiguous) clash = "--v-keys-contiguous (an fp8 forward option)";
   else if (s.num_splits != 0) clash = "--num-splits (a forward option)";
   else if (!s.options.pingpong || !s.options.intra_wg_overlap || !s.options.persistent ||
-           s.options.pack_gqa != KernelOptions::PackGqa::kAuto)
-    clash = "--no-pingpong/--no-overlap/--no-persistent/--no-pack-gqa (forward kernel switches)";
+           s.options.pack_gqa != KernelOptions::PackGqa::kAuto || s.options.kv_loads != KernelOptions::KvLoads::kAuto)
+    clash = "--no-pingpong/--no-overlap/--no-persistent/--no-pack-gqa/--kv-* (forward kernel switches)";
   if (clash == nullptr) return true;
   *error = std::string("--backward is not supported with ") + clash;
   return false;
@@ -114,6 +114,8 @@ std::string usage_text() {
          "                   runs on any machine (bench/decode_peers.py --shapes reads that JSON)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
          "  --no-pack-gqa    do not pack the query heads of a K/V head into one tile (single shape)\n"
+         "  --kv-tma, --kv-copies   load K/V by TMA, or by the producer warpgroup's cp.async copies\n"
+         "                   (single shape; default: copies for decoding steps of >= 64 MiB of K/V)\n"
          "  --num-splits N   key splits per tile (single shape): 1 = none, N >= 2 = N pieces; default: the\n"
          "                   launch splits the last rounds' tiles where that evens out the SMs' work\n"
          "  --json PATH      also write every row, the device, date and git commit as JSON (rows carry flops,\n"
@@ -195,6 +197,14 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     if (flag == "--no-pack-gqa") {
       single.options.pack_gqa = KernelOptions::PackGqa::kOff;
       single.variant = "no-pack-gqa";
+      single_given = true;
+      continue;
+    }
+    // K/V by TMA or by copy threads (KernelOptions::kv_loads), to time one against the other.
+    if (flag == "--kv-tma" || flag == "--kv-copies") {
+      single.options.kv_loads =
+          flag == "--kv-tma" ? KernelOptions::KvLoads::kTma : KernelOptions::KvLoads::kCopyThreads;
+      single.variant = flag.substr(2);
       single_given = true;
       continue;
     }

@@ -173,9 +173,20 @@ TEST(BenchCli, ListAndQueueAhead) {
   EXPECT_NE(parse_error({"--queue-ahead=yes"}).find("takes no value"), std::string::npos);
 }
 
+TEST(BenchCli, KvLoadFlagsSetTheKernelOption) {
+  const CliOptions tma = parsed({"--seqlen-q", "1", "--kv-tma"}), copies = parsed({"--seqlen-q", "1", "--kv-copies"});
+  ASSERT_EQ(tma.shapes.size(), 1u);
+  ASSERT_EQ(copies.shapes.size(), 1u);
+  EXPECT_EQ(tma.shapes[0].options.kv_loads, KernelOptions::KvLoads::kTma);
+  EXPECT_EQ(tma.shapes[0].variant, "kv-tma");
+  EXPECT_EQ(copies.shapes[0].options.kv_loads, KernelOptions::KvLoads::kCopyThreads);
+  EXPECT_EQ(copies.shapes[0].variant, "kv-copies");
+  EXPECT_NE(parse_error({"--backward", "--kv-copies"}).find("--kv-*"), std::string::npos);
+}
+
 TEST(BenchCli, UsageNamesTheDecodeFlags) {
   const std::string usage = usage_text();
-  for (const char* flag : {"decode", "--list", "--queue-ahead", "--cache-seqlen", "kv_tbps"}) {
+  for (const char* flag : {"decode", "--list", "--queue-ahead", "--cache-seqlen", "kv_tbps", "--kv-copies"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }

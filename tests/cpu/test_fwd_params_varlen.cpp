@@ -180,5 +180,31 @@ TEST(PackedGqaParams, PackingWhereItSavesTilesAndTheGridItMakes) {
   EXPECT_EQ(fwd_params_error(unpacked, kBlockM), "");
 }
 
+// Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
+// (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, unless kv_loads says
+// otherwise; never at head dims above 128.
+TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
+  const auto takes = [](int seqlen_q, int seqlen_k, int heads_q, int d, KernelOptions::KvLoads loads) {
+    constexpr int kHeadsKv = 8;
+    HostTensor q(Dtype::kBFloat16, {1, seqlen_q, heads_q, d}), out(Dtype::kBFloat16, {1, seqlen_q, heads_q, d});
+    HostTensor k(Dtype::kBFloat16, {1, seqlen_k, kHeadsKv, d}), v(Dtype::kBFloat16, {1, seqlen_k, kHeadsKv, d});
+    FwdArgs a;
+    a.q = q.tensor(), a.k = k.tensor(), a.v = v.tensor(), a.out = out.tensor();
+    a.options.kv_loads = loads;
+    detail::Problem pr;
+    EXPECT_TRUE(detail::validate_forward(a, &pr).ok());
+    return takes_kv_copy_kernel(a, pr, kBlockM);
+  };
+  using Loads = KernelOptions::KvLoads;
+  // 1 x 16384 keys x 8 heads x d 128 x 2 bytes, K and V: 64 MiB.
+  EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto));
+  EXPECT_FALSE(takes(1, 16383, 32, 128, Loads::kAuto));  // just below 64 MiB
+  EXPECT_FALSE(takes(17, 16384, 32, 128, Loads::kAuto));  // 17 x 4 packed rows: more than 64 a tile
+  EXPECT_TRUE(takes(16, 16384, 32, 128, Loads::kAuto));
+  EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma));
+  EXPECT_TRUE(takes(1, 64, 8, 64, Loads::kCopyThreads));
+  EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kCopyThreads));
+}
+
 }  // namespace
 }  // namespace hopattn::sm90

@@ -271,6 +271,7 @@ struct CallSettings {
   float amplitude = 1.0f;    // q is drawn from amplitude * N(0, 1): larger = peakier softmax
   bool padded_rows = false;  // q, k, v and out: kRowPad spare elements after each head
   KernelOptions::PackGqa pack_gqa = KernelOptions::PackGqa::kAuto;
+  KernelOptions::KvLoads kv_loads = KernelOptions::KvLoads::kAuto;
   int num_splits = 0;  // FwdArgs::num_splits
 
   // " hq .. hkv .. d .. dtype[ causal][ window (l, r)][ softcap ..][ scale ..] lse|no-lse amplitude ..[ padded-rows]"
@@ -284,10 +285,13 @@ struct CallSettings {
     if (pack_gqa != KernelOptions::PackGqa::kAuto)
       s << (pack_gqa == KernelOptions::PackGqa::kOn ? " pack-gqa on" : " pack-gqa off");
     if (num_splits != 0) s << " num_splits " << num_splits;
+    if (kv_loads != KernelOptions::KvLoads::kAuto)
+      s << (kv_loads == KernelOptions::KvLoads::kCopyThreads ? " kv-loads copy-threads" : " kv-loads tma");
   }
-  // The scale, masks, softcap, GQA packing and split of the call.
+  // The scale, masks, softcap, GQA packing, K/V loads and split of the call.
   void set_args(FwdArgs& args) const {
     args.options.pack_gqa = pack_gqa;
+    args.options.kv_loads = kv_loads;
     args.num_splits = num_splits;
     args.softmax_scale = softmax_scale;
     args.causal = causal;

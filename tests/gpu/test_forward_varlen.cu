@@ -236,6 +236,33 @@ TEST_P(ForwardVarlenNonFiniteTail, OutputIsThatOfTheUsedKeysAlone) {
 INSTANTIATE_TEST_SUITE_P(Tails, ForwardVarlenNonFiniteTail, ::testing::ValuesIn(non_finite_tail_cases()),
                          CaseName());
 
+// The same cases with K/V loaded by the producer warpgroup's cp.async copies (KernelOptions::kv_loads =
+// kCopyThreads; kAuto takes them only for decoding launches of at least 64 MiB of K/V, larger than
+// these): the copies zero-fill the rows past a sequence's keys (no V tail is cleared in shared memory
+// then, so NaN and Inf there must still not reach the output) and the columns past a padded head dim.
+// Head dims 64 and 128, and padded dims: where those kernels exist.
+std::vector<NamedCase<VarlenCase>> with_kv_copies(std::vector<NamedCase<VarlenCase>> cases) {
+  std::vector<NamedCase<VarlenCase>> out;
+  for (NamedCase<VarlenCase>& named : cases) {
+    if (named.c.head_dim > 128) continue;
+    named.c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    out.push_back({named.name + "_KvCopies", named.c});
+  }
+  for (const int d : {40, 72, 112}) {
+    VarlenCase padded = varlen({1, 77, 200}, {300, 129, 1000}, 8, 2, d, kBf16);
+    padded.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    out.push_back({"PaddedHeadDim" + std::to_string(d) + "_KvCopies", padded});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CornersKvCopies, ForwardVarlenCorners, ::testing::ValuesIn(with_kv_copies(corner_cases())),
+                         CaseName());
+INSTANTIATE_TEST_SUITE_P(DecodeKvCopies, ForwardVarlenCorners, ::testing::ValuesIn(with_kv_copies(decode_cases())),
+                         CaseName());
+INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardVarlenNonFiniteTail,
+                         ::testing::ValuesIn(with_kv_copies(non_finite_tail_cases())), CaseName());
+
 class ForwardVarlen : public HopperTest {};
 
 // Each sequence in turn is the last of the batch (the batch cut after it), so rows a tile writes past
@@ -282,6 +309,38 @@ VarlenCase random_varlen_case(std::mt19937_64& rng) {
 
 TEST_F(ForwardVarlen, RandomBatchesMatchReference) {
   random_sweep(kRandomCases, random_varlen_case, run_varlen_case);
+}
+
+// KernelOptions::kv_loads = kCopyThreads where no kernel copies K/V (head dim 256; a dense prefill,
+// which takes the dense kernels) is refused with kUnsupported naming the option, before anything is
+// written.
+TEST_F(ForwardVarlen, KvCopiesWhereNoKernelCopiesAreRefused) {
+  const std::vector<int> lens = {129, 65};
+  const std::vector<int> starts = prefix_sums(lens);
+  for (const auto& [d, varlen] : {std::pair{256, true}, std::pair{128, false}}) {
+    const std::vector<int> dense_starts = {0, 129, 258};
+    const std::vector<int>& rows = varlen ? starts : dense_starts;
+    RowBuffer q = make_rows(kBf16, rows.back(), 4, d, false, 0), k = make_rows(kBf16, rows.back(), 2, d, false, 0),
+              v = make_rows(kBf16, rows.back(), 2, d, false, 0), out = make_rows(kBf16, rows.back(), 4, d, false, 0);
+    for (const RowBuffer* b : {&q, &k, &v}) fill_normal(b->storage.data(), kBf16, b->elements, 1);
+    poison_nan(out.storage.data(), kBf16, out.elements);
+    const DeviceBuffer cu = upload(starts);
+    FwdArgs args;
+    args.q = q.view.api_tensor(rows, varlen);
+    args.k = k.view.api_tensor(rows, varlen);
+    args.v = v.view.api_tensor(rows, varlen);
+    args.out = out.view.api_tensor(rows, varlen);
+    if (varlen) {
+      args.cu_seqlens_q = args.cu_seqlens_k = make_tensor(cu.data(), Dtype::kInt32, {3}, DeviceType::kCuda);
+      args.max_seqlen_q = args.max_seqlen_k = 129;
+    }
+    args.options.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    const Status status = forward(args);
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(status.code(), StatusCode::kUnsupported) << "d " << d << ": " << status.message();
+    EXPECT_NE(status.message().find("kv_loads = kCopyThreads"), std::string::npos) << status.message();
+    EXPECT_EQ(count_unpoisoned(out.storage.data(), kBf16, out.elements), 0) << "d " << d << ": out written";
+  }
 }
 
 // FP8 inputs with cu_seqlens are refused with kUnsupported and a message, before anything is written.

@@ -219,6 +219,14 @@ class Consumer {
   // Each consumer warp releases a buffer once its reads are complete (empty barriers count 8 warps).
   __device__ void release(std::uint64_t* empty) { release_from_warp(empty, thread_); }
 
+  // Waits until a K or V stage has landed. Stages filled by cp.async (kv_cp_async.cuh) were written
+  // through the generic proxy; the fence orders them before our wgmma, which reads through the async
+  // proxy.
+  __device__ void wait_landed(std::uint64_t* full, std::uint32_t phase) {
+    mbarrier_wait(full, phase);
+    if constexpr (Traits::kKvByCpAsync) fence_proxy_async_shared();
+  }
+
   // A V stage was just released: an inline producer refills the ring.
   __device__ void release_v(int stage) {
     release(&s_.v_empty[stage]);
@@ -230,6 +238,7 @@ class Consumer {
   template <class Bounds>
   __device__ void clear_v_tail(const Bounds& seq, int n_end, int stage, std::uint32_t phase) {
     if constexpr (Traits::kVarlen) {
+      if constexpr (Traits::kKvByCpAsync) return;  // the copies zero-filled those rows
       const int first_row = first_row_past_keys<Traits::kBlockN>(seq.seqlen_k, n_end);
       if (first_row == Traits::kBlockN) return;
       mbarrier_wait(&s_.v_full[stage], phase);  // producer (TMA) -> us: V block landed
@@ -241,6 +250,7 @@ class Consumer {
   template <class Bounds>
   __device__ void wait_v_tail_cleared(const Bounds& seq, int n_end) {
     if constexpr (Traits::kVarlen) {
+      if constexpr (Traits::kKvByCpAsync) return;
       if (first_row_past_keys<Traits::kBlockN>(seq.seqlen_k, n_end) == Traits::kBlockN) return;
       mbarrier_wait(&s_.v_tail_cleared, v_tail_phase_);
       v_tail_phase_ ^= 1;
@@ -329,7 +339,7 @@ class Consumer {
     wait_v_tail_cleared(seq, n_end);
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
-      mbarrier_wait(&s_.k_full[stage], ring_.phase());  // producer (TMA) -> us: K block landed
+      wait_landed(&s_.k_full[stage], ring_.phase());  // producer -> us: K block landed
       begin_gemm_turn();
       issue_qk(s, q, stage);
       end_gemm_turn();
@@ -342,7 +352,7 @@ class Consumer {
       softmax.update(s, factor);
       rescale(o, factor);
       convert_p(s, p);
-      mbarrier_wait(&s_.v_full[stage], ring_.phase());  // producer (TMA) -> us: V block landed
+      wait_landed(&s_.v_full[stage], ring_.phase());  // producer -> us: V block landed
       issue_pv(o, p, stage);
       wgmma_wait<0>();
       pin_registers(o);
@@ -368,7 +378,7 @@ class Consumer {
     // Block n_end - 1: S and softmax alone; its P V is issued together with the next block's S.
     int n = n_end - 1;
     int pv_stage = ring_.index();
-    mbarrier_wait(&s_.k_full[pv_stage], ring_.phase());  // producer (TMA) -> us: K block landed
+    wait_landed(&s_.k_full[pv_stage], ring_.phase());  // producer -> us: K block landed
     begin_gemm_turn();
     issue_qk(s, q, pv_stage);
     end_gemm_turn();
@@ -388,11 +398,11 @@ class Consumer {
 
     for (n = n_end - 2; n >= n_begin; --n) {
       const int stage = ring_.index();
-      mbarrier_wait(&s_.k_full[stage], ring_.phase());  // producer (TMA) -> us: K block n landed
+      wait_landed(&s_.k_full[stage], ring_.phase());  // producer -> us: K block n landed
       begin_gemm_turn();
       issue_qk(s, q, stage);  // S_n, in flight during the softmax below
       rescale(o, factor);  // O was last written by the P V waited for in the previous iteration
-      mbarrier_wait(&s_.v_full[pv_stage], pv_phase);  // producer (TMA) -> us: V block n+1 landed
+      wait_landed(&s_.v_full[pv_stage], pv_phase);  // producer -> us: V block n+1 landed
       issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
       end_gemm_turn();
       wgmma_wait<1>();  // S_n done, P V may still run
@@ -417,7 +427,7 @@ class Consumer {
       ring_.advance();
     }
     rescale(o, factor);
-    mbarrier_wait(&s_.v_full[pv_stage], pv_phase);
+    wait_landed(&s_.v_full[pv_stage], pv_phase);
     issue_pv(o, p, pv_stage);
     wgmma_wait<0>();
     pin_registers(o);

@@ -2,7 +2,8 @@
 // producer.cuh (TMA loads) and consumer.cuh (GEMMs, softmax, epilogue).
 //
 // Warp-specialized (the default): warpgroup 0 is the producer: it gives registers back
-// (setmaxnreg.dec) and one elected thread issues every TMA load. Warpgroups 1 and 2 are consumers:
+// (setmaxnreg.dec) and one elected thread issues every TMA load (the decoding kernels: the whole
+// warpgroup copies K and V with cp.async, kv_cp_async.cuh). Warpgroups 1 and 2 are consumers:
 // they take the registers (setmaxnreg.inc) and each computes 64 rows of the 128-row Q tile against
 // the same K/V stages. Without warp specialization there are only the two consumer warpgroups and
 // thread 0 issues the loads between its GEMMs.
@@ -14,6 +15,7 @@
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/fwd/consumer.cuh"
+#include "sm90/fwd/kv_cp_async.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/producer.cuh"
 
@@ -33,9 +35,11 @@ template <class Traits>
 __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s) {
   mbarrier_init(&s.q_full, 1);  // the producer's arrive_expect_tx
   mbarrier_init(&s.q_empty, Traits::kConsumerWarps);
+  // K/V stages: the TMA thread's arrive_expect_tx, or each cp.async producer thread's copies landing.
+  const int kv_full_arrivals = Traits::kKvByCpAsync ? cp_async_full_arrivals<Traits>() : 1;
   for (int i = 0; i < Traits::kStages; ++i) {
-    mbarrier_init(&s.k_full[i], 1);
-    mbarrier_init(&s.v_full[i], 1);
+    mbarrier_init(&s.k_full[i], kv_full_arrivals);
+    mbarrier_init(&s.v_full[i], kv_full_arrivals);
     mbarrier_init(&s.k_empty[i], Traits::kConsumerWarps);
     mbarrier_init(&s.v_empty[i], Traits::kConsumerWarps);
   }
@@ -65,7 +69,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if constexpr (Traits::kWarpSpecialized) {
     if (warpgroup == 0) {
       warpgroup_release_registers<Traits::kProducerRegisters>();
-      if (threadIdx.x / 32 == 0 && elect_one_lane()) run_producer<Traits>(s, maps, params);
+      if constexpr (Traits::kKvByCpAsync) {
+        run_cp_async_producer<Traits>(s, maps, params);
+      } else if (threadIdx.x / 32 == 0 && elect_one_lane()) {
+        run_producer<Traits>(s, maps, params);
+      }
     } else {
       warpgroup_claim_registers<Traits::kConsumerRegisters>();
       Consumer<Traits>(s, params, maps, warpgroup - 1, false).run();

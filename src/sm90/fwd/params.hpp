@@ -9,6 +9,17 @@
 
 namespace hopattn::sm90 {
 
+// One of k, v by bytes: row r of head h of batch entry b starts at data + b * batch_stride + r *
+// row_stride + h * head_stride; a batch entry holds `rows` rows (a packed variable-length tensor is
+// one entry of all its rows), and loads of rows past them read zeros, as TMA's do.
+struct KvRowsView {
+  const std::uint8_t* data;
+  std::int64_t batch_stride;
+  std::int64_t row_stride;
+  std::int64_t head_stride;
+  int rows;
+};
+
 struct FwdParams {
   int batch;
   int heads_q;
@@ -82,6 +93,11 @@ struct FwdParams {
   bool pack_gqa;
   int tile_q_rows;  // query rows per tile: kBlockM, or kBlockM / head_ratio packed
   int packed_rows;  // tile rows with a (row, head): tile_q_rows * head_ratio; the rest of the tile is idle
+
+  // k and v as the variable-length kernels' cp.async loads address them (FwdTraits::kKvByCpAsync,
+  // kv_cp_async.cuh; the TMA loads use the tensor maps instead).
+  KvRowsView k_rows;
+  KvRowsView v_rows;
 };
 
 }  // namespace hopattn::sm90

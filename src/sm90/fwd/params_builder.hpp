@@ -30,6 +30,30 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
   return packed < unpacked;
 }
 
+// Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with
+// cp.async (FwdTraits::kKvByCpAsync; head dims up to 128, not from a paged cache). kAuto: tiles of at
+// most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and at least 64 MiB of
+// K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
+// below it, where a step is short and latency-bound (perf-notes, session 21).
+inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
+  if (pr.paged || pr.head_dim > 128) return false;
+  if (args.options.kv_loads != KernelOptions::KvLoads::kAuto)
+    return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
+  const long long rows =
+      packs_gqa(args.options.pack_gqa, pr, block_m) ? static_cast<long long>(pr.seqlen_q) * (pr.heads_q / pr.heads_kv)
+                                                     : pr.seqlen_q;
+  const double kv_bytes = 2.0 * pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim * dtype_size(pr.in_dtype);
+  return rows <= block_m / 2 && kv_bytes >= 64.0 * (1 << 20);
+}
+
+// A (batch, rows, heads, d) or packed (rows, heads, d) k or v as the cp.async loads read it.
+inline KvRowsView kv_rows_view(const Tensor& t) {
+  const std::int64_t bytes = static_cast<std::int64_t>(dtype_size(t.dtype));
+  const int dense = t.rank == 4 ? 1 : 0;
+  return KvRowsView{static_cast<const std::uint8_t*>(t.data), dense ? t.stride[0] * bytes : 0,
+                    t.stride[dense] * bytes, t.stride[dense + 1] * bytes, static_cast<int>(t.shape[dense])};
+}
+
 // Every field but the hand-out's (tile_counter, split and its memory), which the launch sets (fwd/launch.cuh
 // begin_schedule). heads_per_group: launch.cuh's heads_per_group() for the device, a divisor of batch x
 // the tile grid's heads (heads_kv when pack_gqa, which needs head_ratio <= block_m).
@@ -74,6 +98,8 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
     p.page_table_page_stride = args.page_table->stride[1];
     p.page_size = pr.page_size;
   }
+  p.k_rows = kv_rows_view(args.k);
+  p.v_rows = kv_rows_view(args.v);
   p.pack_gqa = pack_gqa;
   p.tile_q_rows = pack_gqa ? block_m / p.head_ratio : block_m;
   p.packed_rows = pack_gqa ? p.tile_q_rows * p.head_ratio : block_m;

@@ -4,14 +4,15 @@
 
 #include "sm90/fwd/launch.cuh"
 #include "sm90/fwd/launch.hpp"
+#include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd/traits.cuh"
 
 namespace hopattn::sm90 {
 
 // kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged KV cache),
 // with the dense kernels' tiles; pr.seqlen_k is then the longest sequence's key count (or the page
-// table's capacity).
-template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false>
+// table's capacity). kKvByCpAsync: their variant that copies K/V with cp.async (head dims up to 128).
+template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false, bool kKvByCpAsync = false>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   constexpr int kWarpgroups = 2;
   if constexpr (kHeadDim == 64) {
@@ -20,11 +21,11 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.
     if (pr.seqlen_k <= 1024 || (pr.paged && pr.page_size >= 128))
-      return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
-    return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
+      return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
+    return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
   } else if constexpr (kHeadDim == 128) {
     // 176 keys (FlashAttention-3's non-causal choice) measured 4-9% slower than 128 at 512-8k here.
-    return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
+    return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
   } else if constexpr (kHeadDim == 192) {
     // d 256's 64-key blocks: two K/V stages and a 64-row O stage per warpgroup fit, and Q fits in
     // registers (128-key blocks do not fit twice beside Q). Head dims 136-192 run here, 200-256 at 256.
@@ -43,6 +44,11 @@ Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& pr) {
 
 template <int kHeadDim, typename Element>
 Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& pr) {
+  if constexpr (kHeadDim <= 128) {
+    constexpr int kTileRows = 128;  // two consumer warpgroups of 64 rows
+    if (takes_kv_copy_kernel(args, pr, kTileRows))
+      return launch_shipped_config<kHeadDim, Element, true, /*kVarlen=*/true, /*kKvByCpAsync=*/true>(args, pr);
+  }
   return launch_shipped_config<kHeadDim, Element, /*kWarpSpecialized=*/true, /*kVarlen=*/true>(args, pr);
 }
 

@@ -12,6 +12,12 @@
 
 namespace hopattn::sm90 {
 
+// One visit's K/V copies in the decoding kernels' producer (fwd/kv_cp_async.cuh): its sequence's
+// first K/V row and batch entry, key count and K/V head, and the visit's blocks [n_begin, n_end).
+struct CpAsyncVisit {
+  int k_row0, k_batch, keys, kv_head, n_begin, n_end;
+};
+
 // kBlockN_: keys per K/V tile: as wide as the registers allow (S is 64 x kBlockN f32 per warpgroup and
 // O is 64 x kHeadDim f32) while kStages_ K and V stages still fit in shared memory.
 // kWarpSpecialized_: a producer warpgroup issues the TMA loads (FlashAttention-3); without it one
@@ -21,8 +27,10 @@ namespace hopattn::sm90 {
 // kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k): each tile reads its
 // sequence's lengths and first rows (sequence.cuh); its own instantiation, so that the dense kernels
 // keep their code.
+// kKvByCpAsync_: the variable-length kernels' variant whose producer warpgroup copies K and V with
+// cp.async (fwd/kv_cp_async.cuh; head dims up to 128, no paged cache).
 template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
-          int kConsumerWarpgroups_ = 2, bool kVarlen_ = false>
+          int kConsumerWarpgroups_ = 2, bool kVarlen_ = false, bool kKvByCpAsync_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -49,8 +57,10 @@ struct FwdTraits {
   // setmaxnreg budgets. The CTA owns what it was launched with (65536 / threads, rounded down to a
   // multiple of 8: 168 per thread for 384 threads, 128 for 512); setmaxnreg.inc waits until the pool
   // can pay, so the budgets must add up to no more than that or the consumers wait forever.
-  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
-  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
+  // A producer warpgroup that copies K and V itself (kKvByCpAsync below) spilled at 24 registers (its
+  // leader's visit hand-out beside the copies); those kernels' consumers fit in 232.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? 40 : 24) : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? 232 : 240) : 160;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert(!kWarpSpecialized ||
                     (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
@@ -97,6 +107,13 @@ struct FwdTraits {
   // alone takes 128 of the 168 registers ptxas plans the kernel for).
   static constexpr bool kVarlenSplit = kVarlen && kHeadDim <= 128;
   static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
+  // K and V by the whole producer warpgroup's cp.async copies rather than one thread's TMA boxes
+  // (fwd/kv_cp_async.cuh): a decoding step is bound by HBM, and streaming K/V alone the H200 reached
+  // 4.41-4.49 TB/s with 128 threads of cp.async against 4.05-4.17 with TMA boxes of any shape, ring
+  // depth or CTAs per SM (bench/probes/tma_stream.cu, 2026-12-02). Launches choose it
+  // (takes_kv_copy_kernel in fwd/params_builder.hpp).
+  static constexpr bool kKvByCpAsync = kKvByCpAsync_;
+  static_assert(!kKvByCpAsync || (kVarlen && kHeadDim <= 128), "K/V copies: the variable-length kernels up to d 128");
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).
@@ -128,6 +145,9 @@ struct FwdTraits {
   // of the previous warpgroup in round-robin order arrives (32 threads).
   static constexpr int kOTurnBarrierBase = kEpilogueBarrierBase + kConsumerWarpgroups;
   static constexpr int kOTurnBarrierThreads = kWarpgroupThreads + 32;
+  // The cp.async producer warpgroup: its leader hands each visit id to the other threads.
+  static constexpr int kProducerBarrier = kOTurnBarrierBase + kConsumerWarpgroups;
+  static_assert(kProducerBarrier < 16, "named barrier ids are 0-15");
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
@@ -146,6 +166,9 @@ struct FwdTraits {
     // Variable-length kernels: consumers -> consumers, the V rows past a sequence's keys zeroed in
     // the stage of its last block (v_tail.cuh). Last, so the dense kernels' layout is what it was.
     std::conditional_t<kVarlen, std::uint64_t, NoStorage> v_tail_cleared;
+    // kKvByCpAsync: the producer leader -> the producer warpgroup, each visit id, in two slots used in
+    // turn (a slot is rewritten only after every thread passed the next visit's barrier).
+    std::conditional_t<kKvByCpAsync, int[2], NoStorage> producer_visit;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
