@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "sm90/arch/cp_async.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/host/tensor_map.hpp"
@@ -76,15 +77,6 @@ __device__ int swizzled_offset(int row, int chunk, int rows) {
   return block * rows * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
 }
 
-__device__ void cp_async_16(std::uint8_t* smem_dst, const std::uint8_t* gmem_src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sm90::smem_address(smem_dst)), "l"(gmem_src)
-               : "memory");
-}
-
-__device__ void cp_async_arrive(std::uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(sm90::smem_address(bar)) : "memory");
-}
-
 // The producer warps' share of one stage: rows x 16 chunks of K and of V, lane-contiguous chunks (a
 // warp reads two whole 256-byte key rows per instruction).
 __device__ void cp_async_stage(const StreamParams& p, std::uint8_t* k, std::uint8_t* v, int batch, int head,
@@ -94,8 +86,24 @@ __device__ void cp_async_stage(const StreamParams& p, std::uint8_t* k, std::uint
   for (int i = thread; i < p.rows * 16; i += threads) {
     const int row = i / 16, chunk = i % 16;
     const std::size_t src = base + row * row_stride + chunk * 16;
-    cp_async_16(k + swizzled_offset(row, chunk, p.rows), p.k + src);
-    cp_async_16(v + swizzled_offset(row, chunk, p.rows), p.v + src);
+    sm90::cp_async_16_or_zero(sm90::smem_address(k + swizzled_offset(row, chunk, p.rows)), p.k + src, true);
+    sm90::cp_async_16_or_zero(sm90::smem_address(v + swizzled_offset(row, chunk, p.rows)), p.v + src, true);
+  }
+}
+
+// This CTA's blocks in the probe's order (tiles round-robin, keys ascending or descending): waits until
+// each one's stage is free, then calls load(stage, block, head, batch).
+template <class Load>
+__device__ void walk_free_stages(const StreamParams& p, std::uint64_t* empty, Load load) {
+  const int blocks = p.seqlen / p.rows;
+  int stage = 0;
+  std::uint32_t phase = 0;
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    for (int i = 0; i < blocks; ++i) {
+      mbarrier_wait(&empty[stage], phase ^ 1);
+      load(stage, p.descending ? blocks - 1 - i : i, tile % p.heads, tile / p.heads);
+      if (++stage == p.stages) stage = 0, phase ^= 1;
+    }
   }
 }
 
@@ -114,44 +122,28 @@ __global__ void __launch_bounds__(160) stream_kernel(const __grid_constant__ CUt
     sm90::fence_barrier_init();
   }
   __syncthreads();
-  const int blocks = p.seqlen / p.rows;
   const int consumer_thread = 32 * max(1, p.cp_async_warps);
   if (p.cp_async_warps > 0 && threadIdx.x < consumer_thread) {  // cp.async producer warps
-    int stage = 0;
-    std::uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-      const int head = tile % p.heads, batch = tile / p.heads;
-      for (int i = 0; i < blocks; ++i) {
-        const int n = p.descending ? blocks - 1 - i : i;
-        mbarrier_wait(&empty[stage], phase ^ 1);
-        std::uint8_t* k = smem + stage * stage_bytes;
-        cp_async_stage(p, k, k + p.rows * kRowBytes, batch, head, n * p.rows, threadIdx.x, consumer_thread);
-        cp_async_arrive(&full[stage]);
-        if (++stage == p.stages) stage = 0, phase ^= 1;
-      }
-    }
+    walk_free_stages(p, empty, [&](int stage, int n, int head, int batch) {
+      std::uint8_t* k = smem + stage * stage_bytes;
+      cp_async_stage(p, k, k + p.rows * kRowBytes, batch, head, n * p.rows, threadIdx.x, consumer_thread);
+      sm90::cp_async_arrive_when_landed(&full[stage]);
+    });
   } else if (p.cp_async_warps == 0 && threadIdx.x == 0) {  // TMA producer
-    int stage = 0;
-    std::uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-      const int head = tile % p.heads, batch = tile / p.heads;
-      for (int i = 0; i < blocks; ++i) {
-        const int n = p.descending ? blocks - 1 - i : i;
-        mbarrier_wait(&empty[stage], phase ^ 1);
-        mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
-        std::uint8_t* k = smem + stage * stage_bytes;
-        std::uint8_t* v = k + p.rows * kRowBytes;
-        for (int c = 0; c < p.chunks; ++c) {
-          const int row = n * p.rows + c * chunk_rows;
-          for (int h = 0; h < 2; ++h)
-            tma_load_4d(k + (h * p.chunks + c) * half_bytes, &tm_k, &full[stage], h * kHalfCols, row, head, batch);
-          for (int h = 0; h < 2; ++h)
-            tma_load_4d(v + (h * p.chunks + c) * half_bytes, &tm_v, &full[stage], h * kHalfCols, row, head, batch);
-        }
-        if (++stage == p.stages) stage = 0, phase ^= 1;
+    walk_free_stages(p, empty, [&](int stage, int n, int head, int batch) {
+      mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
+      std::uint8_t* k = smem + stage * stage_bytes;
+      std::uint8_t* v = k + p.rows * kRowBytes;
+      for (int c = 0; c < p.chunks; ++c) {
+        const int row = n * p.rows + c * chunk_rows;
+        for (int h = 0; h < 2; ++h)
+          tma_load_4d(k + (h * p.chunks + c) * half_bytes, &tm_k, &full[stage], h * kHalfCols, row, head, batch);
+        for (int h = 0; h < 2; ++h)
+          tma_load_4d(v + (h * p.chunks + c) * half_bytes, &tm_v, &full[stage], h * kHalfCols, row, head, batch);
       }
-    }
+    });
   } else if (threadIdx.x == consumer_thread) {  // consumer: releases each stage once it landed (and it "computed")
+    const int blocks = p.seqlen / p.rows;
     int stage = 0;
     std::uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
