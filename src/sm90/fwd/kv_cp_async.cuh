@@ -18,11 +18,16 @@
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/producer.cuh"
 #include "sm90/fwd/scheduler.cuh"
-#include "sm90/fwd/traits.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
+
+// One visit's K/V copies: its sequence's first K/V row and batch entry, key count and K/V head, and
+// the visit's blocks [n_begin, n_end).
+struct CpAsyncVisit {
+  int k_row0, k_batch, keys, kv_head, n_begin, n_end;
+};
 
 // Arrivals that complete a K or V stage's full barrier when cp.async fills it: one per producer thread.
 template <class Traits>

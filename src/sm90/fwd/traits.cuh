@@ -12,12 +12,6 @@
 
 namespace hopattn::sm90 {
 
-// One visit's K/V copies in the decoding kernels' producer (fwd/kv_cp_async.cuh): its sequence's
-// first K/V row and batch entry, key count and K/V head, and the visit's blocks [n_begin, n_end).
-struct CpAsyncVisit {
-  int k_row0, k_batch, keys, kv_head, n_begin, n_end;
-};
-
 // kBlockN_: keys per K/V tile: as wide as the registers allow (S is 64 x kBlockN f32 per warpgroup and
 // O is 64 x kHeadDim f32) while kStages_ K and V stages still fit in shared memory.
 // kWarpSpecialized_: a producer warpgroup issues the TMA loads (FlashAttention-3); without it one
