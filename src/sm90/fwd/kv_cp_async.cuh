@@ -119,9 +119,8 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
     const int id = s.producer_visit[slot];
     if (id == kNoVisitLeft) return;
     const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
-    const int kv_head = p.pack_gqa ? v.coord.head : int(p.head_ratio_divisor.divide(unsigned(v.coord.head)));
-    loader.load_visit(s, p, CpAsyncVisit{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k, kv_head,
-                                         v.visit.n_begin, v.visit.n_end});
+    loader.load_visit(s, p, CpAsyncVisit{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k,
+                                         varlen_kv_head<Traits>(p, v.coord), v.visit.n_begin, v.visit.n_end});
   }
 }
 

@@ -141,6 +141,13 @@ class TileLoader {
   std::uint32_t q_phase_ = 0;
 };
 
+// The K/V head a variable-length tile reads: the tile's own head when it packs GQA heads (its
+// coordinates name the K/V head, packed_gqa.cuh), else its query head's.
+template <class Traits>
+__device__ __forceinline__ int varlen_kv_head(const FwdParams& p, const TileCoord& c) {
+  return Traits::kPacksGqa && p.pack_gqa ? c.head : int(p.head_ratio_divisor.divide(unsigned(c.head)));
+}
+
 // Warp-specialized producer: walks the whole schedule, K/V blocks from the last to the first (the
 // order the consumers use: masked blocks first), throttled only by the empty barriers.
 template <class Traits>
@@ -152,8 +159,7 @@ __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps,
       const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
       if (varlen_tile_is_empty(p, v)) continue;
       loader.publish_varlen_visit(p, id, v);
-      const int kv_head =
-          Traits::kPacksGqa && p.pack_gqa ? v.coord.head : int(p.head_ratio_divisor.divide(unsigned(v.coord.head)));
+      const int kv_head = varlen_kv_head<Traits>(p, v.coord);
       for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) {
         if (p.page_table != nullptr) loader.load_paged_kv(p, v, kv_head, n);
         else loader.load_varlen_kv(v.seq.rows, kv_head, n);
