@@ -122,6 +122,13 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
                         (a.q_block ? a.q_block[(b * a.heads_q + h) * a.blocks_q + i / a.rows_q] : 1.0f);
   const float k_head = a.k_head ? a.k_head[b * a.heads_kv + kvh] : 1.0f;
   const float v_head = a.v_head ? a.v_head[b * a.heads_kv + kvh] : 1.0f;
+  // Key j's v descale, and its v code in column c as a value.
+  const auto v_scale_of = [&](int j) {
+    return v_head * (a.v_block ? a.v_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
+  };
+  const auto v_at = [&](int j, int c) {
+    return e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
+  };
   const int diagonal = i + a.seqlen_k - a.seqlen_q;
   const int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
   const int key_begin = a.window_left >= 0 ? max(0, diagonal - a.window_left) : 0;
@@ -141,8 +148,8 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
         s_approx = a.softcap * sm90::fast_tanh(s / a.softcap);  // the kernel's tanh.approx
         s = a.softcap * tanhf(s / a.softcap);
       }
-      local_magnitude = fmaxf(local_magnitude, abs_dot * q_scale * k_scale * a.softmax_scale);
       key_magnitude[j] = abs_dot * q_scale * k_scale * a.softmax_scale;
+      local_magnitude = fmaxf(local_magnitude, key_magnitude[j]);
     }
     p[j] = s;
     s8[j] = s_approx;
@@ -156,7 +163,7 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
     const float e = p[j] == -INFINITY ? 0.0f : expf(p[j] - m) * 256.0f;
     const float e8 = s8[j] == -INFINITY ? 0.0f : expf(s8[j] - m8) * 256.0f;
-    const float v_scale = v_head * (a.v_block ? a.v_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
+    const float v_scale = v_scale_of(j);
     local_sum += e;
     local_sum8 += e8;
     p[j] = e * v_scale;
@@ -168,7 +175,7 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
     float acc = 0.0f, acc8 = 0.0f;
     for (int j = key_begin; j < key_end; ++j) {
-      const float v = e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
+      const float v = v_at(j, c);
       acc += p[j] * v;
       acc8 += p8[j] * v;
     }
@@ -180,8 +187,8 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
     float sum = 0.0f, sum_squares = 0.0f;
     for (int j = key_begin; j < key_end && l > 0.0f; ++j) {
       if (p[j] == 0.0f) continue;
-      const float v = e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
-      const float v_scale = v_head * (a.v_block ? a.v_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
+      const float v = v_at(j, c);
+      const float v_scale = v_scale_of(j);
       const float u = v_scale * v, weight = p[j] / v_scale / l;
       const float score_error = 0x1p-9f * key_magnitude[j] + 0x1p-10f * a.softcap;
       const float term = (0x1p-4f + 0x1p-11f) * weight * fabsf(u) + 0x1p-10f * fabsf(u) / l +
