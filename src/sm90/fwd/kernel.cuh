@@ -47,11 +47,14 @@ __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s)
   fence_barrier_init();
 }
 
-template <class Traits>
+// kPagedKvCopies: a kKvByCpAsync kernel whose producer copies K/V from a paged cache; a kernel of its own,
+// so that the copies from packed or dense rows keep their code and registers.
+template <class Traits, bool kPagedKvCopies = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                              const __grid_constant__ FwdParams params) {
+  static_assert(!kPagedKvCopies || Traits::kKvByCpAsync, "paged K/V copies: the kernels that copy K/V");
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
   if constexpr (Traits::kVarlenSplit) allow_dependent_launch();  // the split combine (varlen_combine.cuh)
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warpgroup == 0) {
       warpgroup_release_registers<Traits::kProducerRegisters>();
       if constexpr (Traits::kKvByCpAsync) {
-        run_cp_async_producer<Traits>(s, maps, params);
+        run_cp_async_producer<Traits, kPagedKvCopies>(s, maps, params);
       } else if (threadIdx.x / 32 == 0 && elect_one_lane()) {
         run_producer<Traits>(s, maps, params);
       }

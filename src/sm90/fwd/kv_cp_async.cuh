@@ -3,7 +3,9 @@
 // bound by HBM; streaming a step's K/V alone, TMA boxes reached 4.05-4.17 TB/s on the H200 whatever
 // their shape, the ring depth or the CTAs per SM, and 128 threads of cp.async 4.41-4.49
 // (bench/probes/tma_stream.cu, perf-notes session 21). Q still comes by TMA (one box, or the packed
-// GQA box). Not from a paged cache (the launch keeps those on the TMA producer, producer.cuh).
+// GQA box). K/V come from a packed or dense tensor (load_visit) or, in kernels of their own
+// (kernel.cuh, kPagedKvCopies), from a paged cache (load_paged_visit), whose page ids each warp reads a
+// block ahead of its copies.
 //
 // The copies land in the layout TMA would write (the 128B swizzle of smem_layout.hpp), and each
 // thread's copies of a block count in on the stage's full barrier as they land (128 arrivals). Two
@@ -24,7 +26,8 @@
 namespace hopattn::sm90 {
 
 // One visit's K/V copies: its sequence's first K/V row and batch entry, key count and K/V head, and
-// the visit's blocks [n_begin, n_end).
+// the visit's blocks [n_begin, n_end). From a paged cache k_row0 is 0 and k_batch the sequence (its row
+// of the page table).
 struct CpAsyncVisit {
   int k_row0, k_batch, keys, kv_head, n_begin, n_end;
 };
@@ -46,6 +49,8 @@ class CpAsyncKvLoader {
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static constexpr int kPasses = Traits::kBlockN / kRowsPerPass;
   static_assert(kRowsPerPass % 8 == 0 && Traits::kBlockN % kRowsPerPass == 0, "rows per pass: whole swizzle atoms");
+  // A paged cache: pages of at least 16 keys hold whole passes, and a block's pages fit the lanes of a warp.
+  static_assert(16 % kRowsPerPass == 0 && Traits::kBlockN / 16 <= 32, "paged: passes in one page, a lane a page");
 
  public:
   // K/V blocks n_end - 1 down to n_begin of one visit through the ring.
@@ -64,6 +69,31 @@ class CpAsyncKvLoader {
     }
   }
 
+  // The same from a paged cache (FwdParams::page_table). A block's copies need its page ids; read in
+  // front of them, each block would wait out a dependent global load before its first copy (v75 in
+  // perf-notes: 1.75x the TMA producer's time). So each warp holds the ids of the block it copies, one
+  // page a lane, and reads the next block's before it waits for the stages and copies this one: the
+  // read lands while the copies issue (only a visit's first block waits for its ids). K and V of a
+  // block share them.
+  __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v) {
+    if (v.n_end <= v.n_begin) return;  // no block: its first block's ids would be no page's
+    const int* table = p.page_table + v.k_batch * p.page_table_batch_stride;
+    const int page_shift = __ffs(p.page_size) - 1;  // the host takes powers of two only
+    int block_pages = block_page_ids(p, table, page_shift, v.keys, v.n_end - 1);
+    for (int n = v.n_end - 1; n >= v.n_begin; --n) {
+      const int next_block_pages = n > v.n_begin ? block_page_ids(p, table, page_shift, v.keys, n - 1) : 0;
+      const int stage = ring_.index();
+      mbarrier_wait(&s.k_empty[stage], ring_.phase() ^ 1);
+      copy_paged_block(p, p.k_rows, s.k[stage], n, v.keys, v.kv_head, block_pages, page_shift);
+      cp_async_arrive_when_landed(&s.k_full[stage]);
+      mbarrier_wait(&s.v_empty[stage], ring_.phase() ^ 1);
+      copy_paged_block(p, p.v_rows, s.v[stage], n, v.keys, v.kv_head, block_pages, page_shift);
+      cp_async_arrive_when_landed(&s.v_full[stage]);
+      ring_.advance();
+      block_pages = next_block_pages;
+    }
+  }
+
  private:
   // Rows [row0, row0 + kBlockN) of one head of one batch entry into a swizzled tile; rows from row_end
   // (or past the entry) and columns past the head dim as zeros (their source is never read).
@@ -76,8 +106,7 @@ class CpAsyncKvLoader {
     int row = row0 + first_row;
     const std::uint8_t* src =
         view.data + batch * view.batch_stride + head * view.head_stride + row * view.row_stride + chunk * 16;
-    std::uint32_t dst = smem_address(tile) + chunk / 8 * KTile::kColumnBlockBytes + first_row * kSwizzleBytes +
-                        ((chunk % 8) ^ (first_row % 8)) * 16;
+    std::uint32_t dst = chunk_address(tile, chunk, first_row);
     // Not unrolled: 16 copies a thread need few instructions.
 #pragma unroll 1
     for (int pass = 0; pass < kPasses; ++pass) {
@@ -88,13 +117,56 @@ class CpAsyncKvLoader {
     }
   }
 
+  // Lane i of the calling warp: the page id of the block's i-th page, the page holding keys from
+  // n * kBlockN + i * page_size on (the host takes page sizes that are powers of two from 16, and blocks
+  // whose width they divide or that fit in one page, so a block starts a page or lies inside one).
+  // Lanes past the block's pages, or whose page starts at or past the sequence's keys, read nothing:
+  // table entries past the keys in use may be garbage. The warp's every lane runs this.
+  __device__ static int block_page_ids(const FwdParams& p, const int* table, int page_shift, int keys, int n) {
+    const int lane = threadIdx.x % 32;
+    const int block_key = n * Traits::kBlockN;
+    if (lane > (Traits::kBlockN - 1) >> page_shift || block_key + (lane << page_shift) >= keys) return 0;
+    return __ldg(table + ((block_key >> page_shift) + lane) * p.page_table_page_stride);
+  }
+
+  // Block n's rows of one head into a swizzled tile, each from its page (block_pages: block_page_ids of
+  // n); rows at or past the sequence's keys and columns past the head dim as zeros (their source, on a
+  // page whose id may be garbage, is never read).
+  __device__ void copy_paged_block(const FwdParams& p, const KvRowsView& view, std::uint8_t* tile, int n, int keys,
+                                   int head, int block_pages, int page_shift) const {
+    const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
+    const bool column_inside = chunk * 16 < p.head_dim * Traits::kElementBytes;
+    const std::uint8_t* head_src = view.data + head * view.head_stride + chunk * 16;
+    int key = n * Traits::kBlockN + first_row;
+    std::uint32_t dst = chunk_address(tile, chunk, first_row);
+    // Each pass's rows lie in one page (pages hold whole passes), whose id the whole warp takes from one
+    // lane: every lane runs every pass, as __shfl_sync's full mask needs. Unsigned: ids and rows are not
+    // negative (a garbage id only where nothing is read).
+#pragma unroll 1
+    for (int pass_row = 0; pass_row < Traits::kBlockN; pass_row += kRowsPerPass) {
+      const std::uint32_t page = __shfl_sync(0xffffffffu, block_pages, pass_row >> page_shift);
+      const std::uint32_t row_in_page = key & (p.page_size - 1);
+      const std::uint8_t* src = head_src + page * view.batch_stride + row_in_page * view.row_stride;
+      cp_async_16_or_zero(dst, src, column_inside && key < keys);
+      key += kRowsPerPass;
+      dst += kRowsPerPass * kSwizzleBytes;
+    }
+  }
+
+  // Where chunk `chunk` (16 bytes) of row `row` lands in a tile: in column block chunk / 8, at 16-byte
+  // slot chunk % 8 of the row's 128 bytes, XORed with row % 8 (the 128B swizzle).
+  __device__ static std::uint32_t chunk_address(const std::uint8_t* tile, int chunk, int row) {
+    return smem_address(tile) + chunk / 8 * KTile::kColumnBlockBytes + row * kSwizzleBytes +
+           ((chunk % 8) ^ (row % 8)) * 16;
+  }
+
   StageRing<Traits::kStages> ring_;
 };
 
 // The producer warpgroup of a kKvByCpAsync kernel, every thread: its leader
 // claims and publishes each visit with its Q tile (TileLoader) and hands its id to the others through
-// shared memory, and all of them copy the visit's K/V blocks.
-template <class Traits>
+// shared memory, and all of them copy the visit's K/V blocks, from a paged cache where kPaged.
+template <class Traits, bool kPaged>
 __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p) {
   const bool leader = threadIdx.x % Traits::kWarpgroupThreads == 0;
   TileLoader<Traits> publisher(s, maps);
@@ -119,8 +191,10 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
     const int id = s.producer_visit[slot];
     if (id == kNoVisitLeft) return;
     const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
-    loader.load_visit(s, p, CpAsyncVisit{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k,
-                                         varlen_kv_head<Traits>(p, v.coord), v.visit.n_begin, v.visit.n_end});
+    const CpAsyncVisit kv{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k,
+                          varlen_kv_head<Traits>(p, v.coord), v.visit.n_begin, v.visit.n_end};
+    if constexpr (kPaged) loader.load_paged_visit(s, p, kv);
+    else loader.load_visit(s, p, kv);
   }
 }
 

@@ -128,6 +128,9 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (std::string why = fwd_params_error(p, Traits::kBlockM); !why.empty())
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: " + why);
   auto kernel = attention_forward_kernel<Traits>;
+  if constexpr (Traits::kKvByCpAsync) {
+    if (pr.paged) kernel = attention_forward_kernel<Traits, /*kPagedKvCopies=*/true>;
+  }
   const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
   if (Status st = cuda_status(attr_status, "raising the forward kernel's shared-memory limit"); !st.ok()) return st;

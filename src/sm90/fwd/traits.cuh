@@ -22,7 +22,8 @@ namespace hopattn::sm90 {
 // sequence's lengths and first rows (sequence.cuh); its own instantiation, so that the dense kernels
 // keep their code.
 // kKvByCpAsync_: the variable-length kernels' variant whose producer warpgroup copies K and V with
-// cp.async (fwd/kv_cp_async.cuh; head dims up to 128, no paged cache).
+// cp.async (fwd/kv_cp_async.cuh; head dims up to 128; a paged cache in its own kernel,
+// attention_forward_kernel's kPagedKvCopies).
 template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
           int kConsumerWarpgroups_ = 2, bool kVarlen_ = false, bool kKvByCpAsync_ = false>
 struct FwdTraits {
