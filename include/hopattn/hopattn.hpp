@@ -82,12 +82,12 @@ struct KernelOptions {
   // at head dims above 128, without warp specialization, or for heads_q / heads_kv > 128); kOff never.
   enum class PackGqa { kAuto, kOn, kOff };
   PackGqa pack_gqa = PackGqa::kAuto;
-  // How the bf16/fp16 variable-length and decoding kernels (head dims up to 128, no paged cache) load
-  // K and V: one thread's TMA boxes, or the producer warpgroup's 16-byte copies (cp.async), which
-  // stream K/V from HBM about 10% faster. kAuto takes the copies where a launch is bound by that
-  // stream (tiles of at most 64 query rows, at least 64 MiB of K/V); kCopyThreads forces them where
-  // they exist (kUnsupported elsewhere: FP8, head dims above 128, a paged cache, or a launch that does
-  // not take the variable-length kernels), kTma never.
+  // How the bf16/fp16 variable-length, paged and decoding kernels (head dims up to 128) load K and V:
+  // one thread's TMA boxes, or the producer warpgroup's 16-byte copies (cp.async), which stream K/V
+  // from HBM about 10% faster. kAuto takes the copies where a launch is bound by that stream (tiles of
+  // at most 64 query rows, at least 64 MiB of K/V); kCopyThreads forces them where they exist
+  // (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does not take the
+  // variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
   KvLoads kv_loads = KvLoads::kAuto;
 };

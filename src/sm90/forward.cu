@@ -99,9 +99,9 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                          std::to_string(kTileRows) + " query heads per K/V head)");
   }
   if (args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads &&
-      (!varlen || pr.in_dtype == Dtype::kFloat8E4M3 || pr.head_dim > 128 || pr.paged))
+      (!varlen || pr.in_dtype == Dtype::kFloat8E4M3 || pr.head_dim > 128))
     return unsupported("KernelOptions::kv_loads = kCopyThreads here (K/V copies exist in the bf16/fp16 "
-                       "variable-length and decoding kernels at head dims up to 128, without a paged cache)");
+                       "variable-length, paged and decoding kernels at head dims up to 128)");
   if (pr.paged && !page_size_supported(pr.page_size))
     return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) +
                        " (k.shape[1]); the sm_90a kernel takes page sizes that are powers of two from 16 "

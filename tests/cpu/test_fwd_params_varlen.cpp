@@ -116,6 +116,15 @@ TEST(VarlenParams, PagedCachesPassTheirTableAndPageSize) {
   EXPECT_EQ(p.seqlen_k, pages_per_seq * page_size);  // the table's capacity; seqused_k the keys in use
   EXPECT_EQ(p.seqused_k, static_cast<const int*>(used.data()));
   EXPECT_EQ(p.cu_seqlens_k, nullptr);
+  // The copy kernels' view of the pool: its "batch entries" are the pages (bytes, fp16).
+  for (const KvRowsView& view : {p.k_rows, p.v_rows}) {
+    EXPECT_EQ(view.batch_stride, page_size * 2 * 128 * 2);
+    EXPECT_EQ(view.row_stride, 2 * 128 * 2);
+    EXPECT_EQ(view.head_stride, 128 * 2);
+    EXPECT_EQ(view.rows, page_size);
+  }
+  EXPECT_EQ(p.k_rows.data, static_cast<const std::uint8_t*>(k.data()));
+  EXPECT_EQ(p.v_rows.data, static_cast<const std::uint8_t*>(v.data()));
 }
 
 TEST(VarlenParams, DenseLaunchesPassNoArrays) {
@@ -181,18 +190,27 @@ TEST(PackedGqaParams, PackingWhereItSavesTilesAndTheGridItMakes) {
 }
 
 // Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
-// (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, unless kv_loads says
-// otherwise; never at head dims above 128.
+// (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, dense or from a paged
+// cache (its table's capacity counting as its keys), unless kv_loads says otherwise; never at head
+// dims above 128.
 TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
-  const auto takes = [](int seqlen_q, int seqlen_k, int heads_q, int d, KernelOptions::KvLoads loads) {
+  // page_size 0: a dense k and v of seqlen_k keys; else a paged cache of seqlen_k / page_size pages,
+  // all in one sequence's table row.
+  const auto takes = [](int seqlen_q, int seqlen_k, int heads_q, int d, KernelOptions::KvLoads loads,
+                        int page_size = 0) {
     constexpr int kHeadsKv = 8;
+    const int pages = page_size > 0 ? seqlen_k / page_size : 1, rows = page_size > 0 ? page_size : seqlen_k;
     HostTensor q(Dtype::kBFloat16, {1, seqlen_q, heads_q, d}), out(Dtype::kBFloat16, {1, seqlen_q, heads_q, d});
-    HostTensor k(Dtype::kBFloat16, {1, seqlen_k, kHeadsKv, d}), v(Dtype::kBFloat16, {1, seqlen_k, kHeadsKv, d});
+    HostTensor k(Dtype::kBFloat16, {pages, rows, kHeadsKv, d}), v(Dtype::kBFloat16, {pages, rows, kHeadsKv, d});
+    HostTensor table(Dtype::kInt32, {1, pages});
     FwdArgs a;
     a.q = q.tensor(), a.k = k.tensor(), a.v = v.tensor(), a.out = out.tensor();
+    if (page_size > 0) a.page_table = table.tensor();
     a.options.kv_loads = loads;
     detail::Problem pr;
-    EXPECT_TRUE(detail::validate_forward(a, &pr).ok());
+    const Status st = detail::validate_forward(a, &pr);
+    EXPECT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(pr.paged, page_size > 0);
     return takes_kv_copy_kernel(a, pr, kBlockM);
   };
   using Loads = KernelOptions::KvLoads;
@@ -204,6 +222,14 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma));
   EXPECT_TRUE(takes(1, 64, 8, 64, Loads::kCopyThreads));
   EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kCopyThreads));
+  // Paged: the same rule.
+  EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto, 256));
+  EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto, 16));
+  EXPECT_FALSE(takes(1, 16368, 32, 128, Loads::kAuto, 16));  // one page of 16 short of 64 MiB
+  EXPECT_FALSE(takes(17, 16384, 32, 128, Loads::kAuto, 256));
+  EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma, 256));
+  EXPECT_TRUE(takes(1, 64, 8, 64, Loads::kCopyThreads, 16));
+  EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kCopyThreads, 16));
 }
 
 }  // namespace

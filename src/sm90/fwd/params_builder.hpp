@@ -31,12 +31,13 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
 }
 
 // Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with
-// cp.async (FwdTraits::kKvByCpAsync; head dims up to 128, not from a paged cache). kAuto: tiles of at
-// most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and at least 64 MiB of
-// K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
-// below it, where a step is short and latency-bound (perf-notes, session 21).
+// cp.async (FwdTraits::kKvByCpAsync; head dims up to 128, from rows or a paged cache). kAuto: tiles of
+// at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and at least 64 MiB
+// of K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
+// below it, where a step is short and latency-bound (perf-notes, session 21, without paging). A paged
+// cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size).
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
-  if (pr.paged || pr.head_dim > 128) return false;
+  if (pr.head_dim > 128) return false;
   if (args.options.kv_loads != KernelOptions::KvLoads::kAuto)
     return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
   const long long rows =
@@ -46,7 +47,8 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
   return rows <= block_m / 2 && kv_bytes >= 64.0 * (1 << 20);
 }
 
-// A (batch, rows, heads, d) or packed (rows, heads, d) k or v as the cp.async loads read it.
+// A (batch, rows, heads, d), packed (rows, heads, d) or paged (num_pages, page_size, heads, d) k or v as
+// the cp.async loads read it; a paged cache's "batch entries" are its pages.
 inline KvRowsView kv_rows_view(const Tensor& t) {
   const std::int64_t bytes = static_cast<std::int64_t>(dtype_size(t.dtype));
   const int dense = t.rank == 4 ? 1 : 0;
