@@ -57,6 +57,7 @@ std::string PagedCase::describe() const {
     << join(len_k) << " page_size " << page_size << " pages_per_seq " << pages_per_seq() << " num_pages "
     << num_pages() << (padded_table ? " padded-table" : "");
   if (non_key_value) s << " non-key rows " << *non_key_value;
+  if (unused_entry) s << " unused table entries " << *unused_entry;
   describe_to(s);
   if (!options.warp_specialized) s << " no-warp-specialized";
   return s.str();
@@ -71,7 +72,8 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
 
   // Pages: every id once, shuffled; sequence b takes the next pages_for(b) of them, in that order.
   // Every other entry, past a sequence's used pages or in a padded row's spare columns, is a valid
-  // id drawn at random (often a garbage page, sometimes another sequence's): never to be used.
+  // id drawn at random (often a garbage page, sometimes another sequence's), or unused_entry: never
+  // to be used.
   std::mt19937_64 rng(splitmix64(seed ^ 4));
   std::vector<int> order(num_pages);
   std::iota(order.begin(), order.end(), 0);
@@ -84,7 +86,7 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
   for (int b = 0; b < batch; ++b) {
     for (int p = 0; p < table_stride; ++p) {
       const bool used = p < c.pages_for(b);
-      const int page = used ? order[next++] : any_page(rng);
+      const int page = used ? order[next++] : c.unused_entry ? *c.unused_entry : any_page(rng);
       table[std::size_t(b) * table_stride + p] = page;
       if (!used) continue;
       const int keys_here = std::min(ps, c.len_k[b] - p * ps);

@@ -1,6 +1,6 @@
 // One forward call over a paged KV cache of the GPU tests (test_forward_paged.cu, test_head_dims.cu):
 // the case, the buffers of a call built the way a serving engine leaves a cache (shuffled pages, garbage
-// or NaN/+Inf in every pool row that is no key, stale table entries past the used pages), and its
+// or NaN/+Inf in every pool row that is no key, stale or invalid table entries past the used pages), and its
 // judgement, sequence by sequence on the keys gathered out of the pool, by check_sequences
 // (sequence_checks.cuh).
 #pragma once
@@ -33,6 +33,10 @@ struct PagedCase : CallSettings {
   bool padded_table = false;  // the table a (batch, pages_per_seq) view of (batch, pages_per_seq + 3)
   // In every pool row that is no key, k and v both; without it +kGarbage in k and -kGarbage in v.
   std::optional<float> non_key_value;
+  // In every table entry past a sequence's used pages (and in a padded table's spare columns) instead
+  // of a valid, wrong page id: -1 as serving engines leave such entries, or an id far past the pool,
+  // whose page a copy would fault on.
+  std::optional<std::int32_t> unused_entry;
   KernelOptions options;
 
   int batch() const { return static_cast<int>(len_q.size()); }

@@ -206,6 +206,53 @@ std::vector<NamedCase<PagedCase>> decode_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Decode, ForwardPagedNonFiniteTail, ::testing::ValuesIn(decode_cases()), CaseName());
 
+// The cases above again with K/V copied by the producer warpgroup's cp.async (KernelOptions::kv_loads =
+// kCopyThreads; kAuto takes the copies only for decoding launches of at least 64 MiB of K/V, larger than
+// these). Each warp reads a block's page ids a block ahead of its copies (kv_cp_async.cuh); rows past a
+// sequence's keys are copied as zeros (NaN and Inf there must still not reach out); and no table entry
+// past the keys in use may be read: a third of the cases hold -1 there and a third an id far past the
+// pool, whose page a copy would fault on. Head dims 64 and 128 (and padded dims in those kernels,
+// below): where the copy kernels exist.
+std::vector<NamedCase<PagedCase>> with_kv_copies(std::vector<NamedCase<PagedCase>> cases) {
+  constexpr std::int32_t kFarPastThePool = 1 << 30;
+  std::vector<NamedCase<PagedCase>> out;
+  int index = 0;
+  for (NamedCase<PagedCase>& named : cases) {
+    if (named.c.head_dim > 128) continue;
+    named.c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    const int variant = index++ % 3;
+    if (variant > 0) named.c.unused_entry = variant == 1 ? -1 : kFarPastThePool;
+    out.push_back({named.name + "_KvCopies", named.c});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CornersKvCopies, ForwardPagedCorners, ::testing::ValuesIn(with_kv_copies(corner_cases())),
+                         CaseName());
+INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardPagedNonFiniteTail,
+                         ::testing::ValuesIn(with_kv_copies(non_finite_tail_cases())), CaseName());
+INSTANTIATE_TEST_SUITE_P(DecodeKvCopies, ForwardPagedNonFiniteTail, ::testing::ValuesIn(with_kv_copies(decode_cases())),
+                         CaseName());
+
+// Padded head dims through the copies: the columns past d copied as zeros, from pages of 16 (many pages a
+// block) and 256 (many blocks a page); decoding rows, NaN in every row that is no key, -1 past the used
+// pages.
+std::vector<NamedCase<PagedCase>> padded_head_dim_kv_copy_cases() {
+  std::vector<NamedCase<PagedCase>> cases;
+  for (const int d : {40, 72, 112}) {
+    for (const int page_size : {16, 256}) {
+      PagedCase c = paged({1, 3, 1}, {1000, 17, 300}, page_size, 8, 2, d, kBf16);
+      c.varlen_q = true, c.causal = true, c.non_key_value = NAN, c.unused_entry = -1;
+      c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+      cases.push_back({"PaddedHeadDim" + suffix(c) + "_KvCopies", c});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(PaddedKvCopies, ForwardPagedNonFiniteTail,
+                         ::testing::ValuesIn(padded_head_dim_kv_copy_cases()), CaseName());
+
 class ForwardPaged : public HopperTest {};
 
 constexpr int kMaxKeys = 4000;
@@ -219,7 +266,7 @@ constexpr double kMaxWork = 2e10;
 // seqused_k at random (without it, full pages); spare pages, extra table columns and a padded table;
 // head dims of draw_head_dim (padded ones too), every dtype and GQA ratio; causal, windows, softcap,
 // scale, LSE and padded rows at random.
-PagedCase random_paged_case(std::mt19937_64& rng) {
+PagedCase random_paged_case(std::mt19937_64& rng, int max_head_dim = 256) {
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   const auto log_uniform = [&](int most) {
@@ -248,7 +295,7 @@ PagedCase random_paged_case(std::mt19937_64& rng) {
   c.spare_pages = pick(1, 16);
   c.padded_table = chance(0.5);
 
-  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()));
+  draw_settings(rng, c, *std::max_element(c.len_k.begin(), c.len_k.end()), max_head_dim);
 
   // Fewer heads first, then every length by a quarter (full pages stay whole pages), until the work fits.
   while (c.work() > kMaxWork) {
@@ -262,7 +309,20 @@ PagedCase random_paged_case(std::mt19937_64& rng) {
 }
 
 TEST_F(ForwardPaged, RandomBatchesMatchReference) {
-  random_sweep(kRandomCases, random_paged_case, run_paged_case);
+  random_sweep(kRandomCases, [](std::mt19937_64& rng) { return random_paged_case(rng); }, run_paged_case);
+}
+
+// The same draws at head dims up to 128 through the K/V copies (KernelOptions::kv_loads = kCopyThreads),
+// the table entries past the used pages valid ids, -1 or ids far past the pool in turn.
+TEST_F(ForwardPaged, RandomBatchesThroughKvCopiesMatchReference) {
+  const auto draw = [](std::mt19937_64& rng) {
+    PagedCase c = random_paged_case(rng, 128);
+    c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    const int variant = std::uniform_int_distribution<int>(0, 2)(rng);
+    if (variant > 0) c.unused_entry = variant == 1 ? -1 : 1 << 30;
+    return c;
+  };
+  random_sweep(kRandomCases, draw, run_paged_case);
 }
 
 // Runs `c`, which forward must refuse with kUnsupported and a message (containing `must_mention` when
@@ -317,6 +377,18 @@ TEST_F(ForwardPaged, Fp8IsUnsupported) {
   for (const bool varlen_q : {false, true}) {
     const PagedCase c = refusal_case(64, varlen_q, Dtype::kFloat8E4M3);
     const std::string problems = expect_refused(c, nullptr);
+    EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
+  }
+}
+
+// K/V copies (KernelOptions::kv_loads = kCopyThreads) from a paged cache exist at head dims up to 128:
+// at 256 they are refused, naming the option.
+TEST_F(ForwardPaged, KvCopiesAtHeadDim256AreUnsupported) {
+  for (const bool varlen_q : {false, true}) {
+    PagedCase c = refusal_case(64, varlen_q, kBf16);
+    c.head_dim = 256;
+    c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    const std::string problems = expect_refused(c, "kv_loads = kCopyThreads");
     EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
   }
 }

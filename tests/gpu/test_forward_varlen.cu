@@ -313,7 +313,7 @@ TEST_F(ForwardVarlen, RandomBatchesMatchReference) {
 
 // KernelOptions::kv_loads = kCopyThreads where no kernel copies K/V (head dim 256; a dense prefill,
 // which takes the dense kernels) is refused with kUnsupported naming the option, before anything is
-// written.
+// written. (A paged cache is copied at head dims up to 128 and refused at 256: test_forward_paged.cu.)
 TEST_F(ForwardVarlen, KvCopiesWhereNoKernelCopiesAreRefused) {
   const std::vector<int> lens = {129, 65};
   const std::vector<int> starts = prefix_sums(lens);
