@@ -324,6 +324,14 @@ inline std::string locate_worst(const Tensor& out, const float* ref, std::int64_
   return s.str();
 }
 
+// Half the output dtype's rounding step at magnitude |x| (16-bit outputs: 8 or 11 fraction bits).
+inline float half_rounding_step(Dtype dtype, float x) {
+  const int fraction_bits = dtype == Dtype::kBFloat16 ? 7 : 10;
+  int exponent = 0;
+  std::frexp(std::fabs(x), &exponent);  // |x| in [2^(exponent - 1), 2^exponent)
+  return std::ldexp(1.0f, exponent - 1 - fraction_bits - 1);
+}
+
 // The inputs of a finished call as the reference reads them, one sequence after the other: sequence
 // b's queries are q rows [starts_q[b], starts_q[b] + len_q[b]), its keys and values k and v rows
 // [starts_k[b], starts_k[b] + len_k[b]) (the keys it uses).
@@ -334,7 +342,7 @@ struct SequenceRows {
 };
 
 // Judges the outputs of a finished call and returns what is wrong (empty when nothing is): per
-// sequence, out within 2 max|naive - ref| + 1e-5 of the reference and the LSE within 1e-3 with -inf
+// sequence, out within 2 max|naive - ref| + 1e-5 (+ half a rounding step) of the reference and the LSE within 1e-3 with -inf
 // exactly where the reference has it (a sequence without keys: out 0, LSE -inf); no NaN left in out or
 // the LSE; nothing written outside their views.
 inline std::string check_sequences(const CallSettings& s, const SequenceRows& in, const PoisonedOutputs& outputs) {
@@ -381,11 +389,17 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
     const Tensor out_b = outputs.out.view.sequence(starts_q[b], len_q[b]);
     const float* ref_b = ref.as<float>() + first * d;
     const OutputDiff diff = output_diff(out_b, ref_b, naive.as<float>() + first * d);
-    const float bound = 2.0f * diff.max_naive_err + 1e-5f;
+    // The kernel and `naive` each round their float32 result to the output dtype once. Over few elements
+    // (a decoding step: heads x d of one row) naive's largest error can fall short of a rounding step,
+    // and a value within float32 error of a midpoint then rounds to the other neighbour: so half a step
+    // at the worst element's |ref| more (H200, session 22: 0.000361 against 0.000336 at |ref| 0.0714,
+    // whose bf16 step is 0.00049; the same seed on two builds).
+    const float worst_ref = diff.worst >= 0 ? element_as_float(ref_b + diff.worst, Dtype::kFloat32) : 0.0f;
+    const float bound = 2.0f * diff.max_naive_err + 1e-5f + half_rounding_step(out_b.dtype, worst_ref);
     out_nans += diff.nan_count;
     if (diff.nan_count) seq << diff.nan_count << " NaN in out (unwritten or computed); ";
     if (!(diff.max_err <= bound))
-      seq << "max|out-ref| " << diff.max_err << " > 2*max|naive-ref| + 1e-5 = " << bound
+      seq << "max|out-ref| " << diff.max_err << " > 2*max|naive-ref| + 1e-5 + half a rounding step = " << bound
           << locate_worst(out_b, ref_b, diff.worst) << "; ";
     if (outputs.lse) {
       const LseDiff ld = lse_diff(outputs.lse->sequence(b, hq, len_q[b]), lse_ref.as<float>() + first);

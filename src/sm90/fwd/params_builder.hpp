@@ -35,11 +35,16 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
 // at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and at least 64 MiB
 // of K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
 // below it, where a step is short and latency-bound (perf-notes, session 21, without paging). A paged
-// cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size).
+// cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size), from pages of
+// kMinCopiedPageKeys keys: there the copies were 6.5-7.7% faster than TMA at d 128 (d 64 level); with
+// smaller pages each page costs the copies its own address, and they were 2% faster at 64 keys, 3-6%
+// slower at 16-32, 13% slower at d 64 with 64 (perf-notes v77).
+constexpr int kMinCopiedPageKeys = 128;
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
   if (pr.head_dim > 128) return false;
   if (args.options.kv_loads != KernelOptions::KvLoads::kAuto)
     return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
+  if (pr.paged && pr.page_size < kMinCopiedPageKeys) return false;
   const long long rows =
       packs_gqa(args.options.pack_gqa, pr, block_m) ? static_cast<long long>(pr.seqlen_q) * (pr.heads_q / pr.heads_kv)
                                                      : pr.seqlen_q;
