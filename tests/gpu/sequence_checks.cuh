@@ -324,8 +324,10 @@ inline std::string locate_worst(const Tensor& out, const float* ref, std::int64_
   return s.str();
 }
 
-// Half the output dtype's rounding step at magnitude |x| (16-bit outputs: 8 or 11 fraction bits).
+// Half the output dtype's rounding step at magnitude |x| (16-bit outputs: 7 or 10 stored fraction
+// bits); 0 at x = 0, which rounds exactly.
 inline float half_rounding_step(Dtype dtype, float x) {
+  if (x == 0.0f) return 0.0f;
   const int fraction_bits = dtype == Dtype::kBFloat16 ? 7 : 10;
   int exponent = 0;
   std::frexp(std::fabs(x), &exponent);  // |x| in [2^(exponent - 1), 2^exponent)
@@ -342,9 +344,9 @@ struct SequenceRows {
 };
 
 // Judges the outputs of a finished call and returns what is wrong (empty when nothing is): per
-// sequence, out within 2 max|naive - ref| + 1e-5 (+ half a rounding step) of the reference and the LSE within 1e-3 with -inf
-// exactly where the reference has it (a sequence without keys: out 0, LSE -inf); no NaN left in out or
-// the LSE; nothing written outside their views.
+// sequence, out within 2 max|naive - ref| + 1e-5 (+ half a rounding step) of the reference and the
+// LSE within 1e-3 with -inf exactly where the reference has it (a sequence without keys: out 0, LSE
+// -inf); no NaN left in out or the LSE; nothing written outside their views.
 inline std::string check_sequences(const CallSettings& s, const SequenceRows& in, const PoisonedOutputs& outputs) {
   const int batch = static_cast<int>(in.len_q.size()), hq = s.heads_q, d = s.head_dim;
   const std::vector<int>& len_q = in.len_q;
