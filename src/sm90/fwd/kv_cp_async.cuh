@@ -47,7 +47,6 @@ class CpAsyncKvLoader {
   // whole key rows (256 bytes at d 128), and a thread's rows share row % 8, so its chunk's swizzled
   // place in a row is the same for all of them.
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  static constexpr int kPasses = Traits::kBlockN / kRowsPerPass;
   static_assert(kRowsPerPass % 8 == 0 && Traits::kBlockN % kRowsPerPass == 0, "rows per pass: whole swizzle atoms");
   // A paged cache: pages of at least 16 keys hold whole passes, and a block's pages fit the lanes of a warp.
   static_assert(16 % kRowsPerPass == 0 && Traits::kBlockN / 16 <= 32, "paged: passes in one page, a lane a page");
@@ -84,10 +83,10 @@ class CpAsyncKvLoader {
       const int next_block_pages = n > v.n_begin ? block_page_ids(p, table, page_shift, v.keys, n - 1) : 0;
       const int stage = ring_.index();
       mbarrier_wait(&s.k_empty[stage], ring_.phase() ^ 1);
-      copy_paged_block(p, p.k_rows, s.k[stage], n, v.keys, v.kv_head, block_pages, page_shift);
+      copy_paged_block(p, p.k_rows, s.k[stage], n, v.keys, v.kv_head, block_pages);
       cp_async_arrive_when_landed(&s.k_full[stage]);
       mbarrier_wait(&s.v_empty[stage], ring_.phase() ^ 1);
-      copy_paged_block(p, p.v_rows, s.v[stage], n, v.keys, v.kv_head, block_pages, page_shift);
+      copy_paged_block(p, p.v_rows, s.v[stage], n, v.keys, v.kv_head, block_pages);
       cp_async_arrive_when_landed(&s.v_full[stage]);
       ring_.advance();
       block_pages = next_block_pages;
@@ -99,21 +98,27 @@ class CpAsyncKvLoader {
   // (or past the entry) and columns past the head dim as zeros (their source is never read).
   __device__ void copy_block(const FwdParams& p, const KvRowsView& view, std::uint8_t* tile, int row0, int row_end,
                              int head, int batch) const {
-    // Recomputed per block rather than kept: the producer runs on few registers.
     const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
-    const int rows = min(row_end, view.rows);
-    const bool column_inside = chunk * 16 < p.head_dim * Traits::kElementBytes;
-    int row = row0 + first_row;
-    const std::uint8_t* src =
-        view.data + batch * view.batch_stride + head * view.head_stride + row * view.row_stride + chunk * 16;
-    std::uint32_t dst = chunk_address(tile, chunk, first_row);
-    // Not unrolled: 16 copies a thread need few instructions.
-#pragma unroll 1
-    for (int pass = 0; pass < kPasses; ++pass) {
-      cp_async_16_or_zero(dst, src, column_inside && row < rows);
-      row += kRowsPerPass;
-      src += kRowsPerPass * view.row_stride;
-      dst += kRowsPerPass * kSwizzleBytes;
+    const int row_limit =
+        (chunk * 16 < p.head_dim * Traits::kElementBytes ? min(row_end, view.rows) : 0) - row0 - first_row;
+    const std::uint8_t* src = view.data + batch * view.batch_stride + head * view.head_stride +
+                              (row0 + first_row) * view.row_stride + chunk * 16;
+    copy_rows(chunk_address(tile, chunk, first_row), src, kRowsPerPass * view.row_stride, row_limit, 0,
+              Traits::kBlockN);
+  }
+
+  // This thread's rows first, first + kRowsPerPass, ... below first + rows of a block (counted from the
+  // thread's first row of the block), from src on, pass_stride bytes apart; a row at or past row_limit
+  // as zeros. Unrolled (first and rows are compile-time where it is inlined): the producer's 128
+  // threads issue the copies at HBM's rate only with few instructions a copy (20 a copy streamed 3.1
+  // TB/s where 14 streamed 4.5; H200, perf-notes v77), and unrolled a copy is its 64-bit source step,
+  // its row test against an immediate and the copy, its shared-memory place an immediate offset.
+  __device__ __forceinline__ static void copy_rows(std::uint32_t dst, const std::uint8_t* src, std::int64_t pass_stride,
+                                                   int row_limit, int first, int rows) {
+#pragma unroll
+    for (int row = first; row < first + rows; row += kRowsPerPass) {
+      cp_async_16_or_zero(dst + row * kSwizzleBytes, src, row < row_limit);
+      src += pass_stride;
     }
   }
 
@@ -131,34 +136,39 @@ class CpAsyncKvLoader {
 
   // Block n's rows of one head into a swizzled tile, each from its page (block_pages: block_page_ids of
   // n); rows at or past the sequence's keys and columns past the head dim as zeros (their source, on a
-  // page whose id may be garbage, is never read). Page by page, so that the copies within a page run the
-  // loop of copy_block: the producer's 128 threads issue the copies at HBM's rate only with few
-  // instructions a copy (20 a copy, with the page looked up for each, streamed 3.1 TB/s where 14 stream
-  // 4.5; H200, perf-notes v77).
+  // page whose id may be garbage, is never read). kPageRows: the block's rows in one page, min(page
+  // size, kBlockN), taken from the smallest up until it is the block's: the pages and their passes are
+  // compile-time, so a page costs its id from one lane and one multiply beside copy_rows' copies.
+  template <int kPageRows = 16>
   __device__ void copy_paged_block(const FwdParams& p, const KvRowsView& view, std::uint8_t* tile, int n, int keys,
-                                   int head, int block_pages, int page_shift) const {
-    const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
-    // Rows past the keys, or every row where this thread's column is past the head dim, copy as zeros.
-    const int key_end = chunk * 16 < p.head_dim * Traits::kElementBytes ? keys : 0;
-    const std::uint8_t* head_src = view.data + head * view.head_stride + chunk * 16;
-    const int page_rows = min(p.page_size, Traits::kBlockN);  // the block's rows in one page
-    int key = n * Traits::kBlockN + first_row;
-    std::uint32_t dst = chunk_address(tile, chunk, first_row);
-    // The whole warp takes each page's id from one lane: every lane runs every page and pass, as
-    // __shfl_sync's full mask needs. Unsigned: ids and rows are not negative (a garbage id only where
-    // nothing is read).
-#pragma unroll 1
-    for (int page_row = 0; page_row < Traits::kBlockN; page_row += page_rows) {
-      const std::uint32_t page = __shfl_sync(0xffffffffu, block_pages, page_row >> page_shift);
-      const std::uint32_t row_in_page = key & (p.page_size - 1);
-      const std::uint8_t* src = head_src + page * view.batch_stride + row_in_page * view.row_stride;
-#pragma unroll 1
-      for (int pass_row = 0; pass_row < page_rows; pass_row += kRowsPerPass) {
-        cp_async_16_or_zero(dst, src, key < key_end);
-        key += kRowsPerPass;
-        src += kRowsPerPass * view.row_stride;
-        dst += kRowsPerPass * kSwizzleBytes;
+                                   int head, int block_pages) const {
+    constexpr int kWiderPageRows =
+        2 * kPageRows < Traits::kBlockN && Traits::kBlockN % (2 * kPageRows) == 0 ? 2 * kPageRows : Traits::kBlockN;
+    if constexpr (kPageRows < Traits::kBlockN) {
+      if (p.page_size > kPageRows) {
+        copy_paged_block<kWiderPageRows>(p, view, tile, n, keys, head, block_pages);
+        return;
       }
+    }
+    static_assert(kPageRows % kRowsPerPass == 0 && Traits::kBlockN % kPageRows == 0, "whole passes in a page");
+    constexpr int kPages = Traits::kBlockN / kPageRows;
+    const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
+    // A copy whose row in the block (from this thread's first) reaches row_limit reads nothing: at or past
+    // the keys, or every row where this thread's column is past the head dim.
+    const int row_limit =
+        (chunk * 16 < p.head_dim * Traits::kElementBytes ? keys : 0) - n * Traits::kBlockN - first_row;
+    // This thread's first row in each of the block's pages: the block starts a page, or lies inside one.
+    const std::uint32_t row_in_page = (n * Traits::kBlockN + first_row) & (p.page_size - 1);
+    const std::uint8_t* page_src = view.data + head * view.head_stride + chunk * 16 + row_in_page * view.row_stride;
+    const std::int64_t pass_stride = kRowsPerPass * view.row_stride;
+    const std::uint32_t dst = chunk_address(tile, chunk, first_row);
+    // Every lane runs every page, as __shfl_sync's full mask needs. Unsigned: ids are not negative (a
+    // garbage id only where nothing is read). Pages of one pass a thread (d 64's pages of 16) loop: their
+    // 8 ids and addresses unrolled spilled the producer's 40 registers.
+#pragma unroll(kPageRows == kRowsPerPass ? 1 : kPages)
+    for (int page = 0; page < kPages; ++page) {
+      const std::uint32_t id = __shfl_sync(0xffffffffu, block_pages, page);
+      copy_rows(dst, page_src + id * view.batch_stride, pass_stride, row_limit, page * kPageRows, kPageRows);
     }
   }
 
