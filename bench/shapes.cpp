@@ -173,8 +173,9 @@ std::vector<Shape> fp8_grid() {
 // and 1k-64k keys (28/4 from 4k), skipping caches over kMaxDecodeKvBytes. Then, at batch 8 x 16k keys of
 // 32/8: head dim 64 (also at 1 x 64k), 4 query rows causal (speculative decoding: bottom-right
 // aligned, each draft token sees the keys before it), 1 row with causal set (the same math; callers
-// of flash-attention pass it), a paged cache of 256-key pages (also at 32 x 4k), and a cache with
-// room for 32k keys of which 16k are used (seqused_k).
+// of flash-attention pass it), a paged cache of 256-key pages and one of 16-key pages (vLLM's default;
+// both also at 32 x 4k, 16 also at d 64), and a cache with room for 32k keys of which 16k are used
+// (seqused_k).
 constexpr double kMaxDecodeKvBytes = 16.0 * (1 << 30);
 
 std::vector<Shape> decode_grid() {
@@ -219,10 +220,20 @@ std::vector<Shape> decode_grid() {
   Shape paged_wide = paged;
   paged_wide.batch = 32;
   paged_wide.seqlen_k = 4096;
+  Shape small_pages = paged;
+  small_pages.page_size = 16;
+  small_pages.variant = "paged_16";
+  Shape small_pages_wide = small_pages;
+  small_pages_wide.batch = 32;
+  small_pages_wide.seqlen_k = 4096;
+  Shape small_pages_d64 = small_pages;
+  small_pages_d64.hdim = 64;
   Shape cache = mid;
   cache.cache_seqlen_k = 32768;
   cache.variant = "seqused_k";
-  for (const Shape& s : {d64, d64_long, speculative, causal, paged, paged_wide, cache}) shapes.push_back(s);
+  for (const Shape& s :
+       {d64, d64_long, speculative, causal, paged, paged_wide, small_pages, small_pages_wide, small_pages_d64, cache})
+    shapes.push_back(s);
   return shapes;
 }
 

@@ -102,10 +102,14 @@ TEST(BenchDecodeGrid, HasPagedAndSequsedRows) {
   const auto paged = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
     return s.page_size == 256 && s.variant == "paged_256";
   });
+  const auto small_pages = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
+    return s.page_size == 16 && s.variant == "paged_16";
+  });
   const auto cached = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
     return s.cache_seqlen_k > s.seqlen_k && s.variant == "seqused_k";
   });
   EXPECT_GE(paged, 1);
+  EXPECT_GE(small_pages, 1);
   EXPECT_GE(cached, 1);
 }
 

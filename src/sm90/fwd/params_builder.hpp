@@ -35,16 +35,13 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
 // at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and at least 64 MiB
 // of K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
 // below it, where a step is short and latency-bound (perf-notes, session 21, without paging). A paged
-// cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size), from pages of
-// kMinCopiedPageKeys keys: there the copies were 6.5-7.7% faster than TMA at d 128 (d 64 level); with
-// smaller pages each page costs the copies its own address, and they were 2% faster at 64 keys, 3-6%
-// slower at 16-32, 13% slower at d 64 with 64 (perf-notes v77).
-constexpr int kMinCopiedPageKeys = 128;
+// cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size), whatever its
+// page size: since the copies were unrolled (v80) they beat TMA at pages of 16-256 keys (1.26x at 16,
+// 1.02-1.05x at 32-256 on b 8 x 32/8 x 16k d 128; d 64 pages of 64 level at 80.5 against 78 us).
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
   if (pr.head_dim > 128) return false;
   if (args.options.kv_loads != KernelOptions::KvLoads::kAuto)
     return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
-  if (pr.paged && pr.page_size < kMinCopiedPageKeys) return false;
   const long long rows =
       packs_gqa(args.options.pack_gqa, pr, block_m) ? static_cast<long long>(pr.seqlen_q) * (pr.heads_q / pr.heads_kv)
                                                      : pr.seqlen_q;
