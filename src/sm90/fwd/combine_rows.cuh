@@ -69,6 +69,21 @@ struct CombinedRows {
     }
   }
 
+  // Adds another merge of other pieces of the same rows (same arithmetic as add).
+  __device__ __forceinline__ void merge(const CombinedRows& x) {
+    float old_weight[2], weight[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float merged = fmaxf(max_lse[r], x.max_lse[r]);
+      old_weight[r] = max_lse[r] == -INFINITY ? 0.0f : __expf(max_lse[r] - merged);
+      weight[r] = x.max_lse[r] == -INFINITY ? 0.0f : __expf(x.max_lse[r] - merged);
+      weight_sum[r] = fmaf(weight_sum[r], old_weight[r], x.weight_sum[r] * weight[r]);
+      max_lse[r] = merged;
+    }
+#pragma unroll
+    for (int i = 0; i < 4 * kCombineChunks; ++i) o[i] = fmaf(weight[i % 4 / 2], x.o[i], o[i] * old_weight[i % 4 / 2]);
+  }
+
   // The output's scale per row half (1 / weight sum; 0 for a row no piece saw a key of) and its LSE.
   __device__ __forceinline__ void finish(float (&out_scale)[2], float (&lse)[2]) const {
 #pragma unroll
@@ -91,19 +106,21 @@ __device__ __forceinline__ void store_combine_partial(const FwdParams& p, int sl
                                                make_float4(lse[0], lse[1], 0.0f, 0.0f));
 }
 
-// Merges every piece of a split tile (pieces, in block order: deterministic) into rows: chunks
-// [first_chunk, + kCombineChunks) of this thread's part of warpgroup `warpgroup`'s slots,
-// kCombineBatch pieces at a time: all their loads first (L2 loads: L1 is not coherent with the forward
-// kernel's stores), then the merge.
+// Merges the pieces of a split tile (pieces, in block order: deterministic) from unit first_unit on,
+// every unit_stride-th, into rows: chunks [first_chunk, + kCombineChunks) of thread `thread`'s part of
+// warpgroup `warpgroup`'s slots, kCombineBatch pieces at a time: all their loads first (L2 loads: L1 is
+// not coherent with the forward kernel's stores), then the merge.
 template <class Partials>
 __device__ __forceinline__ void combine_pieces(const FwdParams& p, const TilePieces& pieces, int warpgroup,
-                                               int first_chunk, int thread, CombinedRows& rows) {
-  for (int u0 = pieces.first_unit; u0 <= pieces.last_unit; u0 += kCombineBatch) {
+                                               int first_chunk, int thread, CombinedRows& rows, int first_unit,
+                                               int unit_stride) {
+  for (int u0 = first_unit; u0 <= pieces.last_unit; u0 += kCombineBatch * unit_stride) {
     CombinePiece batch[kCombineBatch];
     bool present[kCombineBatch];
 #pragma unroll
     for (int j = 0; j < kCombineBatch; ++j) {
-      const int slot = u0 + j <= pieces.last_unit ? pieces.slot(p.split, u0 + j) : -1;
+      const int u = u0 + j * unit_stride;
+      const int slot = u <= pieces.last_unit ? pieces.slot(p.split, u) : -1;
       present[j] = slot >= 0;
       if (!present[j]) continue;
       const float4* mine = Partials::slot(p, slot, warpgroup) + thread;

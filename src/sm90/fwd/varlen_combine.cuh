@@ -5,7 +5,9 @@
 // after another, with only the threads of the few live rows working: ~1.4 us a piece (H200,
 // 2026-12-02, perf-notes v61). Here one 128-thread CTA per (tile, consumer warpgroup, kCombineChunks
 // O chunks) merges in one pass, kCombineBatch pieces' loads at a time, and CTAs, warpgroups and
-// threads without a live row (past a sequence, a packed tile's idle rows) return at once.
+// threads without a live row (past a sequence, a packed tile's idle rows) return at once. Where tiles
+// have more pieces than one batch of loads, the CTA's warps share them instead
+// (varlen_combine_shared.cuh).
 //
 // A split piece's consumer stores its O normalized and its LSE (store_combine_partial) for its live
 // rows, and stores no tile. The forward kernel lets this one launch at its start (programmatic
@@ -22,6 +24,7 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sequence.cuh"
 #include "sm90/fwd/split_merge.cuh"
+#include "sm90/fwd/varlen_combine_shared.cuh"
 #include "sm90/host/launch_support.hpp"
 
 namespace hopattn::sm90 {
@@ -42,19 +45,23 @@ __global__ void __launch_bounds__(128) attention_forward_varlen_combine_kernel(c
   wait_for_primary_grid();
   if (!live) return;
 
+  const TilePieces pieces = TilePieces::of(p.split, region_tile);
   CombinedRows rows;
-  combine_pieces<Partials>(p, TilePieces::of(p.split, region_tile), warpgroup, first_chunk, thread, rows);
-  float out_scale[2];
-  float lse[2];
-  rows.finish(out_scale, lse);
-  store_tile_registers<Traits>(p, seq, c, warpgroup_row, thread, 4 * first_chunk, rows.o, out_scale, lse,
-                               blockIdx.z == 0);
+  combine_pieces<Partials>(p, pieces, warpgroup, first_chunk, thread, rows, pieces.first_unit, 1);
+  store_merged_rows<Traits>(p, seq, c, warpgroup_row, thread, first_chunk, rows);
 }
 
 // Queues the combine after the forward kernel (p.split.units > 0): one CTA per tile, consumer
-// warpgroup and group of O chunks, allowed to launch while the forward kernel runs.
+// warpgroup and group of O chunks, allowed to launch while the forward kernel runs. A variable-length
+// plan cuts every tile into tile_blocks pieces (plan_varlen_split). Up to one batch of loads a tile,
+// the one-warp merge: the share kernel's shared memory and barriers cost those plans 3-7.5% of the
+// whole step, even with its share switched off at 4 pieces (b 1 x 32/32 x 4k, b 8 x 28/4 x 4k; H200,
+// perf-notes v79b/v79c); above it, the share: b 1 x 28/4 x 16k (32 pieces a tile) 1.22x faster.
 template <class Traits>
 Status launch_varlen_combine(const FwdParams& p, cudaStream_t stream) {
+  if (p.split.tile_blocks > kCombineBatch)
+    return launch_dependent_kernel(attention_forward_varlen_shared_combine_kernel<Traits>, combine_grid<Traits>(p),
+                                   stream, p, "launching the variable-length split combine kernel (shared pieces)");
   return launch_dependent_kernel(attention_forward_varlen_combine_kernel<Traits>, combine_grid<Traits>(p), stream, p,
                                  "launching the variable-length split combine kernel");
 }

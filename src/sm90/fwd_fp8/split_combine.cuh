@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(128) attention_forward_fp8_split_combine_kerne
   if (pieces.first_unit == pieces.last_unit) return;  // one unit covers the tile: its consumer stored it
 
   CombinedRows rows;
-  combine_pieces<Partials>(p, pieces, warpgroup, first_chunk, thread, rows);
+  combine_pieces<Partials>(p, pieces, warpgroup, first_chunk, thread, rows, pieces.first_unit, 1);
 
   const TileCoord c = decode_tile(p, p.split.first_tile + region_tile);
   const int row0 = c.m_block * Traits::kBlockM + warpgroup * Traits::kRowsPerWarpgroup;
