@@ -86,9 +86,9 @@ struct KernelOptions {
   // one thread's TMA boxes, or the producer warpgroup's 16-byte copies (cp.async), which stream K/V
   // from HBM about 10% faster. kAuto takes the copies where a launch is bound by that stream (tiles of
   // at most 64 query rows, at least 64 MiB of K/V, dense or paged) and for every launch from pages of
-  // fewer than 64 keys (there TMA loads a block in many small boxes); kCopyThreads forces them where
-  // they exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does not take the
-  // variable-length kernels), kTma never.
+  // at most 4 KB a tensor, 16 keys at d 128 (TMA loads those in many small boxes); kCopyThreads
+  // forces them where they exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that
+  // does not take the variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
   KvLoads kv_loads = KvLoads::kAuto;
 };

@@ -191,8 +191,8 @@ TEST(PackedGqaParams, PackingWhereItSavesTilesAndTheGridItMakes) {
 
 // Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
 // (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, dense or from a paged
-// cache of any page size (its table's capacity counting as its keys), and every launch from pages of
-// fewer than 64 keys, unless kv_loads says otherwise; never at head dims above 128.
+// cache of any page size (its table's capacity counting as its keys), and every launch from pages of at
+// most 4 KB a tensor, unless kv_loads says otherwise; never at head dims above 128.
 TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   // page_size 0: a dense k and v of seqlen_k keys; else a paged cache of seqlen_k / page_size pages,
   // all in one sequence's table row.
@@ -230,10 +230,13 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto, 16));
   EXPECT_FALSE(takes(1, 16320, 32, 128, Loads::kAuto, 64));  // one page of 64 short of 64 MiB
   EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma, 16));
-  // Pages under 64 keys: the copies in every launch (prefill, short caches), but not above d 128.
+  // Pages of at most 4 KB a tensor: the copies in every launch (prefill, short caches), not above d 128.
   EXPECT_TRUE(takes(1, 64, 8, 128, Loads::kAuto, 16));
+  EXPECT_TRUE(takes(4096, 4096, 8, 128, Loads::kAuto, 16));
+  EXPECT_FALSE(takes(4096, 4096, 8, 128, Loads::kAuto, 32));
   EXPECT_TRUE(takes(4096, 4096, 8, 64, Loads::kAuto, 32));
   EXPECT_FALSE(takes(4096, 4096, 8, 64, Loads::kAuto, 64));
+  EXPECT_FALSE(takes(4096, 4096, 8, 64, Loads::kTma, 16));
   EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kAuto, 16));
   EXPECT_FALSE(takes(17, 16384, 32, 128, Loads::kAuto, 256));
   EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma, 256));

@@ -38,16 +38,17 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
 // cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size), whatever its
 // page size: since the copies were unrolled (v80) they beat TMA at pages of 16-256 keys (1.26x at 16,
 // 1.02-1.05x at 32-256 on b 8 x 32/8 x 16k d 128; d 64 pages of 64 level at 80.5 against 78 us).
-// Pages under kMinTmaPageKeys keys take the copies in every launch, prefill too: there TMA issues a
-// box per page per K/V block (8 boxes of 16 rows for a 128-key block), and the copies ran prefill
-// 1.28-1.68x faster from pages of 16 (H200, 2026-12-03, d 64 and 128, causal and not; perf-notes v82).
-// From pages of 64, TMA's few boxes win prefill by 7-13%.
-constexpr int kMinTmaPageKeys = 64;
+// Pages of at most kMaxCopiedPageBytes a tensor (16 keys at d 128, 32 at d 64) take the copies in every
+// launch, prefill too: TMA loads a K/V block as a box per page, and boxes that small ran prefill
+// 1.28-1.68x slower than the copies at pages of 16 and 1.14x at d 64 pages of 32; at 8 KB (d 128 pages of
+// 32, d 64 pages of 64) TMA was 2-8% faster (H200, 2026-12-03, causal and not; perf-notes v82).
+constexpr int kMaxCopiedPageBytes = 4096;
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
   if (pr.head_dim > 128) return false;
   if (args.options.kv_loads != KernelOptions::KvLoads::kAuto)
     return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
-  if (pr.paged && pr.page_size < kMinTmaPageKeys) return true;
+  if (pr.paged && static_cast<long long>(pr.page_size) * pr.head_dim * dtype_size(pr.in_dtype) <= kMaxCopiedPageBytes)
+    return true;
   const long long rows =
       packs_gqa(args.options.pack_gqa, pr, block_m) ? static_cast<long long>(pr.seqlen_q) * (pr.heads_q / pr.heads_kv)
                                                      : pr.seqlen_q;
