@@ -295,6 +295,27 @@ struct OutputDiff {
   std::int64_t nan_count = 0;  // NaN in out (or in ref)
 };
 
+// Half the output dtype's rounding step at magnitude |x| (16-bit outputs: 7 or 10 stored fraction
+// bits); 0 at x = 0, which rounds exactly.
+inline float half_rounding_step(Dtype dtype, float x) {
+  if (x == 0.0f) return 0.0f;
+  const int fraction_bits = dtype == Dtype::kBFloat16 ? 7 : 10;
+  int exponent = 0;
+  std::frexp(std::fabs(x), &exponent);  // |x| in [2^(exponent - 1), 2^exponent)
+  return std::ldexp(1.0f, exponent - 1 - fraction_bits - 1);
+}
+
+// The bound a 16-bit output is held to against the float32 reference: 2 max|naive - ref| + 1e-5 and
+// half a rounding step at the worst element's |ref|. The kernel and `naive` each round their float32
+// result to the output dtype once. Over few elements (a decoding step: heads x d of one row) naive's
+// largest error can fall short of a rounding step, and a value within float32 error of a midpoint then
+// rounds to the other neighbour (H200, session 22: 0.000361 against 0.000336 at |ref| 0.0714, whose
+// bf16 step is 0.00049; the same seed on two builds).
+inline float output_bound(const OutputDiff& diff, Dtype out_dtype, const float* ref) {
+  const float worst_ref = diff.worst >= 0 ? element_as_float(ref + diff.worst, Dtype::kFloat32) : 0.0f;
+  return 2.0f * diff.max_naive_err + 1e-5f + half_rounding_step(out_dtype, worst_ref);
+}
+
 struct Index4 {
   std::int64_t shape[4];
   std::int64_t stride[4];

@@ -324,16 +324,6 @@ inline std::string locate_worst(const Tensor& out, const float* ref, std::int64_
   return s.str();
 }
 
-// Half the output dtype's rounding step at magnitude |x| (16-bit outputs: 7 or 10 stored fraction
-// bits); 0 at x = 0, which rounds exactly.
-inline float half_rounding_step(Dtype dtype, float x) {
-  if (x == 0.0f) return 0.0f;
-  const int fraction_bits = dtype == Dtype::kBFloat16 ? 7 : 10;
-  int exponent = 0;
-  std::frexp(std::fabs(x), &exponent);  // |x| in [2^(exponent - 1), 2^exponent)
-  return std::ldexp(1.0f, exponent - 1 - fraction_bits - 1);
-}
-
 // The inputs of a finished call as the reference reads them, one sequence after the other: sequence
 // b's queries are q rows [starts_q[b], starts_q[b] + len_q[b]), its keys and values k and v rows
 // [starts_k[b], starts_k[b] + len_k[b]) (the keys it uses).
@@ -391,13 +381,7 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
     const Tensor out_b = outputs.out.view.sequence(starts_q[b], len_q[b]);
     const float* ref_b = ref.as<float>() + first * d;
     const OutputDiff diff = output_diff(out_b, ref_b, naive.as<float>() + first * d);
-    // The kernel and `naive` each round their float32 result to the output dtype once. Over few elements
-    // (a decoding step: heads x d of one row) naive's largest error can fall short of a rounding step,
-    // and a value within float32 error of a midpoint then rounds to the other neighbour: so half a step
-    // at the worst element's |ref| more (H200, session 22: 0.000361 against 0.000336 at |ref| 0.0714,
-    // whose bf16 step is 0.00049; the same seed on two builds).
-    const float worst_ref = diff.worst >= 0 ? element_as_float(ref_b + diff.worst, Dtype::kFloat32) : 0.0f;
-    const float bound = 2.0f * diff.max_naive_err + 1e-5f + half_rounding_step(out_b.dtype, worst_ref);
+    const float bound = output_bound(diff, out_b.dtype, ref_b);
     out_nans += diff.nan_count;
     if (diff.nan_count) seq << diff.nan_count << " NaN in out (unwritten or computed); ";
     if (!(diff.max_err <= bound))
