@@ -168,7 +168,7 @@ TEST(VarlenSplitPlan, PiecesCoverEachTilesOwnBlocksOnce) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int trial = 0; trial < 200; ++trial) {
     const int tiles = pick(1, 100), pieces = pick(2, 9);
-    const SplitPlan s = plan_varlen_split(tiles, pick(1, 500), 132, pieces, 2);
+    const SplitPlan s = plan_varlen_split(tiles, pick(1, 500), 132, pieces, 2, trial % 2 == 0);
     ASSERT_EQ(s.units, tiles * pieces);
     ASSERT_EQ(s.first_tile, 0);
     std::set<int> slots;
@@ -196,19 +196,34 @@ TEST(VarlenSplitPlan, PiecesCoverEachTilesOwnBlocksOnce) {
 }
 
 TEST(VarlenSplitPlan, HeuristicFillsTheSmsOnceForFewTiles) {
-  // A decoding step: 8 sequences x 8 K/V heads (packed) = 64 tiles of 8k keys (64 blocks) on 132 SMs.
-  EXPECT_EQ(plan_varlen_split(64, 64, 132, 0, 2).units, 128);
-  // One sequence, 8 heads, 64k keys: 16 pieces fill 128 SMs.
-  EXPECT_EQ(plan_varlen_split(8, 512, 132, 0, 2).units, 128);
-  // Short caches: pieces of at least kMinVarlenPieceBlocks blocks of the longest.
-  EXPECT_EQ(plan_varlen_split(8, 8, 132, 0, 2).units, 8 * (8 / kMinVarlenPieceBlocks));
-  // More than half as many tiles as SMs, or too short to cut, or num_splits 1: no split.
-  EXPECT_EQ(plan_varlen_split(67, 512, 132, 0, 2).units, 0);
-  EXPECT_EQ(plan_varlen_split(8, 7, 132, 0, 2).units, 0);
-  EXPECT_EQ(plan_varlen_split(8, 512, 132, 1, 2).units, 0);
-  // An explicit count is taken as given, up to kMaxSplitUnits pieces in all.
-  EXPECT_EQ(plan_varlen_split(500, 3, 132, 2, 2).units, 1000);
-  EXPECT_EQ(plan_varlen_split(600, 3, 132, 2, 2).units, 0);
+  for (const bool decoding : {false, true}) {
+    SCOPED_TRACE(decoding ? "decoding" : "prefill");
+    // 8 sequences x 8 K/V heads (packed) = 64 tiles of 8k keys (64 blocks) on 132 SMs.
+    EXPECT_EQ(plan_varlen_split(64, 64, 132, 0, 2, decoding).units, 128);
+    // One sequence, 8 heads, 64k keys: 16 pieces fill 128 SMs.
+    EXPECT_EQ(plan_varlen_split(8, 512, 132, 0, 2, decoding).units, 128);
+    // More than half as many tiles as SMs, or too short to cut, or num_splits 1: no split.
+    EXPECT_EQ(plan_varlen_split(67, 512, 132, 0, 2, decoding).units, 0);
+    EXPECT_EQ(plan_varlen_split(8, 1, 132, 0, 2, decoding).units, 0);
+    EXPECT_EQ(plan_varlen_split(8, 512, 132, 1, 2, decoding).units, 0);
+    // An explicit count is taken as given, up to kMaxSplitUnits pieces in all.
+    EXPECT_EQ(plan_varlen_split(500, 3, 132, 2, 2, decoding).units, 1000);
+    EXPECT_EQ(plan_varlen_split(600, 3, 132, 2, 2, decoding).units, 0);
+  }
+  // Short caches: pieces of at least kMinVarlenPieceBlocks blocks of the longest...
+  EXPECT_EQ(plan_varlen_split(8, 8, 132, 0, 2, false).units, 8 * (8 / kMinVarlenPieceBlocks));
+  EXPECT_EQ(plan_varlen_split(8, 7, 132, 0, 2, false).units, 0);
+  // ... but a decoding step's short pieces go to half the SMs, down to a block a piece: 1 x 32/8 x 1k
+  // (8 tiles of 8 blocks) in 8 pieces, 1 x 28/4 x 4k and 16k (4 tiles of 32 and 128 blocks) in 16.
+  EXPECT_EQ(plan_varlen_split(8, 8, 132, 0, 2, true).units, 8 * 8);
+  EXPECT_EQ(plan_varlen_split(8, 7, 132, 0, 2, true).units, 8 * 7);
+  EXPECT_EQ(plan_varlen_split(4, 32, 132, 0, 2, true).units, 4 * 16);
+  EXPECT_EQ(plan_varlen_split(4, 128, 132, 0, 2, true).units, 4 * 16);
+  // Longer pieces fill every SM (1 x 32/8 x 16k: 8 tiles of 128 blocks, 16 pieces), and at least 2
+  // pieces a tile are kept where half the SMs give fewer (8 x 32/8 x 1k: 64 tiles of 8 blocks).
+  EXPECT_EQ(plan_varlen_split(8, 128, 132, 0, 2, true).units, 8 * 16);
+  EXPECT_EQ(plan_varlen_split(4, 129, 132, 0, 2, true).units, 4 * 33);
+  EXPECT_EQ(plan_varlen_split(64, 8, 132, 0, 2, true).units, 64 * 2);
 }
 
 }  // namespace

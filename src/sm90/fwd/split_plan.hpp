@@ -195,19 +195,31 @@ HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_block
 // is piece u % n of tile u / n, and that plan's visit ids and slots carry over unchanged (the pieces
 // are merged by fwd/varlen_combine.cuh).
 // num_splits: as plan_split's; the heuristic (0) splits only launches of at most half as many tiles
-// as CTAs (a decoding step: a few tiles per sequence, each over the whole cache), into as many pieces
-// as fill the CTAs once, of at least kMinVarlenPieceBlocks blocks of the longest sequence.
+// as CTAs (a few tiles per sequence, each over the whole cache), into as many pieces as fill the CTAs
+// once, of at least kMinVarlenPieceBlocks blocks of the longest sequence. A decoding step (`decoding`:
+// at most half of each tile's rows live) is latency more than FLOPs: where pieces on half the CTAs
+// would still be short (at most kStreamingPieceBlocks blocks), it takes those, down to a block a piece.
+// H200, session 23's split-count table (perf-notes): at batch 1 the best counts were 8 pieces of 1
+// block at 32/8 1k (14% under 2 pieces of 4), 16 at 28/4 4k and 16k (6% under 8 and 32); from 8 blocks
+// a piece at half the CTAs (32/8 16k, d 64 64k) filling all of them was 7-50% faster.
 constexpr int kMinVarlenPieceBlocks = 4;
+constexpr int kStreamingPieceBlocks = 8;
 
 HOPATTN_HOST_DEVICE constexpr SplitPlan plan_varlen_split(int num_tiles, int longest_tile_blocks, int ctas,
-                                                          int num_splits, int warpgroups) {
+                                                          int num_splits, int warpgroups, bool decoding) {
   if (num_tiles < 1 || num_splits == 1) return no_split_plan(num_tiles);
   int pieces = num_splits;
   if (num_splits == 0) {
     if (2 * num_tiles > ctas) return no_split_plan(num_tiles);
     pieces = ctas / num_tiles;
-    const int longest = longest_tile_blocks / kMinVarlenPieceBlocks;
-    pieces = pieces < longest ? pieces : longest;
+    if (decoding) {
+      const int half = ctas / 2 / num_tiles > 2 ? ctas / 2 / num_tiles : 2;
+      if (longest_tile_blocks <= kStreamingPieceBlocks * half) pieces = half;
+      pieces = pieces < longest_tile_blocks ? pieces : longest_tile_blocks;
+    } else {
+      const int longest = longest_tile_blocks / kMinVarlenPieceBlocks;
+      pieces = pieces < longest ? pieces : longest;
+    }
   }
   if (pieces < 2) return no_split_plan(num_tiles);
   return plan_split(num_tiles, pieces, ctas, pieces, /*uniform=*/true, warpgroups, /*region_rounds=*/1);
