@@ -214,26 +214,27 @@ std::vector<Shape> decode_grid() {
   speculative.causal = true;
   Shape causal = mid;
   causal.causal = true;
-  Shape paged = mid;
-  paged.page_size = 256;
-  paged.variant = "paged_256";
-  Shape paged_wide = paged;
-  paged_wide.batch = 32;
-  paged_wide.seqlen_k = 4096;
-  Shape small_pages = paged;
-  small_pages.page_size = 16;
-  small_pages.variant = "paged_16";
-  Shape small_pages_wide = small_pages;
-  small_pages_wide.batch = 32;
-  small_pages_wide.seqlen_k = 4096;
-  Shape small_pages_d64 = small_pages;
-  small_pages_d64.hdim = 64;
   Shape cache = mid;
   cache.cache_seqlen_k = 32768;
   cache.variant = "seqused_k";
-  for (const Shape& s :
-       {d64, d64_long, speculative, causal, paged, paged_wide, small_pages, small_pages_wide, small_pages_d64, cache})
-    shapes.push_back(s);
+  for (const Shape& s : {d64, d64_long, speculative, causal, cache}) shapes.push_back(s);
+  // Paged: b 8 x 16k and b 32 x 4k in pages of page_size keys (and d 64 where asked).
+  const auto add_paged = [&](int page_size, bool with_d64) {
+    Shape paged = mid;
+    paged.page_size = page_size;
+    paged.variant = "paged_" + std::to_string(page_size);
+    Shape wide = paged;
+    wide.batch = 32;
+    wide.seqlen_k = 4096;
+    shapes.push_back(paged);
+    shapes.push_back(wide);
+    if (with_d64) {
+      paged.hdim = 64;
+      shapes.push_back(paged);
+    }
+  };
+  add_paged(256, false);
+  add_paged(16, true);
   return shapes;
 }
 

@@ -222,26 +222,39 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma));
   EXPECT_TRUE(takes(1, 64, 8, 64, Loads::kCopyThreads));
   EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kCopyThreads));
-  // Paged: the same rule at every page size.
-  EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto, 256));
-  EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto, 128));
-  EXPECT_FALSE(takes(1, 16256, 32, 128, Loads::kAuto, 128));  // one page of 128 short of 64 MiB
-  EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto, 64));
-  EXPECT_TRUE(takes(1, 16384, 32, 128, Loads::kAuto, 16));
-  EXPECT_FALSE(takes(1, 16320, 32, 128, Loads::kAuto, 64));  // one page of 64 short of 64 MiB
-  EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma, 16));
-  // Pages of at most 4 KB a tensor: the copies in every launch (prefill, short caches), not above d 128.
-  EXPECT_TRUE(takes(1, 64, 8, 128, Loads::kAuto, 16));
-  EXPECT_TRUE(takes(4096, 4096, 8, 128, Loads::kAuto, 16));
-  EXPECT_FALSE(takes(4096, 4096, 8, 128, Loads::kAuto, 32));
-  EXPECT_TRUE(takes(4096, 4096, 8, 64, Loads::kAuto, 32));
-  EXPECT_FALSE(takes(4096, 4096, 8, 64, Loads::kAuto, 64));
-  EXPECT_FALSE(takes(4096, 4096, 8, 64, Loads::kTma, 16));
-  EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kAuto, 16));
-  EXPECT_FALSE(takes(17, 16384, 32, 128, Loads::kAuto, 256));
-  EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma, 256));
-  EXPECT_TRUE(takes(1, 64, 8, 64, Loads::kCopyThreads, 16));
-  EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kCopyThreads, 16));
+  // Paged: the decoding rule at every page size, and pages of at most 4 KB a tensor in every launch
+  // (prefill, short caches) up to d 128.
+  struct PagedCase {
+    int seqlen_q, seqlen_k, heads_q, d;
+    Loads loads;
+    int page_size;
+    bool copies;
+  };
+  const PagedCase paged_cases[] = {
+      {1, 16384, 32, 128, Loads::kAuto, 256, true},
+      {1, 16384, 32, 128, Loads::kAuto, 128, true},
+      {1, 16256, 32, 128, Loads::kAuto, 128, false},  // one page of 128 short of 64 MiB
+      {1, 16384, 32, 128, Loads::kAuto, 64, true},
+      {1, 16320, 32, 128, Loads::kAuto, 64, false},  // one page of 64 short of 64 MiB
+      {1, 16384, 32, 128, Loads::kAuto, 16, true},
+      {17, 16384, 32, 128, Loads::kAuto, 256, false},
+      {1, 16384, 32, 128, Loads::kTma, 256, false},
+      {1, 16384, 32, 128, Loads::kTma, 16, false},
+      {1, 64, 8, 128, Loads::kAuto, 16, true},  // 4 KB pages: a short cache
+      {4096, 4096, 8, 128, Loads::kAuto, 16, true},  // and prefill
+      {4096, 4096, 8, 128, Loads::kAuto, 32, false},  // 8 KB
+      {4096, 4096, 8, 64, Loads::kAuto, 32, true},
+      {4096, 4096, 8, 64, Loads::kAuto, 64, false},
+      {4096, 4096, 8, 64, Loads::kTma, 16, false},
+      {1, 64, 8, 256, Loads::kAuto, 16, false},
+      {1, 64, 8, 64, Loads::kCopyThreads, 16, true},
+      {1, 64, 8, 256, Loads::kCopyThreads, 16, false},
+  };
+  for (const PagedCase& c : paged_cases) {
+    SCOPED_TRACE("sq " + std::to_string(c.seqlen_q) + " sk " + std::to_string(c.seqlen_k) + " hq " +
+                 std::to_string(c.heads_q) + " d " + std::to_string(c.d) + " page " + std::to_string(c.page_size));
+    EXPECT_EQ(takes(c.seqlen_q, c.seqlen_k, c.heads_q, c.d, c.loads, c.page_size), c.copies);
+  }
 }
 
 }  // namespace
