@@ -45,31 +45,22 @@ struct CombinedRows {
   float weight_sum[2] = {0.0f, 0.0f};
   float o[4 * kCombineChunks] = {};
 
-  // Adds a piece in one pass (online, like the softmax): what is merged so far and the piece are
-  // weighted against the larger LSE; a side with LSE -inf (no key seen) weighs 0, and no -inf - -inf
-  // is taken.
+  // Adds a piece in one pass (online, like the softmax): the piece is a merge of its own, of weight 1
+  // at its LSE.
   __device__ __forceinline__ void add(const CombinePiece& x) {
-    const float piece_lse[2] = {x.state.x, x.state.y};
-    float old_weight[2], weight[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float merged = fmaxf(max_lse[r], piece_lse[r]);
-      old_weight[r] = max_lse[r] == -INFINITY ? 0.0f : __expf(max_lse[r] - merged);
-      weight[r] = piece_lse[r] == -INFINITY ? 0.0f : __expf(piece_lse[r] - merged);
-      weight_sum[r] = fmaf(weight_sum[r], old_weight[r], weight[r]);
-      max_lse[r] = merged;
-    }
+    CombinedRows piece;
+    piece.max_lse[0] = x.state.x, piece.max_lse[1] = x.state.y;
+    piece.weight_sum[0] = piece.weight_sum[1] = 1.0f;
 #pragma unroll
     for (int j = 0; j < kCombineChunks; ++j) {
-      // Registers 4c, 4c + 1 are row half 0, 4c + 2, 4c + 3 row half 1 (fragment_row_half).
-      o[4 * j] = fmaf(weight[0], x.chunks[j].x, o[4 * j] * old_weight[0]);
-      o[4 * j + 1] = fmaf(weight[0], x.chunks[j].y, o[4 * j + 1] * old_weight[0]);
-      o[4 * j + 2] = fmaf(weight[1], x.chunks[j].z, o[4 * j + 2] * old_weight[1]);
-      o[4 * j + 3] = fmaf(weight[1], x.chunks[j].w, o[4 * j + 3] * old_weight[1]);
+      piece.o[4 * j] = x.chunks[j].x, piece.o[4 * j + 1] = x.chunks[j].y;
+      piece.o[4 * j + 2] = x.chunks[j].z, piece.o[4 * j + 3] = x.chunks[j].w;
     }
+    merge(piece);
   }
 
-  // Adds another merge of other pieces of the same rows (same arithmetic as add).
+  // Adds another merge of pieces of the same rows: both are weighted against the larger LSE; a side
+  // with LSE -inf (no key seen) weighs 0, and no -inf - -inf is taken.
   __device__ __forceinline__ void merge(const CombinedRows& x) {
     float old_weight[2], weight[2];
 #pragma unroll
@@ -80,6 +71,7 @@ struct CombinedRows {
       weight_sum[r] = fmaf(weight_sum[r], old_weight[r], x.weight_sum[r] * weight[r]);
       max_lse[r] = merged;
     }
+    // Registers 4c, 4c + 1 are row half 0, 4c + 2, 4c + 3 row half 1 (fragment_row_half).
 #pragma unroll
     for (int i = 0; i < 4 * kCombineChunks; ++i) o[i] = fmaf(weight[i % 4 / 2], x.o[i], o[i] * old_weight[i % 4 / 2]);
   }
