@@ -55,9 +55,8 @@ Status begin_schedule(const FwdArgs& args, const detail::Problem& pr, FwdParams*
   if (!args.options.persistent) {
     p->split = no_split_plan(p->num_tiles);
   } else if constexpr (Traits::kVarlenSplit) {
-    const int live_rows = std::min(p->seqlen_q, p->tile_q_rows) * (p->pack_gqa ? p->head_ratio : 1);
     p->split = plan_varlen_split(p->num_tiles, tile_blocks, sms, args.num_splits, Traits::kConsumerWarpgroups,
-                                 /*decoding=*/2 * live_rows <= Traits::kBlockM);
+                                 is_decoding_step(p->seqlen_q, p->pack_gqa ? p->head_ratio : 1, Traits::kBlockM));
   } else if constexpr (Traits::kTailSplit) {
     p->split = plan_split(p->num_tiles, tile_blocks, sms, args.num_splits, uniform, Traits::kConsumerWarpgroups,
                           Traits::kSplitRegionRounds);

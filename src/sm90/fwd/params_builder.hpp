@@ -30,6 +30,14 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
   return packed < unpacked;
 }
 
+// Whether a launch is a decoding step: each tile holds at most block_m / 2 live query rows, a query row
+// counting rows_per_query times (its head ratio where GQA heads are packed into the tile, else 1).
+// Such a step streams K/V from HBM with few rows to compute on: the K/V copies and the variable-length
+// split's piece count (plan_varlen_split) both read it.
+inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m) {
+  return 2 * seqlen_q * rows_per_query <= block_m;
+}
+
 // Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with
 // cp.async (FwdTraits::kKvByCpAsync; head dims up to 128, from rows or a paged cache). kAuto: tiles of
 // at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and at least 64 MiB
@@ -49,11 +57,9 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
     return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
   if (pr.paged && static_cast<long long>(pr.page_size) * pr.head_dim * dtype_size(pr.in_dtype) <= kMaxCopiedPageBytes)
     return true;
-  const long long rows =
-      packs_gqa(args.options.pack_gqa, pr, block_m) ? static_cast<long long>(pr.seqlen_q) * (pr.heads_q / pr.heads_kv)
-                                                     : pr.seqlen_q;
+  const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
   const double kv_bytes = 2.0 * pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim * dtype_size(pr.in_dtype);
-  return rows <= block_m / 2 && kv_bytes >= 64.0 * (1 << 20);
+  return is_decoding_step(pr.seqlen_q, rows_per_query, block_m) && kv_bytes >= 64.0 * (1 << 20);
 }
 
 // A (batch, rows, heads, d), packed (rows, heads, d) or paged (num_pages, page_size, heads, d) k or v as
