@@ -1031,6 +1031,19 @@ def test_gpu_quantize_on_a_side_stream_gives_the_host_bits(granularity):
         assert torch.equal(as_bits(actual).cpu(), as_bits(wanted)), f"{name}: GPU and host differ"
 
 
+def fp8_bound(q64, k64, v64, ref, causal=False):
+    """What FP8 attention may be off from float64 on the same dequantized operands (q64 (b, sq, hq,
+    d), k64, v64 (b, sk, hk, d)): P (times 2^8) rounded to e4m3 moves each weight by 2^-4 of itself
+    (2^-3 with the row sum) or by 2^-18 below e4m3's normal range; a score's FP8 GEMM error (2^-9 of
+    sum |q_i k_i| x scale) moves the weights by e^(2 delta); out is rounded to bfloat16."""
+    ratio = q64.shape[2] // k64.shape[2]
+    weighted_v, _ = attention_math(q64, k64, v64.abs(), causal=causal)
+    products = torch.einsum("bihd,bjhd->bhij", q64.abs(), k64.abs().repeat_interleave(ratio, dim=2))
+    delta = (products.amax(dim=-1) * q64.shape[-1] ** -0.5 * 2.0 ** -9).transpose(1, 2)[..., None]
+    tiny_weights = 2.0 ** -18 * v64.abs().sum(dim=1, keepdim=True).repeat_interleave(ratio, dim=2)
+    return (2.0 ** -3 + 4 * delta) * weighted_v + tiny_weights + 2.0 ** -7 * ref.abs() + 1e-5
+
+
 @needs_hopper
 def test_gpu_block_descales_match_float64_on_dequantized():
     rows_q, rows_kv = 64, 128
@@ -1049,17 +1062,75 @@ def test_gpu_block_descales_match_float64_on_dequantized():
     q64, k64, v64 = (dequantize_blocks(x, d, r) for x, d, r in
                      ((q8, q_block, rows_q), (k8, k_block, rows_kv), (v8, v_block, rows_kv)))
     ref, _ = attention_math(q64, k64, v64)
-    # Per row: P (times 2^8) rounded to e4m3 moves each weight by 2^-4 of itself (2^-3 with the row
-    # sum), or by 2^-18 where it falls below e4m3's normal range; a score's FP8 GEMM error (2^-9 of
-    # sum |q_i k_i| x scale) moves the weights by e^(2 delta); out is rounded to bfloat16.
-    weighted_v, _ = attention_math(q64, k64, v64.abs())
-    products = torch.einsum("bihd,bjhd->bhij", q64.abs(), k64.abs().repeat_interleave(2, dim=2))
-    delta = (products.amax(dim=-1) * 128 ** -0.5 * 2.0 ** -9).transpose(1, 2)[..., None]
-    tiny_weights = 2.0 ** -18 * v64.abs().sum(dim=1, keepdim=True).repeat_interleave(2, dim=2)
-    bound = (2.0 ** -3 + 4 * delta) * weighted_v + tiny_weights + 2.0 ** -7 * ref.abs() + 1e-5
+    bound = fp8_bound(q64, k64, v64, ref)
     error = (out.double() - ref).abs()
     assert not out.isnan().any()
     assert (error <= bound).all(), f"{(error > bound).sum().item()} elements over the bound"
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_fp8_varlen_matches_float64_per_sequence(rng, causal):
+    # Packed FP8 sequences with per-(sequence, kv head) descales and seqused_k, the rows past the keys
+    # in use NaN: each sequence's out and LSE against float64 attention over its own keys.
+    lengths_q, lengths_k, used = [1, 200, 0, 77, 3], [333, 5, 9, 700, 40], [300, 5, 0, 517, 0]
+    heads_q, heads_kv, d = 4, 2, 128
+    generator = torch_generator(rng, "cuda")
+    q = torch.randn(sum(lengths_q), heads_q, d, device="cuda", generator=generator) * 2
+    k = torch.randn(sum(lengths_k), heads_kv, d, device="cuda", generator=generator)
+    v = torch.randn(sum(lengths_k), heads_kv, d, device="cuda", generator=generator)
+    q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+    starts_k = np.cumsum([0, *lengths_k])
+    for b, n in enumerate(used):  # the unused cache rows: e4m3 NaN
+        k8.view(torch.uint8)[starts_k[b] + n:starts_k[b + 1]] = 0x7F
+        v8.view(torch.uint8)[starts_k[b] + n:starts_k[b + 1]] = 0x7F
+    descales = [torch.rand(len(lengths_q), heads_kv, device="cuda", generator=generator) + 0.5
+                for _ in range(3)]
+    out, lse = hopattn.flash_attn_varlen_func(
+        q8, k8, v8, cumulative(lengths_q, "cuda"), cumulative(lengths_k, "cuda"), max(lengths_q),
+        max(lengths_k), seqused_k=torch.tensor(used, dtype=torch.int32, device="cuda"), causal=causal,
+        q_descale=descales[0], k_descale=descales[1], v_descale=descales[2], return_attn_probs=True)
+    assert out.dtype == torch.bfloat16 and not out.isnan().any() and not lse.isnan().any()
+    starts_q = np.cumsum([0, *lengths_q])
+    for b in range(len(lengths_q)):
+        rows_q, rows_k = slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b] + used[b])
+        if used[b] == 0:  # rows that see no key: 0 and LSE -inf
+            assert (out[rows_q] == 0).all() and (lse[:, rows_q] == float("-inf")).all(), f"sequence {b}"
+            continue
+        scale = [x[b].double().repeat_interleave(heads_q // heads_kv if i == 0 else 1)[:, None]
+                 for i, x in enumerate(descales)]
+        q64 = (q8[rows_q].double() * scale[0])[None]
+        k64, v64 = ((x[rows_k].double() * s)[None] for x, s in ((k8, scale[1]), (v8, scale[2])))
+        ref, ref_lse = attention_math(q64, k64, v64, causal=causal)
+        error = (out[rows_q].double()[None] - ref).abs()
+        bound = fp8_bound(q64, k64, v64, ref, causal=causal)
+        assert (error <= bound).all(), f"sequence {b}: {(error > bound).sum().item()} over the bound"
+        # LSE moves by at most a score's FP8 GEMM error: 2^-9 of the row's largest sum |q_i k_i| x scale.
+        ratio = heads_q // heads_kv
+        products = torch.einsum("bihd,bjhd->bhij", q64.abs(), k64.abs().repeat_interleave(ratio, dim=2))
+        tolerance = 2e-3 + products.amax(dim=-1)[0] * d ** -0.5 * 2.0 ** -9
+        seen = ref_lse[0].isfinite()
+        assert torch.equal(lse[:, rows_q].isfinite(), seen), f"sequence {b}: rows without keys"
+        lse_error = (lse[:, rows_q].double() - ref_lse[0])[seen].abs()
+        assert (lse_error <= tolerance[seen]).all(), f"sequence {b}: lse"
+
+
+@needs_hopper
+def test_gpu_fp8_kvcache_decoding_step_matches_float64(rng):
+    # flash_attn_with_kvcache over an FP8 cache with cache_seqlens (seqused_k): one query per sequence.
+    batch, cache, heads_q, heads_kv, d = 3, 1000, 8, 2, 128
+    generator = torch_generator(rng, "cuda")
+    q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in
+                  random_qkv((batch, 1, heads_q, d), (batch, cache, heads_kv, d), torch.float32, "cuda",
+                             generator=generator))
+    seqlens = [1, 999, 513]
+    out = hopattn.flash_attn_with_kvcache(q8, k8, v8, cache_seqlens=torch.tensor(
+        seqlens, dtype=torch.int32, device="cuda"))
+    for b, n in enumerate(seqlens):
+        q64, k64, v64 = q8[b:b + 1].double(), k8[b:b + 1, :n].double(), v8[b:b + 1, :n].double()
+        ref, _ = attention_math(q64, k64, v64)
+        error = (out[b:b + 1].double() - ref).abs()
+        assert (error <= fp8_bound(q64, k64, v64, ref)).all(), f"sequence {b}"
 
 
 # ---- flash_attn_with_kvcache: new keys appended in place, rotary, cache_batch_idx, leftpad ------

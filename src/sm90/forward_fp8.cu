@@ -14,10 +14,22 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "
                   "producer warpgroup also transposes V");
   const bool vt = pr.v_keys_contiguous;
+  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k;
+  if (varlen && vt)
+    return Status(StatusCode::kUnsupported,
+                  "v keys-contiguous (V^T in memory) with variable-length input (cu_seqlens_q, cu_seqlens_k, "
+                  "seqused_k) is not supported by the sm_90a fp8 forward kernel; with those it takes v with its "
+                  "head dim contiguous (stride[-1] == 1)");
   switch (pr.head_dim) {
-    case 64: return vt ? launch_forward_fp8<64, true>(args, pr) : launch_forward_fp8<64, false>(args, pr);
-    case 128: return vt ? launch_forward_fp8<128, true>(args, pr) : launch_forward_fp8<128, false>(args, pr);
-    case 256: return vt ? launch_forward_fp8<256, true>(args, pr) : launch_forward_fp8<256, false>(args, pr);
+    case 64:
+      if (varlen) return launch_forward_fp8<64, false, true>(args, pr);
+      return vt ? launch_forward_fp8<64, true, false>(args, pr) : launch_forward_fp8<64, false, false>(args, pr);
+    case 128:
+      if (varlen) return launch_forward_fp8<128, false, true>(args, pr);
+      return vt ? launch_forward_fp8<128, true, false>(args, pr) : launch_forward_fp8<128, false, false>(args, pr);
+    case 256:
+      if (varlen) return launch_forward_fp8<256, false, true>(args, pr);
+      return vt ? launch_forward_fp8<256, true, false>(args, pr) : launch_forward_fp8<256, false, false>(args, pr);
     default:
       return Status(StatusCode::kUnsupported, "head dim " + std::to_string(pr.head_dim) +
                                                   " is not supported by the sm_90a fp8 forward kernel; it supports "

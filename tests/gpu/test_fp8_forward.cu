@@ -1,7 +1,8 @@
 // The sm_90a FP8 forward against an on-device oracle on the same e4m3 codes and scales: random
 // configurations (head dims 64/128/256, causal or not, sliding windows, softcap, GQA, odd lengths and
-// length 1, LSE, per-head and per-block descales, every kernel option, out with padded rows), fresh
-// data per run, poisoned outputs.
+// length 1, LSE, per-head and per-block descales, every kernel option, out with padded rows), dense
+// and variable-length batches (each sequence checked against the oracle on its own), fresh data per
+// run, poisoned outputs.
 //
 // Tolerance: a bound per output element, computed by the oracle from the same inputs as the sum of
 // what each key's rounding can move the output by (the kernel's own arithmetic need not be
@@ -31,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -83,9 +85,10 @@ struct OracleArgs {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, d, rows_q, rows_kv, blocks_q, blocks_kv;
   int window_left, window_right;  // bottom-right aligned, -1 unbounded (causal: window_right 0)
   float softmax_scale, softcap;   // softcap 0: off
-  float *ref, *emul, *lse;  // dense (b, sq, hq, d) and (b, hq, sq)
-  float* bound;             // dense (b, sq, hq, d): how far out may be from ref (the header)
-  float* lse_tolerance;     // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
+  // Outputs (check_against_oracle allocates them):
+  float *ref = nullptr, *emul = nullptr, *lse = nullptr;  // dense (b, sq, hq, d) and (b, hq, sq)
+  float* bound = nullptr;          // dense (b, sq, hq, d): how far out may be from ref (the header)
+  float* lse_tolerance = nullptr;  // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
 };
 
 __device__ float e4m3_value(std::uint8_t code) {
@@ -252,6 +255,71 @@ DeviceBuffer keys_contiguous_copy(const DeviceBuffer& v, int batch, int keys, in
   return out;
 }
 
+// Runs the oracle on problem `o` (its output pointers are filled here) and compares: empty when
+// every output element is within its bound and every LSE row within its tolerance, else why not.
+// out_at(i): the kernel's element i in the dense (batch, seqlen_q, heads_q, d) order; lse_at(r): its
+// LSE row r in (batch, heads_q, seqlen_q) order, or empty where the case has no LSE.
+std::string check_against_oracle(OracleArgs o, const std::function<double(std::int64_t)>& out_at,
+                                 const std::function<float(std::int64_t)>& lse_at) {
+  const std::int64_t nq = std::int64_t(o.batch) * o.seqlen_q * o.heads_q * o.d;
+  const std::int64_t nlse = std::int64_t(o.batch) * o.heads_q * o.seqlen_q;
+  DeviceBuffer ref(nq * 4), emul(nq * 4), bound(nq * 4), lse_ref(nlse * 4), lse_tolerance(nlse * 4);
+  o.ref = ref.as<float>(), o.emul = emul.as<float>(), o.lse = lse_ref.as<float>();
+  o.bound = bound.as<float>(), o.lse_tolerance = lse_tolerance.as<float>();
+  const std::size_t smem = (4 * std::size_t(o.seqlen_k) + 32) * sizeof(float);
+  HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(fp8_oracle_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  fp8_oracle_kernel<<<dim3(o.seqlen_q, o.heads_q, o.batch), 256, smem>>>(o);
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const auto ref_h = ref.to_host<float>(), emul_h = emul.to_host<float>(), bound_h = bound.to_host<float>();
+  // The element furthest past its bound (as a fraction of it), and how many are past theirs.
+  double worst_ratio = 0;
+  std::int64_t worst = 0, elements_over = 0;
+  for (std::int64_t i = 0; i < nq; ++i) {
+    const double x = out_at(i);
+    if (std::isnan(x)) return "NaN in out at element " + std::to_string(i);
+    const double ratio = std::fabs(x - ref_h[i]) / bound_h[i];
+    elements_over += ratio > 1.0;
+    if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+  }
+  if (elements_over > 0) {
+    // What tells a kernel fault (many rows, out far from emul) from a bound the rounding outran (one
+    // peaky row): how many elements are past their bounds, and the worst element's row (batch, query,
+    // head) with its columns furthest past theirs, beside the emulation.
+    const std::int64_t row = worst / o.d;
+    std::ostringstream s;
+    s << elements_over << " elements past their bounds, the worst by " << worst_ratio << "x; its row (b "
+      << row / (o.seqlen_q * o.heads_q) << ", query " << row / o.heads_q % o.seqlen_q << ", head " << row % o.heads_q
+      << "), columns by |out - ref| / bound:";
+    std::vector<int> cols(o.d);
+    for (int col = 0; col < o.d; ++col) cols[col] = col;
+    const auto miss = [&](int col) {
+      const std::int64_t i = row * o.d + col;
+      return std::fabs(out_at(i) - ref_h[i]) / bound_h[i];
+    };
+    std::sort(cols.begin(), cols.end(), [&](int a, int b) { return miss(a) > miss(b); });
+    for (int n = 0; n < 6 && n < o.d; ++n) {
+      const std::int64_t i = row * o.d + cols[n];
+      s << "\n    col " << cols[n] << ": out " << out_at(i) << " emul " << emul_h[i] << " ref " << ref_h[i]
+        << " bound " << bound_h[i];
+    }
+    return s.str();
+  }
+  if (lse_at) {
+    const auto lse_ref_h = lse_ref.to_host<float>(), tolerance_h = lse_tolerance.to_host<float>();
+    for (std::int64_t i = 0; i < nlse; ++i) {
+      const float lse = lse_at(i);
+      const bool inf = std::isinf(lse_ref_h[i]);
+      if (std::isnan(lse) || inf != std::isinf(lse) || (!inf && std::fabs(lse - lse_ref_h[i]) > tolerance_h[i])) {
+        return "lse row " + std::to_string(i) + ": " + std::to_string(lse) + " vs reference " +
+               std::to_string(lse_ref_h[i]) + " (tolerance " + std::to_string(tolerance_h[i]) + ")";
+      }
+    }
+  }
+  return "";
+}
+
 // Empty string when the case passes, else why it failed.
 std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -321,70 +389,180 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
     return "out not written exactly (NaN left in the view, or the padding overwritten)";
   if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
 
-  DeviceBuffer ref(nq * 4), emul(nq * 4), bound(nq * 4), lse_ref(nlse * 4), lse_tolerance(nlse * 4);
   OracleArgs o{q.as<std::uint8_t>(), k.as<std::uint8_t>(), v.as<std::uint8_t>(),
                c.head_scales ? qh.as<float>() : nullptr, c.head_scales ? kh.as<float>() : nullptr,
                c.head_scales ? vh.as<float>() : nullptr, c.block_scales ? qb.as<float>() : nullptr,
                c.block_scales ? kb.as<float>() : nullptr, c.block_scales ? vb.as<float>() : nullptr,
                c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
                blocks_q, blocks_kv, c.window_left, c.causal ? 0 : c.window_right,
-               1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.softcap,
-               ref.as<float>(), emul.as<float>(), lse_ref.as<float>(), bound.as<float>(), lse_tolerance.as<float>()};
-  const std::size_t smem = (4 * std::size_t(c.seqlen_k) + 32) * sizeof(float);
-  HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(fp8_oracle_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  fp8_oracle_kernel<<<dim3(c.seqlen_q, c.heads_q, c.batch), 256, smem>>>(o);
-  HOPATTN_CUDA_CHECK(cudaGetLastError());
-  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-
+               1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.softcap};
   const auto out_h = out.to_host<std::uint16_t>();
-  const auto ref_h = ref.to_host<float>(), emul_h = emul.to_host<float>(), bound_h = bound.to_host<float>();
-  const auto out_at = [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[i / c.head_dim * out_row + i % c.head_dim])); };
-  // The element furthest past its bound (as a fraction of it), and how many are past theirs.
-  double worst_ratio = 0;
-  std::int64_t worst = 0, elements_over = 0;
-  for (std::int64_t i = 0; i < nq; ++i) {
-    const double x = out_at(i);
-    if (std::isnan(x)) return "NaN in out at element " + std::to_string(i);
-    const double ratio = std::fabs(x - ref_h[i]) / bound_h[i];
-    elements_over += ratio > 1.0;
-    if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
-  }
-  if (elements_over > 0) {
-    // What tells a kernel fault (many rows, out far from emul) from a bound the rounding outran (one
-    // peaky row): how many elements are past their bounds, and the worst element's row (batch, query,
-    // head) with its columns furthest past theirs, beside the emulation.
-    const std::int64_t row = worst / c.head_dim;
-    std::ostringstream s;
-    s << elements_over << " elements past their bounds, the worst by " << worst_ratio << "x; its row (b "
-      << row / (c.seqlen_q * c.heads_q) << ", query " << row / c.heads_q % c.seqlen_q << ", head " << row % c.heads_q
-      << "), columns by |out - ref| / bound:";
-    std::vector<int> cols(c.head_dim);
-    for (int col = 0; col < c.head_dim; ++col) cols[col] = col;
-    const auto miss = [&](int col) {
-      const std::int64_t i = row * c.head_dim + col;
-      return std::fabs(out_at(i) - ref_h[i]) / bound_h[i];
+  const auto lse_h = lse.to_host<float>();
+  return check_against_oracle(
+      o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[i / c.head_dim * out_row + i % c.head_dim])); },
+      c.with_lse ? [&](std::int64_t row) { return lse_h[row]; } : std::function<float(std::int64_t)>());
+}
+
+// A variable-length FP8 batch (cu_seqlens_q / cu_seqlens_k / seqused_k): sequence b has lens_q[b]
+// queries and lens_k[b] keys, of which it uses used_k[b] (seqused_k; empty: all of them). The k and v
+// rows past the keys in use are e4m3 NaN (0x7f), as a cache's unwritten rows may be. dense_q /
+// dense_k pass equal-length q or k/v as (batch, seqlen, heads, d) without cu_seqlens instead.
+struct Fp8VarlenCase {
+  std::vector<int> lens_q, lens_k, used_k;
+  bool dense_q = false, dense_k = false;
+  int heads_q = 4, heads_kv = 2, head_dim = 128;
+  bool causal = false, with_lse = true;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f, q_amplitude = 2.0f;
+  bool head_scales = true, block_scales = false;
+  int rows_q = 128, rows_kv = 128;
+  KernelOptions options;
+
+  std::string describe() const {
+    const auto list = [](const std::vector<int>& xs) {
+      std::ostringstream s;
+      for (std::size_t i = 0; i < xs.size(); ++i) s << (i ? "," : "") << xs[i];
+      return s.str();
     };
-    std::sort(cols.begin(), cols.end(), [&](int a, int b) { return miss(a) > miss(b); });
-    for (int n = 0; n < 6; ++n) {
-      const std::int64_t i = row * c.head_dim + cols[n];
-      s << "\n    col " << cols[n] << ": out " << out_at(i) << " emul " << emul_h[i] << " ref " << ref_h[i]
-        << " bound " << bound_h[i];
-    }
+    std::ostringstream s;
+    s << "varlen sq {" << list(lens_q) << "} sk {" << list(lens_k) << "}";
+    if (!used_k.empty()) s << " seqused_k {" << list(used_k) << "}";
+    if (dense_q) s << " dense q";
+    if (dense_k) s << " dense k/v";
+    s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim << (causal ? " causal" : "")
+      << (with_lse ? " lse" : "") << " qamp " << q_amplitude << " window (" << window_left << ", " << window_right
+      << ")" << (head_scales ? " head-scales" : "");
+    if (softcap > 0.0f) s << " softcap " << softcap;
+    if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
+    s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
+      << options.persistent;
     return s.str();
   }
+};
+
+std::vector<int> prefix_sums(const std::vector<int>& lens) {
+  std::vector<int> starts(lens.size() + 1, 0);
+  for (std::size_t b = 0; b < lens.size(); ++b) starts[b + 1] = starts[b] + lens[b];
+  return starts;
+}
+
+DeviceBuffer upload_ints(const std::vector<int>& host) {
+  DeviceBuffer d(host.size() * sizeof(int));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Empty string when every sequence of the case matches the oracle, run on that sequence alone (its
+// rows of the packed tensors are a dense batch of one), else why not.
+std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int batch = static_cast<int>(c.lens_q.size()), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
+  const std::vector<int> starts_q = prefix_sums(c.lens_q), starts_k = prefix_sums(c.lens_k);
+  const std::vector<int>& used = c.used_k.empty() ? c.lens_k : c.used_k;
+  const int total_q = starts_q.back(), total_k = starts_k.back();
+  const int max_q = *std::max_element(c.lens_q.begin(), c.lens_q.end());
+  const int max_k = *std::max_element(c.lens_k.begin(), c.lens_k.end());
+  const int blocks_q = (max_q + c.rows_q - 1) / c.rows_q, blocks_kv = (max_k + c.rows_kv - 1) / c.rows_kv;
+  DeviceBuffer q = random_e4m3(std::int64_t(total_q) * hq * d, rng(), c.q_amplitude);
+  DeviceBuffer k = random_e4m3(std::int64_t(total_k) * hkv * d, rng(), 1.0f);
+  DeviceBuffer v = random_e4m3(std::int64_t(total_k) * hkv * d, rng(), 1.0f);
+  for (int b = 0; b < batch; ++b) {  // the rows past the keys in use: e4m3 NaN
+    const std::size_t row_bytes = std::size_t(hkv) * d, first = std::size_t(starts_k[b] + used[b]) * row_bytes;
+    const std::size_t bytes = std::size_t(c.lens_k[b] - used[b]) * row_bytes;
+    HOPATTN_CUDA_CHECK(cudaMemset(k.as<std::uint8_t>() + first, 0x7f, bytes));
+    HOPATTN_CUDA_CHECK(cudaMemset(v.as<std::uint8_t>() + first, 0x7f, bytes));
+  }
+  DeviceBuffer qh, kh, vh, qb, kb, vb;
+  if (c.head_scales) {
+    qh = random_scales(batch * hkv, rng, 0.5f, 2.0f);
+    kh = random_scales(batch * hkv, rng, 0.5f, 2.0f);
+    vh = random_scales(batch * hkv, rng, 0.5f, 2.0f);
+  }
+  if (c.block_scales) {
+    qb = random_scales(std::int64_t(batch) * hq * blocks_q, rng, 0.25f, 2.0f);
+    kb = random_scales(std::int64_t(batch) * hkv * blocks_kv, rng, 0.25f, 2.0f);
+    vb = random_scales(std::int64_t(batch) * hkv * blocks_kv, rng, 0.25f, 4.0f);
+  }
+  const std::int64_t nq = std::int64_t(total_q) * hq * d, nlse = std::int64_t(total_q) * hq;
+  DeviceBuffer out(nq * 2), lse(nlse * 4);
+  poison_nan(out.data(), Dtype::kBFloat16, nq);
+  poison_nan(lse.data(), Dtype::kFloat32, nlse);
+  const DeviceBuffer cu_q = upload_ints(starts_q), cu_k = upload_ints(starts_k), used_k = upload_ints(c.used_k);
+
+  FwdArgs args;
+  const auto rows = [&](const DeviceBuffer& x, Dtype dtype, int total, int heads, bool dense, int len) {
+    return dense ? make_tensor(x.data(), dtype, {batch, len, heads, d}, DeviceType::kCuda)
+                 : make_tensor(x.data(), dtype, {total, heads, d}, DeviceType::kCuda);
+  };
+  args.q = rows(q, Dtype::kFloat8E4M3, total_q, hq, c.dense_q, max_q);
+  args.k = rows(k, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k);
+  args.v = rows(v, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k);
+  args.out = rows(out, Dtype::kBFloat16, total_q, hq, c.dense_q, max_q);
   if (c.with_lse) {
-    const auto lse_h = lse.to_host<float>(), lse_ref_h = lse_ref.to_host<float>();
-    const auto tolerance_h = lse_tolerance.to_host<float>();
-    for (std::int64_t i = 0; i < nlse; ++i) {
-      const bool inf = std::isinf(lse_ref_h[i]);
-      if (std::isnan(lse_h[i]) || inf != std::isinf(lse_h[i]) ||
-          (!inf && std::fabs(lse_h[i] - lse_ref_h[i]) > tolerance_h[i])) {
-        return "lse row " + std::to_string(i) + ": " + std::to_string(lse_h[i]) + " vs reference " +
-               std::to_string(lse_ref_h[i]) + " (tolerance " + std::to_string(tolerance_h[i]) + ")";
-      }
-    }
+    args.lse = c.dense_q ? make_tensor(lse.data(), Dtype::kFloat32, {batch, hq, max_q}, DeviceType::kCuda)
+                         : make_tensor(lse.data(), Dtype::kFloat32, {hq, total_q}, DeviceType::kCuda);
+  }
+  if (!c.dense_q) args.cu_seqlens_q = make_tensor(cu_q.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
+  if (!c.dense_k) args.cu_seqlens_k = make_tensor(cu_k.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
+  if (!c.used_k.empty()) args.seqused_k = make_tensor(used_k.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+  args.max_seqlen_q = max_q;
+  args.max_seqlen_k = max_k;
+  if (c.head_scales) {
+    args.q_descale = make_tensor(qh.data(), Dtype::kFloat32, {batch, hkv}, DeviceType::kCuda);
+    args.k_descale = make_tensor(kh.data(), Dtype::kFloat32, {batch, hkv}, DeviceType::kCuda);
+    args.v_descale = make_tensor(vh.data(), Dtype::kFloat32, {batch, hkv}, DeviceType::kCuda);
+  }
+  if (c.block_scales) {
+    args.q_block_descale = make_tensor(qb.data(), Dtype::kFloat32, {batch, hq, blocks_q}, DeviceType::kCuda);
+    args.k_block_descale = make_tensor(kb.data(), Dtype::kFloat32, {batch, hkv, blocks_kv}, DeviceType::kCuda);
+    args.v_block_descale = make_tensor(vb.data(), Dtype::kFloat32, {batch, hkv, blocks_kv}, DeviceType::kCuda);
+    args.descale_block_rows_q = c.rows_q;
+    args.descale_block_rows_kv = c.rows_kv;
+  }
+  args.causal = c.causal;
+  args.window_left = c.window_left;
+  args.window_right = c.window_right;
+  args.softcap = c.softcap;
+  args.options = c.options;
+  const Status status = forward(args);
+  if (!status.ok()) return "forward failed: " + status.message();
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != nq) return "out not written exactly (NaN left)";
+  if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
+
+  const auto out_h = out.to_host<std::uint16_t>();
+  const auto lse_h = lse.to_host<float>();
+  const float* none = nullptr;
+  for (int b = 0; b < batch; ++b) {
+    const int len_q = c.lens_q[b];
+    if (len_q == 0) continue;
+    const std::size_t q_row = starts_q[b], k_row = starts_k[b];
+    OracleArgs o{q.as<std::uint8_t>() + q_row * hq * d, k.as<std::uint8_t>() + k_row * hkv * d,
+                 v.as<std::uint8_t>() + k_row * hkv * d,
+                 c.head_scales ? qh.as<float>() + b * hkv : none, c.head_scales ? kh.as<float>() + b * hkv : none,
+                 c.head_scales ? vh.as<float>() + b * hkv : none,
+                 c.block_scales ? qb.as<float>() + std::size_t(b) * hq * blocks_q : none,
+                 c.block_scales ? kb.as<float>() + std::size_t(b) * hkv * blocks_kv : none,
+                 c.block_scales ? vb.as<float>() + std::size_t(b) * hkv * blocks_kv : none,
+                 1, hq, hkv, len_q, used[b], d, c.rows_q, c.rows_kv, blocks_q, blocks_kv,
+                 c.window_left, c.causal ? 0 : c.window_right, 1.0f / std::sqrt(static_cast<float>(d)), c.softcap};
+    const std::string why = check_against_oracle(
+        o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[q_row * hq * d + i])); },
+        c.with_lse ? [&](std::int64_t r) {
+          // r: (head, query) of this sequence; the kernel's LSE is (batch, hq, max_q) dense, else (hq, total_q).
+          const std::int64_t h = r / len_q, i = r % len_q;
+          return c.dense_q ? lse_h[(std::int64_t(b) * hq + h) * max_q + i] : lse_h[h * total_q + q_row + i];
+        } : std::function<float(std::int64_t)>());
+    if (!why.empty()) return "sequence " + std::to_string(b) + ": " + why;
   }
   return "";
+}
+
+void expect_varlen_cases_match_oracle(const std::vector<Fp8VarlenCase>& cases, std::uint64_t seed) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string why = run_fp8_varlen_case(cases[i], splitmix64(seed + i));
+    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
+  }
 }
 
 int log_uniform(std::mt19937_64& rng, int lo, int hi) {
@@ -644,6 +822,135 @@ TEST_F(Fp8Forward, CudaGraphReplayMatchesTheDirectCall) {
                                << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
     }
   }
+}
+
+Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  Fp8VarlenCase c;
+  const int batch = 1 + int(rng() % 5);
+  const bool seqused = rng() % 2;
+  for (int b = 0; b < batch; ++b) {
+    c.lens_q.push_back(rng() % 10 == 0 ? 0 : log_uniform(rng, 1, 1200));
+    c.lens_k.push_back(log_uniform(rng, 1, 3000));
+    if (seqused) c.used_k.push_back(int(rng() % (c.lens_k.back() + 1)));
+  }
+  c.heads_kv = 1 + int(rng() % 2);
+  c.heads_q = c.heads_kv * pick({1, 2, 4});
+  c.head_dim = pick({64, 128, 256});
+  c.causal = rng() % 2;
+  if (rng() % 4 == 0) {
+    c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
+    if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
+  }
+  if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
+  c.with_lse = rng() % 4 != 0;
+  c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
+  c.head_scales = rng() % 2;
+  c.block_scales = rng() % 3 == 0;
+  c.rows_q = pick({64, 128, 256});
+  c.rows_kv = pick({128, 256});
+  if (rng() % 4 == 0) {
+    c.options.pingpong = rng() % 2;
+    c.options.intra_wg_overlap = rng() % 2;
+    c.options.persistent = rng() % 2;
+  }
+  // Keep the oracle's work bounded.
+  const auto work = [&] {
+    double w = 0;
+    for (int b = 0; b < batch; ++b) w += double(c.lens_q[b]) * c.lens_k[b];
+    return w * c.heads_q * c.head_dim;
+  };
+  while (work() > 1.5e9) {
+    for (int b = 0; b < batch; ++b) c.lens_q[b] /= 2;
+  }
+  return c;
+}
+
+// Variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) against the oracle run on each
+// sequence alone: random lengths (empty query sequences, keys in use from none to all, the unused rows
+// NaN), every head dim, masks, softcap, GQA, per-head and per-block descales, the kernel options.
+TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
+  const std::uint64_t seed = run_seed();
+  std::cout << "[ seed     ] HOPATTN_TEST_SEED=" << seed << std::endl;
+  std::mt19937_64 rng(seed);
+  int passed = 0, failed = 0;
+  for (int i = 0; i < 40 && failed < 10; ++i) {
+    const Fp8VarlenCase c = random_fp8_varlen_case(rng);
+    const std::string why = run_fp8_varlen_case(c, splitmix64(seed + i));
+    if (why.empty()) {
+      ++passed;
+    } else {
+      ++failed;
+      ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  " << why;
+    }
+  }
+  std::cout << "[ sweep    ] passed " << passed << ", failed " << failed << std::endl;
+}
+
+// Fixed corners of the variable-length kernels: per head dim, a sequence of one query, one with no key
+// in use and ragged ones (the NaN rows past seqused_k in a last block's V, which the transposers zero);
+// causal with more queries than keys; decoding steps over caches with seqused_k; d 128 from 2048 keys
+// (192-key blocks), with and without block descales; q or k/v dense beside the other packed; a softcap
+// and a window; the schedules without overlap, ping-pong or the persistent hand-out.
+TEST_F(Fp8Forward, VariableLengthCornerCases) {
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8VarlenCase> cases;
+  for (int d : {64, 128, 256}) {
+    Fp8VarlenCase c;
+    c.head_dim = d, c.lens_q = {1, 200, 77}, c.lens_k = {333, 1, 700}, c.used_k = {300, 0, 517};
+    c.q_amplitude = 4.0f;
+    cases.push_back(c);
+    c.causal = true, c.lens_q = {300, 129, 64}, c.lens_k = {100, 129, 65}, c.used_k = {};
+    cases.push_back(c);
+    c.causal = false, c.lens_q = {1, 1, 1, 1}, c.lens_k = {1000, 1000, 1000, 1000}, c.used_k = {1, 999, 128, 0};
+    c.dense_q = c.dense_k = true;  // a decoding step over a dense cache with seqused_k
+    cases.push_back(c);
+    c.dense_q = c.dense_k = false, c.lens_q = {259, 0, 130}, c.lens_k = {391, 17, 260}, c.used_k = {};
+    c.softcap = 2.5f, c.window_left = 37, c.window_right = 5;
+    cases.push_back(c);
+    c.softcap = 0.0f, c.window_left = c.window_right = -1, c.block_scales = true, c.rows_q = 64;
+    cases.push_back(c);
+  }
+  Fp8VarlenCase c;
+  c.lens_q = {201, 5, 64}, c.lens_k = {2500, 100, 4000}, c.used_k = {2311, 100, 3999};
+  cases.push_back(c);
+  c.causal = true, c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
+  cases.push_back(c);
+  c.rows_kv = 128, c.options.intra_wg_overlap = false;
+  cases.push_back(c);
+  c.options.intra_wg_overlap = true, c.options.pingpong = false, c.options.persistent = false, c.block_scales = false;
+  cases.push_back(c);
+  c = Fp8VarlenCase{};
+  c.lens_q = {150, 150}, c.dense_q = true, c.lens_k = {700, 33}, c.causal = true;  // dense q, packed k/v
+  cases.push_back(c);
+  c.dense_q = false, c.lens_q = {150, 7}, c.lens_k = {700, 700}, c.dense_k = true, c.used_k = {650, 700};
+  cases.push_back(c);
+  expect_varlen_cases_match_oracle(cases, seed);
+}
+
+// Keys-contiguous v (V^T in memory) is a dense-only layout: with cu_seqlens_q the kernel refuses it,
+// naming what it takes, before anything is written.
+TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
+  const int batch = 2, sq = 70, sk = 100, h = 2, d = 128;
+  DeviceBuffer q = random_e4m3(std::int64_t(batch) * sq * h * d, run_seed(), 1.0f);
+  DeviceBuffer k = random_e4m3(std::int64_t(batch) * sk * h * d, run_seed() + 1, 1.0f);
+  DeviceBuffer vt = keys_contiguous_copy(k, batch, sk, h, d, sk + 12);
+  DeviceBuffer out(std::int64_t(batch) * sq * h * d * 2);
+  poison_nan(out.data(), Dtype::kBFloat16, std::int64_t(batch) * sq * h * d);
+  const DeviceBuffer cu_q = upload_ints({0, sq, 2 * sq});
+  FwdArgs args;
+  args.q = make_tensor(q.data(), Dtype::kFloat8E4M3, {batch * sq, h, d}, DeviceType::kCuda);
+  args.k = make_tensor(k.data(), Dtype::kFloat8E4M3, {batch, sk, h, d}, DeviceType::kCuda);
+  const std::int64_t strides[4] = {std::int64_t(h) * d * (sk + 12), 1, std::int64_t(d) * (sk + 12), sk + 12};
+  args.v = strided_tensor(vt.data(), Dtype::kFloat8E4M3, {batch, sk, h, d}, strides);
+  args.out = make_tensor(out.data(), Dtype::kBFloat16, {batch * sq, h, d}, DeviceType::kCuda);
+  args.cu_seqlens_q = make_tensor(cu_q.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
+  args.max_seqlen_q = sq;
+  const Status status = forward(args);
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(status.code(), StatusCode::kUnsupported) << status.message();
+  EXPECT_NE(status.message().find("keys-contiguous"), std::string::npos) << status.message();
+  EXPECT_EQ(count_unpoisoned(out.data(), Dtype::kBFloat16, std::int64_t(batch) * sq * h * d), 0) << "out written";
 }
 
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {

@@ -3,7 +3,8 @@
 // softmax with P scaled into [0, 256], P rounded to e4m3 straight into the 8-bit A fragment (no
 // shuffles but in the key-order block of a V^T-from-global kernel: p_fragments.cuh), O += P V^T (RS
 // wgmma against the V^T stage the producer warpgroup transposed or loaded). The two schedules and
-// ping-pong are those of the 16-bit consumer (sm90/fwd/consumer.cuh).
+// ping-pong are those of the 16-bit consumer (sm90/fwd/consumer.cuh). A variable-length kernel
+// (Traits::kVarlen) masks each tile by its own sequence's lengths (fwd/sequence.cuh).
 //
 // Scales: a score is acc * q_scale * k_scale * softmax_scale. The per-tile part (per-head descales,
 // the q block scale of this warpgroup's rows) and log2(e) are one factor; a per-block k scale
@@ -22,6 +23,7 @@
 #include "sm90/arch/wgmma_fp8.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/sequence.cuh"
 #include "sm90/fwd_fp8/epilogue.cuh"
 #include "sm90/fwd_fp8/fp8_layout.hpp"
 #include "sm90/fwd_fp8/p_fragments.cuh"
@@ -73,7 +75,7 @@ class Fp8Consumer {
       const int n_begin = visit.n_begin, n_end = visit.n_end;
       const int m0 = c.m_block * Traits::kBlockM;
       const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
-      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(b_, m0);
+      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(mask_bounds(c.batch), m0);
       begin_tile(c, row0);
 
       float o[kO];
@@ -93,16 +95,25 @@ class Fp8Consumer {
       } else {
         mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
-      store_fp8_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_,
-                               visit.split_slot);
+      if constexpr (Traits::kVarlen) {
+        store_fp8_varlen_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_);
+      } else {
+        store_fp8_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_,
+                                 visit.split_slot);
+      }
     }
   }
 
  private:
   // What visit `id` (>= 0) works on: a whole tile, or where Traits::kTailSplit a split piece too; and
-  // the coordinates of its tile.
+  // the coordinates of its tile. A variable-length visit is a whole tile of its sequence's key blocks
+  // (the producer skips the tiles past a sequence's last row).
   __device__ TileCoord this_visit(int id, TileVisit* v) const {
-    if constexpr (Traits::kTailSplit) {
+    if constexpr (Traits::kVarlen) {
+      const VarlenVisit varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, /*kSplit=*/false>(b_, id);
+      *v = varlen.visit;
+      return varlen.coord;
+    } else if constexpr (Traits::kTailSplit) {
       *v = decode_visit<Traits::kBlockM, Traits::kBlockN>(b_, id);
       return decode_tile(b_, v->tile);
     } else {
@@ -111,6 +122,14 @@ class Fp8Consumer {
       kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &v->n_begin, &v->n_end);
       return c;
     }
+  }
+
+  // What the masks of a tile of sequence `batch` see: FwdParams for a dense batch; for a variable-length
+  // one its sequence's SequenceBounds, read again wherever a block is masked rather than kept in
+  // registers through the mainloop (that spilled at head dim 256; the reads hit L1).
+  __device__ decltype(auto) mask_bounds(int batch) const {
+    if constexpr (Traits::kVarlen) return varlen_sequence(b_, batch).bounds;
+    else return b_;
   }
 
   __device__ void begin_gemm_turn() { Turns::begin(b_.pingpong, warpgroup_); }
@@ -228,11 +247,12 @@ class Fp8Consumer {
       for (int i = 0; i < kS; ++i) s[i] = b_.softcap * fast_tanh(s[i] * input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, b_, m0, n_block)) {
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, mask_bounds(batch_), m0,
+                                                                                     n_block)) {
       if constexpr (kPermutedK) {
         apply_mask_permuted(s, thread_, row0, n0, b_, PermutedKeyColumns{});
       } else {
-        apply_mask(s, thread_, row0, n0, b_);
+        apply_mask(s, thread_, row0, n0, mask_bounds(batch_));
       }
     }
   }

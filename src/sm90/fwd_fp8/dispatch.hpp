@@ -5,8 +5,8 @@
 
 namespace hopattn::sm90 {
 
-// For a problem sm90::forward already checked for the features the FP8 kernels lack (variable
-// lengths, paged KV, softmax_scale <= 0); refuses warp_specialized = false itself.
+// For a problem sm90::forward already checked for the features the FP8 kernels lack (paged KV,
+// softmax_scale <= 0); refuses warp_specialized = false and keys-contiguous v with variable lengths itself.
 Status forward_fp8(const FwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

@@ -2,7 +2,8 @@
 // O stage and a TMA store where the traits have a stage and out is TMA-addressable (the 16-bit
 // kernel's store_rows_through_smem), else as bf16 pairs from the accumulator registers; LSE (natural
 // log) from the log2-unit running max and the 2^8-offset row sum. Rows past seqlen_q are dropped; a
-// row that saw no key stores 0 and LSE -inf.
+// row that saw no key stores 0 and LSE -inf. A variable-length tile stores into its sequence's rows
+// (store_fp8_varlen_output).
 #pragma once
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/sequence.cuh"
 #include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd_fp8/softmax.cuh"
 #include "sm90/tile/fragment.hpp"
@@ -60,6 +62,31 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Tr
     }
   }
   store_rows<true, __nv_bfloat16>(p, p, c, row0, thread, o, out_scale, lse);
+}
+
+// The same for a tile of a variable-length batch (Traits::kVarlen; no split pieces): its rows in out's
+// coordinates start at its sequence's first row in the packed out, whose tensor map ends only at the
+// last sequence's end. So a warpgroup whose rows run past its own sequence stores through registers,
+// as the 16-bit kernel's store_varlen_tile does: by TMA it would overwrite the next sequence's rows.
+template <class Traits, class Softmax>
+__device__ __forceinline__ void store_fp8_varlen_output(const FwdParams& p, typename Traits::SharedStorage& s,
+                                                        const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
+                                                        int row0, int thread, const float (&o)[Traits::kORegisters],
+                                                        const Softmax& softmax, float v_scale) {
+  float out_scale[2];
+  float lse[2];
+  fp8_finish_rows(softmax, v_scale, out_scale, lse);
+  const VarlenSequence sequence = varlen_sequence(p, c.batch);
+  const TileCoord out_c{c.m_block, c.head, sequence.rows.q_batch};
+  const PackedRowEnd rows{sequence.rows.q_row0 + sequence.bounds.seqlen_q};
+  const int out_row0 = sequence.rows.q_row0 + row0;
+  if constexpr (Traits::kOThroughSmem) {
+    if (p.store_o_by_tma && row0 + Traits::kRowsPerWarpgroup <= sequence.bounds.seqlen_q) {
+      store_rows_through_smem<Traits, true>(p, rows, s, tm_o, out_c, warpgroup, out_row0, thread, o, out_scale, lse);
+      return;
+    }
+  }
+  store_rows<true, __nv_bfloat16>(p, rows, out_c, out_row0, thread, o, out_scale, lse);
 }
 
 }  // namespace hopattn::sm90

@@ -17,11 +17,12 @@
 
 namespace hopattn::sm90 {
 
-// Dense (batch, rows, heads, dim) e4m3 tensor as raw bytes for TMA: a 128-element box is one
-// 128-byte swizzled row.
+// A dense (batch, rows, heads, dim) or packed variable-length (total rows, heads, dim) e4m3 tensor as
+// raw bytes for TMA (bshd_view's layouts): a 128-element box is one 128-byte swizzled row.
 inline BshdView fp8_byte_view(const Tensor& t) {
-  return BshdView{t.data, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, t.shape[0], t.shape[1], t.shape[2], t.shape[3],
-                  t.stride[0], t.stride[1], t.stride[2]};
+  BshdView view = bshd_view(t, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  view.element_bytes = 1;
+  return view;
 }
 
 // V given keys-contiguous (v.stride[1] == 1) as its transpose for TMA: (batch, head dim, heads, keys)
@@ -82,7 +83,8 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
       return st;
   }
 
-  if (pr.seqlen_q == 0) return Status::Ok();  // nothing to compute (validation refuses other empties)
+  // Nothing to compute (validation refuses other empties).
+  if (pr.seqlen_q == 0 || (pr.varlen_q && args.q.shape[0] == 0)) return Status::Ok();
   DeviceGuard device(pr.device_index);
   Fp8FwdParams fp = make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN,
                                     heads_per_group(pr, pr.device_index, /*pack_gqa=*/false));
@@ -124,30 +126,32 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detai
 // with the softcap step only when a softcap is given; without either, head dim 128 takes wider K
 // blocks at long key sequences (kFp8WideBlockMinKeys), and so it does with block descales whose k/v
 // rows allow them; head dim 256 with block descales takes 96-key blocks where the rows allow them
-// (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous.
-template <int kHeadDim, bool kVtFromGlobal>
+// (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels
+// (cu_seqlens_q / cu_seqlens_k / seqused_k), with the same choices by max_seqlen_k.
+template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
+  static_assert(!(kVarlen && kVtFromGlobal), "variable-length FP8 kernels take v in the ordinary layout");
   const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
   if (pr.softcap > 0.0f) {
-    if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, kVtFromGlobal>>(args, pr);
-    return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal>>(args, pr);
+    if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, kVtFromGlobal, kVarlen>>(args, pr);
+    return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal, kVarlen>>(args, pr);
   }
   if (block_descales) {
     if constexpr (kHeadDim == 128) {
       if (fp8_block_descales_take_wide_blocks(args, pr))
-        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal>>(args, pr);
+        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
     }
     if constexpr (kHeadDim == 256 && !kVtFromGlobal) {
       if (args.descale_block_rows_kv % kFp8D256DescaleBlockN == 0)
-        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8D256DescaleBlockN, false>>(args, pr);
+        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8D256DescaleBlockN, false, kVarlen>>(args, pr);
     }
-    return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal>>(args, pr);
+    return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen>>(args, pr);
   }
   if constexpr (kHeadDim == 128) {
     if (pr.seqlen_k >= kFp8WideBlockMinKeys)
-      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal>>(args, pr);
+      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
   }
-  return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal>>(args, pr);
+  return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>>(args, pr);
 }
 
 }  // namespace hopattn::sm90

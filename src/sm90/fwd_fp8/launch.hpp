@@ -1,12 +1,13 @@
-// Host launch of the FP8 forward kernel for one head dim and V layout (kVtFromGlobal: v keys-contiguous;
-// src/sm90/instantiations/fwd_fp8_hdim*.cu).
+// Host launch of the FP8 forward kernel for one head dim and V layout (kVtFromGlobal: v keys-contiguous),
+// dense or variable-length (kVarlen: cu_seqlens_q / cu_seqlens_k / seqused_k; the ordinary v layout only);
+// src/sm90/instantiations/fwd_fp8_hdim*.cu.
 #pragma once
 
 #include "api/problem.hpp"
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, bool kVtFromGlobal>
+template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

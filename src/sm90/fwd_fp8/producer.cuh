@@ -56,7 +56,9 @@ __device__ __forceinline__ void load_permuted_k(std::uint8_t* stage, const CUten
 // The hand-out of scheduler.cuh: the first item is blockIdx.x, the next ones are claimed; each visit
 // of an item (a whole tile, or a split unit's pieces) is published to the consumers (s.visit, then
 // q_full) once they are done with the previous Q tile, and kNoVisitLeft tells them to stop. Then the
-// transposers, where there are any, are told to stop (finish_v).
+// transposers, where there are any, are told to stop (finish_v). A variable-length launch
+// (Traits::kVarlen) skips the tiles past their sequence's last row, loads from each tile's sequence
+// rows (fwd/sequence.cuh) and tells the transposers how many rows of each V stage hold its keys.
 template <class Traits>
 __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                               const CUtensorMap* tm_k_permuted, const CUtensorMap* tm_v, const Fp8FwdParams& fp) {
@@ -67,6 +69,13 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
   VisitSequence visits(p);
   while (true) {
     const int id = visits.next();
+    [[maybe_unused]] VarlenVisit varlen;
+    if constexpr (Traits::kVarlen) {
+      if (id != kNoVisitLeft) {
+        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, /*kSplit=*/false>(p, id);
+        if (varlen_tile_is_empty(p, varlen)) continue;
+      }
+    }
     mbarrier_wait(&s.q_empty, q_phase ^ 1);  // consumers done with the previous Q tile and visit
     q_phase ^= 1;
     publish_visit(&s.visit, id);
@@ -74,11 +83,22 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       mbarrier_arrive(&s.q_full);
       break;
     }
-    const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
-    const TileCoord c = decode_tile(p, v.tile);
+    // The tile's rows of q, and of k and v (from k_row0, in TMA batch entry k_batch).
+    TileVisit v;
+    TileCoord c;
+    int q_row, q_batch, k_row0, k_batch;
+    if constexpr (Traits::kVarlen) {
+      v = varlen.visit, c = varlen.coord;
+      q_row = varlen.seq.rows.q_row0 + c.m_block * Traits::kBlockM, q_batch = varlen.seq.rows.q_batch;
+      k_row0 = varlen.seq.rows.k_row0, k_batch = varlen.seq.rows.k_batch;
+    } else {
+      v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
+      c = decode_tile(p, v.tile);
+      q_row = c.m_block * Traits::kBlockM, q_batch = c.batch, k_row0 = 0, k_batch = c.batch;
+    }
     const int kv_head = c.head / p.head_ratio;
     mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
-    load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, c.m_block * Traits::kBlockM, c.head, c.batch);
+    load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, q_row, c.head, q_batch);
     for (int n = v.n_end - 1; n >= v.n_begin; --n) {  // the consumers' order
       const int stage = ring.index();
       mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
@@ -87,8 +107,8 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
         load_permuted_k<Traits>(s.k[stage], tm_k_permuted, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch,
                                 fp.k_groups_per_batch);
       } else {
-        load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], n * Traits::kBlockN, kv_head,
-                                                 c.batch);
+        load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], k_row0 + n * Traits::kBlockN,
+                                                 kv_head, k_batch);
       }
       if constexpr (Traits::kVtFromGlobal) {
         // V^T (head-dim rows x keys), in column blocks of 128 keys (64 at 192 keys, traits.cuh).
@@ -102,9 +122,13 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
         }
       } else {
         mbarrier_wait(&s.v_empty[stage], ring.phase() ^ 1);  // transposers done reading this V stage
+        if constexpr (Traits::kVarlen) {
+          // Ordered before the transposers' read by v_full's arrive and wait; atomic for racecheck.
+          atomicExch(&s.v_rows[stage], min(varlen.seq.bounds.seqlen_k - n * Traits::kBlockN, Traits::kBlockN));
+        }
         mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
-        load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], n * Traits::kBlockN, kv_head,
-                                                 c.batch);
+        load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], k_row0 + n * Traits::kBlockN,
+                                                 kv_head, k_batch);
       }
       ring.advance();
     }
@@ -119,6 +143,27 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
     atomicExch(&s.v_end[stage], 1);  // ordered by the v_empty wait; atomic for racecheck, as s.visit
     mbarrier_arrive(&s.v_full[stage]);
   }
+}
+
+// Variable-length kernels: zeroes rows [first_row, kBlockN) of a landed V stage, the rows past the
+// sequence's keys, which hold whatever the caller's memory holds there (the rows between seqused_k
+// and the next sequence, padding after the last one; fwd/v_tail.cuh says why: P is 0 there, but 0 x
+// NaN is NaN, and any byte 0x7f or 0xff is an e4m3 NaN). Whole 128-byte rows of each column block, so
+// the swizzle (a permutation within a row) does not matter; each 16-byte chunk has one owner among
+// the transposer threads. Then every transposer warp waits for the others before it reads the stage.
+template <class Traits>
+__device__ __forceinline__ void clear_fp8_v_tail(std::uint32_t v_stage, int first_row) {
+  using VTile = typename Traits::VTile;
+  constexpr int kChunksPerRow = kSwizzleBytes / 16;
+  const int thread = static_cast<int>(threadIdx.x) - 32;  // warps 1..3 of the producer warpgroup
+#pragma unroll
+  for (int block = 0; block < VTile::kColumnBlocks; ++block) {
+    for (int chunk = first_row * kChunksPerRow + thread; chunk < Traits::kBlockN * kChunksPerRow;
+         chunk += Traits::kTransposerThreads) {
+      store_zero_16b(v_stage + block * VTile::kColumnBlockBytes + chunk * 16);
+    }
+  }
+  named_barrier_sync(Traits::kTransposerBarrier, Traits::kTransposerThreads);
 }
 
 // V (keys x dims, TMA layout) -> V^T (dims x reduction columns), V^T[d][a] = V[key_of_column(a)][d],
@@ -181,6 +226,10 @@ __device__ void run_v_transposer(typename Traits::SharedStorage& s, unsigned war
     // an order compute-sanitizer racecheck does not model (it flags the TMA thread's next write).
     if (atomicOr(&s.v_end[stage], 0)) return;
     mbarrier_wait(&s.vt_empty[stage], phase ^ 1);  // consumers done with this V^T stage
+    if constexpr (Traits::kVarlen) {
+      const int rows = atomicOr(&s.v_rows[stage], 0);  // the same value in every transposer thread
+      if (rows < Traits::kBlockN) clear_fp8_v_tail<Traits>(smem_address(s.v[stage]), rows);
+    }
     Transposer::transpose(smem_address(s.v[stage]), smem_address(s.vt[stage]), warp);
     fence_proxy_async_shared();  // our generic stores -> the consumers' wgmma (async proxy) reads
     __syncwarp();

@@ -39,13 +39,19 @@ constexpr int kFp8D256DescaleBlockN = 96;
 // kVtFromGlobal_: v is given keys-contiguous (V^T in memory, detail::Problem::v_keys_contiguous): the
 // producer loads V^T tiles by TMA instead of transposing V, and K's rows permuted
 // (fp8_layout.hpp, key_of_s_column) so that P packs in V^T's key order.
+// kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k), as the 16-bit kernels'
+// kVarlen (fwd/sequence.cuh): each tile reads its sequence's lengths and first rows. The ordinary v
+// layout only (a packed keys-contiguous v has no layout in the API).
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
-          int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false>
+          int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
+          bool kVarlen_ = false>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBlockDescales = kBlockDescales_;
   static constexpr bool kSoftcap = kSoftcap_;
   static constexpr bool kVtFromGlobal = kVtFromGlobal_;
+  static constexpr bool kVarlen = kVarlen_;
+  static_assert(!(kVarlen && kVtFromGlobal), "variable-length FP8 kernels take v in the ordinary layout");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "fp8 head dims are 64, 128 and 256");
   static constexpr int kElementBytes = 1;
 
@@ -160,8 +166,9 @@ struct Fp8FwdTraits {
   // softcap d 128 16k -5.4%, d 64 -6.1%; block descales with a softcap d 128 16k -2.8%. Not at head
   // dim 256 (the forward kernel 0.4% faster, the combine +1%) nor with block descales alone: that
   // consumer ran 3-7% slower with the split's code, split or not (2k: +7.3%).
-  static constexpr bool kTailSplit = kHeadDim != 256 && (kSoftcap || !kBlockDescales);
-  static constexpr bool kVarlenSplit = false;  // no variable-length FP8 kernels (fwd/launch.cuh begin_schedule)
+  // Not with variable lengths: the split plan assumes every tile has the same key blocks.
+  static constexpr bool kTailSplit = kHeadDim != 256 && (kSoftcap || !kBlockDescales) && !kVarlen;
+  static constexpr bool kVarlenSplit = false;  // the FP8 variable-length kernels do not split (fwd/launch.cuh begin_schedule)
   // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
   // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
   // balance.
@@ -172,6 +179,10 @@ struct Fp8FwdTraits {
   // Named barriers of the TMA-store epilogue: one per consumer warpgroup, after the ping-pong ones.
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWarpgroups;
   static constexpr int kEpilogueBarrierThreads = kWarpgroupThreads;
+  // Variable-length kernels: the transposer warps, once they have zeroed the V rows past a sequence's
+  // keys and before any of them transposes the stage (run_v_transposer).
+  static constexpr int kTransposerBarrier = kEpilogueBarrierBase + kConsumerWarpgroups;
+  static constexpr int kTransposerThreads = kTransposeWarps * 32;
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
@@ -193,15 +204,19 @@ struct Fp8FwdTraits {
     std::uint64_t v_empty[kStages];   // transposers -> TMA thread: V stage read
     std::uint64_t vt_full[kStages];   // transposers (or TMA) -> consumers: V^T stage written
     std::uint64_t vt_empty[kStages];  // consumers -> transposers: PV GEMM done reading the V^T stage
+    // Variable-length kernels: TMA thread -> transposers, with v_full: the V stage's rows that hold the
+    // sequence's keys (kBlockN but in a sequence's last block; the transposers zero the rest). Last, so
+    // the dense kernels' layout is what it was.
+    std::conditional_t<kVarlen, int[kStages], NoStorage> v_rows;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage)) + kSwizzleAtomBytes;
   static_assert(kSharedBytes <= 227 * 1024, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
 };
 
 // Fp8FwdTraits with the default block width.
-template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal>
+template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal, bool kVarlen = false>
 using Fp8Traits =
     Fp8FwdTraits<kHeadDim, kBlockDescales, kSoftcap, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap),
-                 kVtFromGlobal>;
+                 kVtFromGlobal, kVarlen>;
 
 }  // namespace hopattn::sm90

@@ -2,5 +2,5 @@
 #include "sm90/fwd_fp8/launch.cuh"
 
 namespace hopattn::sm90 {
-template Status launch_forward_fp8<128, true>(const FwdArgs&, const detail::Problem&);
+template Status launch_forward_fp8<128, true, false>(const FwdArgs&, const detail::Problem&);
 }  // namespace hopattn::sm90

@@ -2,5 +2,5 @@
 #include "sm90/fwd_fp8/launch.cuh"
 
 namespace hopattn::sm90 {
-template Status launch_forward_fp8<256, false>(const FwdArgs&, const detail::Problem&);
+template Status launch_forward_fp8<256, false, false>(const FwdArgs&, const detail::Problem&);
 }  // namespace hopattn::sm90
