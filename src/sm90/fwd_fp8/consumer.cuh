@@ -247,8 +247,11 @@ class Fp8Consumer {
       for (int i = 0; i < kS; ++i) s[i] = b_.softcap * fast_tanh(s[i] * input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, mask_bounds(batch_), m0,
-                                                                                     n_block)) {
+    // A variable-length kernel takes the tile's two bounds (masked_blocks.hpp) at every head dim: the
+    // definition per block would read its sequence's bounds again for every block (d 64 ran 13%
+    // slower than dense so).
+    constexpr bool kPerTileBounds = Traits::kLeanAddressing || Traits::kVarlen;
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(masked, b_, m0, n_block)) {
       if constexpr (kPermutedK) {
         apply_mask_permuted(s, thread_, row0, n0, b_, PermutedKeyColumns{});
       } else {
