@@ -966,7 +966,6 @@ def test_gpu_pack_gqa_decoding_matches_float64(rng, seqlen_q, heads_q, heads_kv,
 # (kUnsupported); its message must come out in NotImplementedError as it is.
 PACK_GQA_REFUSALS = {
     "head_dim_256": (dict(head_dim=256), "at head dim 256 (head dims up to 128 pack)"),
-    "float8": (dict(dtype=torch.float8_e4m3fn), "with FP8 (bf16 and fp16 pack)"),
     "129_heads_per_kv_head": (dict(heads_q=129), "with heads_q / heads_kv = 129 (packing takes at "
                                                  "most 128 query heads per K/V head)"),
 }
@@ -1116,8 +1115,10 @@ def test_gpu_fp8_varlen_matches_float64_per_sequence(rng, causal):
 
 
 @needs_hopper
-def test_gpu_fp8_kvcache_decoding_step_matches_float64(rng):
-    # flash_attn_with_kvcache over an FP8 cache with cache_seqlens (seqused_k): one query per sequence.
+@pytest.mark.parametrize("pack_gqa", [None, True, False])
+def test_gpu_fp8_kvcache_decoding_step_matches_float64(rng, pack_gqa):
+    # flash_attn_with_kvcache over an FP8 cache with cache_seqlens (seqused_k): one query per sequence,
+    # the 4 query heads of a K/V head packed into one tile or not.
     batch, cache, heads_q, heads_kv, d = 3, 1000, 8, 2, 128
     generator = torch_generator(rng, "cuda")
     q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in
@@ -1125,7 +1126,7 @@ def test_gpu_fp8_kvcache_decoding_step_matches_float64(rng):
                              generator=generator))
     seqlens = [1, 999, 513]
     out = hopattn.flash_attn_with_kvcache(q8, k8, v8, cache_seqlens=torch.tensor(
-        seqlens, dtype=torch.int32, device="cuda"))
+        seqlens, dtype=torch.int32, device="cuda"), pack_gqa=pack_gqa)
     for b, n in enumerate(seqlens):
         q64, k64, v64 = q8[b:b + 1].double(), k8[b:b + 1, :n].double(), v8[b:b + 1, :n].double()
         ref, _ = attention_math(q64, k64, v64)

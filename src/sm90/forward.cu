@@ -33,8 +33,12 @@ bool has_decoding_kernels(const FwdArgs& args, const detail::Problem& pr) {
   return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized;
 }
 
-// GQA packing (packs_gqa decides where it pays).
+// GQA packing (packs_gqa decides where it pays). The FP8 variable-length kernels pack too (their
+// launch decides), but a dense FP8 launch takes them only when asked (pack_gqa = kOn): the dense FP8
+// kernels split a short decoding step over the SMs, which the variable-length ones do not.
 bool packs(const FwdArgs& args, const detail::Problem& pr) {
+  if (pr.in_dtype == Dtype::kFloat8E4M3)
+    return pr.head_dim <= 128 && args.options.pack_gqa == KernelOptions::PackGqa::kOn;
   return has_decoding_kernels(args, pr) && packs_gqa(args.options.pack_gqa, pr, kTileRows);
 }
 
@@ -85,8 +89,6 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                        "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "
                        "warp-specialized)");
   if (args.options.pack_gqa == KernelOptions::PackGqa::kOn) {
-    if (pr.in_dtype == Dtype::kFloat8E4M3)
-      return unsupported("KernelOptions::pack_gqa = kOn with FP8 (bf16 and fp16 pack)");
     if (pr.head_dim > 128)
       return unsupported("KernelOptions::pack_gqa = kOn at head dim " + std::to_string(pr.head_dim) +
                          " (head dims up to 128 pack)");

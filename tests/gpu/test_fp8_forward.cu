@@ -435,7 +435,7 @@ struct Fp8VarlenCase {
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
-      << options.persistent;
+      << options.persistent << " pack_gqa " << static_cast<int>(options.pack_gqa);
     return s.str();
   }
 };
@@ -854,6 +854,11 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
     c.options.intra_wg_overlap = rng() % 2;
     c.options.persistent = rng() % 2;
   }
+  // GQA packing: by default where it saves tiles (few query rows), forced on (head dims up to 128,
+  // no q block descale: what packs), or off.
+  const int pack = int(rng() % 4);
+  if (pack == 1 && c.head_dim <= 128 && !c.block_scales) c.options.pack_gqa = KernelOptions::PackGqa::kOn;
+  if (pack == 2) c.options.pack_gqa = KernelOptions::PackGqa::kOff;
   // Keep the oracle's work bounded.
   const auto work = [&] {
     double w = 0;
@@ -893,7 +898,9 @@ TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
 // in use and ragged ones (the NaN rows past seqused_k in a last block's V, which the transposers zero);
 // causal with more queries than keys; decoding steps over caches with seqused_k; d 128 from 2048 keys
 // (192-key blocks), with and without block descales; q or k/v dense beside the other packed; a softcap
-// and a window; the schedules without overlap, ping-pong or the persistent hand-out.
+// and a window; the schedules without overlap, ping-pong or the persistent hand-out; GQA packing (by
+// default in decoding steps, forced on for longer queries and a dense batch, with a window, softcap,
+// MQA, and off; not over q block descales).
 TEST_F(Fp8Forward, VariableLengthCornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
@@ -927,6 +934,27 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
   cases.push_back(c);
   c.dense_q = false, c.lens_q = {150, 7}, c.lens_k = {700, 700}, c.dense_k = true, c.used_k = {650, 700};
   cases.push_back(c);
+  for (int d : {64, 128}) {
+    c = Fp8VarlenCase{};
+    c.head_dim = d, c.heads_q = 8, c.heads_kv = 2, c.q_amplitude = 4.0f;
+    c.lens_q = {1, 1, 1}, c.lens_k = {3000, 700, 129}, c.used_k = {2999, 1, 128};  // decoding: packs by default
+    cases.push_back(c);
+    c.lens_q = {4, 2, 3}, c.causal = true, c.options.pack_gqa = KernelOptions::PackGqa::kOn;  // speculative rows
+    cases.push_back(c);
+    c.lens_q = {77, 200, 1}, c.lens_k = {500, 333, 64}, c.used_k = {}, c.causal = false;  // 32 query rows a tile
+    c.window_left = 50, c.window_right = 3, c.softcap = 5.0f;
+    cases.push_back(c);
+    c.window_left = c.window_right = -1, c.softcap = 0.0f, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
+    c.lens_q = {2, 1, 1}, c.options.pack_gqa = KernelOptions::PackGqa::kAuto;  // q block descales: never packed
+    cases.push_back(c);
+    c.block_scales = false, c.heads_q = 32, c.heads_kv = 1, c.options.pack_gqa = KernelOptions::PackGqa::kOn;  // MQA
+    c.lens_q = {3, 1}, c.lens_k = {900, 900}, c.dense_q = false, c.dense_k = true;
+    cases.push_back(c);
+    c.lens_q = {1, 1}, c.dense_q = true;  // a dense FP8 batch packed on request (the variable-length kernels)
+    cases.push_back(c);
+    c.options.pack_gqa = KernelOptions::PackGqa::kOff, c.used_k = {17, 900};
+    cases.push_back(c);
+  }
   expect_varlen_cases_match_oracle(cases, seed);
 }
 

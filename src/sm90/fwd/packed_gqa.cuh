@@ -93,12 +93,12 @@ __device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int t
 // multiple of 4) to the rows tile_row maps them to, scaled per row half by out_scale, and with_lse
 // its rows' LSE from one thread per quad; dead rows store nothing. seq: the tile's sequence (rows from
 // q_row0 of q_batch in a packed out). Through registers: a packed tile's rows are not one box of out.
-template <class Traits, int kRegisters>
+// kBf16 / Element: the output's 16-bit type (the FP8 kernels store bf16).
+template <bool kBf16, typename Element, int kRegisters>
 __device__ __forceinline__ void store_tile_registers(const FwdParams& p, const VarlenSequence& seq,
                                                      const TileCoord& c, int warpgroup_row, int thread, int first,
                                                      const float (&o)[kRegisters], const float (&out_scale)[2],
                                                      const float (&lse)[2], bool with_lse) {
-  using Element = typename Traits::Element;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const TileRow t = tile_row(p, c, seq.bounds.seqlen_q, warpgroup_row, thread, half);
@@ -111,7 +111,7 @@ __device__ __forceinline__ void store_tile_registers(const FwdParams& p, const V
       const int col = accumulator_col(thread, first + i);
       if (fragment_row_half(i) != half || col >= p.head_dim) continue;  // past head_dim: see store_row_registers
       *reinterpret_cast<std::uint32_t*>(out + col) =
-          pack_pair<Traits::kIsBf16>(o[i] * out_scale[half], o[i + 1] * out_scale[half]);
+          pack_pair<kBf16>(o[i] * out_scale[half], o[i + 1] * out_scale[half]);
     }
     if (with_lse && p.lse != nullptr && thread % 4 == 0) {
       p.lse[seq.rows.q_batch * p.lse_batch_stride + t.head * p.lse_head_stride + row * p.lse_row_stride] = lse[half];
@@ -128,7 +128,8 @@ __device__ __forceinline__ void store_packed_output(const FwdParams& p, const Va
   float inv_sum[2];
   float lse[2];
   finish_rows(p, softmax, inv_sum, lse);
-  store_tile_registers<Traits>(p, seq, c, warpgroup_row, thread, 0, o, inv_sum, lse, true);
+  store_tile_registers<Traits::kIsBf16, typename Traits::Element>(p, seq, c, warpgroup_row, thread, 0, o, inv_sum, lse,
+                                                                  true);
 }
 
 }  // namespace hopattn::sm90

@@ -22,6 +22,7 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/arch/wgmma_fp8.cuh"
 #include "sm90/fwd/mask.cuh"
+#include "sm90/fwd/packed_gqa.cuh"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sequence.cuh"
 #include "sm90/fwd_fp8/epilogue.cuh"
@@ -73,8 +74,10 @@ class Fp8Consumer {
       TileVisit visit;
       const TileCoord c = this_visit(visit_id, &visit);
       const int n_begin = visit.n_begin, n_end = visit.n_end;
-      const int m0 = c.m_block * Traits::kBlockM;
-      const int row0 = m0 + warpgroup_ * Traits::kRowsPerWarpgroup;
+      // m0: the tile's first query row (what block ranges and masked-block bounds take); row0: the
+      // warpgroup's first row, a packed index in a packed GQA tile (fwd/packed_gqa.cuh).
+      const int m0 = c.m_block * (Traits::kPacksGqa ? b_.tile_q_rows : Traits::kBlockM);
+      const int row0 = (Traits::kPacksGqa ? c.m_block * b_.packed_rows : m0) + warpgroup_ * Traits::kRowsPerWarpgroup;
       const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(mask_bounds(c.batch), m0);
       begin_tile(c, row0);
 
@@ -139,7 +142,7 @@ class Fp8Consumer {
   // Per-tile scale factors; see the header comment.
   __device__ void begin_tile(const TileCoord& c, int row0) {
     batch_ = c.batch;
-    kv_head_ = c.head / b_.head_ratio;
+    kv_head_ = Traits::kPacksGqa && b_.pack_gqa ? c.head : c.head / b_.head_ratio;  // packed: c.head is the K/V head
     // A warpgroup past seqlen_q stores nothing; clamp its q block index into the descale's extent.
     const int q_row = row0 < b_.seqlen_q ? row0 : b_.seqlen_q - 1;
     const DescaleView& qb = p_.q_block_descale;
@@ -255,7 +258,8 @@ class Fp8Consumer {
       if constexpr (kPermutedK) {
         apply_mask_permuted(s, thread_, row0, n0, b_, PermutedKeyColumns{});
       } else {
-        apply_mask(s, thread_, row0, n0, mask_bounds(batch_));
+        if (Traits::kPacksGqa && b_.pack_gqa) apply_mask_packed(s, thread_, row0, n0, mask_bounds(batch_), b_);
+        else apply_mask(s, thread_, row0, n0, mask_bounds(batch_));
       }
     }
   }

@@ -12,6 +12,7 @@
 #include "sm90/arch/convert.cuh"
 #include "sm90/fwd/combine_rows.cuh"
 #include "sm90/fwd/epilogue.cuh"
+#include "sm90/fwd/packed_gqa.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sequence.cuh"
@@ -77,6 +78,11 @@ __device__ __forceinline__ void store_fp8_varlen_output(const FwdParams& p, type
   float lse[2];
   fp8_finish_rows(softmax, v_scale, out_scale, lse);
   const VarlenSequence sequence = varlen_sequence(p, c.batch);
+  if (Traits::kPacksGqa && p.pack_gqa) {  // each live row to its own (row, head) of out
+    store_tile_registers<true, __nv_bfloat16>(p, sequence, c, warpgroup * Traits::kRowsPerWarpgroup, thread, 0, o,
+                                              out_scale, lse, true);
+    return;
+  }
   const TileCoord out_c{c.m_block, c.head, sequence.rows.q_batch};
   const PackedRowEnd rows{sequence.rows.q_row0 + sequence.bounds.seqlen_q};
   const int out_row0 = sequence.rows.q_row0 + row0;

@@ -50,10 +50,24 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
                       " is not supported by the sm_90a fp8 forward kernel; it needs multiples of " +
                       std::to_string(Traits::kRowsPerWarpgroup) + " and " + std::to_string(Traits::kBlockN));
   }
+  // GQA packing (variable-length kernels up to d 128): where packs_gqa says it pays, as in the 16-bit
+  // launch, but not over a q block descale, whose entries are per query head.
+  const bool pack_gqa = Traits::kPacksGqa && !args.q_block_descale &&
+                        packs_gqa(args.options.pack_gqa, pr, Traits::kBlockM);
+  if (Traits::kPacksGqa && args.q_block_descale && args.options.pack_gqa == KernelOptions::PackGqa::kOn)
+    return Status(StatusCode::kUnsupported,
+                  "KernelOptions::pack_gqa = kOn with q_block_descale is not supported by the sm_90a fp8 forward "
+                  "kernel (a packed tile's rows span query heads, a q block descale is per query head); pack "
+                  "with per-head q_descale, or leave pack_gqa at kAuto");
+  const int head_ratio = pr.heads_q / pr.heads_kv;
   CUtensorMap tm_q, tm_k, tm_v;
   constexpr int kBox = Traits::kColsPerBlock;
   static_assert(kBox * Traits::kElementBytes == kSwizzleBytes, "TMA box must be one 128-byte swizzled row");
-  if (Status st = make_tensor_map(&tm_q, fp8_byte_view(args.q), kBox, Traits::kBlockM); !st.ok()) return st;
+  if (Status st = pack_gqa ? make_packed_q_map(&tm_q, fp8_byte_view(args.q), kBox, head_ratio,
+                                               Traits::kBlockM / head_ratio)
+                           : make_tensor_map(&tm_q, fp8_byte_view(args.q), kBox, Traits::kBlockM);
+      !st.ok())
+    return st;
   const BshdView k_view = fp8_byte_view(args.k);
   if (Status st = make_tensor_map(&tm_k, k_view, kBox, Traits::kBlockN); !st.ok()) return st;
   // Where V^T comes from global memory: V^T boxes of 128 keys x the head dim, and K's permuted rows
@@ -87,7 +101,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.seqlen_q == 0 || (pr.varlen_q && args.q.shape[0] == 0)) return Status::Ok();
   DeviceGuard device(pr.device_index);
   Fp8FwdParams fp = make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN,
-                                    heads_per_group(pr, pr.device_index, /*pack_gqa=*/false));
+                                    heads_per_group(pr, pr.device_index, pack_gqa), pack_gqa);
   FwdParams& p = fp.base;
   fp.k_groups_per_batch = k_block_boxes ? pr.seqlen_k / 16 : 0;
   p.pingpong = p.pingpong && Traits::kPingPongPays;

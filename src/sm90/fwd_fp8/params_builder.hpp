@@ -19,11 +19,12 @@ inline DescaleView fp8_descale_view(const std::optional<Tensor>& t, int rows_per
 }
 
 // tile_counter stays null, as in make_fwd_params. block_n: the kernel's keys per K block, which
-// descale_block_rows_kv must be a multiple of when k / v block descales are given.
+// descale_block_rows_kv must be a multiple of when k / v block descales are given. pack_gqa: as in
+// make_fwd_params (the variable-length kernels; never with a q block descale).
 inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
-                                    int heads_per_group) {
+                                    int heads_per_group, bool pack_gqa = false) {
   Fp8FwdParams fp{};
-  fp.base = make_fwd_params(args, pr, block_m, heads_per_group);
+  fp.base = make_fwd_params(args, pr, block_m, heads_per_group, pack_gqa);
   fp.q_descale = fp8_descale_view(args.q_descale, 0);
   fp.k_descale = fp8_descale_view(args.k_descale, 0);
   fp.v_descale = fp8_descale_view(args.v_descale, 0);
@@ -48,6 +49,8 @@ inline std::string fp8_params_error(const Fp8FwdParams& fp, int block_m) {
   }
   if (fp.kv_blocks_per_descale.divisor < 1)
     return "Fp8FwdParams: kv_blocks_per_descale is 0 (descale_block_rows_kv below one K block)";
+  if (fp.base.pack_gqa && fp.q_block_descale.data != nullptr)
+    return "Fp8FwdParams: pack_gqa with a q block descale (a packed tile's rows span query heads)";
   return std::string();
 }
 

@@ -58,7 +58,9 @@ __device__ __forceinline__ void load_permuted_k(std::uint8_t* stage, const CUten
 // q_full) once they are done with the previous Q tile, and kNoVisitLeft tells them to stop. Then the
 // transposers, where there are any, are told to stop (finish_v). A variable-length launch
 // (Traits::kVarlen) skips the tiles past their sequence's last row, loads from each tile's sequence
-// rows (fwd/sequence.cuh) and tells the transposers how many rows of each V stage hold its keys.
+// rows (fwd/sequence.cuh) and tells the transposers how many rows of each V stage hold its keys; a
+// packed GQA tile (FwdParams::pack_gqa) loads its tile_q_rows rows of every query head of its K/V
+// head through the 5D map of make_packed_q_map, as the 16-bit producer's publish_varlen_visit does.
 template <class Traits>
 __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                               const CUtensorMap* tm_k_permuted, const CUtensorMap* tm_v, const Fp8FwdParams& fp) {
@@ -86,19 +88,29 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
     // The tile's rows of q, and of k and v (from k_row0, in TMA batch entry k_batch).
     TileVisit v;
     TileCoord c;
-    int q_row, q_batch, k_row0, k_batch;
+    int q_row, q_batch, k_row0, k_batch, kv_head;
     if constexpr (Traits::kVarlen) {
       v = varlen.visit, c = varlen.coord;
-      q_row = varlen.seq.rows.q_row0 + c.m_block * Traits::kBlockM, q_batch = varlen.seq.rows.q_batch;
+      q_row = varlen.seq.rows.q_row0 + c.m_block * p.tile_q_rows, q_batch = varlen.seq.rows.q_batch;
       k_row0 = varlen.seq.rows.k_row0, k_batch = varlen.seq.rows.k_batch;
+      kv_head = varlen_kv_head<Traits>(p, c);
     } else {
       v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
       c = decode_tile(p, v.tile);
       q_row = c.m_block * Traits::kBlockM, q_batch = c.batch, k_row0 = 0, k_batch = c.batch;
+      kv_head = c.head / p.head_ratio;
     }
-    const int kv_head = c.head / p.head_ratio;
-    mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
-    load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, q_row, c.head, q_batch);
+    if (Traits::kPacksGqa && p.pack_gqa) {
+      using QTile = typename Traits::QTile;
+      mbarrier_arrive_expect_tx(&s.q_full, p.packed_rows * (QTile::kBytes / Traits::kBlockM));
+#pragma unroll
+      for (int cb = 0; cb < QTile::kColumnBlocks; ++cb) {
+        tma_load_5d(s.q + cb * QTile::kColumnBlockBytes, tm_q, &s.q_full, cb * kCols, 0, c.head, q_row, q_batch);
+      }
+    } else {
+      mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
+      load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, q_row, c.head, q_batch);
+    }
     for (int n = v.n_end - 1; n >= v.n_begin; --n) {  // the consumers' order
       const int stage = ring.index();
       mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);

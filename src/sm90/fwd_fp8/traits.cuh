@@ -169,6 +169,9 @@ struct Fp8FwdTraits {
   // Not with variable lengths: the split plan assumes every tile has the same key blocks.
   static constexpr bool kTailSplit = kHeadDim != 256 && (kSoftcap || !kBlockDescales) && !kVarlen;
   static constexpr bool kVarlenSplit = false;  // the FP8 variable-length kernels do not split (fwd/launch.cuh begin_schedule)
+  // GQA packing (fwd/packed_gqa.cuh), as in the 16-bit variable-length kernels and, as there, up to
+  // head dim 128; not with q block descales (a packed tile's rows span query heads).
+  static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
   // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
   // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
   // balance.
