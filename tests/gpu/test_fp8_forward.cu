@@ -416,6 +416,7 @@ struct Fp8VarlenCase {
   float softcap = 0.0f, q_amplitude = 2.0f;
   bool head_scales = true, block_scales = false;
   int rows_q = 128, rows_kv = 128;
+  int num_splits = 0;  // the API's: 0 heuristic (decoding steps split), 1 never, n pieces per tile
   KernelOptions options;
 
   std::string describe() const {
@@ -434,6 +435,7 @@ struct Fp8VarlenCase {
       << ")" << (head_scales ? " head-scales" : "");
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
+    if (num_splits != 0) s << " num_splits " << num_splits;
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
       << options.persistent << " pack_gqa " << static_cast<int>(options.pack_gqa);
     return s.str();
@@ -524,6 +526,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   args.window_right = c.window_right;
   args.softcap = c.softcap;
   args.options = c.options;
+  args.num_splits = c.num_splits;
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -859,6 +862,7 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   const int pack = int(rng() % 4);
   if (pack == 1 && c.head_dim <= 128 && !c.block_scales) c.options.pack_gqa = KernelOptions::PackGqa::kOn;
   if (pack == 2) c.options.pack_gqa = KernelOptions::PackGqa::kOff;
+  c.num_splits = pick({0, 0, 1, 3});
   // Keep the oracle's work bounded.
   const auto work = [&] {
     double w = 0;
@@ -900,7 +904,9 @@ TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
 // (192-key blocks), with and without block descales; q or k/v dense beside the other packed; a softcap
 // and a window; the schedules without overlap, ping-pong or the persistent hand-out; GQA packing (by
 // default in decoding steps, forced on for longer queries and a dense batch, with a window, softcap,
-// MQA, and off; not over q block descales).
+// MQA, and off; not over q block descales); split pieces merged by the combine kernel (decoding steps
+// by default, explicit counts over longer queries, with block descales and a softcap: pieces that end
+// in different v block scales).
 TEST_F(Fp8Forward, VariableLengthCornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
@@ -953,6 +959,14 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.lens_q = {1, 1}, c.dense_q = true;  // a dense FP8 batch packed on request (the variable-length kernels)
     cases.push_back(c);
     c.options.pack_gqa = KernelOptions::PackGqa::kOff, c.used_k = {17, 900};
+    cases.push_back(c);
+    c = Fp8VarlenCase{};
+    c.head_dim = d, c.heads_q = 8, c.heads_kv = 2, c.lens_q = {1, 1}, c.lens_k = {5000, 333}, c.used_k = {4999, 200};
+    c.num_splits = 7;  // explicit pieces of a decoding step
+    cases.push_back(c);
+    c.lens_q = {150, 20, 3}, c.lens_k = {900, 1000, 5}, c.used_k = {}, c.num_splits = 3, c.causal = true;
+    cases.push_back(c);
+    c.causal = false, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128, c.softcap = 10.0f, c.num_splits = 4;
     cases.push_back(c);
   }
   expect_varlen_cases_match_oracle(cases, seed);

@@ -99,7 +99,8 @@ class Fp8Consumer {
         mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
       }
       if constexpr (Traits::kVarlen) {
-        store_fp8_varlen_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_);
+        store_fp8_varlen_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_,
+                                        visit.split_slot);
       } else {
         store_fp8_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_,
                                  visit.split_slot);
@@ -109,11 +110,12 @@ class Fp8Consumer {
 
  private:
   // What visit `id` (>= 0) works on: a whole tile, or where Traits::kTailSplit a split piece too; and
-  // the coordinates of its tile. A variable-length visit is a whole tile of its sequence's key blocks
-  // (the producer skips the tiles past a sequence's last row).
+  // the coordinates of its tile. A variable-length visit is a whole tile of its sequence's key blocks,
+  // or where Traits::kVarlenSplit one of its pieces (the producer skips the tiles past a sequence's
+  // last row).
   __device__ TileCoord this_visit(int id, TileVisit* v) const {
     if constexpr (Traits::kVarlen) {
-      const VarlenVisit varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, /*kSplit=*/false>(b_, id);
+      const VarlenVisit varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(b_, id);
       *v = varlen.visit;
       return varlen.coord;
     } else if constexpr (Traits::kTailSplit) {

@@ -65,19 +65,30 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Tr
   store_rows<true, __nv_bfloat16>(p, p, c, row0, thread, o, out_scale, lse);
 }
 
-// The same for a tile of a variable-length batch (Traits::kVarlen; no split pieces): its rows in out's
-// coordinates start at its sequence's first row in the packed out, whose tensor map ends only at the
-// last sequence's end. So a warpgroup whose rows run past its own sequence stores through registers,
-// as the 16-bit kernel's store_varlen_tile does: by TMA it would overwrite the next sequence's rows.
+// The same for a tile of a variable-length batch (Traits::kVarlen): its rows in out's coordinates
+// start at its sequence's first row in the packed out, whose tensor map ends only at the last
+// sequence's end. So a warpgroup whose rows run past its own sequence stores through registers, as
+// the 16-bit kernel's store_varlen_tile does: by TMA it would overwrite the next sequence's rows. A
+// split piece (split_slot >= 0, Traits::kVarlenSplit) stores its live rows' O and LSE for the combine
+// kernel instead (the 16-bit kernel's store_varlen_piece).
 template <class Traits, class Softmax>
 __device__ __forceinline__ void store_fp8_varlen_output(const FwdParams& p, typename Traits::SharedStorage& s,
                                                         const CUtensorMap* tm_o, const TileCoord& c, int warpgroup,
                                                         int row0, int thread, const float (&o)[Traits::kORegisters],
-                                                        const Softmax& softmax, float v_scale) {
+                                                        const Softmax& softmax, float v_scale, int split_slot) {
   float out_scale[2];
   float lse[2];
   fp8_finish_rows(softmax, v_scale, out_scale, lse);
   const VarlenSequence sequence = varlen_sequence(p, c.batch);
+  if constexpr (Traits::kVarlenSplit) {
+    if (split_slot >= 0) {
+      if (thread_has_live_row(p, c, sequence.bounds.seqlen_q, warpgroup * Traits::kRowsPerWarpgroup, thread)) {
+        store_combine_partial<Traits::kORegisters, Traits::kConsumerWarpgroups>(p, split_slot, warpgroup, thread, o,
+                                                                                out_scale, lse);
+      }
+      return;
+    }
+  }
   if (Traits::kPacksGqa && p.pack_gqa) {  // each live row to its own (row, head) of out
     store_tile_registers<true, __nv_bfloat16>(p, sequence, c, warpgroup * Traits::kRowsPerWarpgroup, thread, 0, o,
                                               out_scale, lse, true);

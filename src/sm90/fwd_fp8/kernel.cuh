@@ -47,7 +47,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                  const __grid_constant__ Fp8FwdParams params) {
   typename Traits::SharedStorage& s = fp8_shared_storage<Traits>();
   const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
-  if constexpr (Traits::kTailSplit) allow_dependent_launch();  // the split combine (split_combine.cuh)
+  // The split combines (split_combine.cuh; fwd/varlen_combine.cuh for the variable-length split).
+  if constexpr (Traits::kTailSplit || Traits::kVarlenSplit) allow_dependent_launch();
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&tm_q);
     tma_prefetch_descriptor(&tm_k);

@@ -114,7 +114,8 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
   if (Status st = cuda_status(attr, "raising the fp8 forward kernel's shared-memory limit"); !st.ok()) return st;
 
-  // The hand-out of launch_forward (launch.cuh); split pieces are merged by a second kernel.
+  // The hand-out of launch_forward (launch.cuh); split pieces (the tail split, or the variable-length
+  // split) are merged by a second kernel.
   Schedule schedule;
   if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
@@ -123,6 +124,10 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   Status launched = cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
   if constexpr (Traits::kTailSplit) {
     if (launched.ok() && p.split.units > 0) launched = launch_split_combine<Traits>(fp, stream);
+  }
+  if constexpr (Traits::kVarlenSplit) {  // pieces in the 16-bit partial format: the bf16 combine merges them
+    if (launched.ok() && p.split.units > 0)
+      launched = launch_varlen_combine<Fp8VarlenCombineTraits<Traits::kHeadDim>>(p, stream);
   }
   return end_schedule(args, schedule, launched);
 }

@@ -74,7 +74,7 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
     [[maybe_unused]] VarlenVisit varlen;
     if constexpr (Traits::kVarlen) {
       if (id != kNoVisitLeft) {
-        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, /*kSplit=*/false>(p, id);
+        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
         if (varlen_tile_is_empty(p, varlen)) continue;
       }
     }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "sm90/fwd/traits.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -168,9 +169,12 @@ struct Fp8FwdTraits {
   // consumer ran 3-7% slower with the split's code, split or not (2k: +7.3%).
   // Not with variable lengths: the split plan assumes every tile has the same key blocks.
   static constexpr bool kTailSplit = kHeadDim != 256 && (kSoftcap || !kBlockDescales) && !kVarlen;
-  static constexpr bool kVarlenSplit = false;  // the FP8 variable-length kernels do not split (fwd/launch.cuh begin_schedule)
+  // The variable-length split (plan_varlen_split: every tile in equal-count pieces, for decoding) and
   // GQA packing (fwd/packed_gqa.cuh), as in the 16-bit variable-length kernels and, as there, up to
-  // head dim 128; not with q block descales (a packed tile's rows span query heads).
+  // head dim 128; packing not over q block descales (a packed tile's rows span query heads). A piece
+  // stores its O normalized and its LSE in the 16-bit kernels' partial format (store_combine_partial),
+  // so their combine kernel of the same head dim (VarlenCombineTraits, bf16 out) merges the pieces.
+  static constexpr bool kVarlenSplit = kVarlen && kHeadDim <= 128;
   static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
   // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
   // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
@@ -215,6 +219,13 @@ struct Fp8FwdTraits {
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage)) + kSwizzleAtomBytes;
   static_assert(kSharedBytes <= 227 * 1024, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
 };
+
+// The traits the variable-length split combine (fwd/varlen_combine.cuh) takes for FP8 pieces: those of
+// the bf16 variable-length kernel of the head dim (the combine reads only its O register count,
+// consumer warpgroups, rows per warpgroup and output type), so both merge with the same kernel.
+template <int kHeadDim>
+using Fp8VarlenCombineTraits =
+    FwdTraits<kHeadDim, __nv_bfloat16, 128, kHeadDim == 64 ? 4 : 2, true, 2, /*kVarlen=*/true>;
 
 // Fp8FwdTraits with the default block width.
 template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal, bool kVarlen = false>
