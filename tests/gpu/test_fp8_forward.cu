@@ -561,24 +561,40 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   return "";
 }
 
-void expect_varlen_cases_match_oracle(const std::vector<Fp8VarlenCase>& cases, std::uint64_t seed) {
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const std::string why = run_fp8_varlen_case(cases[i], splitmix64(seed + i));
-    EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
-  }
-}
-
 int log_uniform(std::mt19937_64& rng, int lo, int hi) {
   std::uniform_real_distribution<double> d(std::log(double(lo)), std::log(double(hi) + 1));
   return std::min(hi, static_cast<int>(std::exp(d(rng))));
 }
 
+std::string run_case(const Fp8Case& c, std::uint64_t seed) { return run_fp8_case(c, seed); }
+std::string run_case(const Fp8VarlenCase& c, std::uint64_t seed) { return run_fp8_varlen_case(c, seed); }
+
 // Runs each case (seeded from `seed` and its index) and reports every one that misses the oracle.
-void expect_cases_match_oracle(const std::vector<Fp8Case>& cases, std::uint64_t seed) {
+template <class Case>
+void expect_cases_match_oracle(const std::vector<Case>& cases, std::uint64_t seed) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const std::string why = run_fp8_case(cases[i], splitmix64(seed + i));
+    const std::string why = run_case(cases[i], splitmix64(seed + i));
     EXPECT_TRUE(why.empty()) << cases[i].describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << why;
   }
+}
+
+// A sweep of `count` random cases, make_case(i) the i-th: each one that misses the oracle is reported,
+// up to 10 (then the sweep stops), and a summary line printed.
+template <class MakeCase>
+void expect_random_cases_match_oracle(int count, std::uint64_t seed, MakeCase make_case) {
+  std::cout << "[ seed     ] HOPATTN_TEST_SEED=" << seed << std::endl;
+  int passed = 0, failed = 0;
+  for (int i = 0; i < count && failed < 10; ++i) {
+    const auto c = make_case(i);
+    const std::string why = run_case(c, splitmix64(seed + i));
+    if (why.empty()) {
+      ++passed;
+    } else {
+      ++failed;
+      ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  " << why;
+    }
+  }
+  std::cout << "[ sweep    ] passed " << passed << ", failed " << failed << std::endl;
 }
 
 Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
@@ -626,24 +642,14 @@ class Fp8Forward : public HopperTest {};
 
 TEST_F(Fp8Forward, RandomConfigurationsMatchTheOracle) {
   const std::uint64_t seed = run_seed();
-  std::cout << "[ seed     ] HOPATTN_TEST_SEED=" << seed << std::endl;
   std::mt19937_64 rng(seed);
   constexpr int kEdges[] = {1, 63, 65, 127, 129, 257};
   constexpr int kEdgeCount = static_cast<int>(sizeof(kEdges) / sizeof(kEdges[0]));
-  int passed = 0, failed = 0;
-  for (int i = 0; i < 120 && failed < 10; ++i) {
+  expect_random_cases_match_oracle(120, seed, [&](int i) {
     const int fq = i < kEdgeCount ? kEdges[i] : 0;
     const int fk = i >= kEdgeCount && i < 2 * kEdgeCount ? kEdges[i - kEdgeCount] : 0;
-    const Fp8Case c = random_fp8_case(rng, fq, fk);
-    const std::string why = run_fp8_case(c, splitmix64(seed + i));
-    if (why.empty()) {
-      ++passed;
-    } else {
-      ++failed;
-      ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  " << why;
-    }
-  }
-  std::cout << "[ sweep    ] passed " << passed << ", failed " << failed << std::endl;
+    return random_fp8_case(rng, fq, fk);
+  });
 }
 
 // Fixed corners: every head dim with the tail of a K block, causal with more queries than keys (rows
@@ -882,20 +888,8 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
 // NaN), every head dim, masks, softcap, GQA, per-head and per-block descales, the kernel options.
 TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
   const std::uint64_t seed = run_seed();
-  std::cout << "[ seed     ] HOPATTN_TEST_SEED=" << seed << std::endl;
   std::mt19937_64 rng(seed);
-  int passed = 0, failed = 0;
-  for (int i = 0; i < 40 && failed < 10; ++i) {
-    const Fp8VarlenCase c = random_fp8_varlen_case(rng);
-    const std::string why = run_fp8_varlen_case(c, splitmix64(seed + i));
-    if (why.empty()) {
-      ++passed;
-    } else {
-      ++failed;
-      ADD_FAILURE() << "case " << i << " (HOPATTN_TEST_SEED=" << seed << "): " << c.describe() << "\n  " << why;
-    }
-  }
-  std::cout << "[ sweep    ] passed " << passed << ", failed " << failed << std::endl;
+  expect_random_cases_match_oracle(40, seed, [&](int) { return random_fp8_varlen_case(rng); });
 }
 
 // Fixed corners of the variable-length kernels: per head dim, a sequence of one query, one with no key
@@ -969,7 +963,7 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.causal = false, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128, c.softcap = 10.0f, c.num_splits = 4;
     cases.push_back(c);
   }
-  expect_varlen_cases_match_oracle(cases, seed);
+  expect_cases_match_oracle(cases, seed);
 }
 
 // Keys-contiguous v (V^T in memory) is a dense-only layout: with cu_seqlens_q the kernel refuses it,
