@@ -17,7 +17,7 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
                        "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k) or with a paged KV "
-                       "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v, dense or variable-length, "
+                       "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v likewise, "
                        "with head dim 64, 128 "
                        "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, softcap, "
                        "GQA/MQA, softmax_scale and LSE (the CPU reference backend supports every feature on host "
@@ -83,7 +83,6 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
   const bool varlen = takes_varlen_kernels(args, pr);
-  if (pr.paged && pr.in_dtype == Dtype::kFloat8E4M3) return unsupported("FP8 with a paged KV cache");
   if (varlen && !args.options.warp_specialized)
     return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k) or a paged KV cache with "
                        "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "

@@ -14,7 +14,7 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "
                   "producer warpgroup also transposes V");
   const bool vt = pr.v_keys_contiguous;
-  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k;
+  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged;
   if (varlen && vt)
     return Status(StatusCode::kUnsupported,
                   "v keys-contiguous (V^T in memory) with variable-length input (cu_seqlens_q, cu_seqlens_k, "

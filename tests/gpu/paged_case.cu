@@ -67,7 +67,6 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
   check_case_shape(c);
   const int batch = c.batch(), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim, ps = c.page_size;
   const int pages_per_seq = c.pages_per_seq(), num_pages = c.num_pages();
-  const bool fp8 = c.dtype == Dtype::kFloat8E4M3;
   starts_q = prefix_sums(c.len_q);
 
   // Pages: every id once, shuffled; sequence b takes the next pages_for(b) of them, in that order.
@@ -94,21 +93,16 @@ PagedCall::PagedCall(const PagedCase& c, std::uint64_t seed) {
     }
   }
 
-  // Inputs: fresh normal values (e4m3: 1.0), then +-kGarbage (or non_key_value) in every pool row that
-  // is no key.
+  // Inputs: fresh normal values, then +-kGarbage (or non_key_value) in every pool row that is no key.
   q = make_rows(c.dtype, starts_q.back(), hq, d, c.padded_rows, 0);
   k = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
   v = make_rows(c.dtype, std::int64_t(num_pages) * ps, hkv, d, c.padded_rows, 0);
-  if (fp8) {
-    fill_e4m3_ones({&q, &k, &v});
-  } else {
-    fill_inputs(q, k, v, seed, c.amplitude);
-    const DeviceBuffer flags = upload(garbage);
-    fill_flagged_rows(k, flags, c.non_key_value.value_or(kGarbage));
-    fill_flagged_rows(v, flags, c.non_key_value.value_or(-kGarbage));
-  }
+  fill_inputs(q, k, v, seed, c.amplitude);
+  const DeviceBuffer flags = upload(garbage);
+  fill_flagged_rows(k, flags, c.non_key_value.value_or(kGarbage));
+  fill_flagged_rows(v, flags, c.non_key_value.value_or(-kGarbage));
 
-  outputs = PoisonedOutputs(fp8 ? kBf16 : c.dtype, starts_q, c.varlen_q, hq, d, c.padded_rows, c.with_lse);
+  outputs = PoisonedOutputs(c.dtype, starts_q, c.varlen_q, hq, d, c.padded_rows, c.with_lse);
 
   table_dev = upload(table);
   if (c.varlen_q) cu_q = upload(starts_q);

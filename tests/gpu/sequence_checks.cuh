@@ -204,11 +204,6 @@ SequenceInputs make_sequence_inputs(const Case& c, const std::vector<int>& start
   return in;
 }
 
-// Float8 e4m3 inputs of a call to be refused: 0x38 is 1.0 in e4m3, valid inputs, should a kernel read them.
-inline void fill_e4m3_ones(std::initializer_list<const RowBuffer*> buffers) {
-  for (const RowBuffer* t : buffers) HOPATTN_CUDA_CHECK(cudaMemset(t->storage.data(), 0x38, t->storage.bytes()));
-}
-
 // The float32 LSE, (heads_q, total_q) for varlen q or (batch, heads_q, seqlen_q) for dense q, each
 // head's row followed by kLsePad poisoned entries and the first preceded by as many.
 struct LseBuffer {

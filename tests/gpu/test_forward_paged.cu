@@ -11,7 +11,8 @@
 // into contiguous buffers and the float32 GPU reference runs on batch-1 views, judged by the rule of
 // the dense tests (forward_case.cu), with outputs poisoned with NaN and bracketed by poisoned guards
 // (the helpers and checks of sequence_checks.cuh, shared with test_forward_varlen.cu). Page sizes other
-// than powers of two >= 16, FP8 and the warp_specialized = false ablation are refused with kUnsupported.
+// than powers of two >= 16 and the warp_specialized = false ablation are refused with kUnsupported. FP8
+// paged caches are tested in test_fp8_forward.cu (against its FP8 oracle).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -370,14 +371,6 @@ TEST_F(ForwardPaged, OtherPageSizesAreUnsupported) {
         EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
       }
     }
-  }
-}
-
-TEST_F(ForwardPaged, Fp8IsUnsupported) {
-  for (const bool varlen_q : {false, true}) {
-    const PagedCase c = refusal_case(64, varlen_q, Dtype::kFloat8E4M3);
-    const std::string problems = expect_refused(c, nullptr);
-    EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
   }
 }
 

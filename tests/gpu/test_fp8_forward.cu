@@ -403,13 +403,16 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
       c.with_lse ? [&](std::int64_t row) { return lse_h[row]; } : std::function<float(std::int64_t)>());
 }
 
-// A variable-length FP8 batch (cu_seqlens_q / cu_seqlens_k / seqused_k): sequence b has lens_q[b]
-// queries and lens_k[b] keys, of which it uses used_k[b] (seqused_k; empty: all of them). The k and v
-// rows past the keys in use are e4m3 NaN (0x7f), as a cache's unwritten rows may be. dense_q /
-// dense_k pass equal-length q or k/v as (batch, seqlen, heads, d) without cu_seqlens instead.
+// A variable-length FP8 batch (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache): sequence b
+// has lens_q[b] queries and lens_k[b] keys, of which it uses used_k[b] (seqused_k; empty: all of
+// them). The k and v rows past the keys in use are e4m3 NaN (0x7f), as a cache's unwritten rows may
+// be. dense_q / dense_k pass equal-length q or k/v as (batch, seqlen, heads, d) without cu_seqlens
+// instead; page_size > 0 passes k/v as a paged cache of that page size instead (shuffled pages of
+// max(lens_k) keys per sequence, spare pages, everything but the keys in use NaN; seqused_k given).
 struct Fp8VarlenCase {
   std::vector<int> lens_q, lens_k, used_k;
   bool dense_q = false, dense_k = false;
+  int page_size = 0;
   int heads_q = 4, heads_kv = 2, head_dim = 128;
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;
@@ -430,6 +433,7 @@ struct Fp8VarlenCase {
     if (!used_k.empty()) s << " seqused_k {" << list(used_k) << "}";
     if (dense_q) s << " dense q";
     if (dense_k) s << " dense k/v";
+    if (page_size > 0) s << " paged " << page_size;
     s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim << (causal ? " causal" : "")
       << (with_lse ? " lse" : "") << " qamp " << q_amplitude << " window (" << window_left << ", " << window_right
       << ")" << (head_scales ? " head-scales" : "");
@@ -464,7 +468,9 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const int total_q = starts_q.back(), total_k = starts_k.back();
   const int max_q = *std::max_element(c.lens_q.begin(), c.lens_q.end());
   const int max_k = *std::max_element(c.lens_k.begin(), c.lens_k.end());
-  const int blocks_q = (max_q + c.rows_q - 1) / c.rows_q, blocks_kv = (max_k + c.rows_kv - 1) / c.rows_kv;
+  const int pages_per_seq = c.page_size > 0 ? (max_k + c.page_size - 1) / c.page_size : 0;
+  const int kv_len = c.page_size > 0 ? pages_per_seq * c.page_size : max_k;  // the launch's seqlen_k
+  const int blocks_q = (max_q + c.rows_q - 1) / c.rows_q, blocks_kv = (kv_len + c.rows_kv - 1) / c.rows_kv;
   DeviceBuffer q = random_e4m3(std::int64_t(total_q) * hq * d, rng(), c.q_amplitude);
   DeviceBuffer k = random_e4m3(std::int64_t(total_k) * hkv * d, rng(), 1.0f);
   DeviceBuffer v = random_e4m3(std::int64_t(total_k) * hkv * d, rng(), 1.0f);
@@ -489,7 +495,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   DeviceBuffer out(nq * 2), lse(nlse * 4);
   poison_nan(out.data(), Dtype::kBFloat16, nq);
   poison_nan(lse.data(), Dtype::kFloat32, nlse);
-  const DeviceBuffer cu_q = upload_ints(starts_q), cu_k = upload_ints(starts_k), used_k = upload_ints(c.used_k);
+  const DeviceBuffer cu_q = upload_ints(starts_q), cu_k = upload_ints(starts_k);
 
   FwdArgs args;
   const auto rows = [&](const DeviceBuffer& x, Dtype dtype, int total, int heads, bool dense, int len) {
@@ -499,14 +505,43 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   args.q = rows(q, Dtype::kFloat8E4M3, total_q, hq, c.dense_q, max_q);
   args.k = rows(k, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k);
   args.v = rows(v, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k);
+  DeviceBuffer k_pages, v_pages, page_table;
+  if (c.page_size > 0) {
+    const int num_pages = batch * pages_per_seq + 3;
+    std::vector<int> order(num_pages), table(std::size_t(batch) * pages_per_seq);
+    for (int i = 0; i < num_pages; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t i = 0; i < table.size(); ++i) table[i] = order[i];
+    const std::size_t row_bytes = std::size_t(hkv) * d;
+    const auto paged = [&](const DeviceBuffer& rows_buffer) {
+      const auto host = rows_buffer.to_host<std::uint8_t>();
+      std::vector<std::uint8_t> pages(std::size_t(num_pages) * c.page_size * row_bytes, 0x7f);
+      for (int b = 0; b < batch; ++b)
+        for (int j = 0; j < used[b]; ++j) {
+          const std::size_t page = table[std::size_t(b) * pages_per_seq + j / c.page_size];
+          std::memcpy(&pages[(page * c.page_size + j % c.page_size) * row_bytes],
+                      &host[(std::size_t(starts_k[b]) + j) * row_bytes], row_bytes);
+        }
+      DeviceBuffer out(pages.size());
+      HOPATTN_CUDA_CHECK(cudaMemcpy(out.data(), pages.data(), pages.size(), cudaMemcpyHostToDevice));
+      return out;
+    };
+    k_pages = paged(k), v_pages = paged(v), page_table = upload_ints(table);
+    args.k = make_tensor(k_pages.data(), Dtype::kFloat8E4M3, {num_pages, c.page_size, hkv, d}, DeviceType::kCuda);
+    args.v = make_tensor(v_pages.data(), Dtype::kFloat8E4M3, {num_pages, c.page_size, hkv, d}, DeviceType::kCuda);
+    args.page_table = make_tensor(page_table.data(), Dtype::kInt32, {batch, pages_per_seq}, DeviceType::kCuda);
+  }
   args.out = rows(out, Dtype::kBFloat16, total_q, hq, c.dense_q, max_q);
   if (c.with_lse) {
     args.lse = c.dense_q ? make_tensor(lse.data(), Dtype::kFloat32, {batch, hq, max_q}, DeviceType::kCuda)
                          : make_tensor(lse.data(), Dtype::kFloat32, {hq, total_q}, DeviceType::kCuda);
   }
   if (!c.dense_q) args.cu_seqlens_q = make_tensor(cu_q.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
-  if (!c.dense_k) args.cu_seqlens_k = make_tensor(cu_k.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
-  if (!c.used_k.empty()) args.seqused_k = make_tensor(used_k.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+  if (!c.dense_k && c.page_size == 0)
+    args.cu_seqlens_k = make_tensor(cu_k.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
+  const DeviceBuffer used_all = upload_ints(used);  // a paged cache takes its key counts from seqused_k
+  if (!c.used_k.empty() || c.page_size > 0)
+    args.seqused_k = make_tensor(used_all.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
   args.max_seqlen_q = max_q;
   args.max_seqlen_k = max_k;
   if (c.head_scales) {
@@ -869,6 +904,7 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   if (pack == 1 && c.head_dim <= 128 && !c.block_scales) c.options.pack_gqa = KernelOptions::PackGqa::kOn;
   if (pack == 2) c.options.pack_gqa = KernelOptions::PackGqa::kOff;
   c.num_splits = pick({0, 0, 1, 3});
+  if (rng() % 4 == 0) c.page_size = pick({16, 32, 64, 128, 256});
   // Keep the oracle's work bounded.
   const auto work = [&] {
     double w = 0;
@@ -900,7 +936,8 @@ TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
 // default in decoding steps, forced on for longer queries and a dense batch, with a window, softcap,
 // MQA, and off; not over q block descales); split pieces merged by the combine kernel (decoding steps
 // by default, explicit counts over longer queries, with block descales and a softcap: pieces that end
-// in different v block scales).
+// in different v block scales); paged caches of 16-256 keys a page (d 128 past 2048 keys: pages take
+// 128-key blocks, never the 192-key ones).
 TEST_F(Fp8Forward, VariableLengthCornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
@@ -963,6 +1000,20 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.causal = false, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128, c.softcap = 10.0f, c.num_splits = 4;
     cases.push_back(c);
   }
+  for (int d : {64, 128, 256}) {
+    for (int page_size : {16, 64, 256}) {
+      c = Fp8VarlenCase{};
+      c.head_dim = d, c.heads_q = 8, c.heads_kv = 2, c.page_size = page_size, c.q_amplitude = 3.0f;
+      c.lens_q = {1, 1, 1}, c.lens_k = {900, 900, 900}, c.used_k = {899, 1, 300};  // decoding
+      cases.push_back(c);
+      c.lens_q = {77, 200}, c.lens_k = {333, 517}, c.used_k = {333, 400}, c.causal = true;  // chunked prefill
+      c.block_scales = page_size == 64, c.rows_q = 64, c.rows_kv = 128;
+      cases.push_back(c);
+    }
+  }
+  c = Fp8VarlenCase{};
+  c.page_size = 64, c.lens_q = {100, 1}, c.lens_k = {2600, 2600}, c.used_k = {2600, 2100};  // past 2048 keys
+  cases.push_back(c);
   expect_cases_match_oracle(cases, seed);
 }
 

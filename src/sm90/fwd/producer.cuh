@@ -12,8 +12,29 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/tile_load.cuh"
+#include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
+
+// A paged cache's rows of K/V block n (FwdParams::page_table; v: a tile with keys) into `smem`, in chunks
+// of min(page_size, kBlockN) rows, each from its page (the host takes page sizes that are powers of two
+// from 16 and launches key blocks that a page size divides or that divide it, so a chunk never
+// straddles a page and, a multiple of 8 rows, starts on a 1024-byte swizzle atom). A chunk past the
+// sequence's last key reads the last key's page from that key's row on (the consumers mask those keys;
+// rows past the page end are TMA's zero fill), never a table entry past the keys in use. Shared by the
+// 16-bit and FP8 producers; the caller has armed `full` for the whole tile.
+template <class Tile, int kColsPerBlock, int kBlockN>
+__device__ __forceinline__ void load_paged_chunks(const FwdParams& p, const VarlenVisit& v, std::uint8_t* smem,
+                                                  const CUtensorMap* map, std::uint64_t* full, int kv_head, int n) {
+  const int chunk_rows = min(p.page_size, kBlockN);
+  const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
+  const int last_key = v.seq.bounds.seqlen_k - 1;
+  for (int first = 0; first < kBlockN; first += chunk_rows) {
+    const int key = min(n * kBlockN + first, last_key);
+    const int page = __ldg(table + key / p.page_size * p.page_table_page_stride);
+    load_tile<Tile, kColsPerBlock>(smem + first * kSwizzleBytes, map, full, key % p.page_size, kv_head, page);
+  }
+}
 
 struct TensorMaps {
   const CUtensorMap* q;
@@ -73,21 +94,17 @@ class TileLoader {
     load_kv_rows(rows.k_row0 + n * Traits::kBlockN, kv_head, rows.k_batch);
   }
 
-  // The same from a paged KV cache (FwdParams::page_table; v: a tile with keys). The block is loaded in
-  // chunks of min(page_size, kBlockN) rows, each from its page (the host takes page sizes that are
-  // powers of two from 16, so a chunk never straddles a page and, a multiple of 8 rows, starts on a
-  // 1024-byte swizzle atom). A chunk past the sequence's last key reads the last key's page from that
-  // key's row on (the consumers mask those keys; rows past the page end are TMA's zero fill), never a
-  // table entry past the keys in use. V reads the table again rather than keeping K's pages: the
-  // producer runs on 24 registers, and the repeated reads hit L1.
+  // The same from a paged KV cache (FwdParams::page_table; v: a tile with keys), page by page
+  // (load_paged_chunks). V reads the table again rather than keeping K's pages: the producer runs on 24
+  // registers, and the repeated reads hit L1.
   __device__ void load_paged_kv(const FwdParams& p, const VarlenVisit& v, int kv_head, int n) {
     const int stage = ring_.index();
     mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
     mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
-    load_paged_chunks<KTile>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n);
+    load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n);
     mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
     mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
-    load_paged_chunks<VTile>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n);
+    load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n);
     ring_.advance();
   }
 
@@ -108,19 +125,6 @@ class TileLoader {
   __device__ void load_q(int row0, int head, int batch) {
     mbarrier_arrive_expect_tx(&s_.q_full, QTile::kBytes);
     load_tile<QTile, kCols>(s_.q, maps_.q, &s_.q_full, row0, head, batch);
-  }
-
-  template <class Tile>
-  __device__ void load_paged_chunks(const FwdParams& p, const VarlenVisit& v, std::uint8_t* smem,
-                                    const CUtensorMap* map, std::uint64_t* full, int kv_head, int n) {
-    const int chunk_rows = min(p.page_size, Traits::kBlockN);
-    const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
-    const int last_key = v.seq.bounds.seqlen_k - 1;
-    for (int first = 0; first < Traits::kBlockN; first += chunk_rows) {
-      const int key = min(n * Traits::kBlockN + first, last_key);
-      const int page = __ldg(table + key / p.page_size * p.page_table_page_stride);
-      load_tile<Tile, kCols>(smem + first * kSwizzleBytes, map, full, key % p.page_size, kv_head, page);
-    }
   }
 
   // Rows [row0, row0 + kBlockN) of K and V (one TMA map batch entry, one kv head) into the next stage.

@@ -5,7 +5,7 @@
 
 namespace hopattn::sm90 {
 
-// For a problem sm90::forward already checked for the features the FP8 kernels lack (paged KV,
+// For a problem sm90::forward already checked for the features the FP8 kernels lack (page sizes,
 // softmax_scale <= 0); refuses warp_specialized = false and keys-contiguous v with variable lengths itself.
 Status forward_fp8(const FwdArgs& args, const detail::Problem& problem);
 

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 
 #include "sm90/fwd/launch.cuh"
@@ -69,7 +70,10 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
       !st.ok())
     return st;
   const BshdView k_view = fp8_byte_view(args.k);
-  if (Status st = make_tensor_map(&tm_k, k_view, kBox, Traits::kBlockN); !st.ok()) return st;
+  // A paged cache (num_pages, page_size, heads_kv, d) is a dense tensor of num_pages batch entries; its
+  // blocks load in chunks of at most a page (load_paged_chunks).
+  const int kv_box_rows = pr.paged ? std::min(pr.page_size, Traits::kBlockN) : Traits::kBlockN;
+  if (Status st = make_tensor_map(&tm_k, k_view, kBox, kv_box_rows); !st.ok()) return st;
   // Where V^T comes from global memory: V^T boxes of 128 keys x the head dim, and K's permuted rows
   // (producer.cuh); otherwise V in K's boxes, and the permuted map is not read.
   CUtensorMap tm_k_permuted = tm_k;
@@ -85,7 +89,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
         !st.ok())
       return st;
   } else {
-    if (Status st = make_tensor_map(&tm_v, fp8_byte_view(args.v), kBox, Traits::kBlockN); !st.ok()) return st;
+    if (Status st = make_tensor_map(&tm_v, fp8_byte_view(args.v), kBox, kv_box_rows); !st.ok()) return st;
   }
   // O (bf16): one box per consumer warpgroup's 64 rows and 64 columns, as in the 16-bit launch.
   CUtensorMap tm_o{};
@@ -146,7 +150,8 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detai
 // blocks at long key sequences (kFp8WideBlockMinKeys), and so it does with block descales whose k/v
 // rows allow them; head dim 256 with block descales takes 96-key blocks where the rows allow them
 // (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels
-// (cu_seqlens_q / cu_seqlens_k / seqused_k), with the same choices by max_seqlen_k.
+// (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k,
+// but a paged cache takes neither wide block (192 or 96 keys would straddle pages of 128 keys or more).
 template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(!(kVarlen && kVtFromGlobal), "variable-length FP8 kernels take v in the ordinary layout");
@@ -155,19 +160,20 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, kVtFromGlobal, kVarlen>>(args, pr);
     return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal, kVarlen>>(args, pr);
   }
+  const bool wide_blocks_fit = !pr.paged;
   if (block_descales) {
     if constexpr (kHeadDim == 128) {
-      if (fp8_block_descales_take_wide_blocks(args, pr))
+      if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, pr))
         return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
     }
     if constexpr (kHeadDim == 256 && !kVtFromGlobal) {
-      if (args.descale_block_rows_kv % kFp8D256DescaleBlockN == 0)
+      if (wide_blocks_fit && args.descale_block_rows_kv % kFp8D256DescaleBlockN == 0)
         return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8D256DescaleBlockN, false, kVarlen>>(args, pr);
     }
     return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen>>(args, pr);
   }
   if constexpr (kHeadDim == 128) {
-    if (pr.seqlen_k >= kFp8WideBlockMinKeys)
+    if (wide_blocks_fit && pr.seqlen_k >= kFp8WideBlockMinKeys)
       return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
   }
   return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>>(args, pr);

@@ -58,7 +58,8 @@ __device__ __forceinline__ void load_permuted_k(std::uint8_t* stage, const CUten
 // q_full) once they are done with the previous Q tile, and kNoVisitLeft tells them to stop. Then the
 // transposers, where there are any, are told to stop (finish_v). A variable-length launch
 // (Traits::kVarlen) skips the tiles past their sequence's last row, loads from each tile's sequence
-// rows (fwd/sequence.cuh) and tells the transposers how many rows of each V stage hold its keys; a
+// rows (fwd/sequence.cuh), or page by page from a paged cache (load_paged_chunks), and tells the
+// transposers how many rows of each V stage hold its keys; a
 // packed GQA tile (FwdParams::pack_gqa) loads its tile_q_rows rows of every query head of its K/V
 // head through the 5D map of make_packed_q_map, as the 16-bit producer's publish_varlen_visit does.
 template <class Traits>
@@ -118,6 +119,9 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       if (Traits::kVtFromGlobal && !fp8::k_block_in_key_order(n, Traits::kBlockN, p.seqlen_k)) {
         load_permuted_k<Traits>(s.k[stage], tm_k_permuted, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch,
                                 fp.k_groups_per_batch);
+      } else if (Traits::kPagedKv && p.page_table != nullptr) {
+        load_paged_chunks<typename Traits::KTile, kCols, Traits::kBlockN>(p, varlen, s.k[stage], tm_k,
+                                                                         &s.k_full[stage], kv_head, n);
       } else {
         load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], k_row0 + n * Traits::kBlockN,
                                                  kv_head, k_batch);
@@ -139,8 +143,13 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
           atomicExch(&s.v_rows[stage], min(varlen.seq.bounds.seqlen_k - n * Traits::kBlockN, Traits::kBlockN));
         }
         mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
-        load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], k_row0 + n * Traits::kBlockN,
-                                                 kv_head, k_batch);
+        if (Traits::kPagedKv && p.page_table != nullptr) {
+          load_paged_chunks<typename Traits::VTile, kCols, Traits::kBlockN>(p, varlen, s.v[stage], tm_v,
+                                                                           &s.v_full[stage], kv_head, n);
+        } else {
+          load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], k_row0 + n * Traits::kBlockN,
+                                                   kv_head, k_batch);
+        }
       }
       ring.advance();
     }

@@ -53,6 +53,10 @@ struct Fp8FwdTraits {
   static constexpr bool kVtFromGlobal = kVtFromGlobal_;
   static constexpr bool kVarlen = kVarlen_;
   static_assert(!(kVarlen && kVtFromGlobal), "variable-length FP8 kernels take v in the ordinary layout");
+  // Paged caches (FwdParams::page_table): the variable-length kernels whose key blocks are powers of two,
+  // which pages (powers of two from 16) divide or are divided by (load_paged_chunks); the 192- and
+  // 96-key kernels would straddle pages and do without the code (with it the 192-key ones spilled).
+  static constexpr bool kPagedKv = kVarlen && (kBlockN_ & (kBlockN_ - 1)) == 0;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "fp8 head dims are 64, 128 and 256");
   static constexpr int kElementBytes = 1;
 
