@@ -976,6 +976,13 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.head_dim = d, c.heads_q = 8, c.heads_kv = 2, c.q_amplitude = 4.0f;
     c.lens_q = {1, 1, 1}, c.lens_k = {3000, 700, 129}, c.used_k = {2999, 1, 128};  // decoding: packs by default
     cases.push_back(c);
+    // Warpgroup 1 of a decoding tile has no live row (mainloop_idle), under either mainloop and without
+    // ping-pong turns.
+    c.options.intra_wg_overlap = false;
+    cases.push_back(c);
+    c.options.intra_wg_overlap = true, c.options.pingpong = false;
+    cases.push_back(c);
+    c.options.pingpong = true;
     c.lens_q = {4, 2, 3}, c.causal = true, c.options.pack_gqa = KernelOptions::PackGqa::kOn;  // speculative rows
     cases.push_back(c);
     c.lens_q = {77, 200, 1}, c.lens_k = {500, 333, 64}, c.used_k = {}, c.causal = false;  // 32 query rows a tile

@@ -85,14 +85,23 @@ class Fp8Consumer {
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
       Softmax softmax;
+      // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle; the
+      // decoding kernels, d <= 128: at d 256 the loop's code spilled the 96-key kernel).
+      bool idle = false;
+      if constexpr (Traits::kPacksGqa) {
+        idle = !warpgroup_has_live_row(b_, c, varlen_sequence(b_, c.batch).bounds.seqlen_q,
+                                       warpgroup_ * Traits::kRowsPerWarpgroup);
+      }
       QFragments q;
       if constexpr (Traits::kQInRegisters) {
-        load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
+        if (!idle) load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
         release_ldmatrix_reads_to_tma(&s_.q_empty, thread_);  // the next tile's Q may load now
       }
 
       if (n_end <= n_begin) {
         if (!Traits::kQInRegisters) release(&s_.q_empty);
+      } else if (idle) {
+        mainloop_idle(n_begin, n_end);
       } else if (b_.intra_wg_overlap) {
         mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
@@ -433,6 +442,28 @@ class Fp8Consumer {
     wgmma_wait<0>();
     pin_registers(o);
     release(&s_.vt_empty[pv_stage]);
+  }
+
+  // The mainloop of a decoding kernel's (Traits::kPacksGqa) warpgroup none of whose rows is live
+  // (warpgroup 1 of a packed decoding tile, the rows past a short sequence): no GEMMs and no softmax,
+  // only the barrier traffic of a mainloop, so the other warpgroup and the producer warpgroup see what
+  // they would: one GEMM turn per block (either mainloop takes one a block), and its K, Q and V^T
+  // releases, each after the block's stage has landed (so that it counts in the stage's current
+  // phase). Its O stays 0 and its rows store nothing. In a decoding step the dead warpgroup's GEMMs
+  // and exponentials were half the kernel's work, and the FP8 decoding kernels did not reach HBM's
+  // rate (perf-notes v85, v87).
+  __device__ void mainloop_idle(int n_begin, int n_end) {
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      mbarrier_wait(&s_.k_full[stage], ring_.phase());
+      begin_gemm_turn();
+      end_gemm_turn();
+      release(&s_.k_empty[stage]);
+      if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
+      mbarrier_wait(&s_.vt_full[stage], ring_.phase());
+      release(&s_.vt_empty[stage]);
+      ring_.advance();
+    }
   }
 
   typename Traits::SharedStorage& s_;
