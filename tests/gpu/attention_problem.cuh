@@ -35,9 +35,10 @@ struct AttentionProblem {
 };
 
 // Hands c's mask and softcap to a call's arguments, which name them alike (FwdArgs, BwdArgs and the GPU
-// references' arguments). The scale is the caller's: hopattn takes it unresolved, a reference resolved.
-template <typename Args>
-void set_mask(Args& a, const AttentionProblem& c) {
+// references' arguments; c: an AttentionProblem, or another test's case with those fields). The scale
+// is the caller's: hopattn takes it unresolved, a reference resolved.
+template <typename Args, typename Problem>
+void set_mask(Args& a, const Problem& c) {
   a.causal = c.causal;
   a.window_left = c.window_left;
   a.window_right = c.window_right;

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/attention_problem.cuh"
 #include "gpu/gpu_test_util.cuh"
 #include "sm90/fwd/softmax.cuh"
 
@@ -320,6 +321,59 @@ std::string check_against_oracle(OracleArgs o, const std::function<double(std::i
   return "";
 }
 
+// A case's descales, drawn at random where it asks for them: per head, (batch, heads_kv); per block,
+// (batch, heads, blocks of rows) for q (heads_q) and k, v (heads_kv). null() where absent.
+struct Fp8Descales {
+  int batch, heads_q, heads_kv, blocks_q, blocks_kv;
+  bool head, block;
+  DeviceBuffer q_head, k_head, v_head, q_block, k_block, v_block;
+
+  Fp8Descales(int batch_, int heads_q_, int heads_kv_, int blocks_q_, int blocks_kv_, bool head_, bool block_,
+              std::mt19937_64& rng)
+      : batch(batch_), heads_q(heads_q_), heads_kv(heads_kv_), blocks_q(blocks_q_), blocks_kv(blocks_kv_),
+        head(head_), block(block_) {
+    if (head) {
+      q_head = random_scales(batch * heads_kv, rng, 0.5f, 2.0f);
+      k_head = random_scales(batch * heads_kv, rng, 0.5f, 2.0f);
+      v_head = random_scales(batch * heads_kv, rng, 0.5f, 2.0f);
+    }
+    if (block) {
+      q_block = random_scales(std::int64_t(batch) * heads_q * blocks_q, rng, 0.25f, 2.0f);
+      k_block = random_scales(std::int64_t(batch) * heads_kv * blocks_kv, rng, 0.25f, 2.0f);
+      v_block = random_scales(std::int64_t(batch) * heads_kv * blocks_kv, rng, 0.25f, 4.0f);
+    }
+  }
+
+  void attach(FwdArgs& args, int rows_q, int rows_kv) const {
+    if (head) {
+      args.q_descale = make_tensor(q_head.data(), Dtype::kFloat32, {batch, heads_kv}, DeviceType::kCuda);
+      args.k_descale = make_tensor(k_head.data(), Dtype::kFloat32, {batch, heads_kv}, DeviceType::kCuda);
+      args.v_descale = make_tensor(v_head.data(), Dtype::kFloat32, {batch, heads_kv}, DeviceType::kCuda);
+    }
+    if (block) {
+      args.q_block_descale = make_tensor(q_block.data(), Dtype::kFloat32, {batch, heads_q, blocks_q}, DeviceType::kCuda);
+      args.k_block_descale = make_tensor(k_block.data(), Dtype::kFloat32, {batch, heads_kv, blocks_kv}, DeviceType::kCuda);
+      args.v_block_descale = make_tensor(v_block.data(), Dtype::kFloat32, {batch, heads_kv, blocks_kv}, DeviceType::kCuda);
+      args.descale_block_rows_q = rows_q;
+      args.descale_block_rows_kv = rows_kv;
+    }
+  }
+
+  // Sequence b's entries (the oracle's pointers for a batch of one), or null where absent.
+  const float* per_head(const DeviceBuffer& x, int b) const { return head ? x.as<float>() + b * heads_kv : nullptr; }
+  const float* per_block(const DeviceBuffer& x, int b, int heads, int blocks) const {
+    return block ? x.as<float>() + std::size_t(b) * heads * blocks : nullptr;
+  }
+};
+
+// The mask, softcap, kernel options and split count every case type carries.
+template <class Case>
+void set_mask_and_options(FwdArgs& args, const Case& c) {
+  set_mask(args, c);
+  args.options = c.options;
+  args.num_splits = c.num_splits;
+}
+
 // Empty string when the case passes, else why it failed.
 std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -329,17 +383,7 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   const int blocks_q = (c.seqlen_q + c.rows_q - 1) / c.rows_q, blocks_kv = (c.seqlen_k + c.rows_kv - 1) / c.rows_kv;
   DeviceBuffer q = random_e4m3(nq, rng(), c.q_amplitude), k = random_e4m3(nkv, rng(), 1.0f),
                v = random_e4m3(nkv, rng(), 1.0f);
-  DeviceBuffer qh, kh, vh, qb, kb, vb;
-  if (c.head_scales) {
-    qh = random_scales(c.batch * c.heads_kv, rng, 0.5f, 2.0f);
-    kh = random_scales(c.batch * c.heads_kv, rng, 0.5f, 2.0f);
-    vh = random_scales(c.batch * c.heads_kv, rng, 0.5f, 2.0f);
-  }
-  if (c.block_scales) {
-    qb = random_scales(std::int64_t(c.batch) * c.heads_q * blocks_q, rng, 0.25f, 2.0f);
-    kb = random_scales(std::int64_t(c.batch) * c.heads_kv * blocks_kv, rng, 0.25f, 2.0f);
-    vb = random_scales(std::int64_t(c.batch) * c.heads_kv * blocks_kv, rng, 0.25f, 4.0f);
-  }
+  const Fp8Descales scales(c.batch, c.heads_q, c.heads_kv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
   // out: (b, sq, hq, d) in rows of d + out_pad elements; the padding must stay poisoned.
   const int out_row = c.head_dim + c.out_pad;
   const std::int64_t nout = nq / c.head_dim * out_row;
@@ -364,24 +408,8 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
                                        std::int64_t(c.heads_q) * out_row, out_row, 1};
   args.out = strided_tensor(out.data(), Dtype::kBFloat16, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, out_strides);
   if (c.with_lse) args.lse = make_tensor(lse.data(), Dtype::kFloat32, {c.batch, c.heads_q, c.seqlen_q}, DeviceType::kCuda);
-  if (c.head_scales) {
-    args.q_descale = make_tensor(qh.data(), Dtype::kFloat32, {c.batch, c.heads_kv}, DeviceType::kCuda);
-    args.k_descale = make_tensor(kh.data(), Dtype::kFloat32, {c.batch, c.heads_kv}, DeviceType::kCuda);
-    args.v_descale = make_tensor(vh.data(), Dtype::kFloat32, {c.batch, c.heads_kv}, DeviceType::kCuda);
-  }
-  if (c.block_scales) {
-    args.q_block_descale = make_tensor(qb.data(), Dtype::kFloat32, {c.batch, c.heads_q, blocks_q}, DeviceType::kCuda);
-    args.k_block_descale = make_tensor(kb.data(), Dtype::kFloat32, {c.batch, c.heads_kv, blocks_kv}, DeviceType::kCuda);
-    args.v_block_descale = make_tensor(vb.data(), Dtype::kFloat32, {c.batch, c.heads_kv, blocks_kv}, DeviceType::kCuda);
-    args.descale_block_rows_q = c.rows_q;
-    args.descale_block_rows_kv = c.rows_kv;
-  }
-  args.causal = c.causal;
-  args.window_left = c.window_left;
-  args.window_right = c.window_right;
-  args.softcap = c.softcap;
-  args.options = c.options;
-  args.num_splits = c.num_splits;
+  scales.attach(args, c.rows_q, c.rows_kv);
+  set_mask_and_options(args, c);
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -390,9 +418,10 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
 
   OracleArgs o{q.as<std::uint8_t>(), k.as<std::uint8_t>(), v.as<std::uint8_t>(),
-               c.head_scales ? qh.as<float>() : nullptr, c.head_scales ? kh.as<float>() : nullptr,
-               c.head_scales ? vh.as<float>() : nullptr, c.block_scales ? qb.as<float>() : nullptr,
-               c.block_scales ? kb.as<float>() : nullptr, c.block_scales ? vb.as<float>() : nullptr,
+               scales.per_head(scales.q_head, 0), scales.per_head(scales.k_head, 0), scales.per_head(scales.v_head, 0),
+               scales.per_block(scales.q_block, 0, c.heads_q, blocks_q),
+               scales.per_block(scales.k_block, 0, c.heads_kv, blocks_kv),
+               scales.per_block(scales.v_block, 0, c.heads_kv, blocks_kv),
                c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
                blocks_q, blocks_kv, c.window_left, c.causal ? 0 : c.window_right,
                1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.softcap};
@@ -480,17 +509,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
     HOPATTN_CUDA_CHECK(cudaMemset(k.as<std::uint8_t>() + first, 0x7f, bytes));
     HOPATTN_CUDA_CHECK(cudaMemset(v.as<std::uint8_t>() + first, 0x7f, bytes));
   }
-  DeviceBuffer qh, kh, vh, qb, kb, vb;
-  if (c.head_scales) {
-    qh = random_scales(batch * hkv, rng, 0.5f, 2.0f);
-    kh = random_scales(batch * hkv, rng, 0.5f, 2.0f);
-    vh = random_scales(batch * hkv, rng, 0.5f, 2.0f);
-  }
-  if (c.block_scales) {
-    qb = random_scales(std::int64_t(batch) * hq * blocks_q, rng, 0.25f, 2.0f);
-    kb = random_scales(std::int64_t(batch) * hkv * blocks_kv, rng, 0.25f, 2.0f);
-    vb = random_scales(std::int64_t(batch) * hkv * blocks_kv, rng, 0.25f, 4.0f);
-  }
+  const Fp8Descales scales(batch, hq, hkv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
   const std::int64_t nq = std::int64_t(total_q) * hq * d, nlse = std::int64_t(total_q) * hq;
   DeviceBuffer out(nq * 2), lse(nlse * 4);
   poison_nan(out.data(), Dtype::kBFloat16, nq);
@@ -544,24 +563,8 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
     args.seqused_k = make_tensor(used_all.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
   args.max_seqlen_q = max_q;
   args.max_seqlen_k = max_k;
-  if (c.head_scales) {
-    args.q_descale = make_tensor(qh.data(), Dtype::kFloat32, {batch, hkv}, DeviceType::kCuda);
-    args.k_descale = make_tensor(kh.data(), Dtype::kFloat32, {batch, hkv}, DeviceType::kCuda);
-    args.v_descale = make_tensor(vh.data(), Dtype::kFloat32, {batch, hkv}, DeviceType::kCuda);
-  }
-  if (c.block_scales) {
-    args.q_block_descale = make_tensor(qb.data(), Dtype::kFloat32, {batch, hq, blocks_q}, DeviceType::kCuda);
-    args.k_block_descale = make_tensor(kb.data(), Dtype::kFloat32, {batch, hkv, blocks_kv}, DeviceType::kCuda);
-    args.v_block_descale = make_tensor(vb.data(), Dtype::kFloat32, {batch, hkv, blocks_kv}, DeviceType::kCuda);
-    args.descale_block_rows_q = c.rows_q;
-    args.descale_block_rows_kv = c.rows_kv;
-  }
-  args.causal = c.causal;
-  args.window_left = c.window_left;
-  args.window_right = c.window_right;
-  args.softcap = c.softcap;
-  args.options = c.options;
-  args.num_splits = c.num_splits;
+  scales.attach(args, c.rows_q, c.rows_kv);
+  set_mask_and_options(args, c);
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -570,18 +573,15 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
 
   const auto out_h = out.to_host<std::uint16_t>();
   const auto lse_h = lse.to_host<float>();
-  const float* none = nullptr;
   for (int b = 0; b < batch; ++b) {
     const int len_q = c.lens_q[b];
     if (len_q == 0) continue;
     const std::size_t q_row = starts_q[b], k_row = starts_k[b];
     OracleArgs o{q.as<std::uint8_t>() + q_row * hq * d, k.as<std::uint8_t>() + k_row * hkv * d,
                  v.as<std::uint8_t>() + k_row * hkv * d,
-                 c.head_scales ? qh.as<float>() + b * hkv : none, c.head_scales ? kh.as<float>() + b * hkv : none,
-                 c.head_scales ? vh.as<float>() + b * hkv : none,
-                 c.block_scales ? qb.as<float>() + std::size_t(b) * hq * blocks_q : none,
-                 c.block_scales ? kb.as<float>() + std::size_t(b) * hkv * blocks_kv : none,
-                 c.block_scales ? vb.as<float>() + std::size_t(b) * hkv * blocks_kv : none,
+                 scales.per_head(scales.q_head, b), scales.per_head(scales.k_head, b), scales.per_head(scales.v_head, b),
+                 scales.per_block(scales.q_block, b, hq, blocks_q), scales.per_block(scales.k_block, b, hkv, blocks_kv),
+                 scales.per_block(scales.v_block, b, hkv, blocks_kv),
                  1, hq, hkv, len_q, used[b], d, c.rows_q, c.rows_kv, blocks_q, blocks_kv,
                  c.window_left, c.causal ? 0 : c.window_right, 1.0f / std::sqrt(static_cast<float>(d)), c.softcap};
     const std::string why = check_against_oracle(
@@ -632,6 +632,31 @@ void expect_random_cases_match_oracle(int count, std::uint64_t seed, MakeCase ma
   std::cout << "[ sweep    ] passed " << passed << ", failed " << failed << std::endl;
 }
 
+// The draws both random case generators share: mask (causal, a sliding window), softcap, LSE, q's
+// amplitude, descales (block descales one case in block_scales_one_in) and the kernel options.
+template <class Case>
+void draw_mask_scales_and_options(std::mt19937_64& rng, Case& c, int block_scales_one_in) {
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  c.causal = rng() % 2;
+  if (rng() % 4 == 0) {  // a sliding window: left, right or both (with causal, a local causal window)
+    c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
+    if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
+  }
+  // A softcap from 1 (nearly every score capped) to 30 (only the peaks of q amplitude 4).
+  if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
+  c.with_lse = rng() % 4 != 0;
+  c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
+  c.head_scales = rng() % 2;
+  c.block_scales = rng() % block_scales_one_in == 0;
+  c.rows_q = pick({64, 128, 256});
+  c.rows_kv = pick({128, 256});
+  if (rng() % 4 == 0) {
+    c.options.pingpong = rng() % 2;
+    c.options.intra_wg_overlap = rng() % 2;
+    c.options.persistent = rng() % 2;
+  }
+}
+
 Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
   Fp8Case c;
@@ -641,25 +666,8 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   c.head_dim = pick({64, 128, 256});
   c.seqlen_q = forced_q > 0 ? forced_q : log_uniform(rng, 1, 3000);
   c.seqlen_k = forced_k > 0 ? forced_k : log_uniform(rng, 1, 3000);
-  c.causal = rng() % 2;
-  if (rng() % 4 == 0) {  // a sliding window: left, right or both (with causal, a local causal window)
-    c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
-    if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
-  }
-  // A softcap from 1 (nearly every score capped) to 30 (only the peaks of q amplitude 4).
-  if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
-  c.with_lse = rng() % 4 != 0;
+  draw_mask_scales_and_options(rng, c, 2);
   if (rng() % 8 == 0) c.out_pad = 8;  // the O store must leave the padding alone
-  c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
-  c.head_scales = rng() % 2;
-  c.block_scales = rng() % 2;
-  c.rows_q = pick({64, 128, 256});
-  c.rows_kv = pick({128, 256});
-  if (rng() % 4 == 0) {
-    c.options.pingpong = rng() % 2;
-    c.options.intra_wg_overlap = rng() % 2;
-    c.options.persistent = rng() % 2;
-  }
   c.v_keys_contiguous = rng() % 2;
   c.v_key_pad = c.v_keys_contiguous && rng() % 2 ? 16 * int(1 + rng() % 4) : 0;
   // Keep the oracle's work (one block per query row) bounded; forced lengths stay as given.
@@ -881,23 +889,7 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   c.heads_kv = 1 + int(rng() % 2);
   c.heads_q = c.heads_kv * pick({1, 2, 4});
   c.head_dim = pick({64, 128, 256});
-  c.causal = rng() % 2;
-  if (rng() % 4 == 0) {
-    c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
-    if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
-  }
-  if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
-  c.with_lse = rng() % 4 != 0;
-  c.q_amplitude = static_cast<float>(pick({1, 2, 4}));
-  c.head_scales = rng() % 2;
-  c.block_scales = rng() % 3 == 0;
-  c.rows_q = pick({64, 128, 256});
-  c.rows_kv = pick({128, 256});
-  if (rng() % 4 == 0) {
-    c.options.pingpong = rng() % 2;
-    c.options.intra_wg_overlap = rng() % 2;
-    c.options.persistent = rng() % 2;
-  }
+  draw_mask_scales_and_options(rng, c, 3);
   // GQA packing: by default where it saves tiles (few query rows), forced on (head dims up to 128,
   // no q block descale: what packs), or off.
   const int pack = int(rng() % 4);
