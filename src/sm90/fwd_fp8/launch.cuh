@@ -43,6 +43,9 @@ Status launch_split_combine(const Fp8FwdParams& fp, cudaStream_t stream) {
 
 template <class Traits>
 Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
+  if (pr.paged && !Traits::kPagedKv)  // launch_forward_fp8 never picks these (192- or 96-key blocks)
+    return Status(StatusCode::kUnsupported,
+                  "internal error in the sm_90a fp8 forward launch: a paged cache needs power-of-two key blocks");
   if (Traits::kBlockDescales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
                        args.descale_block_rows_kv % Traits::kBlockN != 0)) {
     return Status(StatusCode::kUnsupported,

@@ -59,9 +59,9 @@ __device__ __forceinline__ void load_permuted_k(std::uint8_t* stage, const CUten
 // transposers, where there are any, are told to stop (finish_v). A variable-length launch
 // (Traits::kVarlen) skips the tiles past their sequence's last row, loads from each tile's sequence
 // rows (fwd/sequence.cuh), or page by page from a paged cache (load_paged_chunks), and tells the
-// transposers how many rows of each V stage hold its keys; a
-// packed GQA tile (FwdParams::pack_gqa) loads its tile_q_rows rows of every query head of its K/V
-// head through the 5D map of make_packed_q_map, as the 16-bit producer's publish_varlen_visit does.
+// transposers how many rows of each V stage hold its keys; a packed GQA tile (FwdParams::pack_gqa)
+// loads its tile_q_rows rows of every query head of its K/V head through the 5D map of
+// make_packed_q_map, as the 16-bit producer's publish_varlen_visit does.
 template <class Traits>
 __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                               const CUtensorMap* tm_k_permuted, const CUtensorMap* tm_v, const Fp8FwdParams& fp) {
