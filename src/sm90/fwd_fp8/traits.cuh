@@ -40,9 +40,9 @@ constexpr int kFp8D256DescaleBlockN = 96;
 // kVtFromGlobal_: v is given keys-contiguous (V^T in memory, detail::Problem::v_keys_contiguous): the
 // producer loads V^T tiles by TMA instead of transposing V, and K's rows permuted
 // (fp8_layout.hpp, key_of_s_column) so that P packs in V^T's key order.
-// kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k), as the 16-bit kernels'
-// kVarlen (fwd/sequence.cuh): each tile reads its sequence's lengths and first rows. The ordinary v
-// layout only (a packed keys-contiguous v has no layout in the API).
+// kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), as the
+// 16-bit kernels' kVarlen (fwd/sequence.cuh): each tile reads its sequence's lengths and first rows.
+// The ordinary v layout only (a packed keys-contiguous v has no layout in the API).
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
           int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
           bool kVarlen_ = false>
