@@ -105,7 +105,7 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
     return st;
   // A paged cache (num_pages, page_size, heads_kv, d) is a dense tensor of num_pages batch entries; its
   // blocks load in chunks of at most a page (producer.cuh, load_paged_kv).
-  const int kv_box_rows = pr.paged ? std::min(pr.page_size, Traits::kBlockN) : Traits::kBlockN;
+  const int kv_box_rows = pr.paged ? paged_chunk_rows(pr.page_size, Traits::kBlockN) : Traits::kBlockN;
   if (Status st = make_tensor_map(&tm_k, bshd_view(args.k, dtype), Traits::kColsPerBlock, kv_box_rows); !st.ok())
     return st;
   if (Status st = make_tensor_map(&tm_v, bshd_view(args.v, dtype), Traits::kColsPerBlock, kv_box_rows); !st.ok())

@@ -100,4 +100,11 @@ struct FwdParams {
   KvRowsView v_rows;
 };
 
+// Rows of one TMA box of a paged cache's K/V block: a whole page, or the whole block where pages are
+// longer. load_paged_chunks loads a block in boxes of this many rows, and the launches make their
+// paged tensor maps' boxes this tall.
+HOPATTN_HOST_DEVICE constexpr int paged_chunk_rows(int page_size, int block_n) {
+  return page_size < block_n ? page_size : block_n;
+}
+
 }  // namespace hopattn::sm90

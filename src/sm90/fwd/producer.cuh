@@ -17,7 +17,7 @@
 namespace hopattn::sm90 {
 
 // A paged cache's rows of K/V block n (FwdParams::page_table; v: a tile with keys) into `smem`, in chunks
-// of min(page_size, kBlockN) rows, each from its page (the host takes page sizes that are powers of two
+// of paged_chunk_rows (params.hpp) rows, each from its page (the host takes page sizes that are powers of two
 // from 16 and launches key blocks that a page size divides or that divide it, so a chunk never
 // straddles a page and, a multiple of 8 rows, starts on a 1024-byte swizzle atom). A chunk past the
 // sequence's last key reads the last key's page from that key's row on (the consumers mask those keys;
@@ -26,7 +26,7 @@ namespace hopattn::sm90 {
 template <class Tile, int kColsPerBlock, int kBlockN>
 __device__ __forceinline__ void load_paged_chunks(const FwdParams& p, const VarlenVisit& v, std::uint8_t* smem,
                                                   const CUtensorMap* map, std::uint64_t* full, int kv_head, int n) {
-  const int chunk_rows = min(p.page_size, kBlockN);
+  const int chunk_rows = paged_chunk_rows(p.page_size, kBlockN);
   const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
   const int last_key = v.seq.bounds.seqlen_k - 1;
   for (int first = 0; first < kBlockN; first += chunk_rows) {
