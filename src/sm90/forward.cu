@@ -112,7 +112,7 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);
-    case Dtype::kFloat8E4M3: return forward_fp8(args, pr);
+    case Dtype::kFloat8E4M3: return forward_fp8(args, pr, varlen);
     default: return unsupported(std::string("dtype ") + dtype_name(pr.in_dtype));
   }
 }

@@ -6,7 +6,7 @@
 
 namespace hopattn::sm90 {
 
-Status forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
+Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) {
   // Sliding windows use the 16-bit kernel's masks and K-block range; softcap has its own
   // instantiations (launch_forward_fp8).
   if (!args.options.warp_specialized)
@@ -14,12 +14,11 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "
                   "producer warpgroup also transposes V");
   const bool vt = pr.v_keys_contiguous;
-  const bool varlen = pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged;
   if (varlen && vt)
     return Status(StatusCode::kUnsupported,
                   "v keys-contiguous (V^T in memory) with variable-length input (cu_seqlens_q, cu_seqlens_k, "
-                  "seqused_k) is not supported by the sm_90a fp8 forward kernel; with those it takes v with its "
-                  "head dim contiguous (stride[-1] == 1)");
+                  "seqused_k) or pack_gqa = kOn is not supported by the sm_90a fp8 forward kernel; with those it "
+                  "takes v with its head dim contiguous (stride[-1] == 1)");
   switch (pr.head_dim) {
     case 64:
       if (varlen) return launch_forward_fp8<64, false, true>(args, pr);
