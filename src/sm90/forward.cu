@@ -59,7 +59,7 @@ bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
 
 // A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
 // starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
-bool page_size_supported(int page_size) { return page_size >= 16 && (page_size & (page_size - 1)) == 0; }
+bool page_size_supported(int page_size) { return page_size >= kMinPageSize && (page_size & (page_size - 1)) == 0; }
 
 template <int kHeadDim, typename Element>
 Status launch(const FwdArgs& args, const detail::Problem& pr) {

@@ -100,6 +100,9 @@ struct FwdParams {
   KvRowsView v_rows;
 };
 
+// The smallest page a paged cache may have (page sizes are powers of two from it: forward.cu).
+constexpr int kMinPageSize = 16;
+
 // Rows of one TMA box of a paged cache's K/V block: a whole page, or the whole block where pages are
 // longer. load_paged_chunks loads a block in boxes of this many rows, and the launches make their
 // paged tensor maps' boxes this tall.

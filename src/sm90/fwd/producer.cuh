@@ -23,16 +23,34 @@ namespace hopattn::sm90 {
 // sequence's last key reads the last key's page from that key's row on (the consumers mask those keys;
 // rows past the page end are TMA's zero fill), never a table entry past the keys in use. Shared by the
 // 16-bit and FP8 producers; the caller has armed `full` for the whole tile.
-template <class Tile, int kColsPerBlock, int kBlockN>
+// The table entries are read kPagesInFlight at a time, each group before its boxes are issued: one
+// thread issues every chunk, and a read, then its box, chunk after chunk, cost ~300 cycles a chunk
+// (pages of 16 keys: ~5000 cycles a 128-key block of K and V, twice the block's own time in FP8
+// decoding). As many as the producer's 24 registers hold: 4 in the FP8 producer, 2 in the 16-bit one
+// (whose blocks come in at most 4 chunks by TMA: smaller pages go by its copies, kv_cp_async.cuh).
+template <class Tile, int kColsPerBlock, int kBlockN, int kPagesInFlight>
 __device__ __forceinline__ void load_paged_chunks(const FwdParams& p, const VarlenVisit& v, std::uint8_t* smem,
                                                   const CUtensorMap* map, std::uint64_t* full, int kv_head, int n) {
   const int chunk_rows = paged_chunk_rows(p.page_size, kBlockN);
+  const int page_shift = __ffs(p.page_size) - 1;  // a power of two
   const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
   const int last_key = v.seq.bounds.seqlen_k - 1;
-  for (int first = 0; first < kBlockN; first += chunk_rows) {
-    const int key = min(n * kBlockN + first, last_key);
-    const int page = __ldg(table + key / p.page_size * p.page_table_page_stride);
-    load_tile<Tile, kColsPerBlock>(smem + first * kSwizzleBytes, map, full, key % p.page_size, kv_head, page);
+  for (int first = 0; first < kBlockN; first += kPagesInFlight * chunk_rows) {
+    int page[kPagesInFlight];
+#pragma unroll
+    for (int i = 0; i < kPagesInFlight; ++i) {
+      const int key = min(n * kBlockN + first + i * chunk_rows, last_key);
+      if (first + i * chunk_rows < kBlockN) page[i] = __ldg(table + (key >> page_shift) * p.page_table_page_stride);
+    }
+#pragma unroll
+    for (int i = 0; i < kPagesInFlight; ++i) {
+      const int row = first + i * chunk_rows;
+      if (row < kBlockN) {
+        const int key = min(n * kBlockN + row, last_key);
+        load_tile<Tile, kColsPerBlock>(smem + row * kSwizzleBytes, map, full, key & (p.page_size - 1), kv_head,
+                                       page[i]);
+      }
+    }
   }
 }
 
@@ -101,10 +119,10 @@ class TileLoader {
     const int stage = ring_.index();
     mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
     mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
-    load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n);
+    load_paged_chunks<KTile, kCols, Traits::kBlockN, 2>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n);
     mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
     mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
-    load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n);
+    load_paged_chunks<VTile, kCols, Traits::kBlockN, 2>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n);
     ring_.advance();
   }
 
