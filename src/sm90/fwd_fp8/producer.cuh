@@ -121,7 +121,7 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
                                 fp.k_groups_per_batch);
       } else if (Traits::kPagedKv && p.page_table != nullptr) {
         load_paged_chunks<typename Traits::KTile, kCols, Traits::kBlockN, 4>(p, varlen, s.k[stage], tm_k,
-                                                                         &s.k_full[stage], kv_head, n);
+                                                                            &s.k_full[stage], kv_head, n);
       } else {
         load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], k_row0 + n * Traits::kBlockN,
                                                  kv_head, k_batch);
@@ -145,7 +145,7 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
         mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
         if (Traits::kPagedKv && p.page_table != nullptr) {
           load_paged_chunks<typename Traits::VTile, kCols, Traits::kBlockN, 4>(p, varlen, s.v[stage], tm_v,
-                                                                           &s.v_full[stage], kv_head, n);
+                                                                              &s.v_full[stage], kv_head, n);
         } else {
           load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], k_row0 + n * Traits::kBlockN,
                                                    kv_head, k_batch);
