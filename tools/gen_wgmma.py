@@ -9,7 +9,7 @@ Run: python3 tools/gen_wgmma.py > src/sm90/arch/wgmma_instructions.inc
 
 import sys
 
-N_VALUES = (32, 48, 64, 80, 96, 128, 176, 192, 256)
+N_VALUES = (8, 32, 48, 64, 80, 96, 128, 176, 192, 256)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 
 
@@ -24,17 +24,17 @@ def accum_constraints(count):
 def ss(n, ptx_type, name):
     regs = n // 2
     return f"""
-// D(64x{n}, f32) (+)= A(64x16, smem desc, K-major) * B(16x{n}, smem desc; kTransposeB 1: MN-major,
-// 0: K-major)
-template <int kTransposeB = 0>
+// D(64x{n}, f32) (+)= A(64x16, smem desc; kTransposeA 1: MN-major, 0: K-major) * B(16x{n}, smem desc;
+// kTransposeB 1: MN-major, 0: K-major)
+template <int kTransposeB = 0, int kTransposeA = 0>
 __device__ __forceinline__ void wgmma_m64n{n}k16_ss_{name}(float (&d)[{regs}], std::uint64_t desc_a,
                                                       std::uint64_t desc_b, int accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
       "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
-      "{{{operand_list(0, regs)}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, %{regs + 3};\\n}}\\n"
+      "{{{operand_list(0, regs)}}}, %{regs}, %{regs + 1}, p, 1, 1, %{regs + 4}, %{regs + 3};\\n}}\\n"
       : {accum_constraints(regs)}
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB), "n"(kTransposeA));
 }}
 """
 

@@ -192,6 +192,46 @@ std::vector<NamedCase<VarlenCase>> decode_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Decode, ForwardVarlenCorners, ::testing::ValuesIn(decode_cases()), CaseName());
 
+// Tiles of at most 8 live rows run transposed (fwd/transposed_decode.cuh), tiles of 9 or more the
+// ordinary loop: batches with tiles of exactly 8 and 9 rows side by side (a GQA ratio of 8, draft tokens
+// times a ratio of 4, MHA steps of up to 9 rows, GQA left unpacked), caches of 1 key to several 192-key
+// blocks of d 64 with ragged ends, split or not, causal, windowed or softcapped.
+std::vector<NamedCase<VarlenCase>> transposed_decode_cases() {
+  struct Shape {
+    const char* name;
+    int heads_q, heads_kv;
+    std::vector<int> len_q;
+    KernelOptions::PackGqa pack;
+  };
+  const Shape shapes[] = {
+      {"Ratio8", 16, 2, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto},
+      {"Ratio4Drafts", 8, 2, {2, 1, 3, 2}, KernelOptions::PackGqa::kOn},
+      {"Mha", 4, 4, {8, 9, 1, 5}, KernelOptions::PackGqa::kAuto},
+      {"Ratio2Unpacked", 4, 2, {1, 8, 9, 3}, KernelOptions::PackGqa::kOff},
+  };
+  std::vector<NamedCase<VarlenCase>> cases;
+  int index = 0;
+  for (const Shape& shape : shapes) {
+    for (const int d : {64, 128}) {
+      for (const int num_splits : {0, 3}) {
+        VarlenCase c = varlen(shape.len_q, {2500, 1, 193, 1100}, shape.heads_q, shape.heads_kv, d,
+                              index % 2 == 0 ? kBf16 : kFp16);
+        c.pack_gqa = shape.pack;
+        c.num_splits = num_splits;
+        c.causal = index % 3 == 0;
+        if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
+        if (index % 5 == 3) c.softcap = 15.0f;
+        cases.push_back({std::string(shape.name) + "_d" + std::to_string(d) + "_splits" + std::to_string(num_splits), c});
+        ++index;
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(TransposedDecode, ForwardVarlenCorners, ::testing::ValuesIn(transposed_decode_cases()),
+                         CaseName());
+
 // NaN and +Inf in every k and v row no sequence uses: between a sequence's seqused_k entry and the next
 // sequence (varlen k) or its dense row's end (dense k), and after the last sequence in a varlen k (with
 // seqused_k or cu_seqlens_k alone). Each
@@ -260,6 +300,8 @@ INSTANTIATE_TEST_SUITE_P(CornersKvCopies, ForwardVarlenCorners, ::testing::Value
                          CaseName());
 INSTANTIATE_TEST_SUITE_P(DecodeKvCopies, ForwardVarlenCorners, ::testing::ValuesIn(with_kv_copies(decode_cases())),
                          CaseName());
+INSTANTIATE_TEST_SUITE_P(TransposedDecodeKvCopies, ForwardVarlenCorners,
+                         ::testing::ValuesIn(with_kv_copies(transposed_decode_cases())), CaseName());
 INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardVarlenNonFiniteTail,
                          ::testing::ValuesIn(with_kv_copies(non_finite_tail_cases())), CaseName());
 

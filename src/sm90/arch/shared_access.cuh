@@ -45,4 +45,11 @@ __device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t address, const s
                : "memory");
 }
 
+// stmatrix_x4_trans with two matrices: lanes 0-7 address matrix 0's rows, lanes 8-15 matrix 1's.
+__device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t address, const std::uint32_t (&in)[2]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(address), "r"(in[0]),
+               "r"(in[1])
+               : "memory");
+}
+
 }  // namespace hopattn::sm90

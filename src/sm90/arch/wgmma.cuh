@@ -50,18 +50,21 @@ __device__ __forceinline__ void pin_registers(std::uint32_t (&regs)[kRows][kCols
   for (int i = 0; i < kRows; ++i) pin_registers(regs[i]);
 }
 
-// Dispatch from (N, element type) to the generated instruction wrappers. A K-major; B K-major (K of
-// S = Q K^T) or, with kBMNMajor, MN-major (the backward's K of dQ = dS K).
-template <int kN, bool kBf16, bool kBMNMajor = false>
+// Dispatch from (N, element type) to the generated instruction wrappers. A K-major or, with
+// kAMNMajor, MN-major (V^T of a decoding tile's O^T = V^T P^T); B K-major (K of S = Q K^T) or, with
+// kBMNMajor, MN-major (the backward's K of dQ = dS K).
+template <int kN, bool kBf16, bool kBMNMajor = false, bool kAMNMajor = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], std::uint64_t desc_a, std::uint64_t desc_b,
                                          int accumulate) {
   constexpr int kTransposeB = kBMNMajor ? 1 : 0;
-#define HOPATTN_WGMMA_SS_CASE(N)                                                                  \
-  if constexpr (kN == N) {                                                                        \
-    if constexpr (kBf16) wgmma_m64n##N##k16_ss_bf16<kTransposeB>(d, desc_a, desc_b, accumulate);  \
-    else wgmma_m64n##N##k16_ss_f16<kTransposeB>(d, desc_a, desc_b, accumulate);                   \
-    return;                                                                                       \
+  constexpr int kTransposeA = kAMNMajor ? 1 : 0;
+#define HOPATTN_WGMMA_SS_CASE(N)                                                                               \
+  if constexpr (kN == N) {                                                                                     \
+    if constexpr (kBf16) wgmma_m64n##N##k16_ss_bf16<kTransposeB, kTransposeA>(d, desc_a, desc_b, accumulate);  \
+    else wgmma_m64n##N##k16_ss_f16<kTransposeB, kTransposeA>(d, desc_a, desc_b, accumulate);                   \
+    return;                                                                                                    \
   }
+  HOPATTN_WGMMA_SS_CASE(8)
   HOPATTN_WGMMA_SS_CASE(32)
   HOPATTN_WGMMA_SS_CASE(48)
   HOPATTN_WGMMA_SS_CASE(64)
@@ -72,8 +75,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], std::uint64_t desc_
   HOPATTN_WGMMA_SS_CASE(192)
   HOPATTN_WGMMA_SS_CASE(256)
 #undef HOPATTN_WGMMA_SS_CASE
-  static_assert(kN == 32 || kN == 48 || kN == 64 || kN == 80 || kN == 96 || kN == 128 || kN == 176 || kN == 192 ||
-                    kN == 256,
+  static_assert(kN == 8 || kN == 32 || kN == 48 || kN == 64 || kN == 80 || kN == 96 || kN == 128 || kN == 176 ||
+                    kN == 192 || kN == 256,
                 "no wgmma wrapper generated for this N: add it to tools/gen_wgmma.py");
 }
 

@@ -28,6 +28,7 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/fwd/split_merge.cuh"
+#include "sm90/fwd/transposed_decode.cuh"
 #include "sm90/fwd/v_tail.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
@@ -99,10 +100,14 @@ class Consumer {
       const int row0 = (Traits::kPacksGqa ? c.m_block * p_.packed_rows : m0) + warpgroup_ * Traits::kRowsPerWarpgroup;
       const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(seq, m0);
 
-      // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle).
-      bool idle = false;
+      // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle); a
+      // decoding tile's first warpgroup computes transposed (mainloop_transposed).
+      bool idle = false, transposed = false;
       if constexpr (Traits::kVarlen) {
         idle = !warpgroup_has_live_row(p_, c, seq.seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup);
+      }
+      if constexpr (Traits::kTransposedDecode) {
+        transposed = warpgroup_ == 0 && tile_live_rows(p_, c, seq.seqlen_q) <= TransposedDecode<Traits>::kRows;
       }
 
       float o[kO];
@@ -112,7 +117,9 @@ class Consumer {
       QFragments q;
       if constexpr (Traits::kQInRegisters) {
         // Q is handed back after the first S GEMM (release_q_after_s_gemm)
-        if (!idle) load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
+        if (!idle && !transposed) {
+          load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
+        }
       }
 
       if (inline_loads()) producer_.begin_visit(p_, c, n_begin, n_end);
@@ -120,6 +127,8 @@ class Consumer {
         release(&s_.q_empty);  // no key visible: Q unused; rows store 0 / -inf
       } else if (idle) {
         mainloop_idle(seq, n_begin, n_end);
+      } else if (transposed) {
+        mainloop_transposed(seq, masked, m0, row0, n_begin, n_end, o, softmax);
       } else if (p_.intra_wg_overlap) {
         mainloop_overlapped(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
@@ -463,6 +472,47 @@ class Consumer {
       release_v(stage);
       ring_.advance();
     }
+  }
+
+  // A decoding tile's first warpgroup (transposed_decode.cuh), while the second runs mainloop_idle:
+  // the same barrier traffic in the same order (one GEMM turn per block, the V tail cleared where
+  // mainloop_idle clears it), and Q released at the end, since its dead rows hold the scratch.
+  template <class Bounds>
+  __device__ void mainloop_transposed(const Bounds& seq, const MaskedBlocks& masked, int m0, int row0, int n_begin,
+                                      int n_end, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
+    // Warpgroup 0's epilogue barrier: idle until the tile's epilogue.
+    TransposedDecode<Traits> decode(smem_address(s_.q), thread_, Traits::kEpilogueBarrierBase, p_.scale_log2);
+    const bool overlapped = p_.intra_wg_overlap;
+    if (!overlapped) {
+      clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
+      wait_v_tail_cleared(seq, n_end);
+    }
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      const std::uint32_t phase = ring_.phase();
+      wait_landed(&s_.k_full[stage], phase);  // producer -> us: K block n landed
+      begin_gemm_turn();
+      decode.issue_scores(smem_address(s_.k[stage]));
+      end_gemm_turn();
+      if (overlapped && n == n_end - 1) clear_v_tail(seq, n_end, stage, phase);
+      wgmma_wait<0>();
+      decode.pin_scores();
+      release(&s_.k_empty[stage]);
+      if (overlapped && n == n_end - 1) wait_v_tail_cleared(seq, n_end);
+      if (p_.softcap > 0.0f) decode.apply_softcap(p_.softcap, p_.softcap_input_scale);
+      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, seq, m0, n)) {
+        decode.apply_mask(seq, p_, Traits::kPacksGqa && p_.pack_gqa, row0, n * Traits::kBlockN);
+      }
+      decode.update_and_store_probabilities();
+      wait_landed(&s_.v_full[stage], phase);  // producer -> us: V block n landed
+      decode.issue_output(smem_address(s_.v[stage]));
+      wgmma_wait<0>();
+      decode.pin_output();
+      release_v(stage);
+      ring_.advance();
+    }
+    decode.finish(o, softmax.row_max, softmax.row_sum);
+    release_ldmatrix_reads_to_tma(&s_.q_empty, thread_);
   }
 
   typename Traits::SharedStorage& s_;

@@ -53,9 +53,13 @@ struct FwdTraits {
   // multiple of 8: 168 per thread for 384 threads, 128 for 512); setmaxnreg.inc waits until the pool
   // can pay, so the budgets must add up to no more than that or the consumers wait forever.
   // A producer warpgroup that copies K and V itself (kKvByCpAsync below) spilled at 24 registers (its
-  // leader's visit hand-out beside the copies); those kernels' consumers fit in 232.
-  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? 40 : 24) : 32;
-  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? 232 : 240) : 160;
+  // leader's visit hand-out beside the copies); those kernels' consumers fit in 232. At d 64 it spilled
+  // 4 bytes at 40 too once the consumers had the transposed decoding loop (the leader's Q phase):
+  // 48 / 224 there.
+  static constexpr int kProducerRegisters =
+      kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? (kHeadDim_ == 64 ? 48 : 40) : 24) : 32;
+  static constexpr int kConsumerRegisters =
+      kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? (kHeadDim_ == 64 ? 224 : 232) : 240) : 160;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert(!kWarpSpecialized ||
                     (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
@@ -102,6 +106,11 @@ struct FwdTraits {
   // alone takes 128 of the 168 registers ptxas plans the kernel for).
   static constexpr bool kVarlenSplit = kVarlen && kHeadDim <= 128;
   static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
+  // Tiles of at most 8 live rows computed transposed (fwd/transposed_decode.cuh): at d 64 a decoding
+  // step's 192-key blocks cost the m64 loop about as much tensor and exponential time as their bytes
+  // take to stream (+4-10% with it, decode grid); at d 128 the stream bounds the step and the
+  // transposed loop's longer chain per block cost 0-5% (H200, 2026-12-03).
+  static constexpr bool kTransposedDecode = kPacksGqa && kHeadDim == 64;
   // K and V by the whole producer warpgroup's cp.async copies rather than one thread's TMA boxes
   // (fwd/kv_cp_async.cuh): a decoding step is bound by HBM, and streaming K/V alone the H200 reached
   // 4.41-4.49 TB/s with 128 threads of cp.async against 4.05-4.17 with TMA boxes of any shape, ring
