@@ -1,7 +1,7 @@
-// A decoding tile computed transposed. A tile with at most kRows = 8 live query rows (a GQA-packed
-// decoding step, an MHA step's single row) would spend an m64 wgmma, 64 rows of exponentials and a
-// 64-row O on those few rows: at d 128 a 128-key block is ~2k tensor cycles for 8 rows' worth of work.
-// Here warpgroup 0 computes with the keys as the wgmma's M and the query rows as its N = 8:
+// A decoding tile computed transposed (where FwdTraits::kTransposedDecode: d 64). A tile with at most
+// kRows = 8 live query rows (a GQA-packed decoding step, an MHA step's single row) would spend m64
+// wgmmas, 64 rows of exponentials and a 64-row O on those few rows: at d 64 a 192-key block's m64 work
+// takes about as long as its 48 KB take to stream from HBM. Here warpgroup 0 computes with the keys as the wgmma's M and the query rows as its N = 8:
 //   S^T = K Q^T      (A = the K stage, K-major; B = Q's first 8 rows, K-major): kBlockN / 64 m64n8 tiles;
 //   O^T += V^T P^T   (A = the V stage read MN-major; B = P^T stored by this warpgroup, K-major): d / 64 tiles;
 // an eighth of the tensor work and of the exponentials. Thread t = 32 w + l holds, per 64-key tile j,
