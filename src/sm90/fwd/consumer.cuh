@@ -443,6 +443,14 @@ class Consumer {
     release_v(pv_stage);
   }
 
+  // The V tail of a loop whose live warpgroup clears it before its first GEMM turn (without
+  // intra-warpgroup overlap): this warpgroup's share cleared, then every consumer's waited for.
+  template <class Bounds>
+  __device__ void clear_v_tail_before_turns(const Bounds& seq, int n_end) {
+    clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
+    wait_v_tail_cleared(seq, n_end);
+  }
+
   // The mainloop of a warpgroup none of whose rows is live (a decoding tile's second warpgroup, the
   // rows past a short sequence): no GEMMs and no softmax, only the barrier traffic of a mainloop, in its
   // order, so the other warpgroup and the producer see what they would: one GEMM turn per block, this
@@ -454,10 +462,7 @@ class Consumer {
   template <class Bounds>
   __device__ void mainloop_idle(const Bounds& seq, int n_begin, int n_end) {
     const bool overlapped = p_.intra_wg_overlap;
-    if (!overlapped) {
-      clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
-      wait_v_tail_cleared(seq, n_end);
-    }
+    if (!overlapped) clear_v_tail_before_turns(seq, n_end);
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
       const std::uint32_t phase = ring_.phase();
@@ -483,10 +488,7 @@ class Consumer {
     // Warpgroup 0's epilogue barrier: idle until the tile's epilogue.
     TransposedDecode<Traits> decode(smem_address(s_.q), thread_, Traits::kEpilogueBarrierBase, p_.scale_log2);
     const bool overlapped = p_.intra_wg_overlap;
-    if (!overlapped) {
-      clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
-      wait_v_tail_cleared(seq, n_end);
-    }
+    if (!overlapped) clear_v_tail_before_turns(seq, n_end);
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int stage = ring_.index();
       const std::uint32_t phase = ring_.phase();
