@@ -128,7 +128,8 @@ class Consumer {
       } else if (idle) {
         mainloop_idle(seq, n_begin, n_end);
       } else if (transposed) {
-        mainloop_transposed(seq, masked, m0, row0, n_begin, n_end, o, softmax);
+        // Only the kernels that can take the branch instantiate the loop (its tiles need m64 key blocks).
+        if constexpr (Traits::kTransposedDecode) mainloop_transposed(seq, masked, m0, row0, n_begin, n_end, o, softmax);
       } else if (p_.intra_wg_overlap) {
         mainloop_overlapped(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
