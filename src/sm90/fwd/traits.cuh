@@ -108,8 +108,8 @@ struct FwdTraits {
   static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
   // Tiles of at most 8 live rows computed transposed (fwd/transposed_decode.cuh): at d 64 a decoding
   // step's 192-key blocks cost the m64 loop about as much tensor and exponential time as their bytes
-  // take to stream (+4-10% with it, decode grid); at d 128 the stream bounds the step and the
-  // transposed loop's longer chain per block cost 0-5% (H200, 2026-12-03).
+  // take to stream (+6-11.5% with it on the decode grid, perf-notes v89); at d 128 the stream bounds
+  // the step and the transposed loop's longer chain per block cost 0-5% (H200, 2026-12-03).
   static constexpr bool kTransposedDecode = kPacksGqa && kHeadDim == 64;
   // K and V by the whole producer warpgroup's cp.async copies rather than one thread's TMA boxes
   // (fwd/kv_cp_async.cuh): a decoding step is bound by HBM, and streaming K/V alone the H200 reached
