@@ -8,8 +8,10 @@ objects or archives.
 Every function whose name contains `attention_forward_kernel`, `attention_forward_fp8_kernel` or
 `attention_backward_kernel` must issue its GEMMs on the Hopper tensor
 cores (HGMMA; QGMMA for FP8 instantiations, named with fp8/e4m3), load through TMA (UTMALDG), and use
-no local memory (LDL/STL). A file without any forward kernel fails too, so a build that silently lost
-its kernels cannot pass. Exit 2: cuobjdump/nvdisasm not found.
+no local memory (LDL/STL). The 16-bit variable-length kernels at head dim 64 must also issue m64n8
+GEMMs (HGMMA.64x8x16: decoding tiles computed transposed, src/sm90/fwd/transposed_decode.cuh). A file
+without any forward kernel fails too, so a build that silently lost its kernels cannot pass. Exit 2:
+cuobjdump/nvdisasm not found.
 
 cuobjdump --dump-sass needs nvdisasm beside it. Both ship with the full CUDA toolkit; where the toolkit
 is trimmed to the compiler (as on the CI machines), --install-only puts NVIDIA's PyPI builds of the
@@ -29,6 +31,11 @@ import sys
 # backward (attention_backward_kernel) is checked alike where present.
 FORWARD_KERNEL = re.compile(r"attention_forward(?:_fp8)?_kernel")
 ATTENTION_KERNEL = re.compile(r"attention_(?:forward(?:_fp8)?|backward)_kernel")
+# FwdTraits<64, element, keys, stages, warp-specialized, 2 consumer warpgroups, variable-length, ...>:
+# the kernels whose decoding tiles run transposed (FwdTraits::kTransposedDecode), with m64n8 GEMMs.
+TRANSPOSED_DECODE_KERNEL = re.compile(r"FwdTraitsILi64E.+?ELi\d+ELi\d+ELb1ELi2ELb1E")
+NARROW_GEMM = re.compile(r"\bHGMMA\.64x8x16\.")
+NARROW_GEMM_OP = "HGMMA.64x8x16"
 # Any 13.x disassembler reads the sm_90a cubins nvcc 13.0 writes; pinned so CI runs are repeatable.
 PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
 
@@ -92,6 +99,8 @@ def opcode_counts(sass):
             match = INSTRUCTION.search(line)
             if match:
                 current[match.group(1)] += 1
+                if NARROW_GEMM.search(line):
+                    current[NARROW_GEMM_OP] += 1
     return functions
 
 
@@ -118,6 +127,8 @@ def problems(name, ops):
         found.append("missing " + ", ".join(missing))
     if ops["LDL"] or ops["STL"]:
         found.append(f"local memory (LDL {ops['LDL']}, STL {ops['STL']})")
+    if not is_fp8(name) and TRANSPOSED_DECODE_KERNEL.search(name) and ops[NARROW_GEMM_OP] == 0:
+        found.append(f"missing {NARROW_GEMM_OP} (the transposed decoding loop)")
     return found
 
 
@@ -137,8 +148,9 @@ def check(paths, cuobjdump, nvdisasm_dir):
             ops = functions[name]
             found = problems(name, ops)
             verdict = "FAIL" if found else "ok  "
-            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']}  QGMMA {ops['QGMMA']}  UTMALDG {ops['UTMALDG']}"
-                  f"  LDL {ops['LDL']}  STL {ops['STL']}  instructions {sum(ops.values())}"
+            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {ops[NARROW_GEMM_OP]})  QGMMA {ops['QGMMA']}"
+                  f"  UTMALDG {ops['UTMALDG']}  LDL {ops['LDL']}  STL {ops['STL']}"
+                  f"  instructions {sum(ops.values()) - ops[NARROW_GEMM_OP]}"
                   + (f"  <- {'; '.join(found)}" if found else ""))
             failures += bool(found)
     print(f"{'FAILED' if failures else 'PASSED'}: {failures} problem(s)")

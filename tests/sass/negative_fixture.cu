@@ -1,5 +1,5 @@
 // Kernels that the SASS check must reject (tests/sass/check_forward_sass.py, CTest sass_check_rejects):
-// named like forward instantiations, one 16-bit and one FP8, but with plain FMA math, ordinary global
+// named like forward instantiations, one 16-bit, one FP8 and one d 64 variable-length, but with plain FMA math, ordinary global
 // loads, and a dynamically indexed array that the compiler has to put in local memory (LDL/STL).
 namespace hopattn_sass_fixture {
 
@@ -14,7 +14,15 @@ __global__ void attention_forward_kernel(const float* in, float* out, int n) {
   out[threadIdx.x] = scratch[(threadIdx.x * 7 + n) % 64] * 2.0f;
 }
 
+// Named like a d 64 variable-length instantiation (FwdTraits<64, ..., warp-specialized, 2, varlen, ...>),
+// which must also hold the transposed decoding loop's m64n8 GEMMs.
+template <int kHeadDim, class Element, int kBlockN, int kStages, bool kWarpSpecialized, int kWarpgroups, bool kVarlen,
+          bool kKvByCpAsync>
+struct FwdTraits {};
+
 template __global__ void attention_forward_kernel<Bf16Tag>(const float*, float*, int);
 template __global__ void attention_forward_kernel<Fp8E4M3Tag>(const float*, float*, int);
+template __global__ void attention_forward_kernel<FwdTraits<64, Bf16Tag, 192, 4, true, 2, true, false>>(const float*,
+                                                                                                          float*, int);
 
 }  // namespace hopattn_sass_fixture
