@@ -192,10 +192,11 @@ std::vector<NamedCase<VarlenCase>> decode_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Decode, ForwardVarlenCorners, ::testing::ValuesIn(decode_cases()), CaseName());
 
-// Tiles of at most 8 live rows run transposed (fwd/transposed_decode.cuh), tiles of 9 or more the
-// ordinary loop: batches with tiles of exactly 8 and 9 rows side by side (a GQA ratio of 8, draft tokens
-// times a ratio of 4, MHA steps of up to 9 rows, GQA left unpacked), caches of 1 key to several 192-key
-// blocks of d 64 with ragged ends, split or not, causal, windowed or softcapped.
+// Tiles of at most 8 live rows run transposed at d 64 (fwd/transposed_decode.cuh), tiles of 9 or more
+// the ordinary loop; d 128 runs the same shapes through the ordinary loop alone. Batches with tiles of
+// exactly 8 and 9 rows side by side (a GQA ratio of 8, draft tokens times a ratio of 4, MHA steps of up
+// to 9 rows, GQA left unpacked), caches of 1 key to several 192-key blocks of d 64 with ragged ends,
+// split or not, causal, windowed or softcapped.
 std::vector<NamedCase<VarlenCase>> transposed_decode_cases() {
   struct Shape {
     const char* name;
@@ -221,7 +222,9 @@ std::vector<NamedCase<VarlenCase>> transposed_decode_cases() {
         c.causal = index % 3 == 0;
         if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
         if (index % 5 == 3) c.softcap = 15.0f;
-        cases.push_back({std::string(shape.name) + "_d" + std::to_string(d) + "_splits" + std::to_string(num_splits), c});
+        const std::string name =
+            std::string(shape.name) + "_d" + std::to_string(d) + "_splits" + std::to_string(num_splits);
+        cases.push_back({name, c});
         ++index;
       }
     }

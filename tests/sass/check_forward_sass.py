@@ -148,8 +148,8 @@ def check(paths, cuobjdump, nvdisasm_dir):
             ops = functions[name]
             found = problems(name, ops)
             verdict = "FAIL" if found else "ok  "
-            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {ops[NARROW_GEMM_OP]})  QGMMA {ops['QGMMA']}"
-                  f"  UTMALDG {ops['UTMALDG']}  LDL {ops['LDL']}  STL {ops['STL']}"
+            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {ops[NARROW_GEMM_OP]})"
+                  f"  QGMMA {ops['QGMMA']}  UTMALDG {ops['UTMALDG']}  LDL {ops['LDL']}  STL {ops['STL']}"
                   f"  instructions {sum(ops.values()) - ops[NARROW_GEMM_OP]}"
                   + (f"  <- {'; '.join(found)}" if found else ""))
             failures += bool(found)

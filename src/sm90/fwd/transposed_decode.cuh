@@ -1,7 +1,8 @@
 // A decoding tile computed transposed (where FwdTraits::kTransposedDecode: d 64). A tile with at most
 // kRows = 8 live query rows (a GQA-packed decoding step, an MHA step's single row) would spend m64
 // wgmmas, 64 rows of exponentials and a 64-row O on those few rows: at d 64 a 192-key block's m64 work
-// takes about as long as its 48 KB take to stream from HBM. Here warpgroup 0 computes with the keys as the wgmma's M and the query rows as its N = 8:
+// takes about as long as its 48 KB take to stream from HBM. Here warpgroup 0 computes with the keys as
+// the wgmma's M and the query rows as its N = 8:
 //   S^T = K Q^T      (A = the K stage, K-major; B = Q's first 8 rows, K-major): kBlockN / 64 m64n8 tiles;
 //   O^T += V^T P^T   (A = the V stage read MN-major; B = P^T stored by this warpgroup, K-major): d / 64 tiles;
 // an eighth of the tensor work and of the exponentials. Thread t = 32 w + l holds, per 64-key tile j,
@@ -105,7 +106,8 @@ class TransposedDecode {
   }
 
   // apply_mask (mask.cuh) on the transposed scores: row0 is the tile's first row (a packed index when
-  // packed), n0 the block's first key.
+  // packed), n0 the block's first key. The bounds are mask.cuh's, repeated as its own variants repeat
+  // them: shared through a helper they moved ptxas's predicate code in every kernel's masked blocks.
   template <class Bounds>
   __device__ void apply_mask(const Bounds& seq, const FwdParams& p, bool packed, int row0, int n0) {
 #pragma unroll
