@@ -59,7 +59,7 @@ __device__ __forceinline__ void wgmma_m64n{n}k16_rs_{name}(float (&d)[{regs}], c
 # 8-bit inputs: k32 per instruction, both operands K-major (PTX allows no transpose flags for them),
 # so the instruction ends with scale-d, imm-scale-a, imm-scale-b only. A from registers is four
 # 32-bit registers of four e4m3 values each.
-FP8_N_VALUES = (64, 96, 128, 192, 256)
+FP8_N_VALUES = (8, 64, 96, 128, 192, 256)
 
 
 def ss_fp8(n):

@@ -1016,6 +1016,69 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
   expect_cases_match_oracle(cases, seed);
 }
 
+// Tiles of at most 8 live rows run transposed in the decoding kernels (fwd_fp8/transposed_decode.cuh),
+// tiles of 9 or more the ordinary loop: batches with tiles of exactly 8 and 9 rows side by side (a GQA
+// ratio of 8, draft tokens times a ratio of 4, MHA steps of up to 9 rows, GQA left unpacked), caches of
+// 1 key to several blocks with ragged ends (d 128's 2500 keys take 192-key blocks but when paged or
+// block-scaled), split or not, causal, windowed, softcapped, per-block k/v scales (whose v scale
+// changes between a tile's blocks), paged, and the schedules without overlap or ping-pong.
+TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
+  struct Shape {
+    const char* name;
+    int heads_q, heads_kv;
+    std::vector<int> lens_q;
+    KernelOptions::PackGqa pack;
+  };
+  const Shape shapes[] = {
+      {"ratio 8", 16, 2, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto},
+      {"ratio 4 drafts", 8, 2, {2, 1, 3, 2}, KernelOptions::PackGqa::kOn},
+      {"mha", 4, 4, {8, 9, 1, 5}, KernelOptions::PackGqa::kAuto},
+      {"ratio 2 unpacked", 4, 2, {1, 8, 9, 3}, KernelOptions::PackGqa::kOff},
+  };
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8VarlenCase> cases;
+  int index = 0;
+  for (const Shape& shape : shapes) {
+    for (const int d : {64, 128}) {
+      for (const int num_splits : {0, 3}) {
+        Fp8VarlenCase c;
+        c.head_dim = d, c.heads_q = shape.heads_q, c.heads_kv = shape.heads_kv, c.lens_q = shape.lens_q;
+        c.lens_k = {2500, 1, 193, 1100}, c.used_k = {2499, 1, 193, 1000};
+        c.options.pack_gqa = shape.pack;
+        c.num_splits = num_splits;
+        c.q_amplitude = 4.0f;
+        c.causal = index % 3 == 0;
+        if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
+        if (index % 5 == 3) c.softcap = 15.0f;
+        if (index % 6 == 2) c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
+        if (index % 7 == 4) c.page_size = index % 2 == 0 ? 16 : 256;
+        if (index % 8 == 5) c.options.intra_wg_overlap = false;
+        if (index % 8 == 6) c.options.pingpong = false;
+        cases.push_back(c);
+        ++index;
+      }
+    }
+  }
+  expect_cases_match_oracle(cases, seed);
+}
+
+// The transposed loop on small shapes, for compute-sanitizer (scripts/device_tests.sh): tiles of 8
+// live rows and of 1, split and not, a softcap, block scales, a page size, at d 64 and d 128.
+TEST_F(Fp8Forward, TransposedDecodeSmall) {
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8VarlenCase> cases;
+  for (const int d : {64, 128}) {
+    Fp8VarlenCase c;
+    c.head_dim = d, c.heads_q = 8, c.heads_kv = 1, c.lens_q = {1, 1}, c.lens_k = {300, 5}, c.num_splits = 2;
+    cases.push_back(c);
+    c.heads_kv = 8, c.num_splits = 1, c.softcap = 5.0f, c.causal = true;  // MHA: one live row a tile
+    cases.push_back(c);
+    c.softcap = 0.0f, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128, c.page_size = d == 64 ? 16 : 0;
+    cases.push_back(c);
+  }
+  expect_cases_match_oracle(cases, seed);
+}
+
 // Keys-contiguous v (V^T in memory) is a dense-only layout: with cu_seqlens_q the kernel refuses it,
 // naming what it takes, before anything is written.
 TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {

@@ -8,8 +8,9 @@ objects or archives.
 Every function whose name contains `attention_forward_kernel`, `attention_forward_fp8_kernel` or
 `attention_backward_kernel` must issue its GEMMs on the Hopper tensor
 cores (HGMMA; QGMMA for FP8 instantiations, named with fp8/e4m3), load through TMA (UTMALDG), and use
-no local memory (LDL/STL). The 16-bit variable-length kernels at head dim 64 must also issue m64n8
-GEMMs (HGMMA.64x8x16: decoding tiles computed transposed, src/sm90/fwd/transposed_decode.cuh). A file
+no local memory (LDL/STL). The kernels whose decoding tiles run transposed must also issue m64n8 GEMMs:
+the 16-bit variable-length ones at head dim 64 HGMMA.64x8x16 (src/sm90/fwd/transposed_decode.cuh), the
+FP8 variable-length ones at head dims 64 and 128 QGMMA.64x8x32 (src/sm90/fwd_fp8/transposed_decode.cuh). A file
 without any forward kernel fails too, so a build that silently lost its kernels cannot pass. Exit 2:
 cuobjdump/nvdisasm not found.
 
@@ -31,11 +32,15 @@ import sys
 # backward (attention_backward_kernel) is checked alike where present.
 FORWARD_KERNEL = re.compile(r"attention_forward(?:_fp8)?_kernel")
 ATTENTION_KERNEL = re.compile(r"attention_(?:forward(?:_fp8)?|backward)_kernel")
-# FwdTraits<64, element, keys, stages, warp-specialized, 2 consumer warpgroups, variable-length, ...>:
-# the kernels whose decoding tiles run transposed (FwdTraits::kTransposedDecode), with m64n8 GEMMs.
-TRANSPOSED_DECODE_KERNEL = re.compile(r"FwdTraitsILi64E.+?ELi\d+ELi\d+ELb1ELi2ELb1E")
-NARROW_GEMM = re.compile(r"\bHGMMA\.64x8x16\.")
-NARROW_GEMM_OP = "HGMMA.64x8x16"
+# The kernels whose decoding tiles run transposed (kTransposedDecode), with the m64n8 GEMM each must hold:
+# FwdTraits<64, element, keys, stages, warp-specialized, 2 consumer warpgroups, variable-length, ...> and
+# Fp8FwdTraits<64 or 128, block descales, softcap, keys, V^T from global (0), variable-length (1)>.
+TRANSPOSED_DECODE_KERNELS = (
+    (re.compile(r"(?<!Fp8)FwdTraitsILi64E.+?ELi\d+ELi\d+ELb1ELi2ELb1E"), "HGMMA.64x8x16"),
+    (re.compile(r"Fp8FwdTraitsILi(?:64|128)ELb[01]ELb[01]ELi\d+ELb0ELb1E"), "QGMMA.64x8x32"),
+)
+NARROW_GEMM = re.compile(r"\b([HQ]GMMA\.64x8x(?:16|32))\.")
+NARROW_GEMM_OPS = ("HGMMA.64x8x16", "QGMMA.64x8x32")
 # Any 13.x disassembler reads the sm_90a cubins nvcc 13.0 writes; pinned so CI runs are repeatable.
 PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
 
@@ -99,8 +104,9 @@ def opcode_counts(sass):
             match = INSTRUCTION.search(line)
             if match:
                 current[match.group(1)] += 1
-                if NARROW_GEMM.search(line):
-                    current[NARROW_GEMM_OP] += 1
+                narrow = NARROW_GEMM.search(line)
+                if narrow:
+                    current[narrow.group(1)] += 1
     return functions
 
 
@@ -127,8 +133,9 @@ def problems(name, ops):
         found.append("missing " + ", ".join(missing))
     if ops["LDL"] or ops["STL"]:
         found.append(f"local memory (LDL {ops['LDL']}, STL {ops['STL']})")
-    if not is_fp8(name) and TRANSPOSED_DECODE_KERNEL.search(name) and ops[NARROW_GEMM_OP] == 0:
-        found.append(f"missing {NARROW_GEMM_OP} (the transposed decoding loop)")
+    for kernel, narrow_op in TRANSPOSED_DECODE_KERNELS:
+        if kernel.search(name) and ops[narrow_op] == 0:
+            found.append(f"missing {narrow_op} (the transposed decoding loop)")
     return found
 
 
@@ -148,9 +155,10 @@ def check(paths, cuobjdump, nvdisasm_dir):
             ops = functions[name]
             found = problems(name, ops)
             verdict = "FAIL" if found else "ok  "
-            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {ops[NARROW_GEMM_OP]})"
-                  f"  QGMMA {ops['QGMMA']}  UTMALDG {ops['UTMALDG']}  LDL {ops['LDL']}  STL {ops['STL']}"
-                  f"  instructions {sum(ops.values()) - ops[NARROW_GEMM_OP]}"
+            narrow = sum(ops[op] for op in NARROW_GEMM_OPS)
+            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {ops['HGMMA.64x8x16']})"
+                  f"  QGMMA {ops['QGMMA']} (64x8 {ops['QGMMA.64x8x32']})  UTMALDG {ops['UTMALDG']}"
+                  f"  LDL {ops['LDL']}  STL {ops['STL']}  instructions {sum(ops.values()) - narrow}"
                   + (f"  <- {'; '.join(found)}" if found else ""))
             failures += bool(found)
     print(f"{'FAILED' if failures else 'PASSED'}: {failures} problem(s)")

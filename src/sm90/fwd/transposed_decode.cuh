@@ -1,19 +1,12 @@
-// A decoding tile computed transposed (where FwdTraits::kTransposedDecode: d 64). A tile with at most
-// kRows = 8 live query rows (a GQA-packed decoding step, an MHA step's single row) would spend m64
-// wgmmas, 64 rows of exponentials and a 64-row O on those few rows: at d 64 a 192-key block's m64 work
-// takes about as long as its 48 KB take to stream from HBM. Here warpgroup 0 computes with the keys as
-// the wgmma's M and the query rows as its N = 8:
+// A decoding tile computed transposed in the 16-bit consumer (where FwdTraits::kTransposedDecode: d 64).
+// A tile with at most 8 live query rows (a GQA-packed decoding step, an MHA step's single row) would
+// spend m64 wgmmas, 64 rows of exponentials and a 64-row O on those few rows: at d 64 a 192-key block's
+// m64 work takes about as long as its 48 KB take to stream from HBM. Here warpgroup 0 computes with the
+// keys as the wgmma's M and the query rows as its N = 8 (transposed_tile.cuh: the register layout, the
+// column reductions, the scratch in the Q stage and the tile's end):
 //   S^T = K Q^T      (A = the K stage, K-major; B = Q's first 8 rows, K-major): kBlockN / 64 m64n8 tiles;
 //   O^T += V^T P^T   (A = the V stage read MN-major; B = P^T stored by this warpgroup, K-major): d / 64 tiles;
-// an eighth of the tensor work and of the exponentials. Thread t = 32 w + l holds, per 64-key tile j,
-// the scores of keys 64 j + 16 w + l / 4 (+ 8) for query columns 2 (l % 4) and 2 (l % 4) + 1; a column's
-// max is reduced over the 8 lanes of the same l % 4 (shuffles) and the four warps (shared memory, one
-// named barrier). At the end O^T goes through shared memory into the consumer's accumulator layout
-// (o, row_max, row_sum of warp 0's first row half), so the tile leaves through the usual epilogues.
-//
-// Shared memory: the Q stage's rows past the first 8 (the tile's live rows) are loaded but never read
-// in such a tile, and the stage stays this tile's until the consumers release it, so P^T, the column
-// exchanges and the O^T transpose live there (kScratch*); the release fences the generic proxy first.
+// an eighth of the tensor work and of the exponentials.
 #pragma once
 
 #include <cmath>
@@ -21,34 +14,29 @@
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/shared_access.cuh"
-#include "sm90/arch/sync.cuh"
 #include "sm90/arch/wgmma.cuh"
-#include "sm90/fwd/params.hpp"
 #include "sm90/fwd/softmax.cuh"
-#include "sm90/tile/fragment.hpp"
+#include "sm90/fwd/transposed_tile.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
 
 template <class Traits>
-class TransposedDecode {
- public:
-  static constexpr int kRows = 8;  // query rows a tile may hold: the wgmma N
-  static constexpr int kKeyTiles = Traits::kBlockN / 64;
-  static constexpr int kDimTiles = Traits::kHeadDim / 64;
-  static_assert(Traits::kBlockN % 64 == 0 && Traits::kHeadDim % 64 == 0, "m64 tiles of keys and of the head dim");
+class TransposedDecode
+    : public TransposedTile<Traits, SwizzledTile<8, Traits::kBlockN, Traits::kElementBytes>> {
+  using Base = TransposedTile<Traits, SwizzledTile<8, Traits::kBlockN, Traits::kElementBytes>>;
+  using typename Base::PTile;
+  using typename Base::QTile;
+  using KTile = typename Traits::KTile;
+  using VTile = typename Traits::VTile;
 
-  // barrier: a named barrier of this warpgroup's 128 threads that the mainloop does not use otherwise.
+ public:
+  using Base::kDimTiles;
+  using Base::kKeyTiles;
+  using Base::kRows;
+
   __device__ TransposedDecode(std::uint32_t q_stage, int thread, int barrier, float scale_log2)
-      : q_stage_(q_stage), thread_(thread), barrier_(barrier), scale_log2_(scale_log2) {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) col_max_[c] = -INFINITY, col_sum_[c] = 0.0f;
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) ot_[d][i] = 0.0f;
-    }
-  }
+      : Base(q_stage, thread, barrier), scale_log2_(scale_log2) {}
 
   // S^T = K Q^T for the K stage at k_stage: kHeadDim / 16 k-steps per 64-key tile, one commit group.
   __device__ void issue_scores(std::uint32_t k_stage) {
@@ -61,8 +49,8 @@ class TransposedDecode {
         const std::uint32_t in_row = (step % 4) * 32;  // 16 columns = 32 bytes
         const std::uint64_t desc_k =
             kmajor_descriptor(k_stage + block * KTile::kColumnBlockBytes + j * 64 * kSwizzleBytes + in_row);
-        const std::uint64_t desc_q = kmajor_descriptor(q_stage_ + block * QTile::kColumnBlockBytes + in_row);
-        wgmma_ss<kRows, Traits::kIsBf16>(st_[j], desc_k, desc_q, step > 0);
+        const std::uint64_t desc_q = kmajor_descriptor(this->q_stage_ + block * QTile::kColumnBlockBytes + in_row);
+        wgmma_ss<kRows, Traits::kIsBf16>(this->st_[j], desc_k, desc_q, step > 0);
       }
     }
     wgmma_commit();
@@ -71,7 +59,7 @@ class TransposedDecode {
   // O^T += V^T P^T for the V stage at v_stage, with the P^T that update_and_store_probabilities left:
   // one commit group.
   __device__ void issue_output(std::uint32_t v_stage) {
-    const std::uint32_t p_tile = q_stage_ + kScratchP;
+    const std::uint32_t p_tile = this->p_tile();
     wgmma_fence();
 #pragma unroll
     for (int d = 0; d < kDimTiles; ++d) {
@@ -82,200 +70,56 @@ class TransposedDecode {
             v_stage + d * VTile::kColumnBlockBytes + step * 16 * kSwizzleBytes, VTile::kColumnBlockBytes);
         const std::uint64_t desc_p =
             kmajor_descriptor(p_tile + (step / 4) * PTile::kColumnBlockBytes + (step % 4) * 32);
-        wgmma_ss<kRows, Traits::kIsBf16, /*kBMNMajor=*/false, /*kAMNMajor=*/true>(ot_[d], desc_v, desc_p, 1);
+        wgmma_ss<kRows, Traits::kIsBf16, /*kBMNMajor=*/false, /*kAMNMajor=*/true>(this->ot_[d], desc_v, desc_p, 1);
       }
     }
     wgmma_commit();
   }
 
-  __device__ void pin_scores() {
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) pin_registers(st_[j]);
-  }
-  __device__ void pin_output() {
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) pin_registers(ot_[d]);
-  }
-
-  __device__ void apply_softcap(float softcap, float input_scale) {
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) st_[j][i] = softcap * fast_tanh(st_[j][i] * input_scale);
-    }
-  }
-
-  // apply_mask (mask.cuh) on the transposed scores: row0 is the tile's first row (a packed index when
-  // packed), n0 the block's first key. The bounds are mask.cuh's, repeated as its own variants repeat
-  // them: shared through a helper they moved ptxas's predicate code in every kernel's masked blocks.
-  template <class Bounds>
-  __device__ void apply_mask(const Bounds& seq, const FwdParams& p, bool packed, int row0, int n0) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int column = row0 + query_column(i);
-      const int row = packed ? int(p.head_ratio_divisor.divide(unsigned(column))) : column;
-      const int diagonal = row + seq.seqlen_k - seq.seqlen_q;
-      int key_end = seq.seqlen_k;
-      if (seq.window_right >= 0) key_end = min(key_end, diagonal + seq.window_right + 1);
-      const int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j) {
-        const int key = n0 + 64 * j + row_in_tile(i);
-        if (key >= key_end || key < key_begin) st_[j][i] = -INFINITY;
-      }
-    }
-  }
-
-  // One block of the online softmax: the columns' new max (over the warpgroup), the scores turned into
-  // probabilities, O^T rescaled, and P^T stored for issue_output (fenced for the async proxy, the
-  // warpgroup synchronized).
+  // One block of the online softmax (raw-score max, as OnlineSoftmax): the columns' new max (over the
+  // warpgroup), the scores turned into probabilities, O^T rescaled, and P^T stored for issue_output.
   __device__ void update_and_store_probabilities() {
+    float(&st)[kKeyTiles][4] = this->st_;
     float block_max[2];
-    reduce_scores(block_max, MaxOp{});
+    this->reduce_scores(block_max, MaxOp{});
     float factor[2], max_scaled[2];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const float new_max = fmaxf(col_max_[c], block_max[c]);
+      const float new_max = fmaxf(this->col_max_[c], block_max[c]);
       // A column that has seen no key keeps max -inf; exponentiate against 0 (no -inf - -inf).
       max_scaled[c] = new_max == -INFINITY ? 0.0f : new_max * scale_log2_;
-      factor[c] = fast_exp2(col_max_[c] * scale_log2_ - max_scaled[c]);
-      col_max_[c] = new_max;
-      col_sum_[c] *= factor[c];
+      factor[c] = fast_exp2(this->col_max_[c] * scale_log2_ - max_scaled[c]);
+      this->col_max_[c] = new_max;
+      this->col_sum_[c] *= factor[c];
     }
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        st_[j][i] = fast_exp2(fmaf(st_[j][i], scale_log2_, -max_scaled[i % 2]));
-        col_sum_[i % 2] += st_[j][i];
+        st[j][i] = fast_exp2(fmaf(st[j][i], scale_log2_, -max_scaled[i % 2]));
+        this->col_sum_[i % 2] += st[j][i];
       }
     }
 #pragma unroll
     for (int d = 0; d < kDimTiles; ++d) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ot_[d][i] *= factor[i % 2];
+      for (int i = 0; i < 4; ++i) this->ot_[d][i] *= factor[i % 2];
     }
     // A warp's 16 keys of tile j are two 8 x 8 matrices (keys x columns), stored transposed: lanes 0-7
     // address query rows 0-7 of the first 8 keys, lanes 8-15 those of the next 8.
-    const int lane = thread_ % 32;
-    const std::uint32_t p_tile = q_stage_ + kScratchP;
+    const int lane = this->thread_ % 32;
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
-      const std::uint32_t in[2] = {pack_pair<Traits::kIsBf16>(st_[j][0], st_[j][1]),
-                                   pack_pair<Traits::kIsBf16>(st_[j][2], st_[j][3])};
-      const int key = 64 * j + 16 * (thread_ / 32) + 8 * ((lane / 8) % 2);
-      stmatrix_x2_trans(p_tile + PTile::offset(lane % 8, key), in);
+      const std::uint32_t in[2] = {pack_pair<Traits::kIsBf16>(st[j][0], st[j][1]),
+                                   pack_pair<Traits::kIsBf16>(st[j][2], st[j][3])};
+      const int key = 64 * j + 16 * (this->thread_ / 32) + 8 * ((lane / 8) % 2);
+      stmatrix_x2_trans(this->p_tile() + PTile::offset(lane % 8, key), in);
     }
-    fence_proxy_async_shared();  // generic-proxy stores -> the wgmma's (async proxy) reads
-    named_barrier_sync(barrier_, Traits::kWarpgroupThreads);
-  }
-
-  // The tile's end: O, row_max and row_sum in the consumer's accumulator layout. Warp 0's first row
-  // half holds the kRows rows (row l / 4), with the whole row sum in the quad's first thread
-  // (finish_rows adds the quad's four); every other entry is an empty row.
-  template <int kORegisters>
-  __device__ void finish(float (&o)[kORegisters], float (&row_max)[2], float (&row_sum)[2]) {
-    float total[2] = {col_sum_[0], col_sum_[1]};
-    reduce_columns(total, SumOp{});
-    float* max_out = scratch(kScratchMax);
-    float* sum_out = scratch(kScratchSum);
-    float* o_t = scratch(kScratchO);
-    const int lane = thread_ % 32, warp = thread_ / 32;
-    if (warp == 0 && lane < 4) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) max_out[2 * lane + c] = col_max_[c], sum_out[2 * lane + c] = total[c];
-    }
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o_t[query_column(i) * Traits::kHeadDim + 64 * d + row_in_tile(i)] = ot_[d][i];
-    }
-    named_barrier_sync(barrier_, Traits::kWarpgroupThreads);
-    const int row = lane / 4;
-#pragma unroll
-    for (int i = 0; i < kORegisters; ++i) {
-      const bool mine = warp == 0 && fragment_row_half(i) == 0;
-      o[i] = mine ? o_t[row * Traits::kHeadDim + accumulator_col(thread_, i)] : 0.0f;
-    }
-    row_max[0] = warp == 0 ? max_out[row] : -INFINITY;
-    row_sum[0] = warp == 0 && lane % 4 == 0 ? sum_out[row] : 0.0f;
-    row_max[1] = -INFINITY;
-    row_sum[1] = 0.0f;
+    this->publish_probabilities();
   }
 
  private:
-  using QTile = typename Traits::QTile;
-  using KTile = typename Traits::KTile;
-  using VTile = typename Traits::VTile;
-  using PTile = SwizzledTile<kRows, Traits::kBlockN, Traits::kElementBytes>;  // P^T as B: query rows x keys
-  static constexpr int kWarps = 4;
-  // Byte offsets into the Q stage's first column block, past the live rows' swizzle atom.
-  static constexpr std::uint32_t kScratchP = kSwizzleAtomBytes;
-  static constexpr std::uint32_t kScratchExchange = kScratchP + PTile::kBytes;         // kWarps x kRows floats
-  static constexpr std::uint32_t kScratchMax = kScratchExchange + kWarps * kRows * 4;  // kRows floats
-  static constexpr std::uint32_t kScratchSum = kScratchMax + kRows * 4;                // kRows floats
-  static constexpr std::uint32_t kScratchO = kScratchSum + kRows * 4;                  // kRows x kHeadDim floats
-  static_assert(kScratchO + kRows * Traits::kHeadDim * 4 <= QTile::kColumnBlockBytes,
-                "the scratch must fit in the Q stage's first column block");
-
-  // Accumulator i of an m64n8 tile: its query column, and its row (key, or head-dim entry of O^T) in
-  // the 64-row tile.
-  __device__ int query_column(int i) const { return 2 * (thread_ % 4) + i % 2; }
-  __device__ int row_in_tile(int i) const { return 16 * (thread_ / 32) + (thread_ % 32) / 4 + 8 * (i / 2); }
-
-  __device__ float* scratch(std::uint32_t offset) const {
-    return static_cast<float*>(__cvta_shared_to_generic(q_stage_ + offset));
-  }
-
-  // Per query column, op over the block's scores of the warpgroup.
-  template <typename Op>
-  __device__ void reduce_scores(float (&out)[2], Op op) const {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      out[c] = op(st_[0][c], st_[0][c + 2]);
-#pragma unroll
-      for (int j = 1; j < kKeyTiles; ++j) out[c] = op(out[c], op(st_[j][c], st_[j][c + 2]));
-    }
-    reduce_columns(out, op);
-  }
-
-  // values[c] (one per thread and query column) reduced with op over the warpgroup: the 8 lanes of the
-  // same l % 4 by shuffles, then the 4 warps through the exchange slots. The slots are rewritten only
-  // after the next named barrier of this warpgroup (update_and_store_probabilities' or finish's), which
-  // every thread reaches after its reads here.
-  template <typename Op>
-  __device__ void reduce_columns(float (&values)[2], Op op) const {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) {
-        values[c] = op(values[c], __shfl_xor_sync(0xffffffffu, values[c], offset));
-      }
-    }
-    float* slots = scratch(kScratchExchange);
-    const int lane = thread_ % 32, warp = thread_ / 32;
-    if (lane < 4) {
-      slots[warp * kRows + 2 * lane] = values[0];
-      slots[warp * kRows + 2 * lane + 1] = values[1];
-    }
-    named_barrier_sync(barrier_, Traits::kWarpgroupThreads);
-    const int column = 2 * (thread_ % 4);
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      values[c] = slots[column + c];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) values[c] = op(values[c], slots[w * kRows + column + c]);
-    }
-  }
-
-  const std::uint32_t q_stage_;  // shared address of the Q stage
-  const int thread_;
-  const int barrier_;
   const float scale_log2_;
-  float st_[kKeyTiles][4];  // S^T, then P^T, of the current block
-  float ot_[kDimTiles][4];  // O^T, unnormalized
-  float col_max_[2];        // running max of the thread's two query columns (raw scores)
-  float col_sum_[2];        // this thread's partial sums of them
 };
 
 }  // namespace hopattn::sm90

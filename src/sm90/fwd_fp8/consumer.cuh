@@ -30,6 +30,7 @@
 #include "sm90/fwd_fp8/p_fragments.cuh"
 #include "sm90/fwd_fp8/params.hpp"
 #include "sm90/fwd_fp8/softmax.cuh"
+#include "sm90/fwd_fp8/transposed_decode.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
 #include "sm90/tile/a_fragment.cuh"
@@ -86,22 +87,32 @@ class Fp8Consumer {
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
       Softmax softmax;
       // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle; the
-      // decoding kernels, d <= 128: at d 256 the loop's code spilled the 96-key kernel).
-      bool idle = false;
+      // decoding kernels, d <= 128: at d 256 the loop's code spilled the 96-key kernel); a decoding
+      // tile's first warpgroup computes transposed (mainloop_transposed), from Q in shared memory,
+      // whose dead rows hold its scratch until it releases Q at the end.
+      bool idle = false, transposed = false;
       if constexpr (Traits::kPacksGqa) {
-        idle = !warpgroup_has_live_row(b_, c, varlen_sequence(b_, c.batch).bounds.seqlen_q,
-                                       warpgroup_ * Traits::kRowsPerWarpgroup);
+        const int seqlen_q = varlen_sequence(b_, c.batch).bounds.seqlen_q;
+        idle = !warpgroup_has_live_row(b_, c, seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup);
+        if constexpr (Traits::kTransposedDecode) {
+          transposed = warpgroup_ == 0 && tile_live_rows(b_, c, seqlen_q) <= Fp8TransposedDecode<Traits>::kRows;
+        }
       }
       QFragments q;
       if constexpr (Traits::kQInRegisters) {
-        if (!idle) load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
-        release_ldmatrix_reads_to_tma(&s_.q_empty, thread_);  // the next tile's Q may load now
+        if (!idle && !transposed) {
+          load_a_fragments<QTile>(smem_address(s_.q), warpgroup_ * Traits::kRowsPerWarpgroup, thread_, q);
+        }
+        if (!transposed) release_ldmatrix_reads_to_tma(&s_.q_empty, thread_);  // the next tile's Q may load now
       }
 
       if (n_end <= n_begin) {
-        if (!Traits::kQInRegisters) release(&s_.q_empty);
+        if (!Traits::kQInRegisters || transposed) release(&s_.q_empty);
       } else if (idle) {
         mainloop_idle(n_begin, n_end);
+      } else if (transposed) {
+        // Only the kernels that can take the branch instantiate the loop.
+        if constexpr (Traits::kTransposedDecode) mainloop_transposed(masked, m0, row0, n_begin, n_end, o, softmax);
       } else if (b_.intra_wg_overlap) {
         mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
       } else {
@@ -464,6 +475,41 @@ class Fp8Consumer {
       release(&s_.vt_empty[stage]);
       ring_.advance();
     }
+  }
+
+  // A decoding tile's first warpgroup (transposed_decode.cuh), while the second runs mainloop_idle:
+  // the same barrier traffic in the same order (one GEMM turn per block, its K and V^T releases), and
+  // Q released at the end, since its dead rows hold the scratch.
+  __device__ void mainloop_transposed(const MaskedBlocks& masked, int m0, int row0, int n_begin, int n_end,
+                                      float (&o)[kO], Softmax& softmax) {
+    // Warpgroup 0's epilogue barrier: idle until the tile's epilogue.
+    Fp8TransposedDecode<Traits> decode(smem_address(s_.q), thread_, Traits::kEpilogueBarrierBase);
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      const int stage = ring_.index();
+      mbarrier_wait(&s_.k_full[stage], ring_.phase());
+      const BlockScales scales = block_scales(n);
+      begin_gemm_turn();
+      decode.issue_scores(smem_address(s_.k[stage]));
+      end_gemm_turn();
+      wgmma_wait<0>();
+      decode.pin_scores();
+      release(&s_.k_empty[stage]);
+      if constexpr (Traits::kSoftcap) decode.apply_softcap(b_.softcap, cap_input_scale_ * scales.k);
+      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, true>(masked, b_, m0, n)) {
+        decode.apply_mask(mask_bounds(batch_), b_, b_.pack_gqa, row0, n * Traits::kBlockN);
+      }
+      float v_ratio[2] = {1.0f, 1.0f};
+      switch_v_block(scales.v, v_ratio);
+      decode.update_and_store_probabilities(logit_scale(scales), v_ratio[0]);
+      mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
+      decode.issue_output(smem_address(s_.vt[stage]));
+      wgmma_wait<0>();
+      decode.pin_output();
+      release(&s_.vt_empty[stage]);
+      ring_.advance();
+    }
+    decode.finish(o, softmax.row_max, softmax.row_sum);
+    release_ldmatrix_reads_to_tma(&s_.q_empty, thread_);  // the scratch's generic stores -> the next TMA
   }
 
   typename Traits::SharedStorage& s_;

@@ -180,6 +180,9 @@ struct Fp8FwdTraits {
   // so their combine kernel of the same head dim (VarlenCombineTraits, bf16 out) merges the pieces.
   static constexpr bool kVarlenSplit = kVarlen && kHeadDim <= 128;
   static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
+  // Tiles of at most 8 live rows computed transposed (fwd_fp8/transposed_decode.cuh): the decoding
+  // kernels, d 64 and d 128.
+  static constexpr bool kTransposedDecode = kPacksGqa;
   // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
   // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
   // balance.

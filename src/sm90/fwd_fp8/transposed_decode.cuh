@@ -1,0 +1,137 @@
+// A decoding tile computed transposed in the FP8 consumer (where Fp8FwdTraits::kTransposedDecode): the
+// FP8 form of fwd/transposed_decode.cuh. FP8 halves a block's bytes and its m64 MAC time, so the
+// decoding step's consumer work per streamed byte is what the 16-bit d 64 step's was, and a tile of
+// at most 8 live rows spends m64 wgmmas, 64 rows of exponentials and 64 rows of P conversion on them.
+// Warpgroup 0 computes with the keys and the head dim as the wgmma's M and the query rows as N = 8
+// (transposed_tile.cuh: the register layout, the column reductions, the scratch in the Q stage and the
+// tile's end). 8-bit wgmmas take both operands K-major, which both GEMMs have here:
+//   S^T = K Q^T      (A = the K stage, B = Q's first 8 rows: both along the head dim): m64n8k32;
+//   O^T += V^T P^T   (A = the transposers' V^T stage, keys along its rows; B = P^T in e4m3, stored by
+//                     this warpgroup as query rows x keys): m64n8k32.
+// The softmax is Fp8OnlineSoftmax's (fwd_fp8/softmax.cuh): the running max in log2 units under the
+// block's score scale, P = 2^(t - max + 8) in [0, 256] rounded to e4m3, the v block scale's change
+// folded into O^T's rescale; so the max and sums move into the consumer's softmax as they are.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "sm90/arch/convert_fp8.cuh"
+#include "sm90/arch/wgmma.cuh"
+#include "sm90/arch/wgmma_fp8.cuh"
+#include "sm90/fwd/softmax.cuh"
+#include "sm90/fwd/transposed_tile.cuh"
+#include "sm90/fwd_fp8/softmax.cuh"
+#include "sm90/tile/smem_layout.hpp"
+
+namespace hopattn::sm90 {
+
+// P^T in e4m3: 8 query rows x the block's keys, in whole 128-key column blocks (a 192-key block reads
+// the first half of its second).
+template <class Traits>
+using Fp8TransposedPTile = SwizzledTile<8, (Traits::kBlockN + 127) / 128 * 128, 1>;
+
+template <class Traits>
+class Fp8TransposedDecode : public TransposedTile<Traits, Fp8TransposedPTile<Traits>> {
+  using Base = TransposedTile<Traits, Fp8TransposedPTile<Traits>>;
+  using typename Base::PTile;
+  using typename Base::QTile;
+  using KTile = typename Traits::KTile;
+  using VtTile = typename Traits::VtTile;
+  static_assert(!Traits::kVtSwizzle64, "the V^T stage in 128-byte column blocks");
+
+ public:
+  using Base::kDimTiles;
+  using Base::kKeyTiles;
+  using Base::kRows;
+
+  __device__ Fp8TransposedDecode(std::uint32_t q_stage, int thread, int barrier) : Base(q_stage, thread, barrier) {}
+
+  // S^T = K Q^T for the K stage at k_stage: kHeadDim / 32 k-steps per 64-key tile, one commit group.
+  __device__ void issue_scores(std::uint32_t k_stage) {
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int step = 0; step < Traits::kQKSteps; ++step) {
+        const int block = step / 4;
+        const std::uint32_t in_row = (step % 4) * 32;  // 32 e4m3 columns = 32 bytes
+        const std::uint64_t desc_k =
+            kmajor_descriptor(k_stage + block * KTile::kColumnBlockBytes + j * 64 * kSwizzleBytes + in_row);
+        const std::uint64_t desc_q = kmajor_descriptor(this->q_stage_ + block * QTile::kColumnBlockBytes + in_row);
+        wgmma_ss_e4m3<kRows>(this->st_[j], desc_k, desc_q, step > 0);
+      }
+    }
+    wgmma_commit();
+  }
+
+  // O^T += V^T P^T for the V^T stage at vt_stage, with the P^T that update_and_store_probabilities
+  // left: one commit group.
+  __device__ void issue_output(std::uint32_t vt_stage) {
+    wgmma_fence();
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+#pragma unroll
+      for (int step = 0; step < Traits::kPSteps; ++step) {
+        // 32 keys = 32 bytes along the rows of both: head-dim rows 64 d .. of V^T, query rows of P^T.
+        const std::uint32_t along = (step % 4) * 32;
+        const std::uint64_t desc_vt =
+            kmajor_descriptor(vt_stage + (step / 4) * VtTile::kColumnBlockBytes + d * 64 * kSwizzleBytes + along);
+        const std::uint64_t desc_p = kmajor_descriptor(this->p_tile() + (step / 4) * PTile::kColumnBlockBytes + along);
+        wgmma_ss_e4m3<kRows>(this->ot_[d], desc_vt, desc_p, 1);
+      }
+    }
+    wgmma_commit();
+  }
+
+  // One block of the online softmax with this block's score scale (raw scores -> log2 units; > 0) and
+  // v_ratio (the change of v block scale, 1 without): the columns' new max (over the warpgroup), the
+  // scores turned into P, O^T rescaled, and P^T stored in e4m3 for issue_output.
+  __device__ void update_and_store_probabilities(float scale, float v_ratio) {
+    float(&st)[kKeyTiles][4] = this->st_;
+    float block_max[2];
+    this->reduce_scores(block_max, MaxOp{});
+    float factor[2], bias[2], o_factor[2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float new_max = fmaxf(this->col_max_[c], block_max[c] * scale);
+      // A column that has seen no key keeps max -inf; exponentiate against 0 (no -inf - -inf).
+      const float reference = new_max == -INFINITY ? 0.0f : new_max;
+      factor[c] = fast_exp2(this->col_max_[c] - reference);
+      bias[c] = kFp8POffsetLog2 - reference;
+      o_factor[c] = factor[c] * v_ratio;
+      this->col_max_[c] = new_max;
+      this->col_sum_[c] *= factor[c];
+    }
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        st[j][i] = fast_exp2(fmaf(st[j][i], scale, bias[i % 2]));
+        this->col_sum_[i % 2] += st[j][i];
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) this->ot_[d][i] *= o_factor[i % 2];
+    }
+    // Byte stores into P^T (query rows x keys): entries 0 and 2 are one column's keys r and r + 8,
+    // entries 1 and 3 the next column's.
+    std::uint8_t* p_t = static_cast<std::uint8_t*>(__cvta_shared_to_generic(this->p_tile()));
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      const int key = 64 * j + this->row_in_tile(0);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const std::uint32_t pair = pack_e4m3x2(st[j][c], st[j][c + 2]);
+        const int column = this->query_column(c);
+        p_t[PTile::offset(column, key)] = static_cast<std::uint8_t>(pair);
+        p_t[PTile::offset(column, key + 8)] = static_cast<std::uint8_t>(pair >> 8);
+      }
+    }
+    this->publish_probabilities();
+  }
+};
+
+}  // namespace hopattn::sm90
