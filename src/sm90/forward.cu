@@ -27,18 +27,19 @@ Status unsupported(const std::string& what) {
 // The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).
 constexpr int kTileRows = 128;
 
-// The decoding kernels: the 16-bit variable-length ones at head dims up to 128, which pack GQA heads
-// and split every tile (FwdTraits::kPacksGqa, kVarlenSplit); warp-specialized only.
+// The decoding kernels: the variable-length ones at head dims up to 128, which pack GQA heads and split
+// every tile (FwdTraits::kPacksGqa, kVarlenSplit; Fp8FwdTraits' alike); warp-specialized only. The FP8
+// ones take v in the ordinary layout only: a keys-contiguous v keeps the dense FP8 kernels.
 bool has_decoding_kernels(const FwdArgs& args, const detail::Problem& pr) {
-  return pr.in_dtype != Dtype::kFloat8E4M3 && pr.head_dim <= 128 && args.options.warp_specialized;
+  const bool fp8 = pr.in_dtype == Dtype::kFloat8E4M3;
+  return pr.head_dim <= 128 && args.options.warp_specialized && !(fp8 && pr.v_keys_contiguous);
 }
 
-// GQA packing (packs_gqa decides where it pays). The FP8 variable-length kernels pack too (their
-// launch decides), but a dense FP8 launch takes them only when asked (pack_gqa = kOn): the dense FP8
-// kernels split a short decoding step over the SMs, which the variable-length ones do not.
+// GQA packing (packs_gqa decides where it pays). pack_gqa = kOn over a keys-contiguous FP8 v still
+// takes the variable-length kernels, whose launch refuses it by name.
 bool packs(const FwdArgs& args, const detail::Problem& pr) {
-  if (pr.in_dtype == Dtype::kFloat8E4M3)
-    return pr.head_dim <= 128 && args.options.pack_gqa == KernelOptions::PackGqa::kOn;
+  if (pr.in_dtype == Dtype::kFloat8E4M3 && args.options.pack_gqa == KernelOptions::PackGqa::kOn)
+    return pr.head_dim <= 128;
   return has_decoding_kernels(args, pr) && packs_gqa(args.options.pack_gqa, pr, kTileRows);
 }
 

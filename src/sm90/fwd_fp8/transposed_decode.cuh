@@ -7,7 +7,7 @@
 // tile's end). 8-bit wgmmas take both operands K-major, which both GEMMs have here:
 //   S^T = K Q^T      (A = the K stage, B = Q's first 8 rows: both along the head dim): m64n8k32;
 //   O^T += V^T P^T   (A = the transposers' V^T stage, keys along its rows; B = P^T in e4m3, stored by
-//                     this warpgroup as query rows x keys): m64n8k32.
+//                     this warpgroup as query rows x keys, in V^T's key order): m64n8k32.
 // The softmax is Fp8OnlineSoftmax's (fwd_fp8/softmax.cuh): the running max in log2 units under the
 // block's score scale, P = 2^(t - max + 8) in [0, 256] rounded to e4m3, the v block scale's change
 // folded into O^T's rescale; so the max and sums move into the consumer's softmax as they are.
@@ -116,19 +116,25 @@ class Fp8TransposedDecode : public TransposedTile<Traits, Fp8TransposedPTile<Tra
 #pragma unroll
       for (int i = 0; i < 4; ++i) this->ot_[d][i] *= o_factor[i % 2];
     }
-    // Byte stores into P^T (query rows x keys): entries 0 and 2 are one column's keys r and r + 8,
-    // entries 1 and 3 the next column's.
-    std::uint8_t* p_t = static_cast<std::uint8_t*>(__cvta_shared_to_generic(this->p_tile()));
+    // P^T (query rows x key columns) in V^T's key order: the transposers write key pi(a) to V^T column a
+    // (fp8_layout.hpp), so P^T's column a must hold key pi(a) too, and pi puts keys y, y + 1, y + 8,
+    // y + 9 (y even, within a 16-key group) on the four columns from 2 y. The thread of key row y and
+    // its neighbour (lane ^ 4, key row y + 1) hold those four keys for two query columns; one shuffle
+    // gives the even row's thread the first column's four and the odd row's thread the second's, each
+    // one 32-bit store.
+    const int lane = this->thread_ % 32, key_row = lane / 4;
+    const bool even = key_row % 2 == 0;
+    const int column = this->query_column(even ? 0 : 1);
+    std::uint32_t* p_t = static_cast<std::uint32_t*>(__cvta_shared_to_generic(this->p_tile()));
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
-      const int key = 64 * j + this->row_in_tile(0);
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const std::uint32_t pair = pack_e4m3x2(st[j][c], st[j][c + 2]);
-        const int column = this->query_column(c);
-        p_t[PTile::offset(column, key)] = static_cast<std::uint8_t>(pair);
-        p_t[PTile::offset(column, key + 8)] = static_cast<std::uint8_t>(pair >> 8);
-      }
+      const std::uint32_t first = pack_e4m3x2(st[j][0], st[j][2]);   // column 2 (l % 4): keys y, y + 8
+      const std::uint32_t second = pack_e4m3x2(st[j][1], st[j][3]);  // the next column's
+      const std::uint32_t received = __shfl_xor_sync(0xffffffffu, even ? second : first, 4);
+      // bytes: this row's key y, the odd row's y + 1, this row's y + 8, the odd row's y + 9
+      const std::uint32_t word = __byte_perm(even ? first : received, even ? received : second, 0x5140);
+      const int key_column = 64 * j + 16 * (this->thread_ / 32) + 2 * (key_row - key_row % 2);
+      p_t[PTile::offset(column, key_column) / 4] = word;
     }
     this->publish_probabilities();
   }
