@@ -1016,10 +1016,11 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
   expect_cases_match_oracle(cases, seed);
 }
 
-// Tiles of at most 8 live rows run transposed in the decoding kernels (fwd_fp8/transposed_decode.cuh),
-// tiles of 9 or more the ordinary loop: batches with tiles of exactly 8 and 9 rows side by side (a GQA
-// ratio of 8, draft tokens times a ratio of 4, MHA steps of up to 9 rows, GQA left unpacked), caches of
-// 1 key to several blocks with ragged ends (d 128's 2500 keys take 192-key blocks but when paged or
+// Tiles of at most 8 live rows run transposed in the d 64 decoding kernels
+// (fwd_fp8/transposed_decode.cuh), tiles of 9 or more the ordinary loop; d 128 runs the same shapes
+// through the ordinary loop alone. Batches with tiles of exactly 8 and 9 rows side by side (a GQA ratio
+// of 8, draft tokens times a ratio of 4, MHA steps of up to 9 rows, GQA left unpacked), caches of 1 key
+// to several blocks with ragged ends (d 128's 2500 keys take 192-key blocks but when paged or
 // block-scaled), split or not, causal, windowed, softcapped, per-block k/v scales (whose v scale
 // changes between a tile's blocks), paged, and the schedules without overlap or ping-pong.
 TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
@@ -1063,7 +1064,8 @@ TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
 }
 
 // The transposed loop on small shapes, for compute-sanitizer (scripts/device_tests.sh): tiles of 8
-// live rows and of 1, split and not, a softcap, block scales, a page size, at d 64 and d 128.
+// live rows and of 1, split and not, a softcap, block scales, a page size; d 128 (the ordinary loop)
+// beside them.
 TEST_F(Fp8Forward, TransposedDecodeSmall) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;

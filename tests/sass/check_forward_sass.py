@@ -9,8 +9,8 @@ Every function whose name contains `attention_forward_kernel`, `attention_forwar
 `attention_backward_kernel` must issue its GEMMs on the Hopper tensor
 cores (HGMMA; QGMMA for FP8 instantiations, named with fp8/e4m3), load through TMA (UTMALDG), and use
 no local memory (LDL/STL). The kernels whose decoding tiles run transposed must also issue m64n8 GEMMs:
-the 16-bit variable-length ones at head dim 64 HGMMA.64x8x16 (src/sm90/fwd/transposed_decode.cuh), the
-FP8 variable-length ones at head dims 64 and 128 QGMMA.64x8x32 (src/sm90/fwd_fp8/transposed_decode.cuh). A file
+the variable-length ones at head dim 64, HGMMA.64x8x16 in the 16-bit ones (src/sm90/fwd/transposed_decode.cuh)
+and QGMMA.64x8x32 in the FP8 ones (src/sm90/fwd_fp8/transposed_decode.cuh). A file
 without any forward kernel fails too, so a build that silently lost its kernels cannot pass. Exit 2:
 cuobjdump/nvdisasm not found.
 
@@ -34,10 +34,10 @@ FORWARD_KERNEL = re.compile(r"attention_forward(?:_fp8)?_kernel")
 ATTENTION_KERNEL = re.compile(r"attention_(?:forward(?:_fp8)?|backward)_kernel")
 # The kernels whose decoding tiles run transposed (kTransposedDecode), with the m64n8 GEMM each must hold:
 # FwdTraits<64, element, keys, stages, warp-specialized, 2 consumer warpgroups, variable-length, ...> and
-# Fp8FwdTraits<64 or 128, block descales, softcap, keys, V^T from global (0), variable-length (1)>.
+# Fp8FwdTraits<64, block descales, softcap, keys, V^T from global (0), variable-length (1)>.
 TRANSPOSED_DECODE_KERNELS = (
     (re.compile(r"(?<!Fp8)FwdTraitsILi64E.+?ELi\d+ELi\d+ELb1ELi2ELb1E"), "HGMMA.64x8x16"),
-    (re.compile(r"Fp8FwdTraitsILi(?:64|128)ELb[01]ELb[01]ELi\d+ELb0ELb1E"), "QGMMA.64x8x32"),
+    (re.compile(r"Fp8FwdTraitsILi64ELb[01]ELb[01]ELi\d+ELb0ELb1E"), "QGMMA.64x8x32"),
 )
 NARROW_GEMM = re.compile(r"\b([HQ]GMMA\.64x8x(?:16|32))\.")
 NARROW_GEMM_OPS = ("HGMMA.64x8x16", "QGMMA.64x8x32")

@@ -1,5 +1,5 @@
 // Kernels that the SASS check must reject (tests/sass/check_forward_sass.py, CTest sass_check_rejects):
-// named like forward instantiations, one 16-bit, one FP8, one 16-bit d 64 variable-length and one FP8 d 128
+// named like forward instantiations, one 16-bit, one FP8, one 16-bit d 64 variable-length and one FP8 d 64
 // variable-length, but with plain
 // FMA math, ordinary global loads, and a dynamically indexed array that the compiler has to put in local
 // memory (LDL/STL).
@@ -22,7 +22,7 @@ template <int kHeadDim, class Element, int kBlockN, int kStages, bool kWarpSpeci
           bool kKvByCpAsync>
 struct FwdTraits {};
 
-// Named like an FP8 d 128 variable-length instantiation (Fp8FwdTraits<128, ..., V^T from global 0,
+// Named like an FP8 d 64 variable-length instantiation (Fp8FwdTraits<64, ..., V^T from global 0,
 // varlen 1>), which must hold the FP8 transposed loop's m64n8 GEMMs.
 template <int kHeadDim, bool kBlockDescales, bool kSoftcap, int kBlockN, bool kVtFromGlobal, bool kVarlen>
 struct Fp8FwdTraits {};
@@ -39,7 +39,7 @@ template __global__ void attention_forward_kernel<Bf16Tag>(const float*, float*,
 template __global__ void attention_forward_kernel<Fp8E4M3Tag>(const float*, float*, int);
 template __global__ void attention_forward_kernel<FwdTraits<64, Bf16Tag, 192, 4, true, 2, true, false>>(const float*,
                                                                                                           float*, int);
-template __global__ void attention_forward_fp8_kernel<Fp8FwdTraits<128, false, false, 128, false, true>>(const float*,
+template __global__ void attention_forward_fp8_kernel<Fp8FwdTraits<64, false, false, 128, false, true>>(const float*,
                                                                                                        float*, int);
 
 }  // namespace hopattn_sass_fixture
