@@ -1,7 +1,9 @@
-// The FP8 accuracy study (docs/fp8-accuracy.md) on batch 1, 2 heads, seqlen 1024, d 128, fresh inputs
-// every run (the seed is printed). Over seeds the ratios vary (docs/fp8-accuracy.md: FP8 standard / FP8
-// block + incoherent 2.5x - 3.2x, FP8 per-tensor / block + incoherent 1.5x - 2.3x); the asserted margins
-// sit below the worst seed seen, so the test is not flaky, and well above 1, so a lost technique fails it.
+// The FP8 accuracy study (docs/fp8-accuracy.md) on batch 1, 2 heads, seqlen 1024, d 128, over kDraws
+// fresh inputs every run (the seeds are printed), each row's RMSE pooled over the draws. One draw's
+// ratios vary widely (FP8 standard / FP8 block + incoherent 2.15x - 3.9x over 112 draws, session 28,
+// when a one-draw run had failed once locally); pooled over three, the lowest of 37 groups was 2.38x.
+// The asserted margins sit below that, so the test is not flaky, and well above 1, so a lost technique
+// fails it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,10 +16,28 @@ namespace {
 
 using hopattn::reference::AccuracyTable;
 
+constexpr int kDraws = 3;
+
+// Each row's RMSE over all kDraws draws: the root of the mean of their squares (equal element counts).
+AccuracyTable pooled_study(std::uint64_t seed) {
+  double AccuracyTable::*const rows[] = {&AccuracyTable::fp16_flash,     &AccuracyTable::bf16_flash,
+                                         &AccuracyTable::fp16_standard,  &AccuracyTable::fp8_standard,
+                                         &AccuracyTable::fp8_per_tensor, &AccuracyTable::fp8_block,
+                                         &AccuracyTable::fp8_incoherent, &AccuracyTable::fp8_block_incoherent};
+  AccuracyTable pooled;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    const AccuracyTable t = hopattn::reference::fp8_accuracy_study({}, seed + draw);
+    std::printf("seed %llu\n%s", static_cast<unsigned long long>(seed + draw),
+                hopattn::reference::format_table(t).c_str());
+    for (double AccuracyTable::*row : rows) pooled.*row += t.*row * t.*row / kDraws;
+  }
+  for (double AccuracyTable::*row : rows) pooled.*row = std::sqrt(pooled.*row);
+  std::printf("pooled over %d draws\n%s", kDraws, hopattn::reference::format_table(pooled).c_str());
+  return pooled;
+}
+
 TEST(Fp8Accuracy, Table3Ratios) {
-  const std::uint64_t seed = std::random_device{}();
-  const AccuracyTable t = hopattn::reference::fp8_accuracy_study({}, seed);
-  std::printf("seed %llu\n%s", static_cast<unsigned long long>(seed), hopattn::reference::format_table(t).c_str());
+  const AccuracyTable t = pooled_study(std::random_device{}());
   for (double e : {t.fp16_flash, t.bf16_flash, t.fp16_standard, t.fp8_standard, t.fp8_per_tensor, t.fp8_block,
                    t.fp8_incoherent, t.fp8_block_incoherent}) {
     ASSERT_TRUE(std::isfinite(e) && e > 0.0) << e;
