@@ -26,8 +26,6 @@ class TransposedDecode
     : public TransposedTile<Traits, SwizzledTile<8, Traits::kBlockN, Traits::kElementBytes>> {
   using Base = TransposedTile<Traits, SwizzledTile<8, Traits::kBlockN, Traits::kElementBytes>>;
   using typename Base::PTile;
-  using typename Base::QTile;
-  using KTile = typename Traits::KTile;
   using VTile = typename Traits::VTile;
 
  public:
@@ -40,20 +38,9 @@ class TransposedDecode
 
   // S^T = K Q^T for the K stage at k_stage: kHeadDim / 16 k-steps per 64-key tile, one commit group.
   __device__ void issue_scores(std::uint32_t k_stage) {
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-      for (int step = 0; step < Traits::kQKSteps; ++step) {
-        const int block = step / 4;
-        const std::uint32_t in_row = (step % 4) * 32;  // 16 columns = 32 bytes
-        const std::uint64_t desc_k =
-            kmajor_descriptor(k_stage + block * KTile::kColumnBlockBytes + j * 64 * kSwizzleBytes + in_row);
-        const std::uint64_t desc_q = kmajor_descriptor(this->q_stage_ + block * QTile::kColumnBlockBytes + in_row);
-        wgmma_ss<kRows, Traits::kIsBf16>(this->st_[j], desc_k, desc_q, step > 0);
-      }
-    }
-    wgmma_commit();
+    this->issue_scores_with(k_stage, [](float(&st)[4], std::uint64_t desc_k, std::uint64_t desc_q, int accumulate) {
+      wgmma_ss<kRows, Traits::kIsBf16>(st, desc_k, desc_q, accumulate);
+    });
   }
 
   // O^T += V^T P^T for the V stage at v_stage, with the P^T that update_and_store_probabilities left:
@@ -82,29 +69,18 @@ class TransposedDecode
     float(&st)[kKeyTiles][4] = this->st_;
     float block_max[2];
     this->reduce_scores(block_max, MaxOp{});
-    float factor[2], max_scaled[2];
+    float factor[2], bias[2];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const float new_max = fmaxf(this->col_max_[c], block_max[c]);
       // A column that has seen no key keeps max -inf; exponentiate against 0 (no -inf - -inf).
-      max_scaled[c] = new_max == -INFINITY ? 0.0f : new_max * scale_log2_;
-      factor[c] = fast_exp2(this->col_max_[c] * scale_log2_ - max_scaled[c]);
+      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2_;
+      factor[c] = fast_exp2(this->col_max_[c] * scale_log2_ - max_scaled);
+      bias[c] = -max_scaled;
       this->col_max_[c] = new_max;
       this->col_sum_[c] *= factor[c];
     }
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        st[j][i] = fast_exp2(fmaf(st[j][i], scale_log2_, -max_scaled[i % 2]));
-        this->col_sum_[i % 2] += st[j][i];
-      }
-    }
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) this->ot_[d][i] *= factor[i % 2];
-    }
+    this->exponentiate_and_rescale(scale_log2_, bias, factor);
     // A warp's 16 keys of tile j are two 8 x 8 matrices (keys x columns), stored transposed: lanes 0-7
     // address query rows 0-7 of the first 8 keys, lanes 8-15 those of the next 8.
     const int lane = this->thread_ % 32;

@@ -46,6 +46,27 @@ class TransposedTile {
     }
   }
 
+  // S^T = K Q^T for the K stage at k_stage, one commit group: per 64-key tile kQKSteps k-steps of 32
+  // bytes along the rows of both (16 columns of 16 bits, 32 of e4m3). gemm(st, desc_k, desc_q,
+  // accumulate) is the element type's m64n8 wgmma.
+  template <class Gemm>
+  __device__ void issue_scores_with(std::uint32_t k_stage, Gemm gemm) {
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int step = 0; step < Traits::kQKSteps; ++step) {
+        const int block = step / 4;
+        const std::uint32_t in_row = (step % 4) * 32;
+        const std::uint64_t desc_k =
+            kmajor_descriptor(k_stage + block * KTile::kColumnBlockBytes + j * 64 * kSwizzleBytes + in_row);
+        const std::uint64_t desc_q = kmajor_descriptor(q_stage_ + block * QTile::kColumnBlockBytes + in_row);
+        gemm(st_[j], desc_k, desc_q, step > 0);
+      }
+    }
+    wgmma_commit();
+  }
+
   __device__ void pin_scores() {
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) pin_registers(st_[j]);
@@ -120,6 +141,7 @@ class TransposedTile {
 
  protected:
   using QTile = typename Traits::QTile;
+  using KTile = typename Traits::KTile;
   using PTile = PTile_;  // P^T as the second GEMM's B: query rows x keys
   static constexpr int kWarps = 4;
   // Byte offsets into the Q stage's first column block, past the live rows' swizzle atom.
@@ -179,6 +201,24 @@ class TransposedTile {
       values[c] = slots[column + c];
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) values[c] = op(values[c], slots[w * kRows + column + c]);
+    }
+  }
+
+  // The block's scores -> probabilities 2^(s scale + bias[column]), added to the column sums, and O^T
+  // rescaled by o_factor[column] before the block's P^T V^T is added.
+  __device__ void exponentiate_and_rescale(float scale, const float (&bias)[2], const float (&o_factor)[2]) {
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        st_[j][i] = fast_exp2(fmaf(st_[j][i], scale, bias[i % 2]));
+        col_sum_[i % 2] += st_[j][i];
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ot_[d][i] *= o_factor[i % 2];
     }
   }
 

@@ -35,8 +35,6 @@ template <class Traits>
 class Fp8TransposedDecode : public TransposedTile<Traits, Fp8TransposedPTile<Traits>> {
   using Base = TransposedTile<Traits, Fp8TransposedPTile<Traits>>;
   using typename Base::PTile;
-  using typename Base::QTile;
-  using KTile = typename Traits::KTile;
   using VtTile = typename Traits::VtTile;
   static_assert(!Traits::kVtSwizzle64, "the V^T stage in 128-byte column blocks");
 
@@ -49,20 +47,9 @@ class Fp8TransposedDecode : public TransposedTile<Traits, Fp8TransposedPTile<Tra
 
   // S^T = K Q^T for the K stage at k_stage: kHeadDim / 32 k-steps per 64-key tile, one commit group.
   __device__ void issue_scores(std::uint32_t k_stage) {
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-      for (int step = 0; step < Traits::kQKSteps; ++step) {
-        const int block = step / 4;
-        const std::uint32_t in_row = (step % 4) * 32;  // 32 e4m3 columns = 32 bytes
-        const std::uint64_t desc_k =
-            kmajor_descriptor(k_stage + block * KTile::kColumnBlockBytes + j * 64 * kSwizzleBytes + in_row);
-        const std::uint64_t desc_q = kmajor_descriptor(this->q_stage_ + block * QTile::kColumnBlockBytes + in_row);
-        wgmma_ss_e4m3<kRows>(this->st_[j], desc_k, desc_q, step > 0);
-      }
-    }
-    wgmma_commit();
+    this->issue_scores_with(k_stage, [](float(&st)[4], std::uint64_t desc_k, std::uint64_t desc_q, int accumulate) {
+      wgmma_ss_e4m3<kRows>(st, desc_k, desc_q, accumulate);
+    });
   }
 
   // O^T += V^T P^T for the V^T stage at vt_stage, with the P^T that update_and_store_probabilities
@@ -103,19 +90,7 @@ class Fp8TransposedDecode : public TransposedTile<Traits, Fp8TransposedPTile<Tra
       this->col_max_[c] = new_max;
       this->col_sum_[c] *= factor[c];
     }
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        st[j][i] = fast_exp2(fmaf(st[j][i], scale, bias[i % 2]));
-        this->col_sum_[i % 2] += st[j][i];
-      }
-    }
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) this->ot_[d][i] *= o_factor[i % 2];
-    }
+    this->exponentiate_and_rescale(scale, bias, o_factor);
     // P^T (query rows x key columns) in V^T's key order: the transposers write key pi(a) to V^T column a
     // (fp8_layout.hpp), so P^T's column a must hold key pi(a) too, and pi puts keys y, y + 1, y + 8,
     // y + 9 (y even, within a 16-key group) on the four columns from 2 y. The thread of key row y and
