@@ -1020,8 +1020,8 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
 // (fwd_fp8/transposed_decode.cuh), tiles of 9 or more the ordinary loop; d 128 runs the same shapes
 // through the ordinary loop alone. Batches with tiles of exactly 8 and 9 rows side by side (a GQA ratio
 // of 8, draft tokens times a ratio of 4, MHA steps of up to 9 rows, GQA left unpacked), caches of 1 key
-// to several blocks with ragged ends (d 128's 2500 keys take 192-key blocks but when paged or
-// block-scaled), split or not, causal, windowed, softcapped, per-block k/v scales (whose v scale
+// to several blocks with ragged ends (2500 keys take 192-key blocks but when paged, block-scaled or
+// softcapped), split or not, causal, windowed, softcapped, per-block k/v scales (whose v scale
 // changes between a tile's blocks), paged, and the schedules without overlap or ping-pong.
 TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
   struct Shape {
@@ -1064,8 +1064,8 @@ TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
 }
 
 // The transposed loop on small shapes, for compute-sanitizer (scripts/device_tests.sh): tiles of 8
-// live rows and of 1, split and not, a softcap, block scales, a page size; d 128 (the ordinary loop)
-// beside them.
+// live rows and of 1, split and not, a softcap, block scales, a page size, 192-key blocks (2100 keys);
+// d 128 (the ordinary loop) beside them.
 TEST_F(Fp8Forward, TransposedDecodeSmall) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
@@ -1076,6 +1076,8 @@ TEST_F(Fp8Forward, TransposedDecodeSmall) {
     c.heads_kv = 8, c.num_splits = 1, c.softcap = 5.0f, c.causal = true;  // MHA: one live row a tile
     cases.push_back(c);
     c.softcap = 0.0f, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128, c.page_size = d == 64 ? 16 : 0;
+    cases.push_back(c);
+    c.heads_kv = 2, c.block_scales = false, c.page_size = 0, c.lens_k = {2100, 40}, c.num_splits = 0;
     cases.push_back(c);
   }
   expect_cases_match_oracle(cases, seed);
