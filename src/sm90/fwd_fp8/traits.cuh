@@ -184,7 +184,7 @@ struct Fp8FwdTraits {
   static constexpr bool kVarlenSplit = kVarlen && kHeadDim <= 128;
   static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
   // Tiles of at most 8 live rows computed transposed (fwd_fp8/transposed_decode.cuh): the d 64 decoding
-  // kernels, 4-6% faster steps at b 8 x 16k (dense or from pages of 16), b 1 x 64k 1% slower. At d 128,
+  // kernels, 4-6% faster steps at b 8 x 16k (over a cache or from pages of 16), b 1 x 64k 1% slower. At d 128,
   // as in the 16-bit kernels, the stream bounds the step: level at b 8 x 16k, b 1 x 64k 2% slower,
   // b 32 x 1k 10% slower, the loop's longer chain per block showing (H200, 2026-12-03).
   static constexpr bool kTransposedDecode = kPacksGqa && kHeadDim == 64;
