@@ -19,6 +19,7 @@
 
 #include "gpu/gpu_test_util.cuh"
 #include "gpu/sequence_checks.cuh"
+#include "gpu/transposed_decode_shapes.cuh"
 #include "gpu/varlen_case.cuh"
 
 namespace hopattn::test {
@@ -194,25 +195,12 @@ INSTANTIATE_TEST_SUITE_P(Decode, ForwardVarlenCorners, ::testing::ValuesIn(decod
 
 // Tiles of at most 8 live rows run transposed at d 64 (fwd/transposed_decode.cuh), tiles of 9 or more
 // the ordinary loop; d 128 runs the same shapes through the ordinary loop alone. Batches with tiles of
-// exactly 8 and 9 rows side by side (a GQA ratio of 8, draft tokens times a ratio of 4, MHA steps of up
-// to 9 rows, GQA left unpacked), caches of 1 key to several 192-key blocks of d 64 with ragged ends,
-// split or not, causal, windowed or softcapped.
+// exactly 8 and 9 rows side by side (transposed_decode_shapes.cuh, the FP8 suite's too), caches of 1
+// key to several 192-key blocks of d 64 with ragged ends, split or not, causal, windowed or softcapped.
 std::vector<NamedCase<VarlenCase>> transposed_decode_cases() {
-  struct Shape {
-    const char* name;
-    int heads_q, heads_kv;
-    std::vector<int> len_q;
-    KernelOptions::PackGqa pack;
-  };
-  const Shape shapes[] = {
-      {"Ratio8", 16, 2, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto},
-      {"Ratio4Drafts", 8, 2, {2, 1, 3, 2}, KernelOptions::PackGqa::kOn},
-      {"Mha", 4, 4, {8, 9, 1, 5}, KernelOptions::PackGqa::kAuto},
-      {"Ratio2Unpacked", 4, 2, {1, 8, 9, 3}, KernelOptions::PackGqa::kOff},
-  };
   std::vector<NamedCase<VarlenCase>> cases;
   int index = 0;
-  for (const Shape& shape : shapes) {
+  for (const TransposedDecodeShape& shape : transposed_decode_shapes()) {
     for (const int d : {64, 128}) {
       for (const int num_splits : {0, 3}) {
         VarlenCase c = varlen(shape.len_q, {2500, 1, 193, 1100}, shape.heads_q, shape.heads_kv, d,

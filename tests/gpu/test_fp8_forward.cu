@@ -41,6 +41,7 @@
 
 #include "gpu/attention_problem.cuh"
 #include "gpu/gpu_test_util.cuh"
+#include "gpu/transposed_decode_shapes.cuh"
 #include "sm90/fwd/softmax.cuh"
 
 namespace hopattn::test {
@@ -1018,32 +1019,20 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
 
 // Tiles of at most 8 live rows run transposed in the d 64 decoding kernels
 // (fwd_fp8/transposed_decode.cuh), tiles of 9 or more the ordinary loop; d 128 runs the same shapes
-// through the ordinary loop alone. Batches with tiles of exactly 8 and 9 rows side by side (a GQA ratio
-// of 8, draft tokens times a ratio of 4, MHA steps of up to 9 rows, GQA left unpacked), caches of 1 key
-// to several blocks with ragged ends (2500 keys take 192-key blocks but when paged, block-scaled or
-// softcapped), split or not, causal, windowed, softcapped, per-block k/v scales (whose v scale
-// changes between a tile's blocks), paged, and the schedules without overlap or ping-pong.
+// through the ordinary loop alone. Batches with tiles of exactly 8 and 9 rows side by side
+// (transposed_decode_shapes.cuh, the 16-bit suite's too), caches of 1 key to several blocks with
+// ragged ends (2500 keys take 192-key blocks but when paged, block-scaled or softcapped), split or not,
+// causal, windowed, softcapped, per-block k/v scales (whose v scale changes between a tile's blocks),
+// paged, and the schedules without overlap or ping-pong.
 TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
-  struct Shape {
-    const char* name;
-    int heads_q, heads_kv;
-    std::vector<int> lens_q;
-    KernelOptions::PackGqa pack;
-  };
-  const Shape shapes[] = {
-      {"ratio 8", 16, 2, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto},
-      {"ratio 4 drafts", 8, 2, {2, 1, 3, 2}, KernelOptions::PackGqa::kOn},
-      {"mha", 4, 4, {8, 9, 1, 5}, KernelOptions::PackGqa::kAuto},
-      {"ratio 2 unpacked", 4, 2, {1, 8, 9, 3}, KernelOptions::PackGqa::kOff},
-  };
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
   int index = 0;
-  for (const Shape& shape : shapes) {
+  for (const TransposedDecodeShape& shape : transposed_decode_shapes()) {
     for (const int d : {64, 128}) {
       for (const int num_splits : {0, 3}) {
         Fp8VarlenCase c;
-        c.head_dim = d, c.heads_q = shape.heads_q, c.heads_kv = shape.heads_kv, c.lens_q = shape.lens_q;
+        c.head_dim = d, c.heads_q = shape.heads_q, c.heads_kv = shape.heads_kv, c.lens_q = shape.len_q;
         c.lens_k = {2500, 1, 193, 1100}, c.used_k = {2499, 1, 193, 1000};
         c.options.pack_gqa = shape.pack;
         c.num_splits = num_splits;
