@@ -1,8 +1,7 @@
 // Kernels that the SASS check must reject (tests/sass/check_forward_sass.py, CTest sass_check_rejects):
-// named like forward instantiations, one 16-bit, one FP8, one 16-bit d 64 variable-length and one FP8 d 64
-// variable-length, but with plain
-// FMA math, ordinary global loads, and a dynamically indexed array that the compiler has to put in local
-// memory (LDL/STL).
+// named like forward instantiations, one 16-bit, one FP8, one 16-bit d 64 variable-length and one FP8
+// d 64 variable-length, but with plain FMA math, ordinary global loads, and a dynamically indexed array
+// that the compiler has to put in local memory (LDL/STL).
 namespace hopattn_sass_fixture {
 
 struct Bf16Tag {};
