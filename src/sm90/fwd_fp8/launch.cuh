@@ -148,8 +148,8 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detai
 }
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
-// with the softcap step only when a softcap is given; without either, head dim 128 (and the
-// variable-length kernels of head dim 64) take wider K blocks at long key sequences
+// with the softcap step only when a softcap is given; without either, head dims 128 and 64 (at d 64
+// with v in the ordinary layout) take wider K blocks at long key sequences
 // (kFp8WideBlockMinKeys), and head dim 128 does so with block descales whose k/v
 // rows allow them; head dim 256 with block descales takes 96-key blocks where the rows allow them
 // (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels
@@ -175,7 +175,7 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     }
     return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen>>(args, pr);
   }
-  if constexpr (kHeadDim == 128 || (kHeadDim == 64 && kVarlen)) {
+  if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
     if (wide_blocks_fit && pr.seqlen_k >= kFp8WideBlockMinKeys)
       return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
   }
