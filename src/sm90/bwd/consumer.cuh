@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/global_reduce.cuh"
@@ -324,20 +325,22 @@ class BwdConsumer {
       const float* lse_log2 = s_.row_stats[stage][0];
       wgmma_wait<0>();
       pin_registers(s);
+      by_mask(masked, [&](auto kMasked) {
 #pragma unroll
-      for (int j = 0; j < kS / 4; ++j) {
-        float factor[4];
+        for (int j = 0; j < kS / 4; ++j) {
+          float factor[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 4 * j + e;
-          const float t = fast_tanh(s[i] * p_.softcap_input_scale);
-          float p = fast_exp2(fmaf(t, p_.score_scale_log2, -lse_log2[accumulator_col(thread_, i)]));
-          if (masked && !visible(i, m0)) p = 0.0f;
-          s[i] = p;
-          factor[e] = p * (1.0f - t * t);
+          for (int e = 0; e < 4; ++e) {
+            const int i = 4 * j + e;
+            const float t = fast_tanh(s[i] * p_.softcap_input_scale);
+            float p = fast_exp2(fmaf(t, p_.score_scale_log2, -lse_log2[accumulator_col(thread_, i)]));
+            if (kMasked && !visible(i, m0)) p = 0.0f;
+            s[i] = p;
+            factor[e] = p * (1.0f - t * t);
+          }
+          exchange[j * Traits::kWarpgroupThreads] = make_float4(factor[0], factor[1], factor[2], factor[3]);
         }
-        exchange[j * Traits::kWarpgroupThreads] = make_float4(factor[0], factor[1], factor[2], factor[3]);
-      }
+      });
     } else {
       RowValues lse_log2;
       load_row_values(s_.row_stats[stage][0], lse_log2);
@@ -441,10 +444,24 @@ class BwdConsumer {
 
   // s: raw scores -> P^T. Rows past seqlen_q and rows that saw no key have lse_log2 = +inf (P = 0).
   __device__ void probabilities(float (&s)[kS], const RowValues& lse_log2, int m0, bool masked) {
+    by_mask(masked, [&](auto kMasked) {
 #pragma unroll
-    for (int i = 0; i < kS; ++i) {
-      const float p = fast_exp2(fmaf(s[i], p_.score_scale_log2, -row_value(lse_log2, i)));
-      s[i] = masked && !visible(i, m0) ? 0.0f : p;
+      for (int i = 0; i < kS; ++i) {
+        const float p = fast_exp2(fmaf(s[i], p_.score_scale_log2, -row_value(lse_log2, i)));
+        s[i] = kMasked && !visible(i, m0) ? 0.0f : p;
+      }
+    });
+  }
+
+  // f(std::true_type) in a step whose block pair needs the mask, f(std::false_type) otherwise: one
+  // branch on the step's (uniform) `masked` instead of a test per element, which ptxas compiled into a
+  // branch around each element's exponential and mask, so that no two exponentials interleaved (perf-notes v94).
+  template <class F>
+  __device__ static void by_mask(bool masked, F&& f) {
+    if (masked) {
+      f(std::true_type{});
+    } else {
+      f(std::false_type{});
     }
   }
 
@@ -459,14 +476,23 @@ class BwdConsumer {
   __device__ void softcapped_gradients(float (&s)[kS], float (&dp)[kS], int stage, int m0, bool masked) {
     const float* lse_log2 = s_.row_stats[stage][0];
     const float* dout_dot_out = s_.row_stats[stage][1];
+    const auto gradients = [&](auto kMasked) {
 #pragma unroll
-    for (int i = 0; i < kS; ++i) {
-      const int column = accumulator_col(thread_, i);
-      const float t = s[i];
-      float p = fast_exp2(fmaf(t, p_.score_scale_log2, -lse_log2[column]));
-      if (masked && !visible(i, m0)) p = 0.0f;
-      s[i] = p;
-      dp[i] = p * (dp[i] - dout_dot_out[column]) * (1.0f - t * t);
+      for (int i = 0; i < kS; ++i) {
+        const int column = accumulator_col(thread_, i);
+        const float t = s[i];
+        float p = fast_exp2(fmaf(t, p_.score_scale_log2, -lse_log2[column]));
+        if (kMasked && !visible(i, m0)) p = 0.0f;
+        s[i] = p;
+        dp[i] = p * (dp[i] - dout_dot_out[column]) * (1.0f - t * t);
+      }
+    };
+    // At d 128 the loop without the mask spills (12 bytes: dK, dV, S^T and dP^T hold 192 of the 240
+    // registers, and ptxas then hoists the row statistics' loads): there the test stays per element.
+    if constexpr (Traits::kHeadDim == 128) {
+      gradients(masked);
+    } else {
+      by_mask(masked, gradients);
     }
   }
 

@@ -110,9 +110,10 @@ struct BwdTraits {
   // shared-memory latency hidden under the GEMMs) or after: +4-6% at d 128, -1% at d 64 (v63).
   static constexpr bool kRowStatsBeforeWaits = kHeadDim >= 128;
   // wgmma descriptors advanced from the tile's by one add (smem_layout.hpp, advance_descriptor) rather
-  // than rebuilt per GEMM step: 10% fewer instructions in the d 256 kernel, whose score GEMMs take 16
-  // steps; the narrower kernels keep their measured code.
-  static constexpr bool kLeanAddressing = kSplitsRoles;
+  // than rebuilt per GEMM step (about ten instructions each): 10% fewer instructions in the d 256
+  // kernel, whose score GEMMs take 16 steps, and +3-4% at d 64 (perf-notes v95); d 128 ran 4% slower
+  // with it (ptxas's schedule), so it rebuilds them.
+  static constexpr bool kLeanAddressing = kSplitsRoles || kHeadDim == 64;
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
   // forward), which also hand each step's dQ share to its reducing thread, each consumer's own
