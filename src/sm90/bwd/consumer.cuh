@@ -418,14 +418,16 @@ class BwdConsumer {
 
   // Keys past seqlen_k (the sequence's keys in use) are hidden; q rows past its seqlen_q need no mask
   // (their P is 0 through the row statistics).
+  // The three tests are combined bitwise, not by early returns: ptxas compiled those into branches
+  // around every element of a masked step (perf-notes v96).
   __device__ bool visible(int i, int m0) const {
     const SequenceBounds& b = bounds();
+    constexpr int kUnbounded = 1 << 30;  // a window side that is off
+    const int right = b.window_right >= 0 ? b.window_right : kUnbounded;
+    const int left = b.window_left >= 0 ? b.window_left : kUnbounded;
     const int key = key_of(i);
-    const int diagonal = m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q;
-    if (key >= b.seqlen_k) return false;
-    if (b.window_right >= 0 && key > diagonal + b.window_right) return false;
-    if (b.window_left >= 0 && key < diagonal - b.window_left) return false;
-    return true;
+    const int past_diagonal = key - (m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q);
+    return (key < b.seqlen_k) & (past_diagonal <= right) & (past_diagonal >= -left);
   }
 
   // A row statistic of each q row (accumulator column) this thread holds: accumulator i's is
