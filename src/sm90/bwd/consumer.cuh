@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "sm90/arch/convert.cuh"
@@ -417,12 +418,13 @@ class BwdConsumer {
   __device__ int key_of(int i) const { return key0_ + accumulator_row(thread_, i); }
 
   // Keys past seqlen_k (the sequence's keys in use) are hidden; q rows past its seqlen_q need no mask
-  // (their P is 0 through the row statistics).
-  // The three tests are combined bitwise, not by early returns: ptxas compiled those into branches
-  // around every element of a masked step (perf-notes v96).
+  // (their P is 0 through the row statistics). The three tests are combined bitwise, not by early
+  // returns: ptxas compiled those into branches around every element of a masked step (perf-notes v96).
   __device__ bool visible(int i, int m0) const {
     const SequenceBounds& b = bounds();
-    constexpr int kUnbounded = 1 << 30;  // a window side that is off
+    // A window side that is off: no key is further than this from the diagonal (|key - diagonal| <
+    // 2^31 - 1 for any int32 lengths).
+    constexpr int kUnbounded = std::numeric_limits<int>::max();
     const int right = b.window_right >= 0 ? b.window_right : kUnbounded;
     const int left = b.window_left >= 0 ? b.window_left : kUnbounded;
     const int key = key_of(i);
@@ -456,8 +458,9 @@ class BwdConsumer {
   }
 
   // f(std::true_type) in a step whose block pair needs the mask, f(std::false_type) otherwise: one
-  // branch on the step's (uniform) `masked` instead of a test per element, which ptxas compiled into a
-  // branch around each element's exponential and mask, so that no two exponentials interleaved (perf-notes v94).
+  // branch on the step's (uniform) `masked` instead of a test per element, which ptxas compiled into
+  // a branch around each element's exponential and mask, so that no two exponentials interleaved
+  // (perf-notes v94).
   template <class F>
   __device__ static void by_mask(bool masked, F&& f) {
     if (masked) {
@@ -489,8 +492,9 @@ class BwdConsumer {
         dp[i] = p * (dp[i] - dout_dot_out[column]) * (1.0f - t * t);
       }
     };
-    // At d 128 the loop without the mask spills (12 bytes: dK, dV, S^T and dP^T hold 192 of the 240
-    // registers, and ptxas then hoists the row statistics' loads): there the test stays per element.
+    // At d 128 the test stays per element (without branches since v96): the loop split in two spilled
+    // 12 bytes while visible() still branched (dK, dV, S^T and dP^T hold 192 of the 240 registers);
+    // with v96's visible() it compiles without spills, but has not been timed yet.
     if constexpr (Traits::kHeadDim == 128) {
       gradients(masked);
     } else {
