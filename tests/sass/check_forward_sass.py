@@ -8,7 +8,10 @@ objects or archives.
 Every function whose name contains `attention_forward_kernel`, `attention_forward_fp8_kernel` or
 `attention_backward_kernel` must issue its GEMMs on the Hopper tensor
 cores (HGMMA; QGMMA for FP8 instantiations, named with fp8/e4m3), load through TMA (UTMALDG), and use
-no local memory (LDL/STL). The kernels whose decoding tiles run transposed must also issue m64n8 GEMMs:
+no local memory (LDL/STL), and keep its exponentials out from behind branches: at most
+MAX_BRANCHED_EXPONENTIALS pairs of MUFU.EX2 within EXPONENTIAL_PAIR_SPAN instructions of each other with a
+BRA or BSSY between them (a per-element branch in an exponential loop, as the backward had until
+perf-notes v94/v96, cost it 8-18%). The kernels whose decoding tiles run transposed must also issue m64n8 GEMMs:
 the variable-length ones at head dim 64, HGMMA.64x8x16 in the 16-bit ones (src/sm90/fwd/transposed_decode.cuh)
 and QGMMA.64x8x32 in the FP8 ones (src/sm90/fwd_fp8/transposed_decode.cuh). A file
 without any forward kernel fails too, so a build that silently lost its kernels cannot pass. Exit 2:
@@ -40,12 +43,17 @@ TRANSPOSED_DECODE_KERNELS = (
     (re.compile(r"Fp8FwdTraitsILi64ELb[01]ELb[01]ELi\d+ELb0ELb1E"), "QGMMA.64x8x32"),
 )
 NARROW_GEMM = re.compile(r"\b([HQ]GMMA\.64x8x(?:16|32))\.")
-NARROW_GEMM_OPS = ("HGMMA.64x8x16", "QGMMA.64x8x32")
+# Exponentials behind branches: pairs of MUFU.EX2 at most this many instructions apart with a BRA or
+# BSSY between them. The kernels' unrolled exponential loops have none; loop ends and the odd masked
+# path leave up to 2 a kernel (2026-12-03); the backward before v94 had 47 in its d 64 kernel.
+EXPONENTIAL_PAIR_SPAN = 24
+MAX_BRANCHED_EXPONENTIALS = 4
 # Any 13.x disassembler reads the sm_90a cubins nvcc 13.0 writes; pinned so CI runs are repeatable.
 PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
 
-# A SASS instruction line: "/*0a40*/   @!P0 HGMMA.64x128x16.F32.BF16 gdesc[UR4], ... ;"
-INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+# A SASS instruction line: "/*0a40*/   @!P0 HGMMA.64x128x16.F32.BF16 gdesc[UR4], ... ;" (group 1: the
+# base opcode HGMMA, group 2: the whole mnemonic).
+INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?(([A-Z][A-Z0-9_]*)[A-Za-z0-9_.]*)")
 FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 # Lines that end the current function's listing (next archive member or next embedded cubin).
 SECTION_END = re.compile(r"^(member |Fatbin |\s*code for )")
@@ -88,14 +96,38 @@ def dump_sass(cuobjdump, nvdisasm_dir, path):
     return result.stdout
 
 
-def opcode_counts(sass):
-    """{mangled function name: Counter of base opcodes (HGMMA.64x128x16.F32 -> HGMMA)}."""
+class KernelSass:
+    """One function's instructions: counts of base opcodes (HGMMA.64x128x16.F32 -> HGMMA), counts of the
+    m64n8 GEMMs, and the full mnemonics in program order."""
+
+    def __init__(self):
+        self.opcodes = collections.Counter()
+        self.narrow_gemms = collections.Counter()
+        self.mnemonics = []
+
+    def add(self, base, mnemonic):
+        self.opcodes[base] += 1
+        self.mnemonics.append(mnemonic)
+        narrow = NARROW_GEMM.match(mnemonic + ".")
+        if narrow:
+            self.narrow_gemms[narrow.group(1)] += 1
+
+    def branched_exponentials(self):
+        """Pairs of MUFU.EX2 at most EXPONENTIAL_PAIR_SPAN instructions apart with a branch between them."""
+        ex2 = [i for i, m in enumerate(self.mnemonics) if m.startswith("MUFU.EX2")]
+        return sum(1 for a, b in zip(ex2, ex2[1:])
+                   if b - a <= EXPONENTIAL_PAIR_SPAN and any(m.split(".")[0] in ("BRA", "BSSY")
+                                                             for m in self.mnemonics[a + 1:b]))
+
+
+def parse_sass(sass):
+    """{mangled function name: KernelSass}."""
     functions = {}
     current = None
     for line in sass.splitlines():
         match = FUNCTION.match(line)
         if match:
-            current = functions.setdefault(match.group(1), collections.Counter())
+            current = functions.setdefault(match.group(1), KernelSass())
             continue
         if SECTION_END.match(line):
             current = None
@@ -103,10 +135,7 @@ def opcode_counts(sass):
         if current is not None:
             match = INSTRUCTION.search(line)
             if match:
-                current[match.group(1)] += 1
-                narrow = NARROW_GEMM.search(line)
-                if narrow:
-                    current[narrow.group(1)] += 1
+                current.add(match.group(2), match.group(1))
     return functions
 
 
@@ -124,8 +153,9 @@ def is_fp8(name):
     return "fp8" in lowered or "e4m3" in lowered
 
 
-def problems(name, ops):
+def problems(name, kernel):
     """What the attention kernel `name` lacks or must not have; empty when it passes."""
+    ops = kernel.opcodes
     gemm = "QGMMA" if is_fp8(name) else "HGMMA"
     missing = [op for op in (gemm, "UTMALDG") if ops[op] == 0]
     found = []
@@ -133,16 +163,19 @@ def problems(name, ops):
         found.append("missing " + ", ".join(missing))
     if ops["LDL"] or ops["STL"]:
         found.append(f"local memory (LDL {ops['LDL']}, STL {ops['STL']})")
-    for kernel, narrow_op in TRANSPOSED_DECODE_KERNELS:
-        if kernel.search(name) and ops[narrow_op] == 0:
+    for pattern, narrow_op in TRANSPOSED_DECODE_KERNELS:
+        if pattern.search(name) and kernel.narrow_gemms[narrow_op] == 0:
             found.append(f"missing {narrow_op} (the transposed decoding loop)")
+    branched = kernel.branched_exponentials()
+    if branched > MAX_BRANCHED_EXPONENTIALS:
+        found.append(f"exponentials behind branches ({branched} MUFU.EX2 pairs, at most {MAX_BRANCHED_EXPONENTIALS})")
     return found
 
 
 def check(paths, cuobjdump, nvdisasm_dir):
     failures = 0
     for path in paths:
-        functions = opcode_counts(dump_sass(cuobjdump, nvdisasm_dir, path))
+        functions = parse_sass(dump_sass(cuobjdump, nvdisasm_dir, path))
         kernels = sorted(n for n in functions if ATTENTION_KERNEL.search(n))
         forward = [n for n in kernels if FORWARD_KERNEL.search(n)]
         pretty = demangle(kernels)
@@ -152,13 +185,14 @@ def check(paths, cuobjdump, nvdisasm_dir):
             print(f"FAIL  {path}: no {FORWARD_KERNEL.pattern} instantiation in its SASS")
             failures += 1
         for name in kernels:
-            ops = functions[name]
-            found = problems(name, ops)
+            kernel = functions[name]
+            ops = kernel.opcodes
+            found = problems(name, kernel)
             verdict = "FAIL" if found else "ok  "
-            narrow = sum(ops[op] for op in NARROW_GEMM_OPS)
-            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {ops['HGMMA.64x8x16']})"
-                  f"  QGMMA {ops['QGMMA']} (64x8 {ops['QGMMA.64x8x32']})  UTMALDG {ops['UTMALDG']}"
-                  f"  LDL {ops['LDL']}  STL {ops['STL']}  instructions {sum(ops.values()) - narrow}"
+            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {kernel.narrow_gemms['HGMMA.64x8x16']})"
+                  f"  QGMMA {ops['QGMMA']} (64x8 {kernel.narrow_gemms['QGMMA.64x8x32']})  UTMALDG {ops['UTMALDG']}"
+                  f"  LDL {ops['LDL']}  STL {ops['STL']}  branched EX2 {kernel.branched_exponentials()}"
+                  f"  instructions {sum(ops.values())}"
                   + (f"  <- {'; '.join(found)}" if found else ""))
             failures += bool(found)
     print(f"{'FAILED' if failures else 'PASSED'}: {failures} problem(s)")

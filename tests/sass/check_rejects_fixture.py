@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Shows that the SASS check can fail: run on tests/sass/negative_fixture.cu's object, it must exit 1
 and name, for each kernel, the missing tensor-core GEMM (HGMMA, or QGMMA for the FP8-named one), the
-missing TMA load, and the local memory, and for the variable-length ones (16-bit and FP8, d 64) the
-missing m64n8 GEMMs.
+missing TMA load, and the local memory, for the variable-length ones (16-bit and FP8, d 64) the
+missing m64n8 GEMMs, and for the backward-named one its exponentials behind branches.
 
   check_rejects_fixture.py FIXTURE_OBJECT [check_forward_sass.py options...]
 """
@@ -21,7 +21,9 @@ EXPECTED = (
     r"missing HGMMA\.64x8x16 \(the transposed decoding loop\)",
     r"FAIL .*Fp8FwdTraits<64, .*\n.*<- missing QGMMA, UTMALDG; local memory \(LDL [1-9].*"
     r"missing QGMMA\.64x8x32 \(the transposed decoding loop\)",
-    r"FAILED: 4 problem\(s\)",
+    r"FAIL .*attention_backward_kernel<.*Bf16Tag.*\n.*<- missing HGMMA, UTMALDG; exponentials behind branches "
+    r"\(\d+ MUFU\.EX2 pairs",
+    r"FAILED: 5 problem\(s\)",
 )
 
 

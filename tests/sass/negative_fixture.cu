@@ -1,7 +1,8 @@
 // Kernels that the SASS check must reject (tests/sass/check_forward_sass.py, CTest sass_check_rejects):
 // named like forward instantiations, one 16-bit, one FP8, one 16-bit d 64 variable-length and one FP8
 // d 64 variable-length, but with plain FMA math, ordinary global loads, and a dynamically indexed array
-// that the compiler has to put in local memory (LDL/STL).
+// that the compiler has to put in local memory (LDL/STL); and one named like a backward instantiation
+// whose exponentials each sit behind a branch.
 namespace hopattn_sass_fixture {
 
 struct Bf16Tag {};
@@ -32,5 +33,23 @@ template __global__ void attention_forward_kernel<FwdTraits<64, Bf16Tag, 192, 4,
                                                                                                           float*, int);
 template __global__ void attention_forward_kernel<Fp8FwdTraits<64, false, false, 128, false, true>>(const float*,
                                                                                                    float*, int);
+
+// Each exponential followed by a loop (a branch that ptxas cannot predicate away) before the next, as
+// the backward's per-element mask tests compiled before perf-notes v94.
+template <class Tag>
+__global__ void attention_backward_kernel(const float* in, float* out, int n) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    float p;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(in[threadIdx.x + i]));
+#pragma unroll 1
+    for (int k = i; k < n; k += 16) p += in[k];
+    sum += p;
+  }
+  out[threadIdx.x] = sum;
+}
+
+template __global__ void attention_backward_kernel<Bf16Tag>(const float*, float*, int);
 
 }  // namespace hopattn_sass_fixture
