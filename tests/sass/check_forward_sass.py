@@ -24,6 +24,7 @@ two into --tools-dir, where the check then looks.
 
 import argparse
 import collections
+import functools
 import glob
 import os
 import re
@@ -42,7 +43,6 @@ TRANSPOSED_DECODE_KERNELS = (
     (re.compile(r"(?<!Fp8)FwdTraitsILi64E.+?ELi\d+ELi\d+ELb1ELi2ELb1E"), "HGMMA.64x8x16"),
     (re.compile(r"Fp8FwdTraitsILi64ELb[01]ELb[01]ELi\d+ELb0ELb1E"), "QGMMA.64x8x32"),
 )
-NARROW_GEMM = re.compile(r"\b([HQ]GMMA\.64x8x(?:16|32))\.")
 # Exponentials behind branches: pairs of MUFU.EX2 at most this many instructions apart with a BRA or
 # BSSY between them. The kernels' unrolled exponential loops have none; loop ends and the odd masked
 # path leave up to 2 a kernel (2026-12-03); the backward before v94 had 47 in its d 64 kernel.
@@ -52,7 +52,7 @@ MAX_BRANCHED_EXPONENTIALS = 4
 PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
 
 # A SASS instruction line: "/*0a40*/   @!P0 HGMMA.64x128x16.F32.BF16 gdesc[UR4], ... ;" (group 1: the
-# base opcode HGMMA, group 2: the whole mnemonic).
+# whole mnemonic, group 2: the base opcode HGMMA).
 INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?(([A-Z][A-Z0-9_]*)[A-Za-z0-9_.]*)")
 FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 # Lines that end the current function's listing (next archive member or next embedded cubin).
@@ -97,21 +97,22 @@ def dump_sass(cuobjdump, nvdisasm_dir, path):
 
 
 class KernelSass:
-    """One function's instructions: counts of base opcodes (HGMMA.64x128x16.F32 -> HGMMA), counts of the
-    m64n8 GEMMs, and the full mnemonics in program order."""
+    """One function's instructions: counts of base opcodes (HGMMA.64x128x16.F32 -> HGMMA) and the full
+    mnemonics in program order."""
 
     def __init__(self):
         self.opcodes = collections.Counter()
-        self.narrow_gemms = collections.Counter()
         self.mnemonics = []
 
     def add(self, base, mnemonic):
         self.opcodes[base] += 1
         self.mnemonics.append(mnemonic)
-        narrow = NARROW_GEMM.match(mnemonic + ".")
-        if narrow:
-            self.narrow_gemms[narrow.group(1)] += 1
 
+    def count(self, shape):
+        """Instructions of one GEMM shape, e.g. HGMMA.64x8x16 (HGMMA.64x8x16.F32.BF16 counts)."""
+        return sum(1 for m in self.mnemonics if m.startswith(shape + "."))
+
+    @functools.cached_property
     def branched_exponentials(self):
         """Pairs of MUFU.EX2 at most EXPONENTIAL_PAIR_SPAN instructions apart with a branch between them."""
         ex2 = [i for i, m in enumerate(self.mnemonics) if m.startswith("MUFU.EX2")]
@@ -164,9 +165,9 @@ def problems(name, kernel):
     if ops["LDL"] or ops["STL"]:
         found.append(f"local memory (LDL {ops['LDL']}, STL {ops['STL']})")
     for pattern, narrow_op in TRANSPOSED_DECODE_KERNELS:
-        if pattern.search(name) and kernel.narrow_gemms[narrow_op] == 0:
+        if pattern.search(name) and kernel.count(narrow_op) == 0:
             found.append(f"missing {narrow_op} (the transposed decoding loop)")
-    branched = kernel.branched_exponentials()
+    branched = kernel.branched_exponentials
     if branched > MAX_BRANCHED_EXPONENTIALS:
         found.append(f"exponentials behind branches ({branched} MUFU.EX2 pairs, at most {MAX_BRANCHED_EXPONENTIALS})")
     return found
@@ -189,9 +190,9 @@ def check(paths, cuobjdump, nvdisasm_dir):
             ops = kernel.opcodes
             found = problems(name, kernel)
             verdict = "FAIL" if found else "ok  "
-            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {kernel.narrow_gemms['HGMMA.64x8x16']})"
-                  f"  QGMMA {ops['QGMMA']} (64x8 {kernel.narrow_gemms['QGMMA.64x8x32']})  UTMALDG {ops['UTMALDG']}"
-                  f"  LDL {ops['LDL']}  STL {ops['STL']}  branched EX2 {kernel.branched_exponentials()}"
+            print(f"{verdict}  {pretty[name]}\n      HGMMA {ops['HGMMA']} (64x8 {kernel.count('HGMMA.64x8x16')})"
+                  f"  QGMMA {ops['QGMMA']} (64x8 {kernel.count('QGMMA.64x8x32')})  UTMALDG {ops['UTMALDG']}"
+                  f"  LDL {ops['LDL']}  STL {ops['STL']}  branched EX2 {kernel.branched_exponentials}"
                   f"  instructions {sum(ops.values())}"
                   + (f"  <- {'; '.join(found)}" if found else ""))
             failures += bool(found)

@@ -23,10 +23,10 @@ constexpr int fp8_default_block_n(int head_dim, bool block_descales, bool softca
 // per-block overheads the width saves: +1-4% (H200, 2026-12-01). With block descales the k/v
 // descale rows must be whole blocks: 192-key blocks where they are multiples of 192 (launch.cuh,
 // fp8_block_descales_take_wide_blocks), 12-16% fewer cycles than 128-key blocks with 128-row
-// descales at 8k-16k, 5-8% at 2k-4k (H200, 2026-12-01). The variable-length kernels at head dim 64
-// take them from 2048 keys too (without block descales or a softcap, not paged): decoding steps
-// 5-17% faster (b 8 x 32/8 x 16k 57.8 -> 47.8 us, MHA 16%), variable-length prefill 8k +5% (H200,
-// 2026-12-03, perf-notes v92).
+// descales at 8k-16k, 5-8% at 2k-4k (H200, 2026-12-01). Head dim 64 takes them from 2048 keys too
+// where v is in the ordinary layout (without block descales or a softcap, not paged): decoding steps
+// 5-17% faster (b 8 x 32/8 x 16k 57.8 -> 47.8 us, MHA 16%), variable-length prefill 8k +5%, dense
+// prefill +3-8% (H200, 2026-12-03, perf-notes v92, v93).
 constexpr int kFp8WideBlockN = 192;
 constexpr int kFp8WideBlockMinKeys = 2048;
 // Head dim 256 with block descales whose k/v rows are multiples of 96 (192-row scales serve both head
