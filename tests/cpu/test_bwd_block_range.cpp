@@ -55,21 +55,28 @@ void check(int sq, int sk, int wl, int wr) {
   }
 }
 
-// key_blocks_before_seeing against counting q_blocks_seeing over the key blocks before n: the
-// deterministic backward orders each q block's dQ reductions by it.
+// key_blocks_before_seeing and key_blocks_after_seeing against counting q_blocks_seeing over the key
+// blocks before and after n: the deterministic backward orders each q block's dQ reductions by them.
 void check_inverse(int sq, int sk, int wl, int wr) {
   SCOPED_TRACE(::testing::Message() << "sq " << sq << " sk " << sk << " window (" << wl << ", " << wr << ")");
   const int m_blocks = (sq + kM - 1) / kM, n_blocks = (sk + kN - 1) / kN;
+  const auto sees = [&](int n, int m) {
+    const QBlockRange r = q_blocks_seeing<kM, kN>(n * kN, sq, sk, wl, wr);
+    return r.begin <= m && m < r.end;
+  };
   for (int m = 0; m < m_blocks; ++m) {
+    int seeing = 0;
+    for (int n = 0; n < n_blocks; ++n) seeing += sees(n, m);
     int seen_before = 0;
     for (int n = 0; n <= n_blocks; ++n) {
       ASSERT_EQ((key_blocks_before_seeing<kM, kN>(n, m, sq, sk, wl, wr)), seen_before) << "q block " << m << ", key block " << n;
       if (n == n_blocks) break;
-      const QBlockRange r = q_blocks_seeing<kM, kN>(n * kN, sq, sk, wl, wr);
-      const bool sees = r.begin <= m && m < r.end;
+      const bool n_sees = sees(n, m);
+      ASSERT_EQ((key_blocks_after_seeing<kM, kN>(n, m, sq, sk, wl, wr)), seeing - seen_before - n_sees)
+          << "q block " << m << ", key block " << n;
       const KeyBlockRange inverse = key_blocks_seeing<kM, kN>(m, sq, sk, wl, wr);
-      ASSERT_EQ(inverse.begin <= n && n < inverse.end, sees) << "q block " << m << ", key block " << n;
-      seen_before += sees;
+      ASSERT_EQ(inverse.begin <= n && n < inverse.end, n_sees) << "q block " << m << ", key block " << n;
+      seen_before += n_sees;
     }
   }
 }
@@ -82,7 +89,7 @@ TEST(BwdBlockRange, CausalAndDense) {
     }
 }
 
-TEST(BwdBlockRange, KeyBlocksBeforeSeeingCountsBruteForce) {
+TEST(BwdBlockRange, KeyBlocksBeforeAndAfterSeeingCountBruteForce) {
   for (int sq : {1, 63, 64, 65, 200, 511, 1100})
     for (int sk : {1, 100, 128, 129, 400, 1000, 1201})
       for (const auto [wl, wr] : {std::pair{-1, -1}, std::pair{-1, 0}, std::pair{0, 0}, std::pair{130, -1}, std::pair{-1, 200}})

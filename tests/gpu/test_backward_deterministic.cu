@@ -1,6 +1,6 @@
 // The deterministic backward (BwdArgs::deterministic on CUDA tensors): on shapes where many key
-// blocks add into each q block's dq (1000+ keys), dense and variable-length, causal or not, GQA/MQA,
-// windows and softcap, five calls on the same inputs (gradients poisoned with NaN before each) must
+// blocks add into each q block's dq (1000+ keys, and 11000: more CTAs than SMs), dense and
+// variable-length, causal or not, GQA/MQA, windows and softcap, five calls on the same inputs (gradients poisoned with NaN before each) must
 // give dq, dk and dv bit for bit equal, and correct against the float32 GPU reference by the rule of
 // the other backward tests.
 #include <cmath>
@@ -50,6 +50,17 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
     BackwardCase c = dense(kFp16, 1, 3, 1, 1029, 777, 192);
     c.window_left = 200, c.window_right = 16;
     cases.push_back({"Window_mqa_d192_fp16", c});
+  }
+  // More CTAs than the GPU has SMs, and at d 256 more key blocks of one head (11000 keys: 86 blocks of
+  // 128, 172 of 64), so that CTAs wait on turns of CTAs dispatched long before them, in both orders
+  // (dq_order.cuh: increasing without a right window bound, decreasing with one). 11000 keys is near
+  // the most the GPU reference's rows hold in shared memory.
+  cases.push_back({"ManyKeyBlocks_gqa_d64_bf16", dense(kBf16, 2, 2, 1, 200, 11000, 64)});
+  cases.push_back({"ManyKeyBlocksCausal_d256_fp16", causal(dense(kFp16, 1, 1, 1, 150, 11000, 256))});
+  {
+    BackwardCase c = dense(kBf16, 1, 2, 2, 3000, 11000, 128);
+    c.window_left = 4000, c.window_right = 3000;
+    cases.push_back({"ManyKeyBlocksWindow_d128_bf16", c});
   }
   return cases;
 }

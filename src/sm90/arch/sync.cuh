@@ -53,6 +53,13 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// This thread's warpgroup (128 threads), read from lane 0: ptxas then knows it is the same across the
+// warp and keeps what derives from it (the consumers' wgmma descriptors, shared-memory offsets) in
+// uniform registers instead of moving it there (R2UR) before every use.
+__device__ __forceinline__ int warp_uniform_warpgroup() {
+  return __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
+}
+
 // One elected lane of the warp returns true.
 __device__ __forceinline__ bool elect_one_lane() {
   unsigned int pred = 0;

@@ -58,14 +58,23 @@ HOPATTN_HOST_DEVICE constexpr KeyBlockRange key_blocks_seeing(int m, int seqlen_
   return KeyBlockRange{begin, end};
 }
 
-// How many key blocks before block n add into q block m's dQ: the deterministic backward's place of
-// block n in the fixed order of those reductions (consumer.cuh).
+// How many key blocks before block n (after it) add into q block m's dQ: the deterministic backward's
+// place of block n in the fixed order of those reductions, increasing (decreasing) key-block order
+// (dq_order.cuh).
 template <int kBlockM, int kBlockN>
 HOPATTN_HOST_DEVICE constexpr int key_blocks_before_seeing(int n, int m, int seqlen_q, int seqlen_k, int window_left,
                                                            int window_right) {
   const KeyBlockRange r = key_blocks_seeing<kBlockM, kBlockN>(m, seqlen_q, seqlen_k, window_left, window_right);
   const int before = (n < r.end ? n : r.end) - r.begin;
   return before > 0 ? before : 0;
+}
+
+template <int kBlockM, int kBlockN>
+HOPATTN_HOST_DEVICE constexpr int key_blocks_after_seeing(int n, int m, int seqlen_q, int seqlen_k, int window_left,
+                                                          int window_right) {
+  const KeyBlockRange r = key_blocks_seeing<kBlockM, kBlockN>(m, seqlen_q, seqlen_k, window_left, window_right);
+  const int after = r.end - (n + 1 > r.begin ? n + 1 : r.begin);
+  return after > 0 ? after : 0;
 }
 
 // Whether some (row, key) of q block m0 .. m0 + kBlockM - 1 and key block n0 .. n0 + kBlockN - 1 is not

@@ -32,7 +32,6 @@
 #include "sm90/arch/tma.cuh"
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/bwd/block_range.hpp"
-#include "sm90/bwd/dq_order.cuh"
 #include "sm90/bwd/key_tail.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/producer.cuh"
@@ -97,6 +96,7 @@ class BwdConsumer {
   struct PendingDq {
     int head = -1, m0 = 0, uses = -1;
     __device__ int buffer() const { return uses % Traits::kDsBuffers; }
+    __device__ int buffer_of_dq() const { return uses % Traits::kDqBuffers; }
     __device__ std::uint32_t phase() const { return (uses / Traits::kDsBuffers) % 2; }
   };
 
@@ -118,7 +118,7 @@ class BwdConsumer {
     }
     if (pending.head >= 0) {
       float dq[kDq];
-      wait_dq_share_free();
+      wait_dq_share_free(pending);
       Turns::begin(true, warpgroup_);
       issue_pending_dq(dq, pending);
       Turns::end(true, warpgroup_);
@@ -177,7 +177,7 @@ class BwdConsumer {
       // Without dP^T beside it, the dQ GEMM accumulates in dP^T's registers, which are free until dQ has
       // been staged (ptxas gives separate arrays separate registers).
       float (&dq)[kDq] = Traits::kDpBesideDq ? dq_own : *reinterpret_cast<float (*)[kDq]>(dp);
-      wait_dq_share_free();
+      wait_dq_share_free(pending);
       Turns::begin(true, warpgroup_);
       issue_pending_dq(dq, pending);
       issue_scores(s, smem_address(s_.k), smem_address(s_.q[stage]));
@@ -274,7 +274,7 @@ class BwdConsumer {
     float acc[kS];  // S^T (consumer 0) or dP^T (consumer 1)
     if (pending.head >= 0) {
       float dq[kDq];
-      wait_dq_share_free();
+      wait_dq_share_free(pending);
       Turns::begin(true, warpgroup_);
       issue_pending_dq(dq, pending);
       issue_scores(acc, keys_tile, rows_tile);
@@ -492,14 +492,7 @@ class BwdConsumer {
         dp[i] = p * (dp[i] - dout_dot_out[column]) * (1.0f - t * t);
       }
     };
-    // At d 128 the test stays per element (without branches since v96): the loop split in two spilled
-    // 12 bytes while visible() still branched (dK, dV, S^T and dP^T hold 192 of the 240 registers);
-    // with v96's visible() it compiles without spills, but has not been timed yet.
-    if constexpr (Traits::kHeadDim == 128) {
-      gradients(masked);
-    } else {
-      by_mask(masked, gradients);
-    }
+    by_mask(masked, gradients);
   }
 
   __device__ static void to_a_fragments(const float (&acc)[kS], Fragments& frag) {
@@ -559,8 +552,9 @@ class BwdConsumer {
     wgmma_commit();
   }
 
-  // Thread 0 of each consumer issues the reductions of its dQ share and waits for them.
-  __device__ bool issues_dq_reductions() const { return thread_ == 0; }
+  // Thread 0 of each consumer issues the reductions of its dQ share and waits for them; in the
+  // deterministic kernels its writer does (dq_writer.cuh), and thread 0 only hands the share over.
+  __device__ bool issues_dq_reductions() const { return !Traits::kDeterministic && thread_ == 0; }
 
   // A step's dQ share leaves in three parts:
   //   1. before turn 1, thread 0 waits until the reduction that last read the step's buffer (two steps
@@ -569,11 +563,19 @@ class BwdConsumer {
   //   2. after the dQ GEMM, every thread stores its accumulators into the share;
   //   3. thread 0 adds the share into the workspace by one bulk reduction, which runs while the
   //      consumer goes on: after turn 2, whose barrier synchronized the warpgroup, or
-  //      (Traits::kDqReducedAtOnce) at once, behind a named barrier of its own. Deterministic kernels
-  //      wait for the reduction's turn before it and for its completion after it (dq_order.cuh): thread
-  //      0's warp stalls there, and the warpgroup with it at its next barrier.
-  __device__ void wait_dq_share_free() const {
-    if (!Traits::kDqFromRegisters && issues_dq_reductions()) tma_store_wait_read<Traits::kDqBuffers - 1>();
+  //      (Traits::kDqReducedAtOnce) at once, behind a named barrier of its own. In deterministic
+  //      kernels thread 0 hands the share to the writer there instead (dq_staged), and in part 1 waits
+  //      for the writer's dq_free.
+  __device__ void wait_dq_share_free(const PendingDq& pending) const {
+    if constexpr (Traits::kDeterministic) {
+      // The buffer's previous use is kDqBuffers steps back; its first use waits for nothing (the
+      // parity of the phase before the barrier's first).
+      if (thread_ == 0) {
+        mbarrier_wait(&s_.dq_free[warpgroup_][pending.buffer_of_dq()], ((pending.uses / Traits::kDqBuffers) % 2) ^ 1);
+      }
+    } else if constexpr (!Traits::kDqFromRegisters) {
+      if (issues_dq_reductions()) tma_store_wait_read<Traits::kDqBuffers - 1>();
+    }
   }
 
   // Without the share: every thread adds its dQ accumulators into the workspace (in the share's
@@ -588,19 +590,11 @@ class BwdConsumer {
     }
   }
 
-  // This consumer's dQ pieces (Traits::kDqPieceCols): the first, and how many. Its share of a step's
-  // dQ (those pieces, each in accumulator order) in the step's buffer; the shares are contiguous, so
-  // each consumer reduces its own.
-  __device__ int dq_first_piece() const { return warpgroup_ * Traits::kDqPiecesOfFirst; }
-  // A constant where both have as many (every kernel but d 192's): the d 256 kernel measured 1-1.5%
-  // slower with the count read per warpgroup.
-  __device__ int dq_pieces() const {
-    if constexpr (Traits::kDqPieces == 2 * Traits::kDqPiecesOfFirst) return Traits::kDqPiecesOfFirst;
-    return warpgroup_ == 0 ? Traits::kDqPiecesOfFirst : Traits::kDqPieces - Traits::kDqPiecesOfFirst;
-  }
-  static constexpr int kDqPieceFloats = Traits::kBlockM * Traits::kDqPieceCols;
+  __device__ int dq_first_piece() const { return Traits::dq_first_piece(warpgroup_); }
+  __device__ int dq_pieces() const { return Traits::dq_pieces(warpgroup_); }
+  static constexpr int kDqPieceFloats = Traits::kDqPieceFloats;
   __device__ float* dq_share(const PendingDq& pending) const {
-    return s_.dq[pending.uses % Traits::kDqBuffers] + dq_first_piece() * kDqPieceFloats;
+    return s_.dq[pending.buffer_of_dq()] + dq_first_piece() * kDqPieceFloats;
   }
 
   __device__ void stage_dq_share(const float (&dq)[kDq], const PendingDq& pending, int part) const {
@@ -614,18 +608,14 @@ class BwdConsumer {
   }
 
   __device__ void reduce_dq_share(const PendingDq& pending) const {
-    if (!issues_dq_reductions()) return;
-    const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
-    float* tile = p_.dq_accum + row * Traits::kHeadDim;
-    int* order = nullptr;
     if constexpr (Traits::kDeterministic) {
-      order = dq_order_counter<Traits>(p_, row, warpgroup_);
-      wait_dq_turn<Traits>(order, block_.n_block, pending.m0, bounds());
+      if (thread_ == 0) mbarrier_arrive(&s_.dq_staged[warpgroup_][pending.buffer_of_dq()]);  // us -> writer
+    } else if (issues_dq_reductions()) {
+      const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
+      bulk_reduce_add_f32(p_.dq_accum + row * Traits::kHeadDim + dq_first_piece() * kDqPieceFloats,
+                          dq_share(pending), dq_pieces() * kDqPieceFloats * sizeof(float));
+      tma_store_commit();
     }
-    bulk_reduce_add_f32(tile + dq_first_piece() * kDqPieceFloats, dq_share(pending),
-                        dq_pieces() * kDqPieceFloats * sizeof(float));
-    tma_store_commit();
-    if constexpr (Traits::kDeterministic) pass_dq_turn(order);
   }
 
   // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers: every key

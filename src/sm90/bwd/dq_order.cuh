@@ -1,21 +1,32 @@
-// The deterministic backward's fixed order of dQ reductions (BwdTraits::kDeterministic): each
-// consumer's bulk reduction into a q block's share of the float32 dq workspace waits its turn, so
-// that the shares are summed over key blocks in increasing key-block order, whatever order the CTAs
-// run in. The two consumers of a CTA add disjoint halves of the block's columns (consumer.cuh,
-// dq_share), so each half has its own counter (BwdParams::dq_order, zeroed with the dq workspace):
-// the reductions into it done so far. Key block n's turn comes when the counter reaches the number
-// of key blocks before n that see the q block (key_blocks_before_seeing); it then adds, waits until
-// its reduction has completed, and counts one more.
+// The deterministic backward's fixed order of dQ reductions (BwdTraits::kDeterministic): each bulk
+// reduction into a q block's share of the float32 dq workspace waits its turn, so that the shares are
+// summed over key blocks in one fixed order, whatever order the CTAs run in. The two consumers of a
+// CTA add disjoint halves of the block's columns (consumer.cuh, dq_share), so each half has its own
+// counter (BwdParams::dq_order, zeroed with the dq workspace): the reductions into it done so far.
+// Key block n's turn comes when the counter reaches n's place in the order among the key blocks that
+// see the q block; its writer (dq_writer.cuh) then adds, waits until the reduction has completed, and
+// counts one more.
+//
+// The order is the one in which the key blocks would reach the q block if none waited, so that turns
+// come without waits: every CTA walks its q blocks upwards from the first it sees (StepList).
+//   - With a bound on the right of the window (causal, window_right >= 0), key block n's first q block
+//     moves down the sequence with n, so higher key blocks reach a q block first: decreasing key-block
+//     order (dq_order_descending).
+//   - Without one, every key block starts at q block 0: increasing key-block order, and a key block's
+//     first turns wait for the one before it (a wavefront across the first CTAs of a head).
 //
 // No deadlock: the grid is (key blocks, K/V heads, batch) with one CTA per SM, and CTAs are dispatched
-// in increasing linear index (blockIdx.x fastest). A CTA only waits for CTAs of its own (y, z) with a
-// smaller blockIdx.x, which were dispatched before it: they run or have finished, whatever their
-// waiting CTAs hold. Every wait goes to a strictly lower key block, so the waits form no cycle
-// whatever order a CTA walks its q blocks in (StepList): the lowest unfinished CTA of a (y, z) waits
-// for no one, finishes its reductions, and by induction so do all. A CTA increments a counter only
-// after its reduction completed, and waits on nothing across CTAs between issuing a reduction and
-// counting it. CTAs that leave early (past their sequence's keys) and key blocks past seqused_k see
-// no q block, and key_blocks_seeing counts only the blocks below the sequence's keys in use.
+// in increasing linear index (blockIdx.x fastest). blockIdx.x runs over the key blocks in the order's
+// direction (key_block_of_cta), so a CTA only waits for CTAs of its own (y, z) with a smaller
+// blockIdx.x, which were dispatched before it: they run or have finished, whatever their waiting CTAs
+// hold. The waits form no cycle whatever order a CTA walks its q blocks in: the first unfinished CTA
+// of a (y, z) in dispatch order waits for no one, finishes its reductions, and by induction so do
+// all. Inside a CTA the writer waits only for its consumer's staged shares, and the consumer only for
+// the writer to have read the share two uses back (kDqBuffers), so the CTA's own waits form no cycle
+// either. A CTA increments a counter only after its reduction completed, and waits on nothing across
+// CTAs between issuing a reduction and counting it. CTAs that leave early (past their sequence's keys)
+// and key blocks past seqused_k see no q block, and key_blocks_seeing counts only the blocks below the
+// sequence's keys in use.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +38,16 @@
 
 namespace hopattn::sm90 {
 
+__device__ __forceinline__ bool dq_order_descending(const BwdParams& p) { return p.window_right >= 0; }
+
+// The key block a CTA of the deterministic kernels takes: blockIdx.x in the order's direction (above).
+// The other kernels dispatch key block 0 first, the one with the most q blocks under a causal mask.
+template <class Traits>
+__device__ __forceinline__ int key_block_of_cta(const BwdParams& p) {
+  if (Traits::kDeterministic && dq_order_descending(p)) return int(gridDim.x - 1 - blockIdx.x);
+  return int(blockIdx.x);
+}
+
 // The counter of consumer `warpgroup`'s half of the workspace block that starts at `workspace_row` (a
 // multiple of kBlockM: sequence.cuh).
 template <class Traits>
@@ -35,11 +56,18 @@ __device__ __forceinline__ int* dq_order_counter(const BwdParams& p, std::int64_
 }
 
 // Before key block n_block's reduction into the q block at row m0: wait until the key blocks before
-// it that see the q block have added theirs. b: the sequence's bounds (what the step list saw).
+// it in the order that see the q block have added theirs. b: the sequence's bounds (what the step list
+// saw).
 template <class Traits, class Bounds>
-__device__ __forceinline__ void wait_dq_turn(const int* counter, int n_block, int m0, const Bounds& b) {
-  const int before = key_blocks_before_seeing<Traits::kBlockM, Traits::kBlockN>(n_block, m0 / Traits::kBlockM, b.seqlen_q,
-                                                                                b.seqlen_k, b.window_left, b.window_right);
+__device__ __forceinline__ void wait_dq_turn(const BwdParams& p, const int* counter, int n_block, int m0,
+                                             const Bounds& b) {
+  const int m = m0 / Traits::kBlockM;
+  const int before =
+      dq_order_descending(p)
+          ? key_blocks_after_seeing<Traits::kBlockM, Traits::kBlockN>(n_block, m, b.seqlen_q, b.seqlen_k,
+                                                                      b.window_left, b.window_right)
+          : key_blocks_before_seeing<Traits::kBlockM, Traits::kBlockN>(n_block, m, b.seqlen_q, b.seqlen_k,
+                                                                       b.window_left, b.window_right);
   wait_counter_at_least(counter, before);
   fence_proxy_async_global();  // the acquire before the bulk reduction (async proxy)
 }

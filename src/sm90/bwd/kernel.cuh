@@ -1,6 +1,7 @@
 // The backward's main kernel: one CTA per (key block, K/V head, batch entry or sequence). Warpgroup 0
-// is the producer (setmaxnreg.dec; one elected thread issues every load, producer.cuh), warpgroups 1
-// and 2 the consumers (setmaxnreg.inc; 64 keys each, consumer.cuh).
+// is the producer (setmaxnreg.dec; one elected thread issues every load, producer.cuh; in the
+// deterministic kernels one thread of each of warps 1 and 2 writes a consumer's dQ, dq_writer.cuh),
+// warpgroups 1 and 2 the consumers (setmaxnreg.inc; 64 keys each, consumer.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -9,6 +10,8 @@
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/bwd/consumer.cuh"
+#include "sm90/bwd/dq_order.cuh"
+#include "sm90/bwd/dq_writer.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/producer.cuh"
 
@@ -19,7 +22,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_dout,
                               const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params) {
-  const KeyBlock block{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+  const KeyBlock block{key_block_of_cta<Traits>(params), int(blockIdx.y), int(blockIdx.z)};
   const BwdSequence seq = backward_sequence<Traits::kBlockM>(params, block.batch);
   // The grid has the longest sequence's key blocks for every sequence: the whole CTA leaves, before
   // any barrier, when its block starts past its sequence's keys (whose CTAs store all its dk, dv).
@@ -42,17 +45,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     for (int w = 0; w < Traits::kConsumerWarpgroups; ++w) {
       for (int b = 0; b < Traits::kDsBuffers; ++b) mbarrier_init(&s.ds_ready[w][b], Traits::kConsumerWarps / Traits::kConsumerWarpgroups);
+      if constexpr (Traits::kDeterministic) {
+        for (int b = 0; b < Traits::kDqBuffers; ++b) {
+          mbarrier_init(&s.dq_staged[w][b], 1);  // the consumer's thread 0
+          mbarrier_init(&s.dq_free[w][b], 1);    // the writer
+        }
+      }
     }
 
     fence_barrier_init();
   }
   __syncthreads();
 
-  const int warpgroup = threadIdx.x / Traits::kWarpgroupThreads;
+  static_assert(Traits::kWarpgroupThreads == 128, "warp_uniform_warpgroup counts warpgroups of 128 threads");
+  const int warpgroup = warp_uniform_warpgroup();
   if (warpgroup == 0) {
     warpgroup_release_registers<Traits::kProducerRegisters>();
     const BwdTensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_dout, &tm_row_stats};
-    if (threadIdx.x / 32 == 0 && elect_one_lane()) run_backward_producer<Traits>(s, maps, params, block, seq);
+    const int warp = threadIdx.x / 32;
+    if (warp == 0 && elect_one_lane()) run_backward_producer<Traits>(s, maps, params, block, seq);
+    if constexpr (Traits::kDeterministic) {
+      if (warp >= 1 && warp <= Traits::kConsumerWarpgroups && elect_one_lane()) {
+        run_dq_writer<Traits>(s, params, block, seq, warp - 1);
+      }
+    }
   } else {
     warpgroup_claim_registers<Traits::kConsumerRegisters>();
     BwdConsumer<Traits>(s, params, block, seq, warpgroup - 1).run();

@@ -18,8 +18,9 @@
 // each CTA reads its sequence's lengths and first rows (bwd/sequence.cuh). Dense batches ran 2-6%
 // faster on them than on kernels of their own (perf-notes v57).
 //
-// kDeterministic_: dQ's reductions into each q block wait their turn in key-block order
-// (bwd/dq_order.cuh), so dq is bitwise reproducible; instantiations of their own.
+// kDeterministic_: dQ's reductions into each q block wait their turn in a fixed key-block order
+// (bwd/dq_order.cuh, issued by writer threads: dq_writer.cuh), so dq is bitwise reproducible;
+// instantiations of their own.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -65,9 +66,10 @@ struct BwdTraits {
   static constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * kWarpgroupThreads;
   // setmaxnreg budgets (see FwdTraits): 24 + 2 x 240 per thread of a warpgroup fits the 168 x 3 the
-  // CTA is launched with.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // CTA is launched with. The deterministic kernels' dQ writers (dq_writer.cuh) run in the producer
+  // warpgroup and spilled at 24: 40 + 2 x 232 fits too.
+  static constexpr int kProducerRegisters = kDeterministic ? 40 : 24;
+  static constexpr int kConsumerRegisters = kDeterministic ? 232 : 240;
   static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
                     65536 / kThreads / 8 * 8 * kThreads,
                 "register budgets exceed what the CTA is launched with");
@@ -89,6 +91,17 @@ struct BwdTraits {
   static constexpr int kDqPieces = kHeadDim / kDqPieceCols;
   static constexpr int kDqPiecesOfFirst = (kDqPieces + 1) / 2;  // consumer 0's
   static constexpr int kDqRegisters = kDqPieceCols / 2;
+  static constexpr int kDqPieceFloats = kBlockM * kDqPieceCols;
+  // Consumer `warpgroup`'s dQ pieces: the first, and how many. Its share of a step's dQ (those pieces,
+  // each in accumulator order) lies in the step's buffer from the first piece on; the shares are
+  // contiguous, so each consumer's leaves by one bulk reduction. The count is a constant where both
+  // have as many (every kernel but d 192's): the d 256 kernel measured 1-1.5% slower with it read
+  // per warpgroup.
+  static constexpr int dq_first_piece(int warpgroup) { return warpgroup * kDqPiecesOfFirst; }
+  static constexpr int dq_pieces(int warpgroup) {
+    if constexpr (kDqPieces == 2 * kDqPiecesOfFirst) return kDqPiecesOfFirst;
+    return warpgroup == 0 ? kDqPiecesOfFirst : kDqPieces - kDqPiecesOfFirst;
+  }
   static_assert(kDqPiecesOfFirst <= 2, "consumer.cuh issues at most two dQ pieces per consumer and step");
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
@@ -150,6 +163,10 @@ struct BwdTraits {
     // ds_ready[w][b]: consumer w's 4 warps stored their half of the dS in buffer b (their keys, or
     // where the consumers share the keys, half the q rows).
     std::uint64_t ds_ready[kConsumerWarpgroups][kDsBuffers];
+    // Deterministic kernels: consumer w's dQ share in buffer b staged for its writer (dq_writer.cuh),
+    // and read by the writer's bulk reduction (the buffer free again).
+    std::uint64_t dq_staged[kConsumerWarpgroups][kDqBuffers];
+    std::uint64_t dq_free[kConsumerWarpgroups][kDqBuffers];
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
   static_assert(kSharedBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB an sm_90 CTA may use");
