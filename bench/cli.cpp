@@ -103,7 +103,8 @@ std::string usage_text() {
          "    --backward (bf16/fp16, dense or --varlen: time hopattn::backward (dq, dk, dv) after one forward\n"
          "               that writes out and the LSE; FLOPs 2.5x the forward's; not with fp8, --page-size,\n"
          "               --no-lse, --num-splits or the --no-* switches)\n"
-         "    --deterministic (with --backward: BwdArgs::deterministic, dq summed in a fixed order)\n"
+         "    --deterministic (with --backward or --grid bwd: BwdArgs::deterministic, dq summed in a\n"
+         "               fixed order)\n"
          "  --iters N        timed calls per shape (default 50; fewer when a shape takes seconds)\n"
          "  --warmup N       untimed calls first (default 10)\n"
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
@@ -127,6 +128,7 @@ std::string usage_text() {
 bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
   Shape single;
   bool single_given = false, grid_given = false, heads_kv_given = false, seqlen_k_given = false;
+  bool deterministic = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     std::string value;
@@ -180,7 +182,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
         *error = "--deterministic takes no value; got '" + value + "'";
         return false;
       }
-      single.deterministic = single_given = true;
+      deterministic = true;  // a single backward shape's, or the bwd grid's (below)
       continue;
     }
     // One speed technique off for the single shape (the ablation grid does all of them at one shape).
@@ -284,16 +286,17 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
                  : "--grid and the shape flags (--batch, --heads, --seqlen-q, ...) exclude each other: pick one";
     return false;
   }
+  if (deterministic && !single.backward && !(grid_given && options->grid == "bwd")) {
+    *error = "--deterministic applies to the backward only (add --backward, or use --grid bwd)";
+    return false;
+  }
   if (single_given) {
     // Unless given, heads_kv follows heads and seqlen_k follows seqlen_q (plain self-attention).
     if (!heads_kv_given) single.heads_kv = single.heads_q;
     if (!seqlen_k_given) single.seqlen_k = single.seqlen_q;
-    if (single.deterministic && !single.backward) {
-      *error = "--deterministic applies to the backward only (add --backward)";
-      return false;
-    }
     if (single.backward) {
       if (!check_backward_shape(single, error)) return false;
+      single.deterministic = deterministic;
       if (single.deterministic) single.variant = single.variant == "default" ? "deterministic" : single.variant + "_deterministic";
       single.variant = backward_variant(single.variant);
     }
@@ -308,6 +311,12 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     options->grid = "single";
   } else {
     make_grid(options->grid, &options->shapes);
+    if (deterministic) {  // --grid bwd (checked above)
+      for (Shape& s : options->shapes) {
+        s.deterministic = true;
+        s.variant = backward_variant("deterministic");
+      }
+    }
     // A decoding call can take less GPU time than its launch, and inference does not write the LSE.
     if (options->grid == "decode") {
       options->queue_ahead = true;

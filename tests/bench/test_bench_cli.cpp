@@ -188,6 +188,22 @@ TEST(BenchCli, KvLoadFlagsSetTheKernelOption) {
   EXPECT_NE(parse_error({"--backward", "--kv-copies"}).find("--kv-*"), std::string::npos);
 }
 
+TEST(BenchCli, DeterministicBackwardSingleOrGrid) {
+  const CliOptions single = parsed({"--backward", "--deterministic", "--hdim", "64"});
+  ASSERT_EQ(single.shapes.size(), 1u);
+  EXPECT_TRUE(single.shapes[0].deterministic);
+  EXPECT_EQ(single.shapes[0].variant, "backward_deterministic");
+  const CliOptions grid = parsed({"--grid", "bwd", "--deterministic"});
+  ASSERT_EQ(grid.shapes.size(), 36u);
+  for (const Shape& s : grid.shapes) {
+    EXPECT_TRUE(s.backward && s.deterministic);
+    EXPECT_EQ(s.variant, "backward_deterministic");
+  }
+  for (const Shape& s : parsed({"--grid", "bwd"}).shapes) EXPECT_FALSE(s.deterministic);
+  EXPECT_NE(parse_error({"--deterministic"}).find("backward only"), std::string::npos);
+  EXPECT_NE(parse_error({"--grid", "paper", "--deterministic"}).find("backward only"), std::string::npos);
+}
+
 TEST(BenchCli, UsageNamesTheDecodeFlags) {
   const std::string usage = usage_text();
   for (const char* flag : {"decode", "--list", "--queue-ahead", "--cache-seqlen", "kv_tbps", "--kv-copies"}) {

@@ -127,6 +127,11 @@ struct BwdTraits {
   // kernel, whose score GEMMs take 16 steps, and +3-4% at d 64 (perf-notes v95); d 128 ran 4% slower
   // with it (ptxas's schedule), so it rebuilds them.
   static constexpr bool kLeanAddressing = kSplitsRoles || kHeadDim == 64;
+  // The consumer's warpgroup index read from lane 0 (warp_uniform_warpgroup), so that what derives
+  // from it lives in uniform registers: d 64 +1-5%, d 256 level; d 128 1-3% slower with it, as with
+  // lean addressing (perf-notes v98), except in the deterministic kernel, whose consumers have 232
+  // registers and spill without it.
+  static constexpr bool kWarpUniformWarpgroup = kHeadDim != 128 || kDeterministic;
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
   // forward), which also hand each step's dQ share to its reducing thread, each consumer's own
