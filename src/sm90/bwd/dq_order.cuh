@@ -22,8 +22,7 @@
 // hold. The waits form no cycle whatever order a CTA walks its q blocks in: the first unfinished CTA
 // of a (y, z) in dispatch order waits for no one, finishes its reductions, and by induction so do
 // all. Inside a CTA the writer waits only for its consumer's staged shares, and the consumer only for
-// the writer to have read the share two uses back (kDqBuffers), so the CTA's own waits form no cycle
-// either. A CTA increments a counter only after its reduction completed, and waits on nothing across
+// the writer to have read the share kDqBuffers uses back, so the CTA's own waits form no cycle either. A CTA increments a counter only after its reduction completed, and waits on nothing across
 // CTAs between issuing a reduction and counting it. CTAs that leave early (past their sequence's keys)
 // and key blocks past seqused_k see no q block, and key_blocks_seeing counts only the blocks below the
 // sequence's keys in use.

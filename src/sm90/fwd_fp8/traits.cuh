@@ -159,6 +159,12 @@ struct Fp8FwdTraits {
   // Lean addressing at head dims 128 and 256, as in the 16-bit kernel (fwd/traits.cuh says why; FP8
   // d 64 lost 6% with it, d 128 gained 2.5-6.5%, d 256 neither gained nor lost).
   static constexpr bool kLeanAddressing = kHeadDim >= 128;
+  // The warpgroup index read from lane 0 (warp_uniform_warpgroup, as the 16-bit kernel does): the dense
+  // d 128 kernel gained 0.8-2.1% (8 shapes, 2k-16k, causal or not); d 64 and d 256 were level to -2%,
+  // the softcap kernels lost 2-4%, and the other d 128 variants (block descales, keys-contiguous v)
+  // did not gain (perf-notes v98). The variable-length kernels were not timed with it.
+  static constexpr bool kWarpUniformWarpgroup =
+      kHeadDim == 128 && !kBlockDescales_ && !kSoftcap_ && !kVtFromGlobal_ && !kVarlen_;
   // Q from registers for S = Q K^T, as in the 16-bit kernel (fwd/traits.cuh): kHeadDim / 8 registers,
   // where they fit beside O, S and P (kBlockN / 8) with 40 to spare, 48 with block descales or a
   // softcap (their scales; the d 256 softcap kernel spilled 8 bytes at 40): d 64, d 128 (192-key
