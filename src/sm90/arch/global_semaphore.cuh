@@ -11,9 +11,10 @@ __device__ __forceinline__ int load_acquire_gpu(const int* counter) {
   return value;
 }
 
-// Spins, sleeping from 32 ns up to 1 us between reads, until *counter >= target. Not inlined: the
-// loop inlined into one thread's branch of the backward consumer made ptxas spill at head dim 128;
-// as a call it keeps its few registers to itself.
+// Spins, sleeping from 32 ns up to 1 us between reads, until *counter >= target. Not inlined: inlined
+// into one thread's branch of the backward consumer, where it first ran, it made ptxas spill at head
+// dim 128; it now runs in the deterministic backward's dQ writers (bwd/dq_writer.cuh), where the call
+// was kept as measured.
 inline __device__ __noinline__ void wait_counter_at_least(const int* counter, int target) {
   unsigned sleep_ns = 32;
   while (load_acquire_gpu(counter) < target) {
