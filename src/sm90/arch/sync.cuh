@@ -53,11 +53,16 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// This thread's warpgroup (128 threads), read from lane 0: ptxas then knows it is the same across the
-// warp and keeps what derives from it (the consumers' wgmma descriptors, shared-memory offsets) in
-// uniform registers instead of moving it there (R2UR) before every use.
-__device__ __forceinline__ int warp_uniform_warpgroup() {
-  return __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
+// This thread's warpgroup. kWarpUniform: read from lane 0, so that ptxas knows it is the same across
+// the warp and keeps what derives from it (the consumers' wgmma descriptors, shared-memory offsets) in
+// uniform registers instead of moving it there (R2UR) before every use; whether that pays is a
+// kernel's measured choice (its traits' kWarpUniformWarpgroup).
+template <int kWarpgroupThreads, bool kWarpUniform>
+__device__ __forceinline__ int warpgroup_of_thread() {
+  static_assert(kWarpgroupThreads % 32 == 0, "a warp lies in one warpgroup");
+  const int warpgroup = int(threadIdx.x / kWarpgroupThreads);
+  if constexpr (kWarpUniform) return __shfl_sync(0xffffffffu, warpgroup, 0);
+  return warpgroup;
 }
 
 // One elected lane of the warp returns true.

@@ -57,8 +57,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
 
-  static_assert(Traits::kWarpgroupThreads == 128, "warp_uniform_warpgroup counts warpgroups of 128 threads");
-  const int warpgroup = Traits::kWarpUniformWarpgroup ? warp_uniform_warpgroup() : int(threadIdx.x / 128);
+  const int warpgroup = warpgroup_of_thread<Traits::kWarpgroupThreads, Traits::kWarpUniformWarpgroup>();
   if (warpgroup == 0) {
     warpgroup_release_registers<Traits::kProducerRegisters>();
     const BwdTensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_dout, &tm_row_stats};

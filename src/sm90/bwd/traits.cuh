@@ -127,7 +127,7 @@ struct BwdTraits {
   // kernel, whose score GEMMs take 16 steps, and +3-4% at d 64 (perf-notes v95); d 128 ran 4% slower
   // with it (ptxas's schedule), so it rebuilds them.
   static constexpr bool kLeanAddressing = kSplitsRoles || kHeadDim == 64;
-  // The consumer's warpgroup index read from lane 0 (warp_uniform_warpgroup), so that what derives
+  // The consumer's warpgroup index read from lane 0 (warpgroup_of_thread), so that what derives
   // from it lives in uniform registers: d 64 +1-5%, d 256 level; d 128 1-3% slower with it, as with
   // lean addressing (perf-notes v98), except in the deterministic kernel, whose consumers have 232
   // registers and spill without it.

@@ -46,8 +46,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                  const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                                  const __grid_constant__ Fp8FwdParams params) {
   typename Traits::SharedStorage& s = fp8_shared_storage<Traits>();
-  static_assert(Traits::kWarpgroupThreads == 128, "warp_uniform_warpgroup counts warpgroups of 128 threads");
-  const int warpgroup = Traits::kWarpUniformWarpgroup ? warp_uniform_warpgroup() : int(threadIdx.x / 128);
+  const int warpgroup = warpgroup_of_thread<Traits::kWarpgroupThreads, Traits::kWarpUniformWarpgroup>();
   // The split combines (split_combine.cuh; fwd/varlen_combine.cuh for the variable-length split).
   if constexpr (Traits::kTailSplit || Traits::kVarlenSplit) allow_dependent_launch();
   if (threadIdx.x == 0) {

@@ -159,7 +159,7 @@ struct Fp8FwdTraits {
   // Lean addressing at head dims 128 and 256, as in the 16-bit kernel (fwd/traits.cuh says why; FP8
   // d 64 lost 6% with it, d 128 gained 2.5-6.5%, d 256 neither gained nor lost).
   static constexpr bool kLeanAddressing = kHeadDim >= 128;
-  // The warpgroup index read from lane 0 (warp_uniform_warpgroup, as the 16-bit kernel does): the dense
+  // The warpgroup index read from lane 0 (warpgroup_of_thread, as the 16-bit kernel does): the dense
   // d 128 kernel gained 0.8-2.1% (8 shapes, 2k-16k, causal or not); d 64 and d 256 were level to -2%,
   // the softcap kernels lost 2-4%, and the other d 128 variants (block descales, keys-contiguous v)
   // did not gain (perf-notes v98). The variable-length kernels were not timed with it.
