@@ -11,15 +11,17 @@ __device__ __forceinline__ int load_acquire_gpu(const int* counter) {
   return value;
 }
 
-// Spins, sleeping from 32 ns up to 1 us between reads, until *counter >= target. Not inlined: inlined
-// into one thread's branch of the backward consumer, where it first ran, it made ptxas spill at head
-// dim 128; it now runs in the deterministic backward's dQ writers (bwd/dq_writer.cuh), where the call
-// was kept as measured.
+// Spins, sleeping from 32 ns up to 256 ns between reads, until *counter >= target. A waiter on the
+// deterministic backward's chain of dQ reductions sees its turn that much sooner (a 1 us cap measured
+// 1-1.5% slower at d 256: perf-notes v100); the reads are one 4-byte L2 load per waiter and sleep.
+// Not inlined: inlined into one thread's branch of the backward consumer, where it first ran, it made
+// ptxas spill at head dim 128; it now runs in the deterministic backward's dQ writers
+// (bwd/dq_writer.cuh), where the call was kept as measured.
 inline __device__ __noinline__ void wait_counter_at_least(const int* counter, int target) {
   unsigned sleep_ns = 32;
   while (load_acquire_gpu(counter) < target) {
     __nanosleep(sleep_ns);
-    if (sleep_ns < 1024) sleep_ns *= 2;
+    if (sleep_ns < 256) sleep_ns *= 2;
   }
 }
 

@@ -13,18 +13,21 @@
 //     moves down the sequence with n, so higher key blocks reach a q block first: decreasing key-block
 //     order (dq_order_descending).
 //   - Without one, every key block starts at q block 0: increasing key-block order, and a key block's
-//     first turns wait for the one before it (a wavefront across the first CTAs of a head).
+//     first turns wait for the one before it (a wavefront across the first CTAs of a head). The
+//     kernels interleave the key blocks of several heads in dispatch order so that the wavefront
+//     costs no SM idle time (cta_dispatch.hpp).
 //
-// No deadlock: the grid is (key blocks, K/V heads, batch) with one CTA per SM, and CTAs are dispatched
-// in increasing linear index (blockIdx.x fastest). blockIdx.x runs over the key blocks in the order's
-// direction (key_block_of_cta), so a CTA only waits for CTAs of its own (y, z) with a smaller
-// blockIdx.x, which were dispatched before it: they run or have finished, whatever their waiting CTAs
-// hold. The waits form no cycle whatever order a CTA walks its q blocks in: the first unfinished CTA
-// of a (y, z) in dispatch order waits for no one, finishes its reductions, and by induction so do
-// all. Inside a CTA the writer waits only for its consumer's staged shares, and the consumer only for
-// the writer to have read the share kDqBuffers uses back, so the CTA's own waits form no cycle either. A CTA increments a counter only after its reduction completed, and waits on nothing across
-// CTAs between issuing a reduction and counting it. CTAs that leave early (past their sequence's keys)
-// and key blocks past seqused_k see no q block, and key_blocks_seeing counts only the blocks below the
+// No deadlock: one CTA per SM, and CTAs are dispatched in increasing linear index of the grid
+// (blockIdx.x fastest). key_block_of_cta maps that index to (key block, head) so that the key blocks
+// of a head come in the order's direction (cta_dispatch.hpp), so a CTA only waits for CTAs of its own
+// head that were dispatched before it: they run or have finished, whatever their waiting CTAs hold.
+// The waits form no cycle whatever order a CTA walks its q blocks in: the first unfinished CTA of a
+// head in dispatch order waits for no one, finishes its reductions, and by induction so do all.
+// Inside a CTA the writer waits only for its consumer's staged shares, and the consumer only for the
+// writer to have read the share kDqBuffers uses back, so the CTA's own waits form no cycle either. A
+// CTA increments a counter only after its reduction completed, and waits on nothing across CTAs
+// between issuing a reduction and counting it. CTAs that leave early (past their sequence's keys) and
+// key blocks past seqused_k see no q block, and key_blocks_seeing counts only the blocks below the
 // sequence's keys in use.
 #pragma once
 
@@ -33,18 +36,24 @@
 #include "sm90/arch/global_semaphore.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/bwd/block_range.hpp"
+#include "sm90/bwd/cta_dispatch.hpp"
 #include "sm90/bwd/params.hpp"
+#include "sm90/bwd/producer.cuh"
 
 namespace hopattn::sm90 {
 
 __device__ __forceinline__ bool dq_order_descending(const BwdParams& p) { return p.window_right >= 0; }
 
-// The key block a CTA of the deterministic kernels takes: blockIdx.x in the order's direction (above).
-// The other kernels dispatch key block 0 first, the one with the most q blocks under a causal mask.
+// The key block a CTA takes. The other kernels dispatch key block 0 of a head first (the one with the
+// most q blocks under a causal mask), head after head; the deterministic kernels in the order's
+// direction, with p.dq_head_interleave heads interleaved (cta_dispatch.hpp).
 template <class Traits>
-__device__ __forceinline__ int key_block_of_cta(const BwdParams& p) {
-  if (Traits::kDeterministic && dq_order_descending(p)) return int(gridDim.x - 1 - blockIdx.x);
-  return int(blockIdx.x);
+__device__ __forceinline__ KeyBlock key_block_of_cta(const BwdParams& p) {
+  if constexpr (!Traits::kDeterministic) return KeyBlock{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+  const long long linear = blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + gridDim.y * blockIdx.z);
+  const DispatchedKeyBlock d = dispatched_key_block(linear, int(gridDim.x), int(gridDim.y * gridDim.z),
+                                                    p.dq_head_interleave, dq_order_descending(p));
+  return KeyBlock{d.n_block, d.head % int(gridDim.y), d.head / int(gridDim.y)};
 }
 
 // The counter of consumer `warpgroup`'s half of the workspace block that starts at `workspace_row` (a

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_dout,
                               const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params) {
-  const KeyBlock block{key_block_of_cta<Traits>(params), int(blockIdx.y), int(blockIdx.z)};
+  const KeyBlock block = key_block_of_cta<Traits>(params);
   const BwdSequence seq = backward_sequence<Traits::kBlockM>(params, block.batch);
   // The grid has the longest sequence's key blocks for every sequence: the whole CTA leaves, before
   // any barrier, when its block starts past its sequence's keys (whose CTAs store all its dk, dv).

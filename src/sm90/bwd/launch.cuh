@@ -13,6 +13,7 @@
 #include <string>
 
 #include "api/problem.hpp"
+#include "sm90/bwd/cta_dispatch.hpp"
 #include "sm90/bwd/dq_convert.cuh"
 #include "sm90/bwd/kernel.cuh"
 #include "sm90/bwd/launch.hpp"
@@ -65,6 +66,13 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   p.dq_accum = static_cast<float*>(workspace);
   p.dq_order = kDeterministic ? reinterpret_cast<int*>(static_cast<char*>(workspace) + dq_bytes) : nullptr;
   p.row_stats = reinterpret_cast<float*>(static_cast<char*>(workspace) + zeroed_bytes);
+  const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;  // of the longest sequence
+  const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  p.dq_head_interleave =
+      kDeterministic && p.window_right < 0
+          ? dq_head_interleave(p.head_ratio * m_blocks, p.heads_kv * p.batch,
+                               device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1))
+          : 1;
   // The row statistics as a float32 matrix of one row per workspace block: lse_log2 then D.
   CUtensorMap tm_row_stats;
   const std::int64_t stats_cols = 2 * Traits::kBlockM;
@@ -78,14 +86,13 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
         cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes),
         "raising the backward kernel's shared-memory limit");
   if (launched.ok()) launched = cuda_status(cudaMemsetAsync(workspace, 0, zeroed_bytes, stream), "zeroing the dq workspace");
-  const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;  // of the longest sequence
   if (launched.ok()) {
     const dim3 grid((m_blocks * Traits::kBlockM + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
     backward_row_stats_kernel<Element, kHeadDim><<<grid, kRowStatsWarps * 32, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward row statistics");
   }
   if (launched.ok()) {
-    const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
+    const dim3 grid(key_blocks, p.heads_kv, p.batch);
     main_kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_dout, tm_row_stats, p);
     launched = cuda_status(cudaGetLastError(), "launching the backward kernel");
   }

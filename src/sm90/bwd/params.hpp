@@ -63,8 +63,10 @@ struct BwdParams {
 
   // Deterministic kernels (BwdTraits::kDeterministic; bwd/dq_order.cuh): per workspace block and
   // consumer warpgroup, the dQ reductions added into that half of the block so far (int32, zeroed
-  // with dq_accum). Last, so the other kernels' parameter offsets stay as they were.
+  // with dq_accum), and how many heads their dispatch order interleaves (bwd/cta_dispatch.hpp). Last,
+  // so the other kernels' parameter offsets stay as they were.
   int* dq_order;
+  int dq_head_interleave;
 };
 
 }  // namespace hopattn::sm90
