@@ -127,7 +127,7 @@ class BwdConsumer {
       emit_dq_part(dq, pending, 0);
       issue_and_emit_later_dq_parts(dq, pending);
       if constexpr (!Traits::kDqFromRegisters) {
-        named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+        sync_dq_share();
         reduce_dq_share(pending);
       }
     }
@@ -188,7 +188,7 @@ class BwdConsumer {
       emit_dq_part(dq, pending, 0);  // frees dq's registers for dP^T at once
       issue_and_emit_later_dq_parts(dq, pending);
       if constexpr (!Traits::kDqFromRegisters && Traits::kDqReducedAtOnce) {
-        named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+        sync_dq_share();
         reduce_dq_share(pending);
       }
       if constexpr (!Traits::kDpBesideDq) issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
@@ -553,7 +553,7 @@ class BwdConsumer {
   }
 
   // Thread 0 of each consumer issues the reductions of its dQ share and waits for them; in the
-  // deterministic kernels its writer does (dq_writer.cuh), and thread 0 only hands the share over.
+  // deterministic kernels its writer does (dq_writer.cuh), and each warp hands its part of the share over.
   __device__ bool issues_dq_reductions() const { return !Traits::kDeterministic && thread_ == 0; }
 
   // A step's dQ share leaves in three parts:
@@ -564,8 +564,9 @@ class BwdConsumer {
   //   3. thread 0 adds the share into the workspace by one bulk reduction, which runs while the
   //      consumer goes on: after turn 2, whose barrier synchronized the warpgroup, or
   //      (Traits::kDqReducedAtOnce) at once, behind a named barrier of its own. In deterministic
-  //      kernels thread 0 hands the share to the writer there instead (dq_staged), and in part 1 waits
-  //      for the writer's dq_free.
+  //      kernels each warp hands its stores to the writer there instead (dq_staged counts the four
+  //      warps, with no named barrier: +1.5-3.5% at d 64, perf-notes v101), and thread 0 in part 1
+  //      waits for the writer's dq_free.
   __device__ void wait_dq_share_free(const PendingDq& pending) const {
     if constexpr (Traits::kDeterministic) {
       // The buffer's previous use is kDqBuffers steps back; its first use waits for nothing (the
@@ -607,9 +608,18 @@ class BwdConsumer {
     fence_proxy_async_shared();  // generic-proxy stores -> the bulk reduction (async proxy)
   }
 
+  // Before thread 0 reduces the share: every thread's stores in (a named barrier of the warpgroup's own).
+  // The deterministic kernels' writer counts the warps' arrivals instead (reduce_dq_share), so that no
+  // warp waits for the others there.
+  __device__ void sync_dq_share() const {
+    if constexpr (!Traits::kDeterministic) {
+      named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+    }
+  }
+
   __device__ void reduce_dq_share(const PendingDq& pending) const {
     if constexpr (Traits::kDeterministic) {
-      if (thread_ == 0) mbarrier_arrive(&s_.dq_staged[warpgroup_][pending.buffer_of_dq()]);  // us -> writer
+      release_from_warp(&s_.dq_staged[warpgroup_][pending.buffer_of_dq()], thread_);  // each warp -> writer
     } else if (issues_dq_reductions()) {
       const std::int64_t row = workspace_row<Traits::kBlockM>(p_, seq_, pending.head, pending.m0);
       bulk_reduce_add_f32(p_.dq_accum + row * Traits::kHeadDim + dq_first_piece() * kDqPieceFloats,

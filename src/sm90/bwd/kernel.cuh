@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int b = 0; b < Traits::kDsBuffers; ++b) mbarrier_init(&s.ds_ready[w][b], Traits::kConsumerWarps / Traits::kConsumerWarpgroups);
       if constexpr (Traits::kDeterministic) {
         for (int b = 0; b < Traits::kDqBuffers; ++b) {
-          mbarrier_init(&s.dq_staged[w][b], 1);  // the consumer's thread 0
+          mbarrier_init(&s.dq_staged[w][b], Traits::kConsumerWarps / Traits::kConsumerWarpgroups);  // the consumer's warps
           mbarrier_init(&s.dq_free[w][b], 1);    // the writer
         }
       }

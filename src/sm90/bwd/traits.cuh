@@ -168,8 +168,9 @@ struct BwdTraits {
     // ds_ready[w][b]: consumer w's 4 warps stored their half of the dS in buffer b (their keys, or
     // where the consumers share the keys, half the q rows).
     std::uint64_t ds_ready[kConsumerWarpgroups][kDsBuffers];
-    // Deterministic kernels: consumer w's dQ share in buffer b staged for its writer (dq_writer.cuh),
-    // and read by the writer's bulk reduction (the buffer free again).
+    // Deterministic kernels: consumer w's dQ share in buffer b staged for its writer (dq_writer.cuh;
+    // each of the consumer's warps arrives), and read by the writer's bulk reduction (the buffer free
+    // again).
     std::uint64_t dq_staged[kConsumerWarpgroups][kDqBuffers];
     std::uint64_t dq_free[kConsumerWarpgroups][kDqBuffers];
   };
