@@ -46,6 +46,10 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
     cases.push_back({"Softcap_d128_fp16", c});
   }
   cases.push_back({"Causal_gqa_d256_bf16", causal(dense(kBf16, 1, 4, 2, 700, 1029, 256))});
+  // Non-causal d 256 (one Q/dO stage, one dQ buffer) and d 192 (two stages, one dQ buffer): many q
+  // blocks per CTA, so every buffer is refilled many times, in the increasing order.
+  cases.push_back({"Plain_gqa_d256_bf16", dense(kBf16, 2, 4, 2, 1000, 901, 256)});
+  cases.push_back({"Plain_mha_d192_fp16", dense(kFp16, 1, 3, 3, 833, 700, 192)});
   {
     BackwardCase c = dense(kFp16, 1, 3, 1, 1029, 777, 192);
     c.window_left = 200, c.window_right = 16;
@@ -68,7 +72,8 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
 // A few key blocks, for compute-sanitizer (scripts/device_tests.sh).
 std::vector<NamedCase<BackwardCase>> sanitizer_cases() {
   return {{"Causal_gqa_d64_bf16", causal(dense(kBf16, 1, 2, 1, 100, 300, 64))},
-          {"Causal_gqa_d256_fp16", causal(dense(kFp16, 1, 2, 1, 100, 200, 256))}};
+          {"Causal_gqa_d256_fp16", causal(dense(kFp16, 1, 2, 1, 100, 200, 256))},
+          {"Plain_d256_bf16", dense(kBf16, 1, 2, 2, 300, 130, 256)}};
 }
 
 class BackwardDeterministic : public HopperTest, public ::testing::WithParamInterface<NamedCase<BackwardCase>> {};

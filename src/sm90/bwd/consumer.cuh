@@ -283,6 +283,10 @@ class BwdConsumer {
       pin_registers(dq);
       emit_dq_part(dq, pending, 0);
       issue_and_emit_later_dq_parts(dq, pending);
+      if constexpr (!Traits::kDqFromRegisters && Traits::kDqReducedAtOnce) {
+        sync_dq_share();
+        reduce_dq_share(pending);
+      }
     } else {
       Turns::begin(true, warpgroup_);
       issue_scores(acc, keys_tile, rows_tile);

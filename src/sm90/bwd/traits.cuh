@@ -51,8 +51,10 @@ struct BwdTraits {
   static constexpr int kKeysPerWarpgroup = 64;
   static constexpr int kBlockN = kSplitsRoles ? kKeysPerWarpgroup : kConsumerWarpgroups * kKeysPerWarpgroup;  // keys per CTA
   // q-block stages (Q, dO, their row statistics) in flight; d 64's short steps take a third (+0.3-0.9%,
-  // perf-notes v63). The deterministic d 192/256 kernels' dQ share leaves room for one.
-  static constexpr int kStages = kHeadDim == 64 ? 3 : (kSplitsRoles && kDeterministic ? 1 : 2);
+  // perf-notes v63). The deterministic d 256 kernel's dQ share (64 KB) leaves room for one (staging the
+  // share in the step's own Q and dO buffers once both consumers are done with them, so that two fit,
+  // measured 1-2.5% slower: perf-notes v102); at d 192 (48 KB) two fit (+33-37% over one).
+  static constexpr int kStages = kHeadDim == 64 ? 3 : (kHeadDim == 256 && kDeterministic ? 1 : 2);
   // dS buffers, alternating by step: a consumer writes the next step's dS while the other may still
   // be reading this one in its dQ GEMM (consumer.cuh, PendingDq).
   static constexpr int kDsBuffers = 2;
@@ -112,8 +114,10 @@ struct BwdTraits {
   static constexpr bool kDpBesideDq = kHeadDim <= 64;
   // Where a step's dQ share leaves for the workspace (consumer.cuh, reduce_dq_share): after the step's
   // second GEMM turn (no barrier of its own: +8% at d 128), or at once behind a named barrier, which
-  // measured 4% faster at d 64 (perf-notes v55).
-  static constexpr bool kDqReducedAtOnce = kHeadDim == 64;
+  // measured 4% faster at d 64 (perf-notes v55). The deterministic d 192 / 256 kernels hand it to their
+  // writers at once (each warp arrives, no barrier), so that the writer's turn and reads start a turn
+  // earlier and free the single buffer sooner (+3-9%; d 128 -1%: perf-notes v102).
+  static constexpr bool kDqReducedAtOnce = kHeadDim == 64 || (kDeterministic && kSplitsRoles);
   // At d 64 (not deterministic) every thread adds its dQ accumulators into the workspace itself, four
   // floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy fence
   // and named barrier between the first turn and the exponentials (+5%, perf-notes v63; at d 128 it
