@@ -127,6 +127,7 @@ class BwdConsumer {
       emit_dq_part(dq, pending, 0);
       issue_and_emit_later_dq_parts(dq, pending);
       if constexpr (!Traits::kDqFromRegisters) {
+        if constexpr (Traits::kDqShareFencedWithDs) fence_proxy_async_shared();  // no dS stores follow
         sync_dq_share();
         reduce_dq_share(pending);
       }
@@ -243,11 +244,19 @@ class BwdConsumer {
     Turns::end(true, warpgroup_);
     // The turn's barrier synchronized this warpgroup: every thread's share of the previous step's dQ is
     // in shared memory (stage_dq_share). Issued after the GEMMs, which wait for all four warps.
-    if (!Traits::kDqFromRegisters && !Traits::kDqReducedAtOnce && pending.head >= 0) reduce_dq_share(pending);
+    if constexpr (!Traits::kDqFromRegisters && !Traits::kDqReducedAtOnce && !Traits::kDqShareFencedWithDs) {
+      if (pending.head >= 0) reduce_dq_share(pending);
+    }
 
+    const PendingDq handed_over = pending;
     pending = this_step;
-    fence_proxy_async_shared();  // generic-proxy stores -> the wgmma (async proxy) reads of the next step
+    // Generic-proxy stores -> the async proxy: the dS for the wgmma reads of the next step (and the
+    // writer's bulk reduction of the dQ share, kDqShareFencedWithDs).
+    fence_proxy_async_shared();
     release_from_warp(&s_.ds_ready[warpgroup_][pending.buffer()], thread_);
+    if constexpr (Traits::kDqShareFencedWithDs) {
+      if (handed_over.head >= 0) reduce_dq_share(handed_over);
+    }
     wgmma_wait<0>();
     pin_registers(dk);
     pin_registers(dv);
@@ -609,7 +618,9 @@ class BwdConsumer {
       *reinterpret_cast<float4*>(share + (j * Traits::kWarpgroupThreads + thread_) * 4) =
           make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     }
-    fence_proxy_async_shared();  // generic-proxy stores -> the bulk reduction (async proxy)
+    // Generic-proxy stores -> the bulk reduction (async proxy); run_step's fence after the dS stores
+    // covers them where the hand-over waits for it.
+    if constexpr (!Traits::kDqShareFencedWithDs) fence_proxy_async_shared();
   }
 
   // Before thread 0 reduces the share: every thread's stores in (a named barrier of the warpgroup's own).

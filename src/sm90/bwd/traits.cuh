@@ -117,7 +117,11 @@ struct BwdTraits {
   // measured 4% faster at d 64 (perf-notes v55). The deterministic d 192 / 256 kernels hand it to their
   // writers at once (each warp arrives, no barrier), so that the writer's turn and reads start a turn
   // earlier and free the single buffer sooner (+3-9%; d 128 -1%: perf-notes v102).
-  static constexpr bool kDqReducedAtOnce = kHeadDim == 64 || (kDeterministic && kSplitsRoles);
+  static constexpr bool kDqReducedAtOnce = kDeterministic ? kSplitsRoles : kHeadDim == 64;
+  // The deterministic d 64 / d 128 kernels hand a share over after the step's dS stores instead, so
+  // that one proxy fence covers both (the share's own fence was the d 64 kernel's top stall, 10% of
+  // its samples under ncu: perf-notes v103).
+  static constexpr bool kDqShareFencedWithDs = kDeterministic && !kDqReducedAtOnce;
   // At d 64 (not deterministic) every thread adds its dQ accumulators into the workspace itself, four
   // floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy fence
   // and named barrier between the first turn and the exponentials (+5%, perf-notes v63; at d 128 it
