@@ -578,8 +578,9 @@ class BwdConsumer {
   //      consumer goes on: after turn 2, whose barrier synchronized the warpgroup, or
   //      (Traits::kDqReducedAtOnce) at once, behind a named barrier of its own. In deterministic
   //      kernels each warp hands its stores to the writer there instead (dq_staged counts the four
-  //      warps, with no named barrier: +1.5-3.5% at d 64, perf-notes v101), and thread 0 in part 1
-  //      waits for the writer's dq_free.
+  //      warps, with no named barrier: +1.5-3.5% at d 64, perf-notes v101), at d 64 / 128 only after
+  //      the next dS stores, whose proxy fence then covers the share's (kDqShareFencedWithDs), and
+  //      thread 0 in part 1 waits for the writer's dq_free.
   __device__ void wait_dq_share_free(const PendingDq& pending) const {
     if constexpr (Traits::kDeterministic) {
       // The buffer's previous use is kDqBuffers steps back; its first use waits for nothing (the
