@@ -188,10 +188,7 @@ class BwdConsumer {
       pin_registers(dq);
       emit_dq_part(dq, pending, 0);  // frees dq's registers for dP^T at once
       issue_and_emit_later_dq_parts(dq, pending);
-      if constexpr (!Traits::kDqFromRegisters && Traits::kDqReducedAtOnce) {
-        sync_dq_share();
-        reduce_dq_share(pending);
-      }
+      reduce_dq_share_at_once(pending);
       if constexpr (!Traits::kDpBesideDq) issue_scores(dp, smem_address(s_.v), smem_address(s_.dout[stage]));
     } else {
       Turns::begin(true, warpgroup_);
@@ -292,10 +289,7 @@ class BwdConsumer {
       pin_registers(dq);
       emit_dq_part(dq, pending, 0);
       issue_and_emit_later_dq_parts(dq, pending);
-      if constexpr (!Traits::kDqFromRegisters && Traits::kDqReducedAtOnce) {
-        sync_dq_share();
-        reduce_dq_share(pending);
-      }
+      reduce_dq_share_at_once(pending);
     } else {
       Turns::begin(true, warpgroup_);
       issue_scores(acc, keys_tile, rows_tile);
@@ -630,6 +624,14 @@ class BwdConsumer {
   __device__ void sync_dq_share() const {
     if constexpr (!Traits::kDeterministic) {
       named_barrier_sync(Traits::kDqShareBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+    }
+  }
+
+  // Traits::kDqReducedAtOnce: the share leaves right after the step's dQ parts are stored.
+  __device__ void reduce_dq_share_at_once(const PendingDq& pending) const {
+    if constexpr (!Traits::kDqFromRegisters && Traits::kDqReducedAtOnce) {
+      sync_dq_share();
+      reduce_dq_share(pending);
     }
   }
 

@@ -42,7 +42,8 @@
 
 namespace hopattn::sm90 {
 
-__device__ __forceinline__ bool dq_order_descending(const BwdParams& p) { return p.window_right >= 0; }
+// Also read on the host: only the increasing order interleaves heads (launch.cuh).
+HOPATTN_HOST_DEVICE inline bool dq_order_descending(const BwdParams& p) { return p.window_right >= 0; }
 
 // The key block a CTA takes. The other kernels dispatch key block 0 of a head first (the one with the
 // most q blocks under a causal mask), head after head; the deterministic kernels in the order's

@@ -15,6 +15,7 @@
 #include "api/problem.hpp"
 #include "sm90/bwd/cta_dispatch.hpp"
 #include "sm90/bwd/dq_convert.cuh"
+#include "sm90/bwd/dq_order.cuh"
 #include "sm90/bwd/kernel.cuh"
 #include "sm90/bwd/launch.hpp"
 #include "sm90/bwd/params.hpp"
@@ -69,7 +70,7 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;  // of the longest sequence
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   p.dq_head_interleave =
-      kDeterministic && p.window_right < 0
+      kDeterministic && !dq_order_descending(p)
           ? dq_head_interleave(p.head_ratio * m_blocks, p.heads_kv * p.batch,
                                device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1))
           : 1;
