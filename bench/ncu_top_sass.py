@@ -21,7 +21,8 @@ def number(text):
 
 
 def main():
-    rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+    with open(sys.argv[1], errors="replace") as f:
+        rows = list(csv.reader(f))
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 40
     header_at = next((i for i, r in enumerate(rows) if any(c.strip() == "Source" for c in r)), None)
     if header_at is None:
@@ -39,7 +40,8 @@ def main():
     if samples is None:
         print("columns:", header)
         return
-    lines = [r for r in rows[header_at + 1:] if len(r) > max(source, samples)]
+    used = max(c for c in (source, samples, not_issued, executed) if c is not None)
+    lines = [r for r in rows[header_at + 1:] if len(r) > used]
     total = sum(number(r[samples]) for r in lines) or 1.0
     print(f"total samples {total:.0f}")
     for r in sorted(lines, key=lambda r: -number(r[samples]))[:count]:
