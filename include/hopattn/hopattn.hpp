@@ -28,7 +28,8 @@ enum class DeviceType : int { kHost, kCuda };
 
 constexpr int kMaxRank = 4;
 
-// A non-owning view of a strided tensor. Strides are in elements.
+// A non-owning view of a strided tensor. Strides are in elements. data may be null only when an
+// extent is 0 (an empty host tensor; CUDA calls refuse empty tensors).
 struct Tensor {
   void* data = nullptr;
   Dtype dtype = Dtype::kFloat32;

@@ -53,10 +53,13 @@ std::string device_string(const Tensor& t) {
 
 Status check_well_formed(const Arg& arg, bool layout_checked_later) {
   const Tensor& t = *arg.tensor;
-  if (t.data == nullptr) return invalid(prefix(arg) + "data is null; every tensor argument needs a buffer");
   if (t.rank < 1 || t.rank > kMaxRank)
     return invalid(prefix(arg) + "rank " + std::to_string(t.rank) + " is not allowed; tensors have rank 1.." +
                    std::to_string(kMaxRank));
+  // An empty tensor addresses nothing, so it may come without a buffer (PyTorch's empty CPU tensors do).
+  const bool empty = std::any_of(t.shape, t.shape + t.rank, [](std::int64_t e) { return e == 0; });
+  if (t.data == nullptr && !empty)
+    return invalid(prefix(arg) + "data is null; every non-empty tensor argument needs a buffer");
   if (!is_known_dtype(t.dtype))
     return invalid(prefix(arg) + "dtype code " + std::to_string(static_cast<int>(t.dtype)) +
                    " is not a hopattn::Dtype");
@@ -78,10 +81,8 @@ Status check_well_formed(const Arg& arg, bool layout_checked_later) {
     return invalid(prefix(arg) + "the last dimension has stride " + std::to_string(t.stride[last]) +
                    "; it must be contiguous (stride 1)");
   // The farthest element must be addressable in bytes without overflowing int64.
-  // An empty tensor addresses nothing.
   std::int64_t max_offset = 0;
   bool overflow = false;
-  const bool empty = std::any_of(t.shape, t.shape + t.rank, [](std::int64_t e) { return e == 0; });
   for (int d = 0; d < t.rank && !empty; ++d) {
     std::int64_t span = 0;
     overflow |= __builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &span);

@@ -35,6 +35,9 @@ TEST(VarlenParams, PackedOutputsAreAddressedByRowAndTheArraysReachTheKernel) {
     const bool varlen_k = pick(0, 1), with_seqused = !varlen_k || pick(0, 1), with_lse = pick(0, 1);
     std::vector<int> len_q, len_k;
     for (int b = 0; b < batch; ++b) len_q.push_back(pick(0, 300)), len_k.push_back(pick(0, 300));
+    // At least one row on each side, as CUDA tensors have.
+    if (prefix_sums(len_q).back() == 0) len_q[0] = 1;
+    if (prefix_sums(len_k).back() == 0) len_k[0] = 1;
     const std::vector<int> cu_q = prefix_sums(len_q), cu_k = prefix_sums(len_k);
     const int total_q = cu_q.back(), max_q = std::max(1, *std::max_element(len_q.begin(), len_q.end()));
     const int dense_k = 300;

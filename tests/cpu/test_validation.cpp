@@ -97,18 +97,24 @@ TEST(Validation, StridedViewsPass) {
 
 TEST(Validation, EmptyHostSequencesPass) {
   // seqlen_q 0 and seqlen_k 0 are well-defined on the host: nothing to compute / rows that see no key.
+  // An empty tensor may come with a real address or with none (PyTorch's empty CPU tensors have none).
   for (auto [sq, sk] : {std::pair{0, 3}, std::pair{3, 0}}) {
-    HostTensor q(Dtype::kFloat32, {1, sq, 2, 8}), kv(Dtype::kFloat32, {1, sk, 2, 8}), out(Dtype::kFloat32, {1, sq, 2, 8});
-    FwdArgs args;
-    args.q = q.tensor();
-    args.k = args.v = kv.tensor();
-    args.out = out.tensor();
-    // A zero-byte vector may hand out null; give empty views a real address.
-    float storage[1];
-    for (Tensor* t : {&args.q, &args.k, &args.v, &args.out})
-      if (t->numel() == 0) t->data = storage;
-    Problem p;
-    EXPECT_TRUE(detail::validate_forward(args, &p).ok()) << "sq=" << sq << " sk=" << sk;
+    for (bool null_when_empty : {false, true}) {
+      HostTensor q(Dtype::kFloat32, {1, sq, 2, 8}), kv(Dtype::kFloat32, {1, sk, 2, 8}),
+          out(Dtype::kFloat32, {1, sq, 2, 8});
+      FwdArgs args;
+      args.q = q.tensor();
+      args.k = args.v = kv.tensor();
+      args.out = out.tensor();
+      float storage[1];
+      for (Tensor* t : {&args.q, &args.k, &args.v, &args.out})
+        if (t->numel() == 0) t->data = null_when_empty ? nullptr : storage;
+      const std::string where = "sq=" + std::to_string(sq) + " sk=" + std::to_string(sk) +
+                                (null_when_empty ? " null" : " addressed");
+      Problem p;
+      EXPECT_TRUE(detail::validate_forward(args, &p).ok()) << where;
+      EXPECT_TRUE(forward(args).ok()) << where;
+    }
   }
 }
 
