@@ -112,6 +112,11 @@ struct FwdArgs {
   int window_left = -1;                // -1 = unbounded
   int window_right = -1;               // -1 = unbounded (causal is window_right = 0)
   float softcap = 0.0f;                // 0 = off; else s -> softcap * tanh(s / softcap)
+  // Attention sinks (gpt-oss; flash-attention's learnable_sink): float32 (heads_q), one logit per q
+  // head that joins every row's softmax as a key with a zero value: out_i = sum_j exp(s_ij - lse_i) v_j
+  // with lse_i = log(exp(sink_h) + sum_j exp(s_ij)), s_ij the scaled (and softcapped) scores. A row
+  // that sees no key gets out 0 and lse sink_h. -inf for a head is no sink.
+  std::optional<Tensor> learnable_sink;
 
   // Variable-length batches: int32 prefix sums of length batch + 1. On CUDA tensors their values (and
   // seqused_k's) are trusted, as in flash-attention (checking them would need a device sync): the
@@ -162,6 +167,10 @@ struct BwdArgs {
   int window_left = -1;
   int window_right = -1;
   float softcap = 0.0f;
+  // The forward's learnable_sink (FwdArgs; lse includes it), and where its gradient goes: dsink, float32
+  // (heads_q), written when given (it needs learnable_sink): dsink_h = -sum over h's rows of
+  // exp(sink_h - lse_i) * (dout_i . out_i), summed in a fixed order (reproducible).
+  std::optional<Tensor> learnable_sink, dsink;
 
   // Variable-length batches, as in FwdArgs (the layouts at the top: lse (heads_q, total_q) for varlen
   // q). On CUDA tensors the values are trusted as there; with cu_seqlens_k the backward also needs

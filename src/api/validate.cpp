@@ -268,6 +268,12 @@ Status check_lse(const Arg& lse, const Common& c, const Problem& p) {
   return check_shape(lse, {p.batch, p.heads_q, p.seqlen_q}, "(batch, heads_q, seqlen_q)");
 }
 
+// float32 (heads_q): learnable_sink, and the backward's dsink beside it.
+Status check_sink(const Arg& sink, const Problem& p) {
+  HOPATTN_RETURN_IF_ERROR(check_dtype(sink, Dtype::kFloat32));
+  return check_shape(sink, {p.heads_q}, "(heads_q)");
+}
+
 // Layout, heads, scalars: everything both directions resolve from the shared arguments.
 Status resolve_common(const Common& c, Problem* p) {
   const Tensor& q = *c.q.tensor;
@@ -372,8 +378,9 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   const Common c = common_of(a);
   const Arg out{"out", &a.out};
   const std::optional<Arg> lse = optional_arg("lse", a.lse);
+  const std::optional<Arg> sink = optional_arg("learnable_sink", a.learnable_sink);
   const std::vector<Arg> tensors =
-      present(c, {out}, {lse, optional_arg("q_descale", a.q_descale), optional_arg("k_descale", a.k_descale),
+      present(c, {out}, {lse, sink, optional_arg("q_descale", a.q_descale), optional_arg("k_descale", a.k_descale),
                          optional_arg("v_descale", a.v_descale), optional_arg("q_block_descale", a.q_block_descale),
                          optional_arg("k_block_descale", a.k_block_descale),
                          optional_arg("v_block_descale", a.v_block_descale)});
@@ -389,6 +396,7 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   HOPATTN_RETURN_IF_ERROR(resolve_common(c, &p));
   HOPATTN_RETURN_IF_ERROR(check_same_shape(out, c.q));
   if (lse) HOPATTN_RETURN_IF_ERROR(check_lse(*lse, c, p));
+  if (sink) HOPATTN_RETURN_IF_ERROR(check_sink(*sink, p));
   HOPATTN_RETURN_IF_ERROR(check_descales(a, p));
   HOPATTN_RETURN_IF_ERROR(check_block_descales(a, p));
   if (a.num_splits < 0)
@@ -397,6 +405,7 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   if (p.device == DeviceType::kHost) HOPATTN_RETURN_IF_ERROR(check_host_values(c, p));
   p.out_dtype = a.out.dtype;
   p.has_lse = a.lse.has_value();
+  p.has_sink = a.learnable_sink.has_value();
   *problem = p;
   return Status::Ok();
 }
@@ -406,7 +415,9 @@ Status validate_backward(const BwdArgs& a, Problem* problem) {
   const Common c = common_of(a);
   const Arg out{"out", &a.out}, dout{"dout", &a.dout}, lse{"lse", &a.lse};
   const Arg dq{"dq", &a.dq}, dk{"dk", &a.dk}, dv{"dv", &a.dv};
-  HOPATTN_RETURN_IF_ERROR(check_tensors(present(c, {out, dout, lse, dq, dk, dv}, {}), c.v));
+  const std::optional<Arg> sink = optional_arg("learnable_sink", a.learnable_sink);
+  const std::optional<Arg> dsink = optional_arg("dsink", a.dsink);
+  HOPATTN_RETURN_IF_ERROR(check_tensors(present(c, {out, dout, lse, dq, dk, dv}, {sink, dsink}), c.v));
   HOPATTN_RETURN_IF_ERROR(check_input_dtypes(c, /*backward=*/true));
   for (const Arg& t : {out, dout, dq, dk, dv})
     HOPATTN_RETURN_IF_ERROR(check_same_dtype(t, c.q, "out, dout, dq, dk and dv must have q's dtype"));
@@ -415,11 +426,17 @@ Status validate_backward(const BwdArgs& a, Problem* problem) {
   HOPATTN_RETURN_IF_ERROR(check_same_shape(dk, c.k));
   HOPATTN_RETURN_IF_ERROR(check_same_shape(dv, c.v));
   HOPATTN_RETURN_IF_ERROR(check_lse(lse, c, p));
+  if (dsink && !sink)
+    return invalid("dsink: given without learnable_sink; the gradient of a sink needs the sink the forward took");
+  for (const auto& t : {sink, dsink})
+    if (t) HOPATTN_RETURN_IF_ERROR(check_sink(*t, p));
   if (p.device == DeviceType::kCuda)
     HOPATTN_RETURN_IF_ERROR(check_cuda_tensors({c.q, c.k, c.v, out, dout, dq, dk, dv}));
   if (p.device == DeviceType::kHost) HOPATTN_RETURN_IF_ERROR(check_host_values(c, p));
   p.out_dtype = a.q.dtype;
   p.has_lse = true;
+  p.has_sink = sink.has_value();
+  p.has_dsink = dsink.has_value();
   *problem = p;
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 // The softmax of one query row, shared by the forward and backward passes so both use exactly the
 // same function: s_j = scale * q.k_j, optionally softcapped (s -> c * tanh(s / c)), masked to the
-// visible keys, then P_j = exp(s_j - lse).
+// visible keys, then P_j = exp(s_j - lse). A learnable sink (FwdArgs::learnable_sink) is one more
+// logit in lse with no value (-inf: none).
 #pragma once
 
 #include <algorithm>
@@ -26,16 +27,18 @@ struct RowSoftmax {
   KeyRange keys;
   std::vector<double> probs;     // P_j for j in keys, stored at j - keys.begin
   std::vector<double> cap_slope; // d(capped score)/d(scaled score) = 1 - tanh^2; 1 without softcap
-  double lse = -std::numeric_limits<double>::infinity();  // -inf when no key is visible
+  double lse = -std::numeric_limits<double>::infinity();  // -inf when no key is visible (and no sink)
+  double sink_prob = 0.0;        // exp(sink - lse)
 };
 
-inline RowSoftmax row_softmax(const double* q, const Matrix& k, KeyRange keys, double scale, double softcap) {
+inline RowSoftmax row_softmax(const double* q, const Matrix& k, KeyRange keys, double scale, double softcap,
+                              double sink) {
   RowSoftmax row;
   row.keys = keys;
   row.probs.resize(keys.size());
   row.cap_slope.assign(keys.size(), 1.0);
-  if (keys.size() == 0) return row;
-  double max_score = -std::numeric_limits<double>::infinity();
+  double max_score = sink;
+  if (keys.size() == 0 && sink == -std::numeric_limits<double>::infinity()) return row;
   for (int j = keys.begin; j < keys.end; ++j) {
     const double* kj = k.row(j);
     double dot = 0.0;
@@ -49,9 +52,10 @@ inline RowSoftmax row_softmax(const double* q, const Matrix& k, KeyRange keys, d
     row.probs[j - keys.begin] = score;
     max_score = std::max(max_score, score);
   }
-  double sum = 0.0;
+  double sum = std::exp(sink - max_score);
   for (double& p : row.probs) sum += (p = std::exp(p - max_score));
   for (double& p : row.probs) p /= sum;
+  row.sink_prob = std::exp(sink - max_score) / sum;
   row.lse = max_score + std::log(sum);
   return row;
 }

@@ -5,7 +5,9 @@
 // With dP_ij = dout_i . v_j and D_i = sum_j P_ij dP_ij, the score gradient is dS_ij = P_ij (dP_ij - D_i),
 // times 1 - tanh^2 under softcap; then dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i,
 // dv_j = sum_i P_ij dout_i. A kv head's dk/dv sum over the q heads that read it (GQA). Masked entries
-// contribute nothing, and every gradient element no row reaches (empty rows, unused keys) is 0.
+// contribute nothing, and every gradient element no row reaches (empty rows, unused keys) is 0. A
+// learnable sink is a key with score sink_h and value 0: it joins P's normalization, and its own
+// gradient is dsink_h = sum_i P_i,sink (0 - D_i).
 #include <algorithm>
 
 #include "reference/attention_row.hpp"
@@ -23,6 +25,7 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
   fill_tensor(args.dq, 0.0);
   fill_tensor(args.dk, 0.0);
   fill_tensor(args.dv, 0.0);
+  std::vector<double> dsink(problem.heads_q, 0.0);
 
   for (int b = 0; b < problem.batch; ++b) {
     const int len_q = layout.len_q(b), len_k = layout.len_k(b);
@@ -34,11 +37,12 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
       }
       std::vector<double> q(d), dout(d), dq(d), ds;
       for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+        const double sink = learnable_sink(args.learnable_sink, h);
         for (int i = 0; i < len_q; ++i) {
           load_row(args.q, layout.q_row(args.q, b, i, h), d, 1.0, q.data());
           load_row(args.dout, layout.q_row(args.dout, b, i, h), d, 1.0, dout.data());
           const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right);
-          const RowSoftmax row = row_softmax(q.data(), k, keys, scale, problem.softcap);
+          const RowSoftmax row = row_softmax(q.data(), k, keys, scale, problem.softcap, sink);
           ds.assign(keys.size(), 0.0);
           double row_dot = 0.0;  // D_i
           for (int j = keys.begin; j < keys.end; ++j) {
@@ -48,6 +52,7 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
             ds[j - keys.begin] = dp;
             row_dot += row.probs[j - keys.begin] * dp;
           }
+          dsink[h] -= row.sink_prob * row_dot;
           std::fill(dq.begin(), dq.end(), 0.0);
           for (int j = keys.begin; j < keys.end; ++j) {
             const double p = row.probs[j - keys.begin];
@@ -70,6 +75,8 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
       }
     }
   }
+  if (args.dsink)
+    for (int h = 0; h < problem.heads_q; ++h) store_scalar(element_ptr(*args.dsink, h), args.dsink->dtype, dsink[h]);
   return Status::Ok();
 }
 

@@ -1,5 +1,6 @@
-// Reference forward: out_i = sum_j P_ij v_j over the keys query i sees, LSE_i = log sum_j exp(s_ij),
-// all in float64. Rows that see no key get out 0 and LSE -inf.
+// Reference forward: out_i = sum_j P_ij v_j over the keys query i sees, LSE_i = log sum_j exp(s_ij)
+// (plus exp(sink) with a learnable sink), all in float64. Rows that see no key get out 0 and LSE -inf
+// (the sink with one).
 #include <algorithm>
 #include <cmath>
 
@@ -45,11 +46,12 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
       // q's descale is indexed by the kv head its q head reads, as in flash-attention.
       const double q_scale = descale(args.q_descale, b, kv_head);
       for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+        const double sink = learnable_sink(args.learnable_sink, h);
         for (int i = 0; i < len_q; ++i) {
           load_row(args.q, layout.q_row(args.q, b, i, h), d,
                    q_scale * block_descale(args.q_block_descale, b, h, i, args.descale_block_rows_q), q.data());
           const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right);
-          const RowSoftmax row = row_softmax(q.data(), k, keys, problem.softmax_scale, problem.softcap);
+          const RowSoftmax row = row_softmax(q.data(), k, keys, problem.softmax_scale, problem.softcap, sink);
           std::fill(out_row.begin(), out_row.end(), 0.0);
           for (int j = keys.begin; j < keys.end; ++j) {
             const double p = row.probs[j - keys.begin];

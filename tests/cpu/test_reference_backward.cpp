@@ -22,6 +22,7 @@ struct BwdCase {
   float softcap = 0.0f;
   std::optional<float> scale;
   bool deterministic = false;  // accepted by the CPU backend, deterministic either way
+  bool sinks = false;          // random learnable sinks (the last head's -inf), and dsink checked
 };
 
 bool is_varlen(const BwdCase& c) { return !c.varlen_q.empty(); }
@@ -33,8 +34,9 @@ Packing packing_of(const BwdCase& c) {
   return p;
 }
 
-MaskSpec mask_of(const BwdCase& c) {
+MaskSpec mask_of(const BwdCase& c, const std::vector<double>& sinks) {
   MaskSpec m;
+  m.sinks = sinks;
   m.scale = c.scale ? *c.scale : default_scale(c.d);
   m.causal = c.causal;
   m.window_left = c.window_left;
@@ -43,29 +45,31 @@ MaskSpec mask_of(const BwdCase& c) {
   return m;
 }
 
+// The inputs of the loss: q, k, v, dout and the sinks (empty: none), as float64.
+struct LossInputs {
+  std::vector<double> q, k, v, dout, sinks;
+};
+
 // sum(out * dout) of the float64 materialized attention.
-double loss(const BwdCase& c, const Packing& pack, const std::vector<double>& q, const std::vector<double>& k,
-            const std::vector<double>& v, const std::vector<double>& dout) {
+double loss(const BwdCase& c, const Packing& pack, const LossInputs& in) {
   std::vector<double> out, lse;
-  naive_batch(pack, q, k, v, c.hq, c.hkv, c.d, mask_of(c), &out, &lse);
+  naive_batch(pack, in.q, in.k, in.v, c.hq, c.hkv, c.d, mask_of(c, in.sinks), &out, &lse);
   double total = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) total += out[i] * dout[i];
+  for (std::size_t i = 0; i < out.size(); ++i) total += out[i] * in.dout[i];
   return total;
 }
 
-// Central differences of the loss with respect to each element of `wrt` (one of q, k, v).
-std::vector<double> finite_differences(const BwdCase& c, const Packing& pack, std::vector<double> q,
-                                       std::vector<double> k, std::vector<double> v,
-                                       const std::vector<double>& dout, char wrt) {
-  std::vector<double>& x = wrt == 'q' ? q : wrt == 'k' ? k : v;
+// Central differences of the loss with respect to each element of `wrt` (one of q, k, v, s: sinks).
+std::vector<double> finite_differences(const BwdCase& c, const Packing& pack, LossInputs in, char wrt) {
+  std::vector<double>& x = wrt == 'q' ? in.q : wrt == 'k' ? in.k : wrt == 'v' ? in.v : in.sinks;
   std::vector<double> grad(x.size());
   const double step = 1e-5;
   for (std::size_t e = 0; e < x.size(); ++e) {
     const double saved = x[e];
     x[e] = saved + step;
-    const double up = loss(c, pack, q, k, v, dout);
+    const double up = loss(c, pack, in);
     x[e] = saved - step;
-    const double down = loss(c, pack, q, k, v, dout);
+    const double down = loss(c, pack, in);
     x[e] = saved;
     grad[e] = (up - down) / (2 * step);
   }
@@ -116,6 +120,12 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   fwd.window_left = c.window_left;
   fwd.window_right = c.window_right;
   fwd.softcap = c.softcap;
+  HostTensor sinks(Dtype::kFloat32, {c.hq}), dsink(Dtype::kFloat32, {c.hq});
+  if (c.sinks) {
+    sinks.fill_random(seed + 4, -2.0, 2.0);
+    if (c.hq > 1) static_cast<float*>(sinks.data())[c.hq - 1] = -std::numeric_limits<float>::infinity();
+    fwd.learnable_sink = sinks.tensor();
+  }
   if (varlen) {
     fwd.cu_seqlens_q = int_tensor(cu_q);
     fwd.cu_seqlens_k = int_tensor(cu_k);
@@ -151,14 +161,27 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   bwd.max_seqlen_k = fwd.max_seqlen_k;
   bwd.seqused_k = fwd.seqused_k;
   bwd.deterministic = c.deterministic;
+  if (c.sinks) {
+    dsink.poison();
+    bwd.learnable_sink = sinks.tensor();
+    bwd.dsink = dsink.tensor();
+  }
   const Status backward_status = hopattn::backward(bwd);
   ASSERT_TRUE(backward_status.ok()) << backward_status.message();
 
   const Packing pack = packing_of(c);
-  const std::vector<double> qd = q.to_double(), kd = k.to_double(), vd = v.to_double(), dod = dout.to_double();
-  expect_gradient(dq.to_double(), finite_differences(c, pack, qd, kd, vd, dod, 'q'), "dq");
-  expect_gradient(dk.to_double(), finite_differences(c, pack, qd, kd, vd, dod, 'k'), "dk");
-  expect_gradient(dv.to_double(), finite_differences(c, pack, qd, kd, vd, dod, 'v'), "dv");
+  const LossInputs in{q.to_double(), k.to_double(), v.to_double(), dout.to_double(),
+                      c.sinks ? sinks.to_double() : std::vector<double>{}};
+  expect_gradient(dq.to_double(), finite_differences(c, pack, in, 'q'), "dq");
+  expect_gradient(dk.to_double(), finite_differences(c, pack, in, 'k'), "dk");
+  expect_gradient(dv.to_double(), finite_differences(c, pack, in, 'v'), "dv");
+  if (c.sinks) {
+    // A -inf sink has gradient 0 (its probability is 0); finite differences of -inf give NaN.
+    std::vector<double> want = finite_differences(c, pack, in, 's'), got = dsink.to_double();
+    ASSERT_EQ(got.back(), 0.0) << "the -inf sink's gradient";
+    if (c.hq > 1) want.pop_back(), got.pop_back();
+    expect_gradient(got, want, "dsink");
+  }
 }
 
 TEST(ReferenceBackward, MatchesFiniteDifferences) {
@@ -188,6 +211,15 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   varlen.window_left = 3;
   cases.push_back(varlen);
   cases.push_back({"seqused_k: unused keys get zero dk, dv", 2, 2, 3, 2, 4, 6, {}, {}, {6, 3}});
+  BwdCase sinks{"learnable sinks + GQA + causal sq>sk (rows that see only the sink)", 3, 1, 5, 2, 7, 4, {}, {}, {}};
+  sinks.causal = true;
+  sinks.sinks = true;
+  cases.push_back(sinks);
+  BwdCase varlen_sinks = varlen;
+  varlen_sinks.name = "varlen + learnable sinks + softcap";
+  varlen_sinks.sinks = true;
+  varlen_sinks.softcap = 0.9f;
+  cases.push_back(varlen_sinks);
   for (std::size_t i = 0; i < cases.size(); ++i) check_against_finite_differences(cases[i], seed + 10 * i);
 }
 

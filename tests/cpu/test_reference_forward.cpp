@@ -57,6 +57,7 @@ MaskSpec mask_of(const FwdArgs& options, int d) {
   m.window_left = options.window_left;
   m.window_right = options.window_right;
   m.softcap = options.softcap;
+  if (options.learnable_sink) m.sinks = read_tensor(*options.learnable_sink);
   return m;
 }
 
@@ -183,6 +184,58 @@ TEST(ReferenceForward, GqaEqualsRepeatedKvHeads) {
     EXPECT_EQ(got.out, want.out) << "hkv=" << hkv;
     EXPECT_EQ(got.lse, want.lse) << "hkv=" << hkv;
   }
+}
+
+// Random sinks in [-3, 3) (about the scores' range), the last head's -inf (no sink).
+HostTensor random_sinks(int heads, std::uint64_t seed) {
+  HostTensor sinks(Dtype::kFloat32, {heads});
+  sinks.fill_random(seed, -3.0, 3.0);
+  if (heads > 1) static_cast<float*>(sinks.data())[heads - 1] = -std::numeric_limits<float>::infinity();
+  return sinks;
+}
+
+TEST(ReferenceForward, LearnableSinksMatchMaterializedSoftmax) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  struct SinkCase {
+    const char* name;
+    Dims dims;
+    bool causal;
+    int window_left;
+    float softcap;
+  };
+  const SinkCase cases[] = {{"plain", {2, 13, 21, 4, 2, 33}, false, -1, 0.0f},
+                            {"causal sq>sk (rows without keys)", {1, 21, 13, 3, 1, 8}, true, -1, 0.0f},
+                            {"window + softcap", {2, 17, 17, 2, 2, 16}, true, 3, 0.7f},
+                            {"one head", {1, 5, 9, 1, 1, 8}, false, -1, 0.0f}};
+  for (const SinkCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const HostTensor sinks = random_sinks(c.dims.hq, seed + 7);
+    FwdArgs options;
+    options.causal = c.causal;
+    options.window_left = c.window_left;
+    options.softcap = c.softcap;
+    options.learnable_sink = sinks.tensor();
+    expect_matches_naive(c.dims, options, seed);
+  }
+}
+
+TEST(ReferenceForward, RowsThatSeeNoKeyGiveZeroOutputAndTheSinkAsLse) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const Dims s{1, 9, 4, 2, 1, 8};  // causal, sq > sk: the first 5 rows see no key
+  HostTensor sinks(Dtype::kFloat32, {2});
+  sinks.fill_random(seed, -3.0, 3.0);
+  FwdArgs options;
+  options.causal = true;
+  options.learnable_sink = sinks.tensor();
+  const Result got = run_dense(s, random_inputs(s, seed + 1), options);
+  const std::vector<double> sink = sinks.to_double();
+  for (int i = 0; i < s.sq - s.sk; ++i)
+    for (int h = 0; h < s.hq; ++h) {
+      EXPECT_EQ(got.lse[static_cast<std::size_t>(h) * s.sq + i], sink[h]) << "i=" << i << " h=" << h;
+      for (int c = 0; c < s.d; ++c) EXPECT_EQ(got.out[(static_cast<std::size_t>(i) * s.hq + h) * s.d + c], 0.0);
+    }
 }
 
 TEST(ReferenceForward, LseIsOptional) {

@@ -29,6 +29,7 @@ struct MaskSpec {
   int window_left = -1;
   int window_right = -1;
   double softcap = 0.0;
+  std::vector<double> sinks;  // learnable sinks, one per q head (empty: none)
 };
 
 // softmax_scale is a float32 argument: its default is 1/sqrt(d) rounded to float32, the value the
@@ -90,6 +91,8 @@ inline void naive_attention(const double* q, const double* k, const double* v, i
         if (mask.window_right >= 0 && j > i + shift + mask.window_right) masked = true;
         if (masked) s[j] = -inf;
       }
+      // As gpt-oss materializes a sink: one more logit in the softmax, dropped before P V.
+      if (!mask.sinks.empty()) s.push_back(mask.sinks[h]);
       double m = -inf;
       for (double x : s) m = std::max(m, x);
       double* o = out + (i * hq + h) * d;

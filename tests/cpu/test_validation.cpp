@@ -281,6 +281,24 @@ TEST(Validation, LseMustBeFloat32) {
   EXPECT_TRUE(Invalid(call.validate(), "lse", {"bfloat16", "float32"}));
 }
 
+TEST(Validation, LearnableSinkIsFloat32PerQHead) {
+  DenseCall call;  // 4 q heads
+  HostTensor sinks(Dtype::kFloat32, {4}), wrong_dtype(Dtype::kBFloat16, {4}), per_kv_head(Dtype::kFloat32, {2});
+  sinks.fill_random(7);
+  call.args.learnable_sink = sinks.tensor();
+  detail::Problem p;
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate(&p).message();
+  EXPECT_TRUE(p.has_sink);
+  call.args.learnable_sink = wrong_dtype.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "learnable_sink", {"bfloat16", "float32"}));
+  call.args.learnable_sink = per_kv_head.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "learnable_sink", {"(heads_q)", "(2)"}));
+  call.args.learnable_sink = sinks.tensor();
+  call.args.learnable_sink->device_index = 1;
+  call.args.learnable_sink->device = DeviceType::kCuda;
+  EXPECT_TRUE(Invalid(call.validate(), "learnable_sink", {"cuda:1", "host"}));
+}
+
 TEST(Validation, CuSeqlensMustBeInt32) {
   VarlenCall call;
   HostTensor cu(Dtype::kFloat32, {3});

@@ -41,6 +41,24 @@ TEST(ValidationBackward, ValidVarlenCallPasses) {
   EXPECT_TRUE(p.varlen_k);
 }
 
+TEST(ValidationBackward, DsinkNeedsTheSinkAndBothAreFloat32PerQHead) {
+  BackwardCall call;  // 4 q heads
+  HostTensor sinks(Dtype::kFloat32, {4}), dsink(Dtype::kFloat32, {4}), short_dsink(Dtype::kFloat32, {3});
+  sinks.fill_random(3);
+  call.args.dsink = dsink.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "dsink", {"learnable_sink"}));
+  call.args.learnable_sink = sinks.tensor();
+  detail::Problem p;
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate(&p).message();
+  EXPECT_TRUE(p.has_sink);
+  EXPECT_TRUE(p.has_dsink);
+  call.args.dsink = short_dsink.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "dsink", {"(heads_q)", "(3)"}));
+  call.args.dsink.reset();  // the sink alone: the gradients of q, k and v see it through lse
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate(&p).message();
+  EXPECT_FALSE(p.has_dsink);
+}
+
 TEST(ValidationBackward, LseIsRequired) {
   BackwardCall call;
   call.args.lse.data = nullptr;
