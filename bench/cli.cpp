@@ -97,6 +97,7 @@ std::string usage_text() {
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
+         "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
          "    --page-size N (k and v as a paged cache of N-key pages in shuffled order)\n"
          "    --cache-seqlen N (k and v a cache of N >= seqlen_k keys per sequence, of which\n"
          "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
@@ -155,6 +156,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     if (flag == "--varlen") {
       single.varlen = single_given = true;
       single.variant = "varlen";
+      continue;
+    }
+    if (flag == "--learnable-sink") {
+      single.learnable_sink = single_given = true;
+      single.variant = "learnable_sink";
       continue;
     }
     if (flag == "--no-lse") {

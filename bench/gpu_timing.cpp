@@ -32,6 +32,7 @@ struct InputSet {
   DeviceBuffer page_table;                                           // Shape::page_size > 0
   DeviceBuffer seqused_k;                                            // Shape::cache_seqlen_k > 0
   DeviceBuffer dout, dq, dk, dv;                                     // Shape::backward
+  DeviceBuffer sink, dsink;                                          // Shape::learnable_sink
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -132,6 +133,10 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
   if (s.cache_seqlen_k > 0) {
     if (Status st = upload(std::vector<int>(s.batch, s.seqlen_k), &set->seqused_k); !st.ok()) return st;
   }
+  if (s.learnable_sink) {
+    if (Status st = upload(std::vector<float>(s.heads_q, 0.5f), &set->sink); !st.ok()) return st;
+    if (Status st = set->dsink.allocate(s.heads_q * sizeof(float)); !st.ok()) return st;
+  }
   if (s.backward) {
     if (Status st = set->dout.allocate(e.q * in_size); !st.ok()) return st;
     if (Status st = fill_random_device(set->dout.get(), s.dtype, e.q, seed + 3); !st.ok()) return st;
@@ -194,6 +199,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     args.v = make_tensor(set.v.get(), s.dtype, {pages, s.page_size, s.heads_kv, s.hdim}, cuda, options.device);
     args.page_table = make_tensor(set.page_table.get(), Dtype::kInt32, {s.batch, pages_per_seq}, cuda, options.device);
   }
+  if (s.learnable_sink) args.learnable_sink = make_tensor(set.sink.get(), Dtype::kFloat32, {s.heads_q}, cuda, options.device);
   args.causal = s.causal;
   args.softcap = s.softcap;
   args.options = s.options;
@@ -226,6 +232,10 @@ BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, c
   args.causal = s.causal;
   args.softcap = s.softcap;
   args.deterministic = s.deterministic;
+  if (s.learnable_sink) {
+    args.learnable_sink = fwd.learnable_sink;
+    args.dsink = like(*fwd.learnable_sink, set.dsink);
+  }
   args.stream = options.stream;
   return args;
 }

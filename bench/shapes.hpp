@@ -42,6 +42,8 @@ struct Shape {
   bool backward = false;
   // Backward only: BwdArgs::deterministic (dq summed in a fixed order).
   bool deterministic = false;
+  // FwdArgs::learnable_sink (one logit per q head, all 0.5); the backward also writes dsink.
+  bool learnable_sink = false;
   // Names the KernelOptions setting (ablation rows) or the descales; backward rows are "backward" or
   // "backward_<what the forward row would be called>" (backward_variant).
   std::string variant = "default";

@@ -158,6 +158,14 @@ TEST(BenchCli, CacheSeqlenIsSequsedK) {
   EXPECT_EQ(allocated_keys(options.shapes[0]), 4096);
 }
 
+TEST(BenchCli, LearnableSinkNamesItsRow) {
+  const CliOptions options = parsed({"--hdim", "128", "--seqlen-q", "512", "--learnable-sink", "--backward"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  EXPECT_TRUE(options.shapes[0].learnable_sink);
+  EXPECT_TRUE(options.shapes[0].backward);
+  EXPECT_FALSE(parsed({"--hdim", "128"}).shapes[0].learnable_sink);
+}
+
 TEST(BenchCli, CacheSeqlenRefusals) {
   EXPECT_NE(parse_error({"--seqlen-k", "1000", "--cache-seqlen", "999"}).find("at least seqlen_k"), std::string::npos);
   EXPECT_NE(parse_error({"--seqlen-k", "1000", "--cache-seqlen", "2000", "--varlen"}).find("--varlen"),

@@ -1,4 +1,5 @@
-// launch_backward<kHeadDim, Element, kDeterministic>: the three kernels of one backward call,
+// launch_backward<kHeadDim, Element, kDeterministic>: the three kernels of one backward call (five
+// with dsink: sink_grad.cuh's two after the row statistics),
 // stream-ordered on the caller's stream: row statistics (row_stats.cuh), the main kernel (kernel.cuh)
 // adding dQ into a zeroed float32 workspace (deterministic kernels: in key-block order, through
 // counters zeroed with it; dq_order.cuh), and the conversion of that workspace into dq (dq_convert.cuh).
@@ -21,6 +22,7 @@
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/params_builder.hpp"
 #include "sm90/bwd/row_stats.cuh"
+#include "sm90/bwd/sink_grad.cuh"
 #include "sm90/bwd/traits.cuh"
 #include "sm90/host/device_guard.hpp"
 #include "sm90/host/launch_support.hpp"
@@ -56,17 +58,22 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   const std::size_t rows = std::size_t(stats_blocks) * Traits::kBlockM;
   const std::size_t dq_bytes = rows * kHeadDim * sizeof(float);
   // Workspace: dq_accum, the deterministic kernels' dq_order counters (whole 128-byte lines, so that
-  // row_stats stays aligned for TMA), row_stats. One memset zeroes the first two.
+  // row_stats stays aligned for TMA), row_stats, and with dsink the sink gradient's partial sums. One
+  // memset zeroes the first two.
   const std::size_t order_count = kDeterministic ? std::size_t(stats_blocks) * Traits::kConsumerWarpgroups : 0;
   const std::size_t order_bytes = (order_count * sizeof(int) + 127) / 128 * 128;
   const std::size_t zeroed_bytes = dq_bytes + order_bytes;
   void* workspace = nullptr;
-  if (Status st = acquire_split_workspace(pr.device_index, zeroed_bytes + 2 * rows * sizeof(float), stream, &workspace);
+  const std::size_t stats_bytes = 2 * rows * sizeof(float);
+  const std::size_t sink_partial_bytes = p.dsink != nullptr ? std::size_t(p.heads_q) * kSinkGradParts * sizeof(float) : 0;
+  if (Status st = acquire_split_workspace(pr.device_index, zeroed_bytes + stats_bytes + sink_partial_bytes, stream,
+                                          &workspace);
       !st.ok())
     return st;
   p.dq_accum = static_cast<float*>(workspace);
   p.dq_order = kDeterministic ? reinterpret_cast<int*>(static_cast<char*>(workspace) + dq_bytes) : nullptr;
   p.row_stats = reinterpret_cast<float*>(static_cast<char*>(workspace) + zeroed_bytes);
+  if (p.dsink != nullptr) p.sink_partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + zeroed_bytes + stats_bytes);
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;  // of the longest sequence
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   p.dq_head_interleave =
@@ -91,6 +98,11 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
     const dim3 grid((m_blocks * Traits::kBlockM + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
     backward_row_stats_kernel<Element, kHeadDim><<<grid, kRowStatsWarps * 32, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward row statistics");
+  }
+  if (launched.ok() && p.dsink != nullptr) {
+    backward_sink_grad_partial_kernel<kRowStatsBlock><<<dim3(kSinkGradParts, p.heads_q), kRowStatsBlock, 0, stream>>>(p);
+    backward_sink_grad_kernel<kRowStatsBlock><<<p.heads_q, 32, 0, stream>>>(p);
+    launched = cuda_status(cudaGetLastError(), "launching the sink gradient");
   }
   if (launched.ok()) {
     const dim3 grid(key_blocks, p.heads_kv, p.batch);

@@ -35,6 +35,11 @@ struct BwdParams {
   std::int64_t dout_batch_stride, dout_row_stride, dout_head_stride;
   const float* lse;
   std::int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+  // BwdArgs::learnable_sink and dsink (sink_grad.cuh), one per q head, contiguous (rank-1 tensors
+  // have stride 1); both nullptr when dsink is not asked for.
+  const float* sink;
+  float* dsink;
+  float* sink_partials;  // workspace: kSinkGradParts partial sums per q head (sink_grad.cuh)
 
   // Workspaces, float32, contiguous. row_stats: per (batch, head, 64-row q block), 64 values of
   // lse * log2(e) (+inf for padding rows and rows that saw no key: P = 0), then 64 of

@@ -49,6 +49,10 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   p.lse_batch_stride = dense_q ? a.lse.stride[0] : 0;
   p.lse_head_stride = a.lse.stride[dense_q];
   p.lse_row_stride = a.lse.stride[dense_q + 1];
+  if (a.learnable_sink && a.dsink) {
+    p.sink = static_cast<const float*>(a.learnable_sink->data);
+    p.dsink = static_cast<float*>(a.dsink->data);
+  }
   p.dq = a.dq.data;
   strides(a.dq, dense_q, &p.dq_batch_stride, &p.dq_row_stride, &p.dq_head_stride);
   p.dk = a.dk.data;

@@ -15,6 +15,7 @@
 #include "sm90/arch/tma.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/sink.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/tile/a_fragment.hpp"
 #include "sm90/tile/fragment.hpp"
@@ -88,6 +89,7 @@ __device__ __forceinline__ void store_output(const FwdParams& p, const RowEnd& r
   float inv_sum[2];
   float lse[2];
   finish_rows(p, softmax, inv_sum, lse);
+  join_head_sink(p, c.head, inv_sum, lse);
   store_rows<Traits::kIsBf16, typename Traits::Element>(p, rows, c, row0, thread, o, inv_sum, lse);
 }
 
@@ -194,6 +196,7 @@ __device__ __forceinline__ void store_output_through_smem(const FwdParams& p, co
   float inv_sum[2];
   float lse[2];
   finish_rows(p, softmax, inv_sum, lse);
+  join_head_sink(p, c.head, inv_sum, lse);
   store_rows_through_smem<Traits, Traits::kIsBf16>(p, rows, s, tm_o, c, warpgroup, row0, thread, o, inv_sum, lse);
 }
 

@@ -19,6 +19,7 @@
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sequence.cuh"
+#include "sm90/fwd/sink.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/tile/fragment.hpp"
 
@@ -48,6 +49,19 @@ __device__ __forceinline__ TileRow tile_row(const FwdParams& p, const TileCoord&
     t.live = t.q_row < seqlen_q;
   }
   return t;
+}
+
+// join_head_sink (sink.cuh) per row half, each with its own q head (packed rows of one half may
+// belong to another head than the other's).
+__device__ __forceinline__ void join_tile_row_sinks(const FwdParams& p, const TileCoord& c, int seqlen_q,
+                                                    int warpgroup_row, int thread, float (&out_scale)[2],
+                                                    float (&lse)[2]) {
+  if (p.sink == nullptr) return;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const TileRow t = tile_row(p, c, seqlen_q, warpgroup_row, thread, half);
+    join_sink(p.sink[t.head], out_scale[half], lse[half]);
+  }
 }
 
 // How many of the tile's rows are live; they come first (packed rows are ordered by query row).
@@ -128,6 +142,7 @@ __device__ __forceinline__ void store_packed_output(const FwdParams& p, const Va
   float inv_sum[2];
   float lse[2];
   finish_rows(p, softmax, inv_sum, lse);
+  join_tile_row_sinks(p, c, seq.bounds.seqlen_q, warpgroup_row, thread, inv_sum, lse);
   store_tile_registers<Traits::kIsBf16, typename Traits::Element>(p, seq, c, warpgroup_row, thread, 0, o, inv_sum, lse,
                                                                   true);
 }

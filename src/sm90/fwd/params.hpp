@@ -54,6 +54,9 @@ struct FwdParams {
   std::int64_t lse_batch_stride;
   std::int64_t lse_head_stride;
   std::int64_t lse_row_stride;
+  // FwdArgs::learnable_sink, one per q head (contiguous: the API takes rank-1 tensors with stride 1);
+  // nullptr without (sink.cuh).
+  const float* sink;
 
   int num_m_blocks;
   int num_tiles;

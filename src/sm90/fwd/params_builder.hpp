@@ -106,6 +106,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
     p.lse_head_stride = args.lse->stride[dense_q];
     p.lse_row_stride = args.lse->stride[dense_q + 1];
   }
+  if (args.learnable_sink) p.sink = static_cast<const float*>(args.learnable_sink->data);
   p.cu_seqlens_q = int_array_or_null(args.cu_seqlens_q);
   p.cu_seqlens_k = int_array_or_null(args.cu_seqlens_k);
   p.seqused_k = int_array_or_null(args.seqused_k);

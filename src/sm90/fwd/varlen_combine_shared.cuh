@@ -28,6 +28,7 @@ __device__ __forceinline__ void store_merged_rows(const FwdParams& p, const Varl
   float out_scale[2];
   float lse[2];
   rows.finish(out_scale, lse);
+  join_tile_row_sinks(p, c, seq.bounds.seqlen_q, warpgroup_row, thread, out_scale, lse);
   store_tile_registers<Traits::kIsBf16, typename Traits::Element>(p, seq, c, warpgroup_row, thread, 4 * first_chunk,
                                                                   rows.o, out_scale, lse, blockIdx.z == 0);
 }

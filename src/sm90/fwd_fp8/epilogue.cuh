@@ -16,6 +16,7 @@
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sequence.cuh"
+#include "sm90/fwd/sink.cuh"
 #include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd_fp8/softmax.cuh"
 #include "sm90/tile/fragment.hpp"
@@ -53,6 +54,7 @@ __device__ __forceinline__ void store_fp8_output(const FwdParams& p, typename Tr
       return;
     }
   }
+  join_head_sink(p, c.head, out_scale, lse);
   if constexpr (Traits::kOThroughSmem) {
     // The API makes every CUDA out TMA-addressable, so the register path below only serves launches
     // that bypass its validation. Deleting it here cost the 192-key kernel 0.5% of cycles at 16k and
@@ -89,6 +91,8 @@ __device__ __forceinline__ void store_fp8_varlen_output(const FwdParams& p, type
       return;
     }
   }
+  // Packed or not, tile_row names each row half's head.
+  join_tile_row_sinks(p, c, sequence.bounds.seqlen_q, warpgroup * Traits::kRowsPerWarpgroup, thread, out_scale, lse);
   if (Traits::kPacksGqa && p.pack_gqa) {  // each live row to its own (row, head) of out
     store_tile_registers<true, __nv_bfloat16>(p, sequence, c, warpgroup * Traits::kRowsPerWarpgroup, thread, 0, o,
                                               out_scale, lse, true);

@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(128) attention_forward_fp8_split_combine_kerne
   float out_scale[2];
   float lse[2];
   rows.finish(out_scale, lse);
+  join_head_sink(p, c.head, out_scale, lse);
   store_row_registers<true, __nv_bfloat16>(p, p, c, row0, thread, 4 * first_chunk, rows.o, out_scale);
   if (blockIdx.z == 0) store_lse_rows(p, p, c, row0, thread, lse);
 }
