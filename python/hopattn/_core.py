@@ -44,17 +44,19 @@ def _call(function, lib, q, arrays, **scalars):
 
 
 def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=False, window_left=-1,
-            window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-            max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, pack_gqa=None,
-            q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
+            window_right=-1, softcap=0.0, learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None,
+            max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0,
+            pack_gqa=None, q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
             k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
             descale_block_rows_kv=128):
     """Returns (out, lse); lse is None unless return_lse. pack_gqa None, True or False is
-    hopattn::KernelOptions::pack_gqa's kAuto, kOn or kOff."""
-    arrays = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                  seqused_k=seqused_k, page_table=page_table, q_descale=q_descale,
-                  k_descale=k_descale, v_descale=v_descale, q_block_descale=q_block_descale,
-                  k_block_descale=k_block_descale, v_block_descale=v_block_descale, out=out)
+    hopattn::KernelOptions::pack_gqa's kAuto, kOn or kOff. learnable_sink: float32 (heads_q,), one
+    logit per q head in every row's softmax (hopattn::FwdArgs); lse then includes it."""
+    arrays = dict(q=q, k=k, v=v, learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
+                  cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, page_table=page_table,
+                  q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                  q_block_descale=q_block_descale, k_block_descale=k_block_descale,
+                  v_block_descale=v_block_descale, out=out)
     lib = common_library(arrays)
     varlen = cu_seqlens_q is not None
     check_q_rank(q.shape, varlen)
@@ -71,21 +73,26 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
 
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_left=-1,
-             window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-             max_seqlen_k=0, seqused_k=None, deterministic=False):
-    """Returns (dq, dk, dv), each in its input's shape and dtype, freshly allocated with the caller's
-    library (contiguous, so on CUDA their strides are the 16-byte multiples the GPU kernel needs).
-    Gradients do not flow through lse. deterministic: bitwise reproducible gradients (slower on
-    CUDA; see hopattn::BwdArgs)."""
-    inputs = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, cu_seqlens_q=cu_seqlens_q,
-                  cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
+             window_right=-1, softcap=0.0, learnable_sink=None, cu_seqlens_q=None,
+             cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None,
+             deterministic=False):
+    """Returns (dq, dk, dv, dsink), four values with or without a sink. dq, dk, dv are each in its
+    input's shape and dtype, freshly allocated with the caller's library (contiguous, so on CUDA
+    their strides are the 16-byte multiples the GPU kernel needs). learnable_sink is the forward's
+    (lse includes it); dsink is its float32 (heads_q,) gradient, or None without a sink. Gradients
+    do not flow through lse. deterministic: bitwise reproducible gradients (slower on CUDA; see
+    hopattn::BwdArgs)."""
+    inputs = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, learnable_sink=learnable_sink,
+                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
     lib = common_library(inputs)
     grads = {name: lib.empty(x, tuple(x.shape), lib.dtype_name(x))
              for name, x in (("dq", q), ("dk", k), ("dv", v))}
+    heads_q = q.shape[-2]  # (batch, seqlen_q, heads_q, d) or, varlen, (total_q, heads_q, d)
+    grads["dsink"] = None if learnable_sink is None else lib.empty(q, (heads_q,), "float32")
     _call(_C.backward, lib, q, {**inputs, **grads}, softmax_scale=softmax_scale, causal=causal,
           window_left=window_left, window_right=window_right, softcap=softcap,
           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, deterministic=bool(deterministic))
-    return grads["dq"], grads["dk"], grads["dv"]
+    return grads["dq"], grads["dk"], grads["dv"], grads["dsink"]
 
 
 GRANULARITIES = ("block", "head", "tensor")

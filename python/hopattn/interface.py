@@ -14,11 +14,12 @@ import numbers
 from . import _core, _kvcache
 from ._arrays import library_of
 
-_FEATURES = ("hopattn supports softmax_scale, causal, window_size, softcap, GQA/MQA, variable "
-             "lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV (page_table), FP8 "
-             "e4m3 inputs with q/k/v_descale (and per-block q/k/v_block_descale in "
-             "flash_attn_func), deterministic backward passes, and in flash_attn_with_kvcache "
-             "k/v appends, rotary embedding, cache_batch_idx and cache_leftpad")
+_FEATURES = ("hopattn supports softmax_scale, causal, window_size, softcap, learnable_sink, "
+             "GQA/MQA, variable lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV "
+             "(page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
+             "q/k/v_block_descale in flash_attn_func), deterministic backward passes, and in "
+             "flash_attn_with_kvcache k/v appends, rotary embedding, cache_batch_idx and "
+             "cache_leftpad")
 
 
 def _reject(name, value, default=None):
@@ -70,10 +71,10 @@ def _forward(q, k, v, out, return_lse, deterministic=False, **kwargs):
 
 
 def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    return_attn_probs=False, q_descale=None, k_descale=None, v_descale=None,
-                    q_block_descale=None, k_block_descale=None, v_block_descale=None,
-                    descale_block_rows_q=128, descale_block_rows_kv=128, num_splits=0,
-                    pack_gqa=None, out=None, dropout_p=0.0, alibi_slopes=None,
+                    learnable_sink=None, return_attn_probs=False, q_descale=None, k_descale=None,
+                    v_descale=None, q_block_descale=None, k_block_descale=None,
+                    v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
+                    num_splits=0, pack_gqa=None, out=None, dropout_p=0.0, alibi_slopes=None,
                     deterministic=False):
     """Attention over dense batches.
 
@@ -85,6 +86,14 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256, forward and backward
     (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 64, 128 or 256; host
     arrays any head dim from 1 to 512. The same holds for every function here.
+
+    learnable_sink (flash-attention's; gpt-oss's attention sinks): float32 (heads_q,), one logit per
+    query head that joins every row's softmax as a key whose value is 0: out_i = sum_j
+    exp(s_ij - lse_i) v_j with lse_i = log(exp(sink_h) + sum_j exp(s_ij)), so rows may put weight
+    on nothing. A row that sees no key gives out 0 and lse sink_h; -inf is no sink for that head.
+    torch tensors may be of any floating dtype (converted to float32 outside the operator, so the
+    gradient comes back in the sink's dtype; with out= it must be float32), and the backward
+    gives the sink its gradient. The same holds for every function here.
 
     FP8 e4m3 inputs take float32 descales: q/k/v_descale (batch, heads_kv) per head, and/or the
     per-block scales of quantize_fp8(granularity="block"): q_block_descale (batch, heads_q,
@@ -106,7 +115,8 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
                     causal=causal, window_left=left, window_right=right, softcap=softcap,
-                    num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa),
+                    learnable_sink=learnable_sink, num_splits=num_splits,
+                    pack_gqa=_pack_gqa(pack_gqa),
                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                     q_block_descale=q_block_descale, k_block_descale=k_block_descale,
                     v_block_descale=v_block_descale, descale_block_rows_q=descale_block_rows_q,
@@ -115,10 +125,11 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                            seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
-                           window_size=(-1, -1), softcap=0.0, return_attn_probs=False,
-                           block_table=None, page_table=None, q_descale=None, k_descale=None,
-                           v_descale=None, num_splits=0, pack_gqa=None, out=None, dropout_p=0.0,
-                           alibi_slopes=None, deterministic=False):
+                           window_size=(-1, -1), softcap=0.0, learnable_sink=None,
+                           return_attn_probs=False, block_table=None, page_table=None,
+                           q_descale=None, k_descale=None, v_descale=None, num_splits=0,
+                           pack_gqa=None, out=None, dropout_p=0.0, alibi_slopes=None,
+                           deterministic=False):
     """Attention over packed variable-length sequences.
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), or paged
@@ -126,8 +137,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
     seqused_k: int32 (batch), keys actually used per sequence; with a paged cache, cu_seqlens_k may
     give those counts instead (flash-attention 2's convention). Returns out, or (out, lse) with lse
-    float32 (heads_q, total_q) when return_attn_probs. pack_gqa and deterministic: as in
-    flash_attn_func.
+    float32 (heads_q, total_q) when return_attn_probs. learnable_sink, pack_gqa and deterministic:
+    as in flash_attn_func.
     """
     _reject("seqused_q", seqused_q)
     _reject("dropout_p", dropout_p, 0.0)
@@ -144,7 +155,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
                     causal=causal, window_left=left, window_right=right, softcap=softcap,
-                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                    learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
                     seqused_k=seqused_k, page_table=page_table,
                     num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale,
@@ -154,10 +166,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None,
                             page_table=None, block_table=None, cu_seqlens_q=None, max_seqlen_q=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            q_descale=None, k_descale=None, v_descale=None, num_splits=0,
-                            pack_gqa=None, return_softmax_lse=False, out=None, rotary_cos=None,
-                            rotary_sin=None, rotary_interleaved=False, cache_batch_idx=None,
-                            cache_leftpad=None, alibi_slopes=None):
+                            learnable_sink=None, q_descale=None, k_descale=None, v_descale=None,
+                            num_splits=0, pack_gqa=None, return_softmax_lse=False, out=None,
+                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
+                            cache_batch_idx=None, cache_leftpad=None, alibi_slopes=None):
     """Attention of new queries over a KV cache (decoding), with flash-attention's semantics.
 
     q: (batch, seqlen_q, heads_q, head_dim), or (total_q, heads_q, head_dim) with cu_seqlens_q.
@@ -196,8 +208,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
 
     num_splits: split-KV, 0 = heuristic, 1 = none, n = n pieces per query tile (the sm_90a
     kernels, for non-causal calls without a window; FP8 at head dims 64 and 128, not with block
-    descales alone; results match to rounding either way). pack_gqa: as in flash_attn_func.
-    Returns out, or (out, lse) when return_softmax_lse.
+    descales alone; results match to rounding either way). learnable_sink, pack_gqa: as in
+    flash_attn_func. Returns out, or (out, lse) when return_softmax_lse.
     """
     _reject("alibi_slopes", alibi_slopes)
     if block_table is not None and page_table is not None:
@@ -228,9 +240,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     q, k_cache, v_cache, out = (arguments.pop(name) for name in ("q", "k", "v", "out"))
     result = _forward(q, k_cache, v_cache, out, return_softmax_lse,
                       softmax_scale=softmax_scale, causal=causal, window_left=left,
-                      window_right=right, softcap=softcap, num_splits=num_splits,
-                      pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale, k_descale=k_descale,
-                      v_descale=v_descale, **arguments)
+                      window_right=right, softcap=softcap, learnable_sink=learnable_sink,
+                      num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale,
+                      k_descale=k_descale, v_descale=v_descale, **arguments)
     if finish is None:
         return result
     out, lse = finish(*(result if return_softmax_lse else (result, None)))
@@ -247,40 +259,41 @@ def _unpack(packed, name, count, rank, layout):
 
 
 def flash_attn_qkvpacked_func(qkv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              softcap=0.0, return_attn_probs=False, out=None, dropout_p=0.0,
-                              alibi_slopes=None, deterministic=False):
+                              softcap=0.0, learnable_sink=None, return_attn_probs=False, out=None,
+                              dropout_p=0.0, alibi_slopes=None, deterministic=False):
     """flash_attn_func on flash-attention's packed layout: qkv (batch, seqlen, 3, heads, head_dim).
 
     q, k and v are strided views of qkv (no copy); with torch, gradients flow back into qkv.
     """
     q, k, v = _unpack(qkv, "qkv", 3, 5, "(batch, seqlen, 3, heads, head_dim)")
     return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                           window_size=window_size, softcap=softcap,
+                           window_size=window_size, softcap=softcap, learnable_sink=learnable_sink,
                            return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
                            alibi_slopes=alibi_slopes, deterministic=deterministic)
 
 
 def flash_attn_kvpacked_func(q, kv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             softcap=0.0, return_attn_probs=False, out=None, dropout_p=0.0,
-                             alibi_slopes=None, deterministic=False):
+                             softcap=0.0, learnable_sink=None, return_attn_probs=False, out=None,
+                             dropout_p=0.0, alibi_slopes=None, deterministic=False):
     """flash_attn_func with k and v packed: kv (batch, seqlen_k, 2, heads_kv, head_dim)."""
     k, v = _unpack(kv, "kv", 2, 5, "(batch, seqlen_k, 2, heads_kv, head_dim)")
     return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                           window_size=window_size, softcap=softcap,
+                           window_size=window_size, softcap=softcap, learnable_sink=learnable_sink,
                            return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
                            alibi_slopes=alibi_slopes, deterministic=deterministic)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *, softmax_scale=None,
                                      causal=False, window_size=(-1, -1), softcap=0.0,
-                                     return_attn_probs=False, out=None, dropout_p=0.0,
-                                     alibi_slopes=None, deterministic=False):
+                                     learnable_sink=None, return_attn_probs=False, out=None,
+                                     dropout_p=0.0, alibi_slopes=None, deterministic=False):
     """flash_attn_varlen_func on packed sequences with q, k, v packed: qkv (total, 3, heads,
     head_dim); cu_seqlens and max_seqlen serve queries and keys alike."""
     q, k, v = _unpack(qkv, "qkv", 3, 4, "(total, 3, heads, head_dim)")
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   softmax_scale=softmax_scale, causal=causal,
                                   window_size=window_size, softcap=softcap,
+                                  learnable_sink=learnable_sink,
                                   return_attn_probs=return_attn_probs, out=out,
                                   dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                                   deterministic=deterministic)
@@ -288,14 +301,15 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *, softmax_sca
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, *, softmax_scale=None, causal=False,
-                                    window_size=(-1, -1), softcap=0.0, return_attn_probs=False,
-                                    out=None, dropout_p=0.0, alibi_slopes=None,
-                                    deterministic=False):
+                                    window_size=(-1, -1), softcap=0.0, learnable_sink=None,
+                                    return_attn_probs=False, out=None, dropout_p=0.0,
+                                    alibi_slopes=None, deterministic=False):
     """flash_attn_varlen_func with k and v packed: kv (total_k, 2, heads_kv, head_dim)."""
     k, v = _unpack(kv, "kv", 2, 4, "(total_k, 2, heads_kv, head_dim)")
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   softmax_scale=softmax_scale, causal=causal,
                                   window_size=window_size, softcap=softcap,
+                                  learnable_sink=learnable_sink,
                                   return_attn_probs=return_attn_probs, out=out,
                                   dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                                   deterministic=deterministic)

@@ -10,14 +10,14 @@ formula calls bwd, which runs where the C++ library has a backward pass:
   to run (dk and dv do not), unless fwd was called with deterministic=True (a fixed order of those
   reductions; slower).
 Paged KV caches and FP8 inputs, anywhere, have no backward: NotImplementedError, naming what is
-supported.
+supported. A learnable_sink (float32 (heads_q,)) gets its gradient from bwd too.
 Gradients do not flow through the returned lse (as in flash-attention). forward() calls fwd's
 kernel directly where the dispatcher would do nothing else (plain eager calls with nothing for
 autograd to record), which saves its host overhead. Importing this module imports torch;
 `import hopattn` alone does not.
 """
 
-from typing import Optional, Tuple, get_args, get_type_hints
+from typing import List, Optional, Tuple, get_args, get_type_hints
 
 import torch
 
@@ -65,12 +65,15 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 v_descale: Optional[torch.Tensor], q_block_descale: Optional[torch.Tensor],
                 k_block_descale: Optional[torch.Tensor], v_block_descale: Optional[torch.Tensor],
                 descale_block_rows_q: int, descale_block_rows_kv: int,
-                deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    # deterministic only matters to the backward (the autograd formula reads it).
+                deterministic: bool = False,
+                learnable_sink: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    # deterministic only matters to the backward (the autograd formula reads it). learnable_sink
+    # comes last so that calls made before it existed keep their positions.
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
                          window_left=window_left, window_right=window_right, softcap=softcap,
-                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+                         learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
+                         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                         max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
                          page_table=page_table, num_splits=num_splits, pack_gqa=pack_gqa,
                          q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                          q_block_descale=q_block_descale, k_block_descale=k_block_descale,
@@ -86,20 +89,23 @@ _fwd = torch.library.custom_op("hopattn::fwd", mutates_args=())(_fwd_kernel)
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
               q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
-              descale_block_rows_q, descale_block_rows_kv, deterministic=False):
+              descale_block_rows_q, descale_block_rows_kv, deterministic=False,
+              learnable_sink=None):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     out = q.new_empty(q.shape, dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
     return out, lse
 
 
+# Returns [dq, dk, dv], and dsink after them when learnable_sink is given: a list, since a custom
+# op's schema cannot return an optional tensor. learnable_sink comes last, as in fwd.
 @torch.library.custom_op("hopattn::bwd", mutates_args=())
 def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
          lse: torch.Tensor, softmax_scale: Optional[float], causal: bool, window_left: int,
          window_right: int, softcap: float, cu_seqlens_q: Optional[torch.Tensor],
          cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
-         seqused_k: Optional[torch.Tensor],
-         deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+         seqused_k: Optional[torch.Tensor], deterministic: bool = False,
+         learnable_sink: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     # dout is the one input that autograd, not hopattn's forward, lays out: .sum() hands over an
     # expanded tensor (stride 0 everywhere), a user's grad_outputs may be any view. The host backend
     # takes any strides with a contiguous last dimension; the GPU kernel reads dout through TMA, so
@@ -109,27 +115,34 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     # and v's shapes: contiguous, aligned (rows of a multiple of 8 elements are multiples of 16
     # bytes), non-empty.
     dout = _tma_ready(dout) if dout.is_cuda else _last_dim_contiguous(dout)
-    return _core.backward(dout, q, k, v, out, lse,
-                          softmax_scale=softmax_scale, causal=causal, window_left=window_left,
-                          window_right=window_right, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
-                          cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                          max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
-                          deterministic=deterministic)
+    *grads, dsink = _core.backward(dout, q, k, v, out, lse,
+                                   softmax_scale=softmax_scale, causal=causal,
+                                   window_left=window_left, window_right=window_right,
+                                   softcap=softcap, learnable_sink=learnable_sink,
+                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                   seqused_k=seqused_k, deterministic=deterministic)
+    return grads if dsink is None else grads + [dsink]
 
 
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
-              cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic=False):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+              cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+              deterministic=False, learnable_sink=None):
+    grads = [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)]
+    if learnable_sink is None:
+        return grads
+    return grads + [q.new_empty((q.shape[-2],), dtype=torch.float32)]
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k,
-     max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, _, q_descale, *_) = inputs
+     max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, _, q_descale, *_, deterministic,
+     learnable_sink) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink)
     ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
-                  inputs[-1])  # deterministic
+                  deterministic)
     ctx.unsupported = None
     if page_table is not None:
         ctx.unsupported = "a paged KV cache (page_table)"
@@ -144,13 +157,17 @@ def _backward(ctx, dout, dlse):
                                   "attention on host tensors and, on CUDA tensors, dense and "
                                   "varlen bfloat16/float16 attention at head dims that are "
                                   "multiples of 8 up to 256")
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink = ctx.saved_tensors
     (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
      deterministic) = ctx.params
-    dq, dk, dv = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left,
-                                       window_right, softcap, cu_seqlens_q, cu_seqlens_k,
-                                       max_seqlen_q, max_seqlen_k, seqused_k, deterministic)
-    return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 3)
+    # The sink goes in even when it needs no gradient: lse includes it, and the CPU reference
+    # recomputes each row's softmax with it.
+    dq, dk, dv, *dsink = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal,
+                                               window_left, window_right, softcap, cu_seqlens_q,
+                                               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                               deterministic, learnable_sink)
+    # learnable_sink is fwd's last input: dsink is the last gradient (None without a sink).
+    return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 4) + (dsink[0] if dsink else None,)
 
 
 _fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -211,21 +228,24 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, pack_gqa=None,
             q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
             k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
-            descale_block_rows_kv=128, deterministic=False):
+            descale_block_rows_kv=128, deterministic=False, learnable_sink=None):
     """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs (pack_gqa
     None, True or False for its options.pack_gqa kAuto, kOn or kOff), and deterministic for the
     backward (hopattn::BwdArgs). With return_lse=False, lse may be None (plain eager calls then skip
-    computing it)."""
+    computing it). learnable_sink (heads_q,) may be of any floating dtype: it is converted to the
+    float32 the operator takes here, outside it, so that autograd converts its gradient back."""
     dense_kv = cu_seqlens_k is None and page_table is None
+    if learnable_sink is not None and learnable_sink.is_floating_point():
+        learnable_sink = learnable_sink.to(torch.float32).contiguous()
     args = (_last_dim_contiguous(q), _last_dim_contiguous(k), _v_layout(v, dense_kv),
             softmax_scale, causal, window_left, window_right, float(softcap), cu_seqlens_q,
             cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
             q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
-            descale_block_rows_q, descale_block_rows_kv, bool(deterministic))
+            descale_block_rows_q, descale_block_rows_kv, bool(deterministic), learnable_sink)
     if _only_the_kernel_would_run(args):
-        # What the op would run, without its dispatch overhead, and computing lse only if asked to
-        # (deterministic, the last argument, is the backward's).
-        options = dict(zip(_FWD_ARG_NAMES[3:-1], args[3:-1]))
+        # What the op would run, without its dispatch overhead, and computing lse only if asked to.
+        options = dict(zip(_FWD_ARG_NAMES[3:], args[3:]))
+        del options["deterministic"]  # the backward's
         return _core.forward(*args[:3], return_lse=return_lse, **options)
     return torch.ops.hopattn.fwd(*args)
 

@@ -95,11 +95,12 @@ KernelOptions::PackGqa pack_gqa_option(std::optional<bool> pack_gqa) {
 
 void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
              std::optional<float> softmax_scale, bool causal, int window_left, int window_right, float softcap,
-             nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-             nb::handle seqused_k, nb::handle page_table, int num_splits, std::optional<bool> pack_gqa,
-             nb::handle q_descale, nb::handle k_descale, nb::handle v_descale, nb::handle q_block_descale,
-             nb::handle k_block_descale, nb::handle v_block_descale, int descale_block_rows_q,
-             int descale_block_rows_kv, std::uintptr_t stream, bool raw_bits, bool synchronize) {
+             nb::handle learnable_sink, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q,
+             int max_seqlen_k, nb::handle seqused_k, nb::handle page_table, int num_splits,
+             std::optional<bool> pack_gqa, nb::handle q_descale, nb::handle k_descale, nb::handle v_descale,
+             nb::handle q_block_descale, nb::handle k_block_descale, nb::handle v_block_descale,
+             int descale_block_rows_q, int descale_block_rows_kv, std::uintptr_t stream, bool raw_bits,
+             bool synchronize) {
   ArrayViews views(raw_bits);
   FwdArgs args;
   args.q = views.input(q, "q");
@@ -109,6 +110,7 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   args.lse = views.optional_output(lse, "lse");
   set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
+  args.learnable_sink = views.optional_input(learnable_sink, "learnable_sink");
   args.page_table = views.optional_input(page_table, "page_table");
   args.num_splits = num_splits;
   args.options.pack_gqa = pack_gqa_option(pack_gqa);
@@ -126,9 +128,9 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
 
 void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle dout, nb::handle lse,
               nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> softmax_scale, bool causal,
-              int window_left, int window_right, float softcap, nb::handle cu_seqlens_q,
-              nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k,
-              bool deterministic, std::uintptr_t stream, bool raw_bits, bool synchronize) {
+              int window_left, int window_right, float softcap, nb::handle learnable_sink, nb::handle dsink,
+              nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
+              nb::handle seqused_k, bool deterministic, std::uintptr_t stream, bool raw_bits, bool synchronize) {
   ArrayViews views(raw_bits);
   BwdArgs args;
   args.q = views.input(q, "q");
@@ -142,6 +144,8 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
   args.dv = views.output(dv, "dv");
   set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
+  args.learnable_sink = views.optional_input(learnable_sink, "learnable_sink");
+  args.dsink = views.optional_output(dsink, "dsink");
   args.deterministic = deterministic;
   args.stream = reinterpret_cast<void*>(stream);
   run_released([&] { return hopattn::backward(args); }, args.q, stream, synchronize);
@@ -186,8 +190,9 @@ NB_MODULE(_C, m) {
   m.doc() = "hopattn native binding; use the functions of the hopattn package instead.";
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(),
         "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-        "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0,
-        "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
+        "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(), "cu_seqlens_q"_a = nb::none(),
+        "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(),
+        "page_table"_a = nb::none(), "num_splits"_a = 0,
         "pack_gqa"_a = nb::none(), "q_descale"_a = nb::none(), "k_descale"_a = nb::none(),
         "v_descale"_a = nb::none(), "q_block_descale"_a = nb::none(), "k_block_descale"_a = nb::none(),
         "v_block_descale"_a = nb::none(),
@@ -196,10 +201,11 @@ NB_MODULE(_C, m) {
         "Writes attention of q, k, v into out (and lse); see hopattn::FwdArgs.");
   m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
-        "window_right"_a = -1, "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
-        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(),
-        "deterministic"_a = false, "stream"_a = 0, "raw_bits"_a = false, "synchronize"_a = false,
-        "Writes the gradients dq, dk, dv; see hopattn::BwdArgs.");
+        "window_right"_a = -1, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(), "dsink"_a = nb::none(),
+        "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
+        "seqused_k"_a = nb::none(), "deterministic"_a = false, "stream"_a = 0, "raw_bits"_a = false,
+        "synchronize"_a = false,
+        "Writes the gradients dq, dk, dv (and dsink, when given); see hopattn::BwdArgs.");
   m.def("quantize_fp8", &quantize_fp8, "q"_a, "k"_a, "v"_a, "q8"_a, "k8"_a, "v8"_a, "q_descale"_a, "k_descale"_a,
         "v_descale"_a, nb::kw_only(), "granularity"_a = "block", "block_rows_q"_a = 128, "block_rows_kv"_a = 128,
         "hadamard"_a = false, "seed"_a = 0, "stream"_a = 0, "raw_bits"_a = false, "synchronize"_a = false,

@@ -4,8 +4,10 @@ the semantics (flash-attention's), independently of the C++ reference backend.""
 import numpy as np
 
 
-def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0):
-    """q (b, sq, hq, d); k, v (b, sk, hk, d). Returns out (b, sq, hq, d), lse (b, hq, sq), float64."""
+def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sink=None):
+    """q (b, sq, hq, d); k, v (b, sk, hk, d). Returns out (b, sq, hq, d), lse (b, hq, sq), float64.
+    sink (hq,): learnable_sink, a logit per q head appended to every row's scores before the
+    softmax, its weight then dropped (a key whose value is 0); -inf is no sink."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     _, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
@@ -30,13 +32,19 @@ def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap
     if left >= 0:
         allowed &= j >= diagonal - left
     scores = np.where(allowed, scores, -np.inf)
-    row_max = scores.max(axis=-1, keepdims=True) if seqlen_k else np.full(scores.shape[:-1] + (1,), -np.inf)
+    if sink is not None:
+        sink_scores = np.asarray(sink, dtype=np.float64)[None, :, None, None]
+        scores = np.concatenate([scores, np.broadcast_to(sink_scores, scores.shape[:-1] + (1,))], axis=-1)
+    keys = scores.shape[-1]  # the sink counts as one
+    row_max = scores.max(axis=-1, keepdims=True) if keys else np.full(scores.shape[:-1] + (1,), -np.inf)
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)
     weights = np.exp(scores - row_max)
     denom = weights.sum(axis=-1, keepdims=True)
     seen = denom > 0
     lse = np.where(seen, np.log(np.where(seen, denom, 1.0)) + row_max, -np.inf)[..., 0]
     probs = weights / np.where(seen, denom, 1.0)
+    if sink is not None:
+        probs = probs[..., :-1]  # the sink's weight: it has no value to add to out
     out = np.einsum("bhij,bjhd->bihd", probs, v)
     return out, lse
 

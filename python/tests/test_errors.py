@@ -113,6 +113,28 @@ def test_library_rejections_are_value_errors(qkv, change, message):
         hopattn.flash_attn_func(*inputs, **options)
 
 
+@pytest.mark.parametrize("sink,error,message", [
+    (np.zeros(2, np.float32), ValueError,
+     r"^learnable_sink: shape \(2\) is not allowed; it must be \(heads_q\) = \(4\)"),
+    (np.zeros((1, 4), np.float32), ValueError, r"^learnable_sink: .*\(heads_q\) = \(4\)"),
+    (np.zeros(4, np.float16), ValueError, "^learnable_sink: dtype float16 is not allowed; it must be float32"),
+    (np.zeros(4, np.float64), TypeError, "^learnable_sink: element type float64 is not supported"),
+    ([0.0] * 4, TypeError, "^learnable_sink: expected"),
+])
+def test_learnable_sink_rejections_name_it(qkv, sink, error, message):
+    with pytest.raises(error, match=message):
+        hopattn.flash_attn_func(*qkv, learnable_sink=sink)
+
+
+def test_dsink_without_learnable_sink_is_a_value_error(qkv):
+    # Only a direct call of the binding can do this: _core.backward allocates dsink for a sink.
+    q, k, v = qkv
+    out, lse = hopattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    grads = [np.empty(x.shape, np.float32) for x in (q, k, v)]
+    with pytest.raises(ValueError, match="^dsink: given without learnable_sink"):
+        hopattn._C.backward(q, k, v, out, out, lse, *grads, dsink=np.empty(4, np.float32))
+
+
 def test_read_only_out_is_a_value_error(qkv):
     out = np.empty(qkv[0].shape, np.float32)
     out.flags.writeable = False

@@ -18,9 +18,12 @@ needs_hopper = pytest.mark.skipif(
     reason=f"needs a Hopper GPU and a build with sm_90a kernels ({hopattn.device_description()})")
 
 
-def attention_math(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None):
+def attention_math(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
+                   sink=None):
     """Materialized attention in the dtype of its inputs: float64 gives the reference, the input
-    precision gives flash-attention's 'naive' baseline. q (b, sq, hq, d), k, v (b, sk, hk, d)."""
+    precision gives flash-attention's 'naive' baseline. q (b, sq, hq, d), k, v (b, sk, hk, d);
+    sink (hq,), learnable_sink: appended to each row's scores, its weight dropped after the
+    softmax (a key whose value is 0)."""
     seqlen_q, seqlen_k, heads_q, heads_kv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
     k = k.repeat_interleave(heads_q // heads_kv, dim=2)
@@ -38,12 +41,18 @@ def attention_math(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, softm
     if left >= 0:
         allowed &= j >= i - left
     scores = scores.masked_fill(~allowed, float("-inf"))
-    lse = torch.logsumexp(scores.float() if scores.dtype != torch.float64 else scores, dim=-1)
-    # Rows that see no key give 0. Their scores are set to a finite value before the softmax and
-    # their weights zeroed after it, so that autograd gives them 0 rather than NaN gradients (a
-    # softmax over -inf alone is NaN, and NaN * 0 stays NaN in its backward).
     seen = allowed.any(dim=-1, keepdim=True)
+    if sink is not None:
+        sink_column = sink.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        scores = torch.cat([scores, sink_column], dim=-1)
+        seen = seen | (sink > float("-inf")).view(1, -1, 1, 1)
+    lse = torch.logsumexp(scores.float() if scores.dtype != torch.float64 else scores, dim=-1)
+    # Rows that see no key (nor a sink) give 0. Their scores are set to a finite value before the
+    # softmax and their weights zeroed after it, so that autograd gives them 0 rather than NaN
+    # gradients (a softmax over -inf alone is NaN, and NaN * 0 stays NaN in its backward).
     probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
+    if sink is not None:
+        probs = probs[..., :-1]
     return torch.einsum("bhij,bjhd->bihd", probs, v), lse
 
 
@@ -68,19 +77,25 @@ def torch_generator(rng, device):
     return torch.Generator(device=device).manual_seed(int(rng.integers(2**62)))
 
 
-def math_options(causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None):
-    """flash_attn_func's masking and scaling options as attention_math's."""
-    return dict(causal=causal, window=window_size, softcap=softcap, softmax_scale=softmax_scale)
+def math_options(causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
+                 learnable_sink=None):
+    """flash_attn_func's masking, scaling and sink options as attention_math's."""
+    return dict(causal=causal, window=window_size, softcap=softcap, softmax_scale=softmax_scale,
+                sink=learnable_sink)
 
 
-def reference_gradients(dout, q, k, v, **options):
-    """(dq, dk, dv) of attention_math's out against dout, twice: through float64 math on the same
-    values upcast (the reference), and through the same math in the inputs' own dtype (the
-    baseline of flash-attention's rule)."""
+def reference_gradients(dout, q, k, v, sink=None, **options):
+    """(dq, dk, dv), and dsink after them with a sink, of attention_math's out against dout, twice:
+    through float64 math on the same values upcast (the reference), and through the same math in
+    the inputs' own dtype (the baseline of flash-attention's rule; the sink, a float32 leaf as
+    learnable_sink is, is rounded to that dtype inside it)."""
     results = []
     for dtype in (torch.float64, q.dtype):
         leaves = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]
-        out, _ = attention_math(*leaves, **options)
+        if sink is not None:
+            sink_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+            leaves.append(sink.detach().to(sink_dtype).requires_grad_())
+        out, _ = attention_math(*leaves[:3], sink=None if sink is None else leaves[3], **options)
         results.append(torch.autograd.grad(out, leaves, dout.detach().to(dtype)))
     return results
 
@@ -190,6 +205,129 @@ def test_compile_fullgraph_on_cpu():
     eager_q = q.detach().clone().requires_grad_()
     attend(eager_q, k.detach(), v.detach()).sum().backward()
     torch.testing.assert_close(q.grad, eager_q.grad, rtol=0, atol=0)
+
+
+# ---- learnable_sink on host tensors: forward, its gradient and q/k/v's -------------------------
+
+def sink_case(rng, dtype=torch.float32):
+    """GQA (4 q heads over 2 kv heads) with seqlen_q > seqlen_k, so that causal leaves the first
+    rows without a key; sinks in the scores' range, and -inf (none) for head 1."""
+    generator = torch_generator(rng, "cpu")
+    q, k, v = random_qkv((2, 9, 4, 16), (2, 6, 2, 16), dtype, "cpu", generator=generator)
+    sink = torch.rand(4, generator=generator) * 6 - 3
+    sink[1] = float("-inf")
+    return q, k, v, sink, torch.randn(q.shape, dtype=dtype, generator=generator)
+
+
+def sink_gradient_formula(sink, out, lse, dout):
+    """float64 dsink_h = -sum over h's rows i of exp(sink_h - lse_i) (dout_i . out_i)
+    (hopattn::BwdArgs), from the forward's own out and lse."""
+    weight = torch.exp(sink.double()[None, :, None] - lse.double())  # (batch, heads_q, seqlen_q)
+    weight = torch.where(lse > float("-inf"), weight, 0.0)  # rows with neither keys nor a sink
+    return -(weight * torch.einsum("bihd,bihd->bhi", dout.double(), out.double())).sum(dim=(0, 2))
+
+
+def test_cpu_learnable_sink_gradients_match_float64_autograd(rng):
+    q, k, v, sink, dout = sink_case(rng)
+    leaves = [x.requires_grad_() for x in (q, k, v, sink)]
+    out, lse = hopattn.flash_attn_func(q, k, v, causal=True, learnable_sink=sink,
+                                       return_attn_probs=True)
+    grads = torch.autograd.grad(out, leaves, dout)
+    leaves64 = [x.detach().double().requires_grad_() for x in leaves]
+    ref, ref_lse = attention_math(*leaves64[:3], causal=True, sink=leaves64[3])
+    ref_grads = torch.autograd.grad(ref, leaves64, dout.double())
+    assert (out[:, :3] == 0).all()  # rows without a key: out 0, lse the sink (-inf for head 1)
+    assert torch.equal(lse[:, :, :3], sink.detach()[None, :, None].expand(2, 4, 3))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+    for name, actual, expected in zip(("q", "k", "v", "sink"), grads, ref_grads):
+        assert actual.dtype == torch.float32
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+    torch.testing.assert_close(grads[3].double(),
+                               sink_gradient_formula(sink.detach(), out.detach(), lse, dout),
+                               rtol=1e-5, atol=1e-5)
+    assert grads[3][1] == 0  # no sink, no gradient
+
+
+def test_cpu_varlen_learnable_sink_gradient_sums_over_sequences(rng):
+    generator = torch_generator(rng, "cpu")
+    q = torch.randn(7, 4, 8, generator=generator)
+    k, v = (torch.randn(9, 2, 8, generator=generator) for _ in range(2))
+    sink = torch.rand(4, generator=generator) * 4 - 2
+    dout = torch.randn(q.shape, generator=generator)
+    cu_q, cu_k = [0, 3, 7], [0, 5, 9]
+    leaves = [x.requires_grad_() for x in (q, k, v, sink)]
+    out = hopattn.flash_attn_varlen_func(q, k, v, torch.tensor(cu_q, dtype=torch.int32),
+                                         torch.tensor(cu_k, dtype=torch.int32), 4, 5, causal=True,
+                                         learnable_sink=sink)
+    grads = torch.autograd.grad(out, leaves, dout)
+    q64, k64, v64, sink64 = leaves64 = [x.detach().double().requires_grad_() for x in leaves]
+    ref = torch.cat([attention_math(q64[None, cu_q[b]:cu_q[b + 1]], k64[None, cu_k[b]:cu_k[b + 1]],
+                                    v64[None, cu_k[b]:cu_k[b + 1]], causal=True, sink=sink64)[0][0]
+                     for b in range(2)])
+    ref_grads = torch.autograd.grad(ref, leaves64, dout.double())
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    for name, actual, expected in zip(("q", "k", "v", "sink"), grads, ref_grads):
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+
+
+@pytest.mark.parametrize("layout", ["bfloat16", "float64", "strided float32"])
+def test_cpu_sink_of_any_floating_dtype_gets_its_gradient_in_that_dtype(rng, layout):
+    # The conversion to float32 happens before the operator, so autograd converts dsink back.
+    q, k, v, sink, dout = sink_case(rng)
+    if layout == "strided float32":
+        parameter = torch.nn.Parameter(sink.repeat_interleave(2))
+        given = parameter[::2]
+    else:
+        parameter = given = torch.nn.Parameter(sink.to(getattr(torch, layout)))
+    out = hopattn.flash_attn_func(q, k, v, causal=True, learnable_sink=given)
+    out.backward(dout)
+    float32_sink = given.detach().float().requires_grad_()
+    expected = hopattn.flash_attn_func(q, k, v, causal=True, learnable_sink=float32_sink)
+    expected.backward(dout)
+    assert parameter.grad.dtype == parameter.dtype
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    grad = parameter.grad[::2] if layout == "strided float32" else parameter.grad
+    torch.testing.assert_close(grad, float32_sink.grad.to(parameter.dtype), rtol=0, atol=0)
+
+
+def test_cpu_eager_shortcut_and_operator_agree_with_a_sink(rng):
+    q, k, v, sink, _ = sink_case(rng)
+    out, lse = hopattn.flash_attn_func(q, k, v, causal=True, learnable_sink=sink,
+                                       return_attn_probs=True)
+    op_out, op_lse = fwd_op(q, k, v, causal=True, learnable_sink=sink)
+    torch.testing.assert_close(out, op_out, rtol=0, atol=0)
+    torch.testing.assert_close(lse, op_lse, rtol=0, atol=0)
+    args = (q, k, v, *{**FWD_DEFAULTS, "learnable_sink": sink}.values())
+    assert hopattn.torch._only_the_kernel_would_run(args)
+    args = (q, k, v, *{**FWD_DEFAULTS, "learnable_sink": sink.requires_grad_()}.values())
+    assert not hopattn.torch._only_the_kernel_would_run(args)  # autograd must record the call
+
+
+def test_opcheck_with_a_learnable_sink(rng):
+    q, k, v, sink, dout = sink_case(rng)
+    out, lse = fwd_op(q, k, v, causal=True, learnable_sink=sink)
+    bwd_args = (dout, q, k, v, out, lse, None, True, -1, -1, 0.0, None, None, 0, 0, None, False, sink)
+    torch.library.opcheck(torch.ops.hopattn.bwd.default, bwd_args)
+    dq, dk, dv, dsink = torch.ops.hopattn.bwd(*bwd_args)
+    assert dsink.shape == (4,) and dsink.dtype == torch.float32
+    assert len(torch.ops.hopattn.bwd(*bwd_args[:-1])) == 3  # without a sink, no dsink
+    leaves = [x.requires_grad_() for x in (q, k, v, sink)]
+    fwd_args = (*leaves[:3], *{**FWD_DEFAULTS, "causal": True, "learnable_sink": leaves[3]}.values())
+    torch.library.opcheck(torch.ops.hopattn.fwd.default, fwd_args)
+
+
+def test_compile_fullgraph_with_a_learnable_sink(rng):
+    def attend(q, k, v, sink):
+        return hopattn.flash_attn_func(q, k, v, causal=True, learnable_sink=sink)
+
+    q, k, v, sink, dout = sink_case(rng)
+    leaves = [x.requires_grad_() for x in (q, k, v, sink)]
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    grads = torch.autograd.grad(compiled(*leaves), leaves, dout)
+    eager_grads = torch.autograd.grad(attend(*leaves), leaves, dout)
+    for actual, expected in zip(grads, eager_grads):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
 
 
 def dequantize_blocks(codes, descale, block_rows):
@@ -372,7 +510,8 @@ FWD_DEFAULTS = dict(softmax_scale=None, causal=False, window_left=-1, window_rig
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
                     seqused_k=None, page_table=None, num_splits=0, pack_gqa=None, q_descale=None,
                     k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
-                    v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128)
+                    v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
+                    deterministic=False, learnable_sink=None)
 
 
 def fwd_op(q, k, v, **options):
@@ -758,6 +897,43 @@ def test_gpu_compile_fullgraph_backward(rng):
     for name, actual, expected in zip("qkv", compiled_grads, eager_grads):
         # Same kernels on the same values; dq may differ in its last bits (atomic adds).
         torch.testing.assert_close(actual, expected, msg=f"d{name}")
+
+
+@needs_hopper
+@pytest.mark.parametrize("case", ["gqa causal 300x100", "mha window 128x256", "mqa softcap 1x239"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_learnable_sink_within_flash_attention_rule(rng, dtype, case):
+    # The sm_90a forward and backward with sinks (head 0 without one) against float64 math, out and
+    # the gradients of q, k, v and the sink by flash-attention's rule.
+    options = {"gqa causal 300x100": dict(causal=True),
+               "mha window 128x256": dict(window_size=(64, 16)),
+               "mqa softcap 1x239": dict(softcap=2.0)}[case]
+    seqlen_q, seqlen_k = map(int, case.split()[-1].split("x"))
+    heads_kv = {"gqa": 2, "mqa": 1}.get(case.split()[0], 4)
+    dtype = getattr(torch, dtype)
+    generator = torch_generator(rng, "cuda")
+    q, k, v = random_qkv((2, seqlen_q, 4, 128), (2, seqlen_k, heads_kv, 128), dtype, "cuda",
+                         generator=generator)
+    q = bend_for_softcap(q, options)
+    sink = torch.rand(4, device="cuda", generator=generator) * 6 - 3
+    sink[0] = float("-inf")
+    leaves = [x.requires_grad_() for x in (q, k, v, sink)]
+    out, lse = hopattn.flash_attn_func(q, k, v, learnable_sink=sink, return_attn_probs=True,
+                                       **options)
+    dout = torch.randn(out.shape, dtype=dtype, device="cuda", generator=generator)
+    dq, dk, dv, dsink = torch.autograd.grad(out, leaves, dout)
+    math = math_options(learnable_sink=sink.detach(), **options)
+    ref_out, ref_lse = attention_math(q.detach().double(), k.detach().double(),
+                                      v.detach().double(), **math)
+    naive_out, _ = attention_math(q.detach(), k.detach(), v.detach(), **math)
+    softcap_atol = 3e-4 if options.get("softcap") else 0.0  # as assert_gradients_within_rule's
+    assert_within_rule(out, ref_out, naive_out,
+                       atol=torch.finfo(dtype).eps * ref_out.abs().max().item() + softcap_atol)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=2e-3)
+    ref_grads, naive_grads = reference_gradients(dout, q, k, v, **math)
+    assert_gradients_within_rule((dq, dk, dv, dsink), ref_grads, naive_grads,
+                                 softcap=options.get("softcap", 0.0), names=("q", "k", "v", "sink"))
+    assert dsink[0] == 0  # no sink, no gradient
 
 
 @needs_hopper
