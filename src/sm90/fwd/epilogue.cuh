@@ -3,7 +3,7 @@
 // LSE (natural log). Rows at or past `rows.seqlen_q` are dropped: `rows` is FwdParams for a dense batch,
 // or a variable-length tile's PackedRowEnd (sequence.cuh: its sequence's end in the packed out; the
 // field name matches so that the dense kernels read FwdParams where they always did). A row that saw
-// no key stores 0 and LSE -inf.
+// no key stores 0 and LSE -inf (its sink with a learnable sink: sink.cuh).
 #pragma once
 
 #include <cmath>
