@@ -957,6 +957,40 @@ def assert_dsink_within_bound(dsink, ref_dsink, out, ref_out, lse, ref_lse, dout
 
 
 @needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("page_size", [0, 16, 256])
+def test_gpu_kvcache_learnable_sink_joins_the_plain_call(rng, dtype, page_size):
+    # A decoding step over a cache (cache_seqlens; paged or not; GQA-packed and split by default),
+    # with sinks against the same call without: lse' = log(e^lse + e^sink), out' = out e^(lse - lse'),
+    # to a few output roundings. The sinks lie around the rows' LSE, so they take a real share.
+    generator = torch_generator(rng, "cuda")
+    batch, heads_q, heads_kv, head_dim, capacity = 3, 8, 2, 128, 4096
+    seqlens = torch.tensor([4096, 700, 1], dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, 1, heads_q, head_dim, device="cuda", generator=generator)
+    k_cache, v_cache = (torch.randn(batch, capacity, heads_kv, head_dim, device="cuda", generator=generator)
+                        for _ in range(2))
+    page_table = None
+    if page_size:  # the same rows as pages in shuffled order: page p of sequence b at order[b, p]
+        pages_per_seq = capacity // page_size
+        order = torch.randperm(batch * pages_per_seq, device="cuda", generator=generator)
+        page_table = order.view(batch, pages_per_seq).to(torch.int32)
+        k_cache, v_cache = (x.reshape(-1, page_size, heads_kv, head_dim)[torch.argsort(order)]
+                            for x in (k_cache, v_cache))
+    q, k_cache, v_cache = (x.to(getattr(torch, dtype)) for x in (q, k_cache, v_cache))
+    call = dict(cache_seqlens=seqlens, page_table=page_table, return_softmax_lse=True)
+    out, lse = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, **call)
+    sink = lse.float().mean(dim=(0, 2)) + torch.rand(heads_q, device="cuda", generator=generator) * 2 - 1
+    sink_out, sink_lse = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, learnable_sink=sink, **call)
+    joined = torch.logaddexp(lse.double(), sink.double().view(1, -1, 1))
+    share = 1 - torch.exp(lse.double() - joined)  # (batch, heads, 1)
+    assert share.max() > 0.2, "the sinks take too small a share to test anything"
+    torch.testing.assert_close(sink_lse.double(), joined, rtol=1e-5, atol=1e-5)
+    want = out.double() * (1 - share).permute(0, 2, 1).unsqueeze(-1)
+    ulp = 2.0 ** (torch.floor(torch.log2(want.abs().clamp_min(2**-14))) - 7)  # bf16 out
+    assert ((sink_out.double() - want).abs() <= 3 * ulp + 1e-6).all()
+
+
+@needs_hopper
 @pytest.mark.parametrize("case", ["paged", "fp8"])
 def test_gpu_backward_without_a_kernel_is_not_implemented(case):
     # The forward runs on the GPU; the backward has no kernel for paged caches or FP8 inputs, and
