@@ -35,7 +35,7 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--num-splits", "--page-size",
-                            "--cache-seqlen", "--iters", "--warmup", "--json"}) {
+                            "--cache-seqlen", "--window-left", "--iters", "--warmup", "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -98,6 +98,8 @@ std::string usage_text() {
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
+         "    --window-left N (a sliding window: each query sees N keys before its diagonal; with --causal,\n"
+         "      gpt-oss's and Mistral's local layers; FLOPs count the visible pairs)\n"
          "    --page-size N (k and v as a paged cache of N-key pages in shuffled order)\n"
          "    --cache-seqlen N (k and v a cache of N >= seqlen_k keys per sequence, of which\n"
          "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
@@ -238,6 +240,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--hdim") shape_int = &single.hdim;
     else if (flag == "--page-size") shape_int = &single.page_size;
     else if (flag == "--cache-seqlen") shape_int = &single.cache_seqlen_k;
+    else if (flag == "--window-left") shape_int = &single.window_left;
     if (shape_int != nullptr) {
       if (!parse_positive_int(flag, value, shape_int, error)) return false;
       single_given = true;
@@ -246,6 +249,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       if (shape_int == &single.fp8_block_rows) single.variant = "block_scales";
       if (shape_int == &single.page_size) single.variant = "paged_" + value;
       if (shape_int == &single.cache_seqlen_k) single.variant = "seqused_k";
+      if (shape_int == &single.window_left) single.variant = "window_" + value;
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;

@@ -18,6 +18,7 @@ struct Shape {
   int seqlen_k = 8192;
   int hdim = 128;
   bool causal = false;
+  int window_left = -1;  // FwdArgs::window_left (-1: unbounded); a sliding window with causal
   KernelOptions options;
   // FP8 only: > 0 passes per-block descales (q, k and v, all ones) of this many rows, the block
   // quantization path; 0 passes none (per-head factors of 1).

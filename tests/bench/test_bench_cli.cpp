@@ -166,6 +166,18 @@ TEST(BenchCli, LearnableSinkNamesItsRow) {
   EXPECT_FALSE(parsed({"--hdim", "128"}).shapes[0].learnable_sink);
 }
 
+// A causal sliding window counts the visible pairs: query i sees min(i, window_left) + 1 keys.
+TEST(BenchForwardFlops, SlidingWindowCountsTheVisiblePairs) {
+  const CliOptions options = parsed({"--hdim", "64", "--heads", "2", "--batch", "3", "--seqlen-q", "300",
+                                     "--causal", "--window-left", "127"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  EXPECT_EQ(options.shapes[0].window_left, 127);
+  double pairs = 0.0;
+  for (int i = 0; i < 300; ++i) pairs += std::min(i, 127) + 1;
+  EXPECT_DOUBLE_EQ(forward_flops(options.shapes[0]), 4.0 * 3 * 2 * 64 * pairs);
+  EXPECT_FALSE(parse_error({"--window-left", "0"}).empty());
+}
+
 TEST(BenchCli, CacheSeqlenRefusals) {
   EXPECT_NE(parse_error({"--seqlen-k", "1000", "--cache-seqlen", "999"}).find("at least seqlen_k"), std::string::npos);
   EXPECT_NE(parse_error({"--seqlen-k", "1000", "--cache-seqlen", "2000", "--varlen"}).find("--varlen"),

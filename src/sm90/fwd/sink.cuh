@@ -12,13 +12,18 @@
 
 namespace hopattn::sm90 {
 
+// With e = exp(low - high) of the two logits: lse' = high + log(1 + e), and the keys' share
+// exp(lse - lse') = (lse the higher ? 1 : e) / (1 + e). One exponential, then the reciprocal and the
+// log side by side: the join sits on each tile's last stretch, where a chain of three MUFU ops
+// (exp, log, exp) cost d 64 3.5% at 128-key windows (perf-notes v108). 1 + e lies in [1, 2], so
+// the fast exp, reciprocal and log suffice.
 __device__ __forceinline__ void join_sink(float sink, float& out_scale, float& lse) {
   const float high = fmaxf(lse, sink), low = fminf(lse, sink);
   if (high == -INFINITY) return;  // no key and no sink
-  // The sum of the two exponentials relative to the larger lies in [1, 2]: the fast exp and log suffice.
-  const float joined = high + __logf(1.0f + __expf(low - high));
-  out_scale *= __expf(lse - joined);
-  lse = joined;
+  const float e = __expf(low - high);
+  const float total = 1.0f + e;
+  out_scale *= (lse >= sink ? 1.0f : e) * __fdividef(1.0f, total);
+  lse = high + __logf(total);
 }
 
 // Both row halves of a thread whose rows all belong to q head `head`.
