@@ -36,8 +36,6 @@ struct Problem {
   Dtype in_dtype = Dtype::kBFloat16;   // q, k, v
   Dtype out_dtype = Dtype::kBFloat16;  // out (bf16 for fp8 inputs)
   bool has_lse = false;
-  bool has_sink = false;   // learnable_sink given
-  bool has_dsink = false;  // backward: dsink given
   DeviceType device = DeviceType::kHost;
   int device_index = 0;
 };

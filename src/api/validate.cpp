@@ -405,7 +405,6 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   if (p.device == DeviceType::kHost) HOPATTN_RETURN_IF_ERROR(check_host_values(c, p));
   p.out_dtype = a.out.dtype;
   p.has_lse = a.lse.has_value();
-  p.has_sink = a.learnable_sink.has_value();
   *problem = p;
   return Status::Ok();
 }
@@ -435,8 +434,6 @@ Status validate_backward(const BwdArgs& a, Problem* problem) {
   if (p.device == DeviceType::kHost) HOPATTN_RETURN_IF_ERROR(check_host_values(c, p));
   p.out_dtype = a.q.dtype;
   p.has_lse = true;
-  p.has_sink = sink.has_value();
-  p.has_dsink = dsink.has_value();
   *problem = p;
   return Status::Ok();
 }

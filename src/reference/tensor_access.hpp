@@ -26,12 +26,12 @@ inline int read_int(const Tensor& t, std::int64_t i0, std::int64_t i1 = 0) {
   return static_cast<int>(load_scalar(element_ptr(t, i0, i1), t.dtype));
 }
 
-// row[c] = scale * p[c] for the `count` elements of tensor t's row at p (stepping by t's last stride).
 // Head h's learnable sink (FwdArgs::learnable_sink), -inf without one.
 inline double learnable_sink(const std::optional<Tensor>& sink, int head) {
   return sink ? load_scalar(element_ptr(*sink, head), sink->dtype) : -std::numeric_limits<double>::infinity();
 }
 
+// row[c] = scale * p[c] for the `count` elements of tensor t's row at p (stepping by t's last stride).
 inline void load_row(const Tensor& t, const char* p, int count, double scale, double* row) {
   const std::int64_t step = t.stride[t.rank - 1] * static_cast<std::int64_t>(dtype_size(t.dtype));
   for (int c = 0; c < count; ++c) row[c] = scale * load_scalar(p + c * step, t.dtype);

@@ -41,6 +41,7 @@
 
 #include "gpu/attention_problem.cuh"
 #include "gpu/gpu_test_util.cuh"
+#include "gpu/sequence_checks.cuh"
 #include "gpu/transposed_decode_shapes.cuh"
 #include "sm90/fwd/softmax.cuh"
 
@@ -476,18 +477,6 @@ struct Fp8VarlenCase {
   }
 };
 
-std::vector<int> prefix_sums(const std::vector<int>& lens) {
-  std::vector<int> starts(lens.size() + 1, 0);
-  for (std::size_t b = 0; b < lens.size(); ++b) starts[b + 1] = starts[b] + lens[b];
-  return starts;
-}
-
-DeviceBuffer upload_ints(const std::vector<int>& host) {
-  DeviceBuffer d(host.size() * sizeof(int));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice));
-  return d;
-}
-
 // Empty string when every sequence of the case matches the oracle, run on that sequence alone (its
 // rows of the packed tensors are a dense batch of one), else why not.
 std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
@@ -515,7 +504,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   DeviceBuffer out(nq * 2), lse(nlse * 4);
   poison_nan(out.data(), Dtype::kBFloat16, nq);
   poison_nan(lse.data(), Dtype::kFloat32, nlse);
-  const DeviceBuffer cu_q = upload_ints(starts_q), cu_k = upload_ints(starts_k);
+  const DeviceBuffer cu_q = upload(starts_q), cu_k = upload(starts_k);
 
   FwdArgs args;
   const auto rows = [&](const DeviceBuffer& x, Dtype dtype, int total, int heads, bool dense, int len) {
@@ -546,7 +535,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
       HOPATTN_CUDA_CHECK(cudaMemcpy(out.data(), pages.data(), pages.size(), cudaMemcpyHostToDevice));
       return out;
     };
-    k_pages = paged(k), v_pages = paged(v), page_table = upload_ints(table);
+    k_pages = paged(k), v_pages = paged(v), page_table = upload(table);
     args.k = make_tensor(k_pages.data(), Dtype::kFloat8E4M3, {num_pages, c.page_size, hkv, d}, DeviceType::kCuda);
     args.v = make_tensor(v_pages.data(), Dtype::kFloat8E4M3, {num_pages, c.page_size, hkv, d}, DeviceType::kCuda);
     args.page_table = make_tensor(page_table.data(), Dtype::kInt32, {batch, pages_per_seq}, DeviceType::kCuda);
@@ -559,7 +548,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   if (!c.dense_q) args.cu_seqlens_q = make_tensor(cu_q.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
   if (!c.dense_k && c.page_size == 0)
     args.cu_seqlens_k = make_tensor(cu_k.data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
-  const DeviceBuffer used_all = upload_ints(used);  // a paged cache takes its key counts from seqused_k
+  const DeviceBuffer used_all = upload(used);  // a paged cache takes its key counts from seqused_k
   if (!c.used_k.empty() || c.page_size > 0)
     args.seqused_k = make_tensor(used_all.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
   args.max_seqlen_q = max_q;
@@ -1083,7 +1072,7 @@ TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
   DeviceBuffer vt = keys_contiguous_copy(k, batch, sk, h, d, sk + 12);
   DeviceBuffer out(std::int64_t(batch) * sq * h * d * 2);
   poison_nan(out.data(), Dtype::kBFloat16, std::int64_t(batch) * sq * h * d);
-  const DeviceBuffer cu_q = upload_ints({0, sq, 2 * sq});
+  const DeviceBuffer cu_q = upload(std::vector<int>{0, sq, 2 * sq});
   FwdArgs args;
   args.q = make_tensor(q.data(), Dtype::kFloat8E4M3, {batch * sq, h, d}, DeviceType::kCuda);
   args.k = make_tensor(k.data(), Dtype::kFloat8E4M3, {batch, sk, h, d}, DeviceType::kCuda);

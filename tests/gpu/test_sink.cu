@@ -20,6 +20,7 @@
 
 #include "common/host_tensor.hpp"
 #include "gpu/gpu_test_util.cuh"
+#include "gpu/sequence_checks.cuh"
 
 namespace hopattn::test {
 namespace {
@@ -40,22 +41,16 @@ struct SinkCase {
 
 bool is_varlen(const SinkCase& c) { return !c.q_lens.empty(); }
 
-std::vector<int> prefix(const std::vector<int>& lens) {
-  std::vector<int> sums{0};
-  for (int n : lens) sums.push_back(sums.back() + n);
-  return sums;
-}
-
 std::vector<std::int64_t> q_shape(const SinkCase& c) {
-  if (is_varlen(c)) return {prefix(c.q_lens).back(), c.heads_q, c.head_dim};
+  if (is_varlen(c)) return {prefix_sums(c.q_lens).back(), c.heads_q, c.head_dim};
   return {c.batch, c.seqlen_q, c.heads_q, c.head_dim};
 }
 std::vector<std::int64_t> k_shape(const SinkCase& c) {
-  if (is_varlen(c)) return {prefix(c.k_lens).back(), c.heads_kv, c.head_dim};
+  if (is_varlen(c)) return {prefix_sums(c.k_lens).back(), c.heads_kv, c.head_dim};
   return {c.batch, c.seqlen_k, c.heads_kv, c.head_dim};
 }
 std::vector<std::int64_t> lse_shape(const SinkCase& c) {
-  if (is_varlen(c)) return {c.heads_q, prefix(c.q_lens).back()};
+  if (is_varlen(c)) return {c.heads_q, prefix_sums(c.q_lens).back()};
   return {c.batch, c.heads_q, c.seqlen_q};
 }
 Dtype out_dtype(const SinkCase& c) { return c.dtype == Dtype::kFloat8E4M3 ? Dtype::kBFloat16 : c.dtype; }
@@ -100,7 +95,7 @@ Inputs draw_inputs(const SinkCase& c, std::uint64_t seed) {
   in.v.fill_random(seed + 2);
   in.dout.fill_random(seed + 3);
   if (is_varlen(c)) {
-    const std::vector<int> cu_q = prefix(c.q_lens), cu_k = prefix(c.k_lens);
+    const std::vector<int> cu_q = prefix_sums(c.q_lens), cu_k = prefix_sums(c.k_lens);
     in.cu_q = HostTensor(Dtype::kInt32, {std::int64_t(cu_q.size())});
     in.cu_k = HostTensor(Dtype::kInt32, {std::int64_t(cu_k.size())});
     for (std::size_t i = 0; i < cu_q.size(); ++i) in.cu_q.set(i, cu_q[i]), in.cu_k.set(i, cu_k[i]);
@@ -162,13 +157,13 @@ Forward cpu_forward(const SinkCase& c, const Inputs& in, const HostTensor& sinks
 
 // The q head of flat LSE entry i (dense (batch, heads, seqlen_q) or packed (heads, total_q)).
 int lse_head(const SinkCase& c, std::size_t i) {
-  if (is_varlen(c)) return int(i / prefix(c.q_lens).back());
+  if (is_varlen(c)) return int(i / prefix_sums(c.q_lens).back());
   return int(i / c.seqlen_q % c.heads_q);
 }
 // The LSE entry of flat out element i.
 std::size_t lse_of_out(const SinkCase& c, std::size_t i) {
   const std::size_t row = i / c.head_dim / c.heads_q, head = i / c.head_dim % c.heads_q;
-  if (is_varlen(c)) return head * prefix(c.q_lens).back() + row;
+  if (is_varlen(c)) return head * prefix_sums(c.q_lens).back() + row;
   const std::size_t b = row / c.seqlen_q, s = row % c.seqlen_q;
   return (b * c.heads_q + head) * c.seqlen_q + s;
 }
