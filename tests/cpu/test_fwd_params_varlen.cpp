@@ -192,6 +192,38 @@ TEST(PackedGqaParams, PackingWhereItSavesTilesAndTheGridItMakes) {
   EXPECT_EQ(fwd_params_error(unpacked, kBlockM), "");
 }
 
+// keys_per_tile (the d 64 and FP8 kernels' key block choice): the span of keys from the first row's
+// first visible key to the last row's last, over every tile of kBlockM rows, never exceeds it, and
+// reaches it wherever some tile lies wholly inside the key range (window_left + window_right + kBlockM
+// under a two-sided window, seqlen_k otherwise).
+TEST(KeyBlockChoice, KeysPerTileBoundsTheKeysATileSees) {
+  std::mt19937 rng(std::random_device{}());
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 2000; ++trial) {
+    detail::Problem pr;
+    pr.seqlen_q = pick(1, 3000), pr.seqlen_k = pick(1, 3000);
+    const int kind = pick(0, 3);  // full, causal, two-sided window, causal window
+    pr.window_left = kind >= 2 ? pick(0, 1500) : -1;
+    pr.window_right = kind == 1 || kind == 3 ? 0 : (kind == 2 ? pick(0, 1500) : -1);
+    const long long bound = keys_per_tile(pr, kBlockM);
+    long long widest = 0;
+    bool interior_tile = false;
+    for (int m0 = 0; m0 < pr.seqlen_q; m0 += kBlockM) {
+      const int last = std::min(m0 + kBlockM, pr.seqlen_q) - 1;
+      const long long diagonal0 = m0 + pr.seqlen_k - pr.seqlen_q, diagonal1 = last + pr.seqlen_k - pr.seqlen_q;
+      const long long begin = pr.window_left < 0 ? 0 : diagonal0 - pr.window_left;
+      const long long end = pr.window_right < 0 ? pr.seqlen_k : diagonal1 + pr.window_right + 1;
+      const long long seen = std::min<long long>(end, pr.seqlen_k) - std::max<long long>(begin, 0);
+      widest = std::max(widest, seen);
+      interior_tile |= last == m0 + kBlockM - 1 && begin >= 0 && end <= pr.seqlen_k;
+    }
+    const std::string what = "sq " + std::to_string(pr.seqlen_q) + " sk " + std::to_string(pr.seqlen_k) +
+                             " window (" + std::to_string(pr.window_left) + ", " + std::to_string(pr.window_right) + ")";
+    ASSERT_LE(widest, bound) << what;
+    if (interior_tile || pr.window_left < 0 || pr.window_right < 0) ASSERT_EQ(widest, bound) << what;
+  }
+}
+
 // Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
 // (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, dense or from a paged
 // cache of any page size (its table's capacity counting as its keys), and every launch from pages of at

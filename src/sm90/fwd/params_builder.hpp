@@ -30,6 +30,16 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
   return packed < unpacked;
 }
 
+// The most keys one tile of block_m query rows can see: seqlen_k, or fewer under a sliding window of
+// both sides (causal counts as window_right 0): a tile's rows see window_left keys before the first
+// row's diagonal, its block_m diagonals and window_right keys after the last. The d 64 forward picks its
+// key block from this rather than from seqlen_k (shipped_configs.cuh).
+inline long long keys_per_tile(const detail::Problem& pr, int block_m) {
+  if (pr.window_left < 0 || pr.window_right < 0) return pr.seqlen_k;
+  const long long span = static_cast<long long>(pr.window_left) + pr.window_right + block_m;
+  return span < pr.seqlen_k ? span : pr.seqlen_k;
+}
+
 // Whether a launch is a decoding step: each tile holds at most block_m / 2 live query rows, a query row
 // counting rows_per_query times (its head ratio where GQA heads are packed into the tile, else 1).
 // Such a step streams K/V from HBM with few rows to compute on: the K/V copies and the variable-length

@@ -16,11 +16,13 @@ template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = 
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   constexpr int kWarpgroups = 2;
   if constexpr (kHeadDim == 64) {
-    // Short sequences have few key blocks per tile: the narrower block wastes less on the ragged end
-    // (tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on).
+    // Tiles that see few keys (short sequences, narrow sliding windows) have few key blocks: the narrower
+    // block wastes less on the ragged ends. Tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on;
+    // causal windows on 4k-16k tokens (perf-notes v109): 128 keys 1.29x at window 128, 1.14x at 512,
+    // 1.04x at 1024 (1151 keys a tile), 0.97x at 2048 (2175).
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.
-    if (pr.seqlen_k <= 1024 || (pr.paged && pr.page_size >= 128))
+    if (keys_per_tile(pr, 128) <= 1152 || (pr.paged && pr.page_size >= 128))
       return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
     return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
   } else if constexpr (kHeadDim == 128) {

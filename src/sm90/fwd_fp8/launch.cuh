@@ -139,18 +139,18 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
 }
 
 // Whether head dim 128 with block descales takes 192-key blocks: where its k/v descale rows are
-// whole 192-key blocks, at long key sequences as without descales, or at any length where they are
+// whole 192-key blocks, where tiles see many keys as without descales, or at any length where they are
 // not whole 128-key blocks (192-row descales would otherwise be refused).
 inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detail::Problem& pr) {
   const int rows = args.descale_block_rows_kv;
   const int narrow = fp8_default_block_n(128, true);
-  return rows % kFp8WideBlockN == 0 && (pr.seqlen_k >= kFp8WideBlockMinKeys || rows % narrow != 0);
+  return rows % kFp8WideBlockN == 0 && (keys_per_tile(pr, 128) >= kFp8WideBlockMinKeys || rows % narrow != 0);
 }
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
 // with the softcap step only when a softcap is given; without either, head dims 128 and 64 (at d 64
-// with v in the ordinary layout) take wider K blocks at long key sequences
-// (kFp8WideBlockMinKeys), and head dim 128 does so with block descales whose k/v
+// with v in the ordinary layout) take wider K blocks where a tile sees many keys (kFp8WideBlockMinKeys
+// of keys_per_tile: long key sequences, wide sliding windows), and head dim 128 does so with block descales whose k/v
 // rows allow them; head dim 256 with block descales takes 96-key blocks where the rows allow them
 // (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels
 // (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k,
@@ -176,7 +176,7 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen>>(args, pr);
   }
   if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
-    if (wide_blocks_fit && pr.seqlen_k >= kFp8WideBlockMinKeys)
+    if (wide_blocks_fit && keys_per_tile(pr, 128) >= kFp8WideBlockMinKeys)
       return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
   }
   return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>>(args, pr);
