@@ -105,6 +105,29 @@ INSTANTIATE_TEST_SUITE_P(
                       strided(1, 4, 1, 1000, 65, 128, Dtype::kFloat16, true, Layout::kPaddedRows, false),
                       strided(2, 2, 1, 63, 4097, 256, Dtype::kBFloat16, false, Layout::kHeadMajor, false)));
 
+// Sliding windows at d 64 on either side of keys_per_tile's 1152 (shipped_configs.cuh): 128-key blocks
+// for gpt-oss's local layer (window (127, 0), GQA 8) and a two-sided window of 1148 keys a tile, 192-key
+// blocks for 1228 and 1280; odd lengths, more keys than queries and fewer.
+class ForwardWindows : public HopperTest {};
+
+TEST_F(ForwardWindows, KeyBlockChoicesMatchTheReference) {
+  const std::uint64_t seed = run_seed();
+  const auto windowed = [](int hq, int hkv, int sq, int sk, Dtype dtype, int left, int right) {
+    ForwardCase c;
+    c.batch = 1, c.heads_q = hq, c.heads_kv = hkv, c.seqlen_q = sq, c.seqlen_k = sk, c.head_dim = 64;
+    c.dtype = dtype, c.causal = right == 0, c.window_left = left, c.window_right = right, c.amplitude = 2.0f;
+    return c;
+  };
+  const std::vector<ForwardCase> cases = {
+      windowed(16, 2, 1499, 1499, Dtype::kBFloat16, 127, 0), windowed(4, 2, 1801, 2001, Dtype::kFloat16, 1000, 20),
+      windowed(4, 1, 2100, 2300, Dtype::kBFloat16, 1100, 0), windowed(2, 2, 3001, 2777, Dtype::kFloat16, 1000, 152)};
+  int index = 0;
+  for (const ForwardCase& c : cases) {
+    const CaseResult r = run_forward_case(c, KernelOptions{}, splitmix64(seed + index++));
+    EXPECT_EQ(r.kind, CaseResult::kPassed) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << r.detail;
+  }
+}
+
 // The tail split (sm90/fwd/split_plan.hpp): one round of tiles and a few more, so the last rounds'
 // tiles are cut along the keys and merged, at every head dim (256 takes the shared O stage in turns,
 // which a warpgroup that merges nothing must still pass on), with and without warp specialization

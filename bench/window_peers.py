@@ -1,0 +1,114 @@
+"""hopattn beside FlexAttention on sliding-window (local) attention layers, on the same tensors.
+
+  python3 bench/window_peers.py                 # the layers below, forward and forward + backward
+  python3 bench/window_peers.py --no-backward --samples 30
+
+PyTorch's SDPA backends (cuDNN, FlashAttention-2) take no window, so FlexAttention (compiled with a
+block mask of the band) is the peer. Layers: gpt-oss's local layers (d 64, 64 q / 8 kv heads, 128 keys:
+window_size (127, 0)), Gemma 3's (d 128, 32 / 16 heads, 1024 keys) and Mistral 7B's (d 128, 32 / 8
+heads, 4096 keys), causal. FLOPs count the visible pairs: 4 * b * h_q * pairs * d forward, 2.5x that
+backward. Timing: the profiler's GPU time of each call's kernels (no host time), median of --samples;
+the backward is forward + backward minus forward. Writes bench/results/<date>-h200-window-peers.json.
+Needs torch with CUDA and hopattn importable (pip install, or python/device_build.sh's PYTHONPATH).
+"""
+
+import argparse
+import datetime
+import json
+import pathlib
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.profiler import ProfilerActivity, profile
+
+import hopattn
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+# name, batch, q heads, kv heads, seqlen, head dim, window_left (keys before the diagonal)
+LAYERS = [
+    ("gpt-oss local", 2, 64, 8, 4096, 64, 127),
+    ("gpt-oss local", 1, 64, 8, 16384, 64, 127),
+    ("Gemma 3 local", 2, 32, 16, 8192, 128, 1023),
+    ("Mistral 7B", 1, 32, 8, 16384, 128, 4095),
+]
+
+
+def kernel_ms(fn, samples):
+    """Median over `samples` of the summed GPU time of the kernels one call of fn launches."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and "Memcpy" not in e.name]
+        times.append(sum(e.device_time for e in kernels) / 1000.0)
+    return sorted(times)[len(times) // 2]
+
+
+def visible_pairs(seqlen, window_left):
+    return sum(min(i, window_left) + 1 for i in range(seqlen))
+
+
+def measure(layer, samples, backward, compiled_flex):
+    name, batch, heads_q, heads_kv, seqlen, hdim, window_left = layer
+    make = lambda heads: torch.randn(batch, seqlen, heads, hdim, device="cuda", dtype=torch.bfloat16,
+                                     requires_grad=backward)
+    q, k, v = make(heads_q), make(heads_kv), make(heads_kv)
+    band = lambda b, h, i, j: (j <= i) & (i - j <= window_left)
+    block_mask = create_block_mask(band, None, None, seqlen, seqlen, device="cuda")
+    impls = {
+        "hopattn": lambda: hopattn.flash_attn_func(q, k, v, causal=True, window_size=(window_left, 0)),
+        "flex": lambda: compiled_flex(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                      block_mask=block_mask, enable_gqa=True).transpose(1, 2),
+    }
+    flops = 4 * batch * heads_q * visible_pairs(seqlen, window_left) * hdim
+    row = dict(layer=name, batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen=seqlen, hdim=hdim,
+               window_left=window_left, fwd_ms={}, bwd_ms={}, fwd_tflops={}, bwd_tflops={})
+    outputs = {}
+    for impl, attend in impls.items():
+        outputs[impl] = attend().detach()
+        with torch.no_grad():
+            row["fwd_ms"][impl] = kernel_ms(attend, samples)
+        row["fwd_tflops"][impl] = flops / row["fwd_ms"][impl] / 1e9
+        if backward:
+            dout = torch.randn_like(outputs[impl])
+            both = kernel_ms(lambda: attend().backward(dout), samples)
+            row["bwd_ms"][impl] = both - row["fwd_ms"][impl]
+            row["bwd_tflops"][impl] = 2.5 * flops / row["bwd_ms"][impl] / 1e9
+    row["max_abs_diff"] = (outputs["hopattn"].float() - outputs["flex"].float()).abs().max().item()
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=15)
+    parser.add_argument("--no-backward", action="store_true")
+    parser.add_argument("--out", help="JSON path (default bench/results/<date>-h200-window-peers.json)")
+    args = parser.parse_args()
+    compiled_flex = torch.compile(flex_attention, dynamic=False)
+    rows = []
+    print(f"{'layer':<15} {'shape':<28} {'pass':<4} {'hopattn ms':>10} {'flex ms':>9} {'ratio':>6}")
+    for layer in LAYERS:
+        row = measure(layer, args.samples, not args.no_backward, compiled_flex)
+        rows.append(row)
+        shape = f"b{row['batch']} {row['heads_q']}/{row['heads_kv']} s{row['seqlen']} d{row['hdim']} w{row['window_left']}"
+        for kind in ("fwd", "bwd"):
+            ms = row[kind + "_ms"]
+            if ms:
+                print(f"{row['layer']:<15} {shape:<28} {kind:<4} {ms['hopattn']:>10.4f} {ms['flex']:>9.4f} "
+                      f"{ms['flex'] / ms['hopattn']:>6.2f}", flush=True)
+        print(f"{'':<15} {'':<28} max |hopattn - flex| {row['max_abs_diff']:.2e}", flush=True)
+    date = datetime.datetime.now(datetime.timezone.utc)
+    out = pathlib.Path(args.out) if args.out else RESULTS / f"{date:%Y-%m-%d}-h200-window-peers.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(date=date.isoformat(timespec="seconds"), device=torch.cuda.get_device_name(),
+                                   torch=torch.__version__, timing="kernel", rows=rows), indent=1))
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
