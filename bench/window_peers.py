@@ -19,9 +19,9 @@ import pathlib
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-from torch.profiler import ProfilerActivity, profile
 
 import hopattn
+from compare import kernel_ms  # bench/compare.py: the profiler's kernel time of one call, median
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
@@ -32,21 +32,6 @@ LAYERS = [
     ("Gemma 3 local", 2, 32, 16, 8192, 128, 1023),
     ("Mistral 7B", 1, 32, 8, 16384, 128, 4095),
 ]
-
-
-def kernel_ms(fn, samples):
-    """Median over `samples` of the summed GPU time of the kernels one call of fn launches."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and "Memcpy" not in e.name]
-        times.append(sum(e.device_time for e in kernels) / 1000.0)
-    return sorted(times)[len(times) // 2]
 
 
 def visible_pairs(seqlen, window_left):
@@ -72,11 +57,11 @@ def measure(layer, samples, backward, compiled_flex):
     for impl, attend in impls.items():
         outputs[impl] = attend().detach()
         with torch.no_grad():
-            row["fwd_ms"][impl] = kernel_ms(attend, samples)
+            row["fwd_ms"][impl] = kernel_ms(attend, samples, None)
         row["fwd_tflops"][impl] = flops / row["fwd_ms"][impl] / 1e9
         if backward:
             dout = torch.randn_like(outputs[impl])
-            both = kernel_ms(lambda: attend().backward(dout), samples)
+            both = kernel_ms(lambda: attend().backward(dout), samples, None)
             row["bwd_ms"][impl] = both - row["fwd_ms"][impl]
             row["bwd_tflops"][impl] = 2.5 * flops / row["bwd_ms"][impl] / 1e9
     row["max_abs_diff"] = (outputs["hopattn"].float() - outputs["flex"].float()).abs().max().item()
