@@ -32,8 +32,9 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
 
 // The most keys one tile of block_m query rows can see: seqlen_k, or fewer under a sliding window of
 // both sides (causal counts as window_right 0): a tile's rows see window_left keys before the first
-// row's diagonal, its block_m diagonals and window_right keys after the last. The d 64 forward picks its
-// key block from this rather than from seqlen_k (shipped_configs.cuh).
+// row's diagonal, its block_m diagonals and window_right keys after the last. The 16-bit d 64 and the
+// FP8 forward pick their key blocks from this rather than from seqlen_k (shipped_configs.cuh,
+// fwd_fp8/launch.cuh).
 inline long long keys_per_tile(const detail::Problem& pr, int block_m) {
   if (pr.window_left < 0 || pr.window_right < 0) return pr.seqlen_k;
   const long long span = static_cast<long long>(pr.window_left) + pr.window_right + block_m;

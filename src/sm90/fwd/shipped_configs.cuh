@@ -18,7 +18,7 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   if constexpr (kHeadDim == 64) {
     // Tiles that see few keys (short sequences, narrow sliding windows) have few key blocks: the narrower
     // block wastes less on the ragged ends. Tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on;
-    // causal windows on 4k-16k tokens (perf-notes v109): 128 keys 1.29x at window 128, 1.14x at 512,
+    // causal windows on 4k-16k tokens (perf-notes v109): 128 keys 1.29x at window 128, 1.15x at 512,
     // 1.04x at 1024 (1151 keys a tile), 0.97x at 2048 (2175).
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.

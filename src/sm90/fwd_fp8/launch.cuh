@@ -149,10 +149,10 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detai
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
 // with the softcap step only when a softcap is given; without either, head dims 128 and 64 (at d 64
-// with v in the ordinary layout) take wider K blocks where a tile sees many keys (kFp8WideBlockMinKeys
-// of keys_per_tile: long key sequences, wide sliding windows), and head dim 128 does so with block descales whose k/v
-// rows allow them; head dim 256 with block descales takes 96-key blocks where the rows allow them
-// (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels
+// with v in the ordinary layout) take wider K blocks where a tile sees many keys (keys_per_tile at
+// least kFp8WideBlockMinKeys: long key sequences, wide sliding windows), and head dim 128 does so with
+// block descales whose k/v rows allow them; head dim 256 with block descales takes 96-key blocks where
+// the rows allow them (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels
 // (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k,
 // but a paged cache takes neither wide block (192 or 96 keys would straddle pages of 128 keys or more).
 template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
