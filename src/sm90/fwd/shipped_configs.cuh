@@ -22,9 +22,12 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     // 1.04x at 1024 (1151 keys a tile), 0.97x at 2048 (2175).
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.
-    if (keys_per_tile(pr, 128) <= 1152 || (pr.paged && pr.page_size >= 128))
-      return launch_forward<FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
-    return launch_forward<FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
+    using Narrow = FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>;
+    using Wide = FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>;
+    static_assert(Narrow::kBlockM == Wide::kBlockM, "keys_per_tile counts one tile height for both");
+    if (keys_per_tile(pr, Narrow::kBlockM) <= 1152 || (pr.paged && pr.page_size >= 128))
+      return launch_forward<Narrow>(args, pr);
+    return launch_forward<Wide>(args, pr);
   } else if constexpr (kHeadDim == 128) {
     // 176 keys (FlashAttention-3's non-causal choice) measured 4-9% slower than 128 at 512-8k here.
     return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);

@@ -139,12 +139,12 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
 }
 
 // Whether head dim 128 with block descales takes 192-key blocks: where its k/v descale rows are
-// whole 192-key blocks, where tiles see many keys as without descales, or at any length where they are
-// not whole 128-key blocks (192-row descales would otherwise be refused).
-inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detail::Problem& pr) {
+// whole 192-key blocks, where tiles see many keys (tile_keys: keys_per_tile) as without descales, or at
+// any length where they are not whole 128-key blocks (192-row descales would otherwise be refused).
+inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long tile_keys) {
   const int rows = args.descale_block_rows_kv;
   const int narrow = fp8_default_block_n(128, true);
-  return rows % kFp8WideBlockN == 0 && (keys_per_tile(pr, 128) >= kFp8WideBlockMinKeys || rows % narrow != 0);
+  return rows % kFp8WideBlockN == 0 && (tile_keys >= kFp8WideBlockMinKeys || rows % narrow != 0);
 }
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
@@ -152,9 +152,10 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, const detai
 // with v in the ordinary layout) take wider K blocks where a tile sees many keys (keys_per_tile at
 // least kFp8WideBlockMinKeys: long key sequences, wide sliding windows), and head dim 128 does so with
 // block descales whose k/v rows allow them; head dim 256 with block descales takes 96-key blocks where
-// the rows allow them (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels
-// (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k,
-// but a paged cache takes neither wide block (192 or 96 keys would straddle pages of 128 keys or more).
+// the rows allow them (kFp8D256DescaleBlockN). kVtFromGlobal: v is keys-contiguous. kVarlen: the
+// variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), with the same
+// choices by max_seqlen_k, but a paged cache takes neither wide block (192 or 96 keys would straddle
+// pages of 128 keys or more).
 template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(!(kVarlen && kVtFromGlobal), "variable-length FP8 kernels take v in the ordinary layout");
@@ -164,9 +165,11 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal, kVarlen>>(args, pr);
   }
   const bool wide_blocks_fit = !pr.paged;
+  // Every FP8 kernel's tiles are kBlockM rows high: the keys one of them sees pick the wide blocks.
+  const long long tile_keys = keys_per_tile(pr, Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>::kBlockM);
   if (block_descales) {
     if constexpr (kHeadDim == 128) {
-      if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, pr))
+      if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys))
         return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
     }
     if constexpr (kHeadDim == 256 && !kVtFromGlobal) {
@@ -176,7 +179,7 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen>>(args, pr);
   }
   if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
-    if (wide_blocks_fit && keys_per_tile(pr, 128) >= kFp8WideBlockMinKeys)
+    if (wide_blocks_fit && tile_keys >= kFp8WideBlockMinKeys)
       return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
   }
   return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>>(args, pr);
