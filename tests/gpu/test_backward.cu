@@ -100,7 +100,11 @@ INSTANTIATE_TEST_SUITE_P(
                       window(bwd(kBf16, 1, 2, 2, 513, 513, 128), 0, 0),
                       window(bwd(kFp16, 3, 2, 2, 64, 64, 64), 63, 63),
                       window(causal(bwd(kFp16, 2, 2, 2, 513, 513, 64)), 64, -1),
-                      window(causal(bwd(kBf16, 2, 4, 2, 255, 300, 128)), 17, -1)));
+                      window(causal(bwd(kBf16, 2, 4, 2, 255, 300, 128)), 17, -1),
+                      // gpt-oss's local layers (window 128, causal, GQA 8): each consumer's 64 keys are
+                      // hidden from one of the four q blocks its key block walks; with the softcap too.
+                      window(causal(bwd(kBf16, 2, 8, 1, 700, 700, 64)), 127, -1),
+                      softcap(window(causal(bwd(kFp16, 1, 4, 2, 333, 401, 64)), 100, -1), 30.0f, 8.0f)));
 
 // Softcap with scores large enough that tanh matters, so the (1 - tanh^2) factor is tested; an
 // explicit softmax_scale; a tight cap.
@@ -136,13 +140,14 @@ INSTANTIATE_TEST_SUITE_P(
                       laid_out(causal(bwd(kFp16, 3, 3, 1, 513, 255, 64)), BackwardLayout::kHeadMajor)));
 
 // Small shapes for compute-sanitizer (scripts/device_tests.sh runs memcheck, racecheck and synccheck on
-// them): a few tiles each of causal GQA, softcap, a window with empty rows, a packed layout, and d 40
-// (in the d 64 kernel, whose stores must stop at d).
+// them): a few tiles each of causal GQA, softcap, a window with empty rows, a causal window, a packed
+// layout, and d 40 (in the d 64 kernel, whose stores must stop at d).
 INSTANTIATE_TEST_SUITE_P(
     SanitizerSmall, BackwardMatchesReference,
     ::testing::Values(causal(bwd(kBf16, 1, 4, 2, 129, 255, 64)),
                       softcap(bwd(kFp16, 1, 2, 1, 100, 100, 128), 30.0f, 8.0f),
                       window(bwd(kBf16, 2, 2, 2, 200, 70, 128), 16, 4),
+                      window(causal(bwd(kFp16, 1, 2, 1, 200, 200, 64)), 63, -1),
                       laid_out(bwd(kFp16, 1, 2, 1, 65, 65, 64), BackwardLayout::kPacked),
                       causal(bwd(kBf16, 1, 4, 2, 65, 129, 40)), causal(bwd(kFp16, 1, 2, 1, 100, 129, 256)),
                       window(bwd(kBf16, 1, 2, 2, 77, 65, 200), 8, 8),

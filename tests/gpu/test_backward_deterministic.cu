@@ -41,6 +41,12 @@ std::vector<NamedCase<BackwardCase>> dense_cases() {
     cases.push_back({"Window_gqa_d64_bf16", c});
   }
   {
+    // gpt-oss's local layers: a causal window of 128 keys, GQA 8.
+    BackwardCase c = causal(dense(kBf16, 2, 8, 1, 1029, 1029, 64));
+    c.window_left = 127;
+    cases.push_back({"LocalCausal_gqa_d64_bf16", c});
+  }
+  {
     BackwardCase c = dense(kFp16, 1, 2, 2, 513, 1201, 128);
     c.softcap = 30.0f, c.amplitude = 6.0f;
     cases.push_back({"Softcap_d128_fp16", c});

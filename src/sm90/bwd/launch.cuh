@@ -1,7 +1,7 @@
 // launch_backward<kHeadDim, Element, kDeterministic>: the three kernels of one backward call (five
 // with dsink: sink_grad.cuh's two after the row statistics),
-// stream-ordered on the caller's stream: row statistics (row_stats.cuh), the main kernel (kernel.cuh)
-// adding dQ into a zeroed float32 workspace (deterministic kernels: in key-block order, through
+// stream-ordered on the caller's stream: row statistics (row_stats.cuh, which also zeroes the dQ
+// workspace), the main kernel (kernel.cuh) adding dQ into that float32 workspace (deterministic kernels: in key-block order, through
 // counters zeroed with it; dq_order.cuh), and the conversion of that workspace into dq (dq_convert.cuh).
 // The grids have the longest sequence's blocks for every sequence (the blocks past a sequence's rows
 // leave at once), as the forward's.
@@ -58,8 +58,8 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   const std::size_t rows = std::size_t(stats_blocks) * Traits::kBlockM;
   const std::size_t dq_bytes = rows * kHeadDim * sizeof(float);
   // Workspace: dq_accum, the deterministic kernels' dq_order counters (whole 128-byte lines, so that
-  // row_stats stays aligned for TMA), row_stats, and with dsink the sink gradient's partial sums. One
-  // memset zeroes the first two.
+  // row_stats stays aligned for TMA), row_stats, and with dsink the sink gradient's partial sums. The
+  // row statistics kernel zeroes the first two, block by block.
   const std::size_t order_count = kDeterministic ? std::size_t(stats_blocks) * Traits::kConsumerWarpgroups : 0;
   const std::size_t order_bytes = (order_count * sizeof(int) + 127) / 128 * 128;
   const std::size_t zeroed_bytes = dq_bytes + order_bytes;
@@ -93,10 +93,9 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
     launched = cuda_status(
         cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes),
         "raising the backward kernel's shared-memory limit");
-  if (launched.ok()) launched = cuda_status(cudaMemsetAsync(workspace, 0, zeroed_bytes, stream), "zeroing the dq workspace");
   if (launched.ok()) {
-    const dim3 grid((m_blocks * Traits::kBlockM + kRowStatsWarps - 1) / kRowStatsWarps, p.heads_q, p.batch);
-    backward_row_stats_kernel<Element, kHeadDim><<<grid, kRowStatsWarps * 32, 0, stream>>>(p);
+    const dim3 grid(m_blocks * p.heads_q, p.batch);  // head_block_of_cta
+    backward_row_stats_kernel<Element, kHeadDim, Traits::kConsumerWarpgroups><<<grid, kRowStatsThreads, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward row statistics");
   }
   if (launched.ok() && p.dsink != nullptr) {
@@ -110,7 +109,7 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
     launched = cuda_status(cudaGetLastError(), "launching the backward kernel");
   }
   if (launched.ok()) {
-    const dim3 grid(m_blocks, p.heads_q, p.batch);
+    const dim3 grid(m_blocks * p.heads_q, p.batch);  // head_block_of_cta
     backward_dq_convert_kernel<Traits><<<grid, kDqConvertThreads, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward dq conversion");
   }

@@ -39,6 +39,18 @@ __device__ __forceinline__ int workspace_block(const BwdParams& p, const BwdSequ
   return head * p.q_blocks_per_head + seq.q_block0 + m;
 }
 
+// The (q head, q block) of a row statistics or dq conversion CTA: blockIdx.x = q block * heads_q +
+// head, so that consecutive CTAs take the heads of the same rows and their reads of out and dout and
+// writes of dq fill whole rows of the (row, head, dim) layout together (with q blocks first, the CTAs
+// that write one row ran heads-many q blocks apart; the conversion ran at a third of the DRAM rate).
+struct HeadBlock {
+  int head;
+  int m;  // q block of kBlockM rows
+};
+__device__ __forceinline__ HeadBlock head_block_of_cta(const BwdParams& p) {
+  return HeadBlock{static_cast<int>(blockIdx.x) % p.heads_q, static_cast<int>(blockIdx.x) / p.heads_q};
+}
+
 // The workspace row of q row m0 (a multiple of kBlockM) of q head `head`: workspace_block * kBlockM.
 template <int kBlockM>
 __device__ __forceinline__ std::int64_t workspace_row(const BwdParams& p, const BwdSequence& seq, int head, int m0) {
