@@ -37,6 +37,12 @@ const Config kConfigs[] = {
     {{2, 129, 31, 2, 1, 3}, QuantGranularity::kPerTensor, false, 128, 16, 0},
     {{1, 1000, 1000, 8, 8, 128}, QuantGranularity::kPerBlock, true, 128, 128, 0},
     {{1, 40, 40, 2, 2, 300}, QuantGranularity::kPerBlock, false, 1000, 1000, 0},
+    // d 64 / 128 / 256 move a lane's elements and codes as vectors where every row is 16-byte aligned
+    // (pad 0 or 16), with or without the transform, and go element by element otherwise (pad 3).
+    {{2, 130, 67, 4, 2, 128}, QuantGranularity::kPerBlock, false, 64, 32, 0},
+    {{1, 77, 200, 2, 1, 256}, QuantGranularity::kPerHead, false, 128, 128, 16},
+    {{2, 33, 65, 3, 3, 64}, QuantGranularity::kPerTensor, false, 128, 16, 3},
+    {{1, 70, 90, 2, 2, 64}, QuantGranularity::kPerBlock, true, 32, 64, 16},
 };
 
 // Runs the case on the host, then the same inputs on the device with poisoned outputs, and compares.

@@ -4,6 +4,12 @@
 // operation is an explicitly rounded intrinsic applied in the CPU quantizer's order, so codes and
 // scales match src/reference/fp8_quantize.cpp bit for bit.
 //
+// Rows of d 64, 128 or 256 take that layout with or without the transform; where the host finds the rows
+// 16-byte aligned (kVector) a lane reads its E elements with one load and writes its E codes with one
+// store, and each warp has kRowsInFlight rows' loads in flight: a warp reading one row at a time with
+// 2-byte loads moved 0.64-0.82 TB/s (perf-notes, session 35). Other head dims and unaligned rows go
+// element by element.
+//
 // kPerBlock: one launch; a tile is a scale block, its CTA reduces amax over the tile, writes the scale
 // and quantizes (the second read of the tile hits L2). kPerTensor / kPerHead: the scale group spans many
 // tiles, so amax is reduced into the descale slots first (zero, atomicMax, amax -> scale), then a
@@ -19,7 +25,9 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "sm90/host/device_guard.hpp"
 
@@ -68,12 +76,47 @@ __device__ std::uint8_t* row_out(const Params& p, int b, int s, int h) {
   return static_cast<std::uint8_t*>(p.out.data) + b * p.out.stride[0] + s * p.out.stride[1] + h * p.out.stride[2];
 }
 
-// Lane's E columns of row (b, s, h) times M = H diag(s) / sqrt(d).
-template <typename T, int E>
-__device__ void load_transformed(const Params& p, int b, int s, int h, int lane, float (&v)[E]) {
+template <typename T>
+__device__ T from_bits(unsigned short bits);
+template <>
+__device__ __half from_bits<__half>(unsigned short bits) { return __ushort_as_half(bits); }
+template <>
+__device__ __nv_bfloat16 from_bits<__nv_bfloat16>(unsigned short bits) { return __ushort_as_bfloat16(bits); }
+
+// The E-element vector of a lane (4, 8 or 16 bytes) and its E codes (2, 4 or 8 bytes).
+template <int E>
+using InVector = std::conditional_t<E == 2, unsigned, std::conditional_t<E == 4, uint2, uint4>>;
+template <int E>
+using CodeVector = std::conditional_t<E == 2, unsigned short, std::conditional_t<E == 4, unsigned, uint2>>;
+
+// Lane's E columns of row (b, s, h) as floats (exact conversions).
+template <typename T, int E, bool kVector>
+__device__ void load_lane_columns(const Params& p, int b, int s, int h, int lane, float (&v)[E]) {
   const T* in = row_in<T>(p, b, s, h) + lane * E;
+  if constexpr (kVector) {
+    const InVector<E> raw = *reinterpret_cast<const InVector<E>*>(in);
+    unsigned words[E / 2];
+    if constexpr (E == 2) {
+      words[0] = raw;
+    } else if constexpr (E == 4) {
+      words[0] = raw.x, words[1] = raw.y;
+    } else {
+      words[0] = raw.x, words[1] = raw.y, words[2] = raw.z, words[3] = raw.w;
+    }
 #pragma unroll
-  for (int i = 0; i < E; ++i) v[i] = to_float(in[i]);
+    for (int i = 0; i < E / 2; ++i) {
+      v[2 * i] = to_float(from_bits<T>(static_cast<unsigned short>(words[i] & 0xffffu)));
+      v[2 * i + 1] = to_float(from_bits<T>(static_cast<unsigned short>(words[i] >> 16)));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) v[i] = to_float(in[i]);
+  }
+}
+
+// v (a lane's E columns of a row) times M = H diag(s) / sqrt(d).
+template <int E>
+__device__ void transform(const Params& p, int lane, float (&v)[E]) {
 #pragma unroll
   for (int stride = 1; stride < E; stride *= 2) {
 #pragma unroll
@@ -102,32 +145,113 @@ __device__ void load_transformed(const Params& p, int b, int s, int h, int lane,
   }
 }
 
-// amax of one row, identical in every lane of the warp.
-template <typename T, int E>
-__device__ float row_amax(const Params& p, int b, int s, int h, int lane) {
-  float m = 0.0f;
-  if constexpr (E > 0) {
-    float v[E];
-    load_transformed<T, E>(p, b, s, h, lane, v);
+// How a kernel reads rows: E columns a lane (0: element by element, any d), whether it transforms them,
+// whether a lane's columns and codes move as one vector each.
+template <int E_, bool kTransform_, bool kVector_>
+struct RowPath {
+  static constexpr int E = E_;
+  static constexpr bool kTransform = kTransform_, kVector = kVector_;
+  static_assert(E > 0 || (!kTransform && !kVector), "the element-by-element path neither transforms nor vectorizes");
+};
+
+// Rows a warp loads before it uses any of them (registers: kRowsInFlight * E floats).
+constexpr int kRowsInFlight = 4;
+
+__device__ float warp_max(float m) {
 #pragma unroll
-    for (int i = 0; i < E; ++i) m = fmaxf(m, fabsf(v[i]));
-  } else {
-    const T* in = row_in<T>(p, b, s, h);
-    for (int j = lane; j < p.head_dim; j += 32) m = fmaxf(m, fabsf(to_float(in[j])));
-  }
+  for (int lanes = 16; lanes > 0; lanes /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, lanes));
   return m;
 }
 
-// Codes of columns [col0, col0 + cols) of row (b, s, h) into dst[0, cols). The transformed path
-// always encodes the whole row (col0 0, cols d).
-template <typename T, int E>
+// Lane's E columns of row (b, s, h), loaded and (where the path says) transformed.
+template <typename T, class Path>
+__device__ void load_row(const Params& p, int b, int s, int h, int lane, float (&v)[Path::E]) {
+  load_lane_columns<T, Path::E, Path::kVector>(p, b, s, h, lane, v);
+  if constexpr (Path::kTransform) transform<Path::E>(p, lane, v);
+}
+
+// for_each_warp_row(v, s): this warp's rows of [row_begin, row_end) (row_begin + warp, then every
+// kWarps-th), each as a lane's E columns, kRowsInFlight rows loaded before the first is used.
+template <typename T, class Path, class F>
+__device__ void for_each_warp_row(const Params& p, int b, int h, int row_begin, int row_end, int lane, int warp,
+                                  F&& f) {
+  constexpr int E = Path::E;
+  for (int s0 = row_begin + warp; s0 < row_end; s0 += kWarps * kRowsInFlight) {
+    float v[kRowsInFlight][E];
+#pragma unroll
+    for (int r = 0; r < kRowsInFlight; ++r) {
+      if (s0 + r * kWarps < row_end) load_lane_columns<T, E, Path::kVector>(p, b, s0 + r * kWarps, h, lane, v[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsInFlight; ++r) {
+      if (s0 + r * kWarps >= row_end) break;  // the same for the whole warp
+      if constexpr (Path::kTransform) transform<E>(p, lane, v[r]);
+      f(v[r], s0 + r * kWarps);
+    }
+  }
+}
+
+// amax of this warp's rows of the tile (for_each_warp_row's), identical in every lane.
+template <typename T, class Path>
+__device__ float warp_rows_amax(const Params& p, int b, int h, int row_begin, int row_end, int lane, int warp) {
+  float m = 0.0f;
+  if constexpr (Path::E > 0) {
+    for_each_warp_row<T, Path>(p, b, h, row_begin, row_end, lane, warp, [&](const float(&v)[Path::E], int) {
+#pragma unroll
+      for (int i = 0; i < Path::E; ++i) m = fmaxf(m, fabsf(v[i]));
+    });
+  } else {
+    for (int s = row_begin + warp; s < row_end; s += kWarps) {
+      const T* in = row_in<T>(p, b, s, h);
+      for (int j = lane; j < p.head_dim; j += 32) m = fmaxf(m, fabsf(to_float(in[j])));
+    }
+  }
+  return warp_max(m);
+}
+
+// Codes of this warp's rows of the tile into out (its ordinary layout).
+template <typename T, class Path>
+__device__ void encode_warp_rows(const Params& p, int b, int h, int row_begin, int row_end, int lane, int warp,
+                                 float scale) {
+  constexpr int E = Path::E;
+  if constexpr (E > 0) {
+    for_each_warp_row<T, Path>(p, b, h, row_begin, row_end, lane, warp, [&](const float(&v)[E], int s) {
+      std::uint8_t* dst = row_out(p, b, s, h) + lane * E;
+      if constexpr (Path::kVector) {
+        unsigned words[(E + 3) / 4] = {};
+#pragma unroll
+        for (int i = 0; i < E; ++i) words[i / 4] |= unsigned{to_e4m3(v[i], scale)} << (8 * (i % 4));
+        if constexpr (E == 2) {
+          *reinterpret_cast<unsigned short*>(dst) = static_cast<unsigned short>(words[0]);
+        } else if constexpr (E == 4) {
+          *reinterpret_cast<unsigned*>(dst) = words[0];
+        } else {
+          *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < E; ++i) dst[i] = to_e4m3(v[i], scale);
+      }
+    });
+  } else {
+    for (int s = row_begin + warp; s < row_end; s += kWarps) {
+      const T* in = row_in<T>(p, b, s, h);
+      std::uint8_t* dst = row_out(p, b, s, h);
+      for (int j = lane; j < p.head_dim; j += 32) dst[j] = to_e4m3(to_float(in[j]), scale);
+    }
+  }
+}
+
+// Codes of columns [col0, col0 + cols) of row (b, s, h) into dst[0, cols) (a row of the staged tile).
+// The E-column paths always encode the whole row (col0 0, cols d).
+template <typename T, class Path>
 __device__ void encode_row(const Params& p, int b, int s, int h, int lane, float scale, int col0, int cols,
                            std::uint8_t* dst) {
-  if constexpr (E > 0) {
-    float v[E];
-    load_transformed<T, E>(p, b, s, h, lane, v);
+  if constexpr (Path::E > 0) {
+    float v[Path::E];
+    load_row<T, Path>(p, b, s, h, lane, v);
 #pragma unroll
-    for (int i = 0; i < E; ++i) dst[lane * E + i] = to_e4m3(v[i], scale);
+    for (int i = 0; i < Path::E; ++i) dst[lane * Path::E + i] = to_e4m3(v[i], scale);
   } else {
     const T* in = row_in<T>(p, b, s, h) + col0;
     for (int j = lane; j < cols; j += 32) dst[j] = to_e4m3(to_float(in[j]), scale);
@@ -135,7 +259,7 @@ __device__ void encode_row(const Params& p, int b, int s, int h, int lane, float
 }
 
 // Rows [row_begin, row_end) of (b, h) into a keys-contiguous out, through the staged tile.
-template <typename T, int E>
+template <typename T, class Path>
 __device__ void quantize_rows_keys_contiguous(const Params& p, int b, int h, int row_begin, int row_end,
                                               float scale) {
   __shared__ std::uint8_t staged[kStagedKeys][kStagedPitch];
@@ -146,7 +270,7 @@ __device__ void quantize_rows_keys_contiguous(const Params& p, int b, int h, int
     for (int col0 = 0; col0 < p.head_dim; col0 += kStagedCols) {
       const int cols = min(kStagedCols, p.head_dim - col0);
       for (int r = warp; r < keys; r += kWarps)
-        encode_row<T, E>(p, b, key0 + r, h, lane, scale, col0, cols, staged[r]);
+        encode_row<T, Path>(p, b, key0 + r, h, lane, scale, col0, cols, staged[r]);
       __syncthreads();
       for (int i = threadIdx.x; i < keys * cols; i += kThreads) {
         const int r = i % keys, c = i / keys;
@@ -157,14 +281,7 @@ __device__ void quantize_rows_keys_contiguous(const Params& p, int b, int h, int
   }
 }
 
-__device__ float warp_max(float m) {
-#pragma unroll
-  for (int lanes = 16; lanes > 0; lanes /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, lanes));
-  return m;
-}
-
-// E = d / 32 for the transformed path, 0 for plain rows of any d.
-template <typename T, int E>
+template <typename T, class Path>
 __global__ void __launch_bounds__(kThreads) quantize_tiles(Params p, Pass pass) {
   const int tile = blockIdx.x % p.tiles_per_head;
   const int h = (blockIdx.x / p.tiles_per_head) % p.heads;
@@ -178,10 +295,8 @@ __global__ void __launch_bounds__(kThreads) quantize_tiles(Params p, Pass pass) 
   if (pass == Pass::kQuantize) {
     scale = *slot;
   } else {
-    float m = 0.0f;
-    for (int s = row_begin + warp; s < row_end; s += kWarps) m = fmaxf(m, row_amax<T, E>(p, b, s, h, lane));
+    float m = warp_rows_amax<T, Path>(p, b, h, row_begin, row_end, lane, warp);
     __shared__ float warp_amax[kWarps];
-    m = warp_max(m);
     if (lane == 0) warp_amax[warp] = m;
     __syncthreads();
     m = warp_amax[0];
@@ -195,9 +310,8 @@ __global__ void __launch_bounds__(kThreads) quantize_tiles(Params p, Pass pass) 
     scale = detail::scale_from_amax(m);
     if (threadIdx.x == 0) *slot = scale;
   }
-  if (p.out_keys_contiguous) return quantize_rows_keys_contiguous<T, E>(p, b, h, row_begin, row_end, scale);
-  for (int s = row_begin + warp; s < row_end; s += kWarps)
-    encode_row<T, E>(p, b, s, h, lane, scale, 0, p.head_dim, row_out(p, b, s, h));
+  if (p.out_keys_contiguous) return quantize_rows_keys_contiguous<T, Path>(p, b, h, row_begin, row_end, scale);
+  encode_warp_rows<T, Path>(p, b, h, row_begin, row_end, lane, warp, scale);
 }
 
 // The descale slots of kPerTensor / kPerHead: zeroed before the amax pass, turned into scales after it.
@@ -215,20 +329,47 @@ __global__ void amax_to_scale(Params p) {
   *slot = detail::scale_from_amax(*slot);
 }
 
-template <typename T, int E>
+template <typename T, class Path>
 void launch_tiles(const Params& p, Pass pass, cudaStream_t stream) {
   const long long tiles = static_cast<long long>(p.batch) * p.heads * p.tiles_per_head;
-  quantize_tiles<T, E><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p, pass);
+  quantize_tiles<T, Path><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p, pass);
 }
 
+template <typename T, int E, bool kTransform>
+void launch_tiles(const Params& p, bool vector, Pass pass, cudaStream_t stream) {
+  if (vector) return launch_tiles<T, RowPath<E, kTransform, true>>(p, pass, stream);
+  if constexpr (kTransform) return launch_tiles<T, RowPath<E, true, false>>(p, pass, stream);
+  return launch_tiles<T, RowPath<0, false, false>>(p, pass, stream);  // element by element
+}
+
+// hadamard: validation admits d in {64, 128, 256}. vector: rows_aligned.
 template <typename T>
-void launch_tiles(const Params& p, bool hadamard, Pass pass, cudaStream_t stream) {
-  if (!hadamard) return launch_tiles<T, 0>(p, pass, stream);
-  switch (p.head_dim) {  // validation admits d in {64, 128, 256} with hadamard
-    case 64: return launch_tiles<T, 2>(p, pass, stream);
-    case 128: return launch_tiles<T, 4>(p, pass, stream);
-    default: return launch_tiles<T, 8>(p, pass, stream);
-  }
+void launch_tiles(const Params& p, bool hadamard, bool vector, Pass pass, cudaStream_t stream) {
+  const auto by_dim = [&](auto transform) {
+    constexpr bool kTransform = decltype(transform)::value;
+    switch (p.head_dim) {
+      case 64: return launch_tiles<T, 2, kTransform>(p, vector, pass, stream);
+      case 128: return launch_tiles<T, 4, kTransform>(p, vector, pass, stream);
+      case 256: return launch_tiles<T, 8, kTransform>(p, vector, pass, stream);
+      default: return launch_tiles<T, RowPath<0, false, false>>(p, pass, stream);
+    }
+  };
+  if (hadamard) return by_dim(std::true_type{});
+  by_dim(std::false_type{});
+}
+
+// Whether a lane's E inputs and E codes may move as one vector each: the views' data and every stride
+// but the contiguous one multiples of 16 bytes (then a lane's E-element offset is a multiple of its
+// vector's size). A keys-contiguous out is written through shared memory, so only its input counts.
+bool rows_aligned(const detail::QuantizeJob& job) {
+  const auto aligned = [](const Tensor& t, int element_bytes, int contiguous_dim) {
+    if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+    for (int d = 0; d < t.rank; ++d) {
+      if (d != contiguous_dim && (t.stride[d] * element_bytes) % 16 != 0) return false;
+    }
+    return true;
+  };
+  return aligned(*job.in, 2, 3) && (job.out_keys_contiguous || aligned(*job.out, 1, 3));
 }
 
 Status quantize_job(const detail::QuantizeJob& job, const detail::QuantizePlan& plan, cudaStream_t stream) {
@@ -241,11 +382,12 @@ Status quantize_job(const detail::QuantizeJob& job, const detail::QuantizePlan& 
                                                 std::to_string(tiles) + " exceeds the 2^31 - 1 CTAs of one launch");
   }
   const bool bf16 = job.in->dtype == Dtype::kBFloat16;
+  const bool vector = rows_aligned(job);
   auto tiles_pass = [&](Pass pass) {
     if (bf16) {
-      launch_tiles<__nv_bfloat16>(p, job.hadamard, pass, stream);
+      launch_tiles<__nv_bfloat16>(p, job.hadamard, vector, pass, stream);
     } else {
-      launch_tiles<__half>(p, job.hadamard, pass, stream);
+      launch_tiles<__half>(p, job.hadamard, vector, pass, stream);
     }
   };
   if (plan.granularity == QuantGranularity::kPerBlock) {
