@@ -13,15 +13,11 @@ Writes bench/results/<date>-h200-bwd-peers.json. Needs torch with CUDA and hopat
 """
 
 import argparse
-import datetime
-import json
-import pathlib
 
 import torch
 
-from compare import IMPLEMENTATIONS, kernel_ms  # bench/compare.py
+from compare import IMPLEMENTATIONS, kernel_ms, write_kernel_timing_rows  # bench/compare.py
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 PEERS = ("hopattn", "sdpa_cudnn")
 
 
@@ -70,12 +66,7 @@ def main():
                 print(f"{shape:<30} {ms['hopattn']:>10.4f} {ms['sdpa_cudnn']:>9.4f} "
                       f"{ms['sdpa_cudnn'] / ms['hopattn']:>10.2f} {row['bwd_tflops']['hopattn']:>8.1f} "
                       f"{row['max_rel_grad_diff']:>9.1e}", flush=True)
-    date = datetime.datetime.now(datetime.timezone.utc)
-    out = pathlib.Path(args.out) if args.out else RESULTS / f"{date:%Y-%m-%d}-h200-bwd-peers.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(date=date.isoformat(timespec="seconds"), device=torch.cuda.get_device_name(),
-                                   torch=torch.__version__, timing="kernel", rows=rows), indent=1))
-    print("wrote", out)
+    write_kernel_timing_rows(rows, args.out, "bwd-peers")
 
 
 if __name__ == "__main__":

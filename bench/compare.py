@@ -75,6 +75,17 @@ def kernel_ms(fn, samples, flush):
     return sorted(times)[len(times) // 2]
 
 
+def write_kernel_timing_rows(rows, out, name):
+    """Writes rows timed by kernel_ms, with the date, device and torch version, to `out` or to
+    bench/results/<date>-h200-<name>.json (window_peers.py, bwd_peers.py)."""
+    date = datetime.datetime.now(datetime.timezone.utc)
+    path = pathlib.Path(out) if out else RESULTS / f"{date:%Y-%m-%d}-h200-{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(date=date.isoformat(timespec="seconds"), device=torch.cuda.get_device_name(),
+                                    torch=torch.__version__, timing="kernel", rows=rows), indent=1))
+    print("wrote", path)
+
+
 def hopattn_impl():
     return lambda q, k, v, causal: hopattn.flash_attn_func(q, k, v, causal=causal)
 

@@ -13,17 +13,12 @@ Needs torch with CUDA and hopattn importable (pip install, or python/device_buil
 """
 
 import argparse
-import datetime
-import json
-import pathlib
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import hopattn
-from compare import kernel_ms  # bench/compare.py: the profiler's kernel time of one call, median
-
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+from compare import kernel_ms, write_kernel_timing_rows  # bench/compare.py
 
 # name, batch, q heads, kv heads, seqlen, head dim, window_left (keys before the diagonal)
 LAYERS = [
@@ -89,12 +84,7 @@ def main():
                 print(f"{row['layer']:<15} {shape:<28} {kind:<4} {ms['hopattn']:>10.4f} {ms['flex']:>9.4f} "
                       f"{ms['flex'] / ms['hopattn']:>6.2f}", flush=True)
         print(f"{'':<15} {'':<28} max |hopattn - flex| {row['max_abs_diff']:.2e}", flush=True)
-    date = datetime.datetime.now(datetime.timezone.utc)
-    out = pathlib.Path(args.out) if args.out else RESULTS / f"{date:%Y-%m-%d}-h200-window-peers.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(date=date.isoformat(timespec="seconds"), device=torch.cuda.get_device_name(),
-                                   torch=torch.__version__, timing="kernel", rows=rows), indent=1))
-    print("wrote", out)
+    write_kernel_timing_rows(rows, args.out, "window-peers")
 
 
 if __name__ == "__main__":
