@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
   const BwdSequence seq = backward_sequence<kBlockM>(p, blockIdx.y);
   const int seqlen_q = seq.bounds.seqlen_q;
   if (m0 >= seqlen_q) return;
-  const float4* block = reinterpret_cast<const float4*>(p.dq_accum + workspace_row<kBlockM>(p, seq, head, m0) * kHeadDim);
+  const float4* block =
+      reinterpret_cast<const float4*>(p.dq_accum + workspace_row<kBlockM>(p, seq, head, m0) * kHeadDim);
   Element* dq = static_cast<Element*>(p.dq) + seq.rows.q_batch * p.dq_batch_stride +
                 std::int64_t(seq.rows.q_row0 + m0) * p.dq_row_stride + head * p.dq_head_stride;
   const int thread = threadIdx.x;

@@ -10,9 +10,9 @@
 // whole workspace, a pass of its own over as many bytes as out and dout.
 //
 // One CTA per (64-row block, q head) (head_block_of_cta) and batch entry or sequence (blockIdx.y); the
-// blocks past their sequence's rows leave at once (the grid has the longest sequence's). Rows are read in 16-byte chunks, a group of
-// lanes per row: one warp per row with 4-byte reads ran at 28% of the H200's DRAM rate at d 64
-// (perf-notes v113).
+// blocks past their sequence's rows leave at once (the grid has the longest sequence's). Rows are read
+// in 16-byte chunks, a group of lanes per row: one warp per row with 4-byte reads ran at 28% of the
+// H200's DRAM rate at d 64 (perf-notes v113).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -117,7 +117,9 @@ __global__ void __launch_bounds__(kRowStatsThreads, kRowStatsCtasPerSm) backward
 
   float4* dq = reinterpret_cast<float4*>(p.dq_accum + block * kRowStatsBlock * kHeadDim);
 #pragma unroll
-  for (int i = thread; i < kRowStatsBlock * kHeadDim / 4; i += kRowStatsThreads) dq[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i = thread; i < kRowStatsBlock * kHeadDim / 4; i += kRowStatsThreads) {
+    dq[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   if (p.dq_order != nullptr && thread < kConsumerWarpgroups) p.dq_order[block * kConsumerWarpgroups + thread] = 0;
 }
 

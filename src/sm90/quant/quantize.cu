@@ -7,7 +7,7 @@
 // Rows of d 64, 128 or 256 take that layout with or without the transform; where the host finds the rows
 // 16-byte aligned (kVector) a lane reads its E elements with one load and writes its E codes with one
 // store, and each warp has kRowsInFlight rows' loads in flight: a warp reading one row at a time with
-// 2-byte loads moved 0.64-0.82 TB/s (perf-notes, session 35). Other head dims and unaligned rows go
+// 2-byte loads moved 0.64-0.82 TB/s (perf-notes v114). Other head dims and unaligned rows go
 // element by element.
 //
 // kPerBlock: one launch; a tile is a scale block, its CTA reduces amax over the tile, writes the scale
@@ -83,11 +83,9 @@ __device__ __half from_bits<__half>(unsigned short bits) { return __ushort_as_ha
 template <>
 __device__ __nv_bfloat16 from_bits<__nv_bfloat16>(unsigned short bits) { return __ushort_as_bfloat16(bits); }
 
-// The E-element vector of a lane (4, 8 or 16 bytes) and its E codes (2, 4 or 8 bytes).
+// A lane's E 16-bit inputs as one vector (4, 8 or 16 bytes).
 template <int E>
 using InVector = std::conditional_t<E == 2, unsigned, std::conditional_t<E == 4, uint2, uint4>>;
-template <int E>
-using CodeVector = std::conditional_t<E == 2, unsigned short, std::conditional_t<E == 4, unsigned, uint2>>;
 
 // Lane's E columns of row (b, s, h) as floats (exact conversions).
 template <typename T, int E, bool kVector>
