@@ -207,6 +207,22 @@ __device__ float warp_rows_amax(const Params& p, int b, int h, int row_begin, in
   return warp_max(m);
 }
 
+// Codes of columns [col0, col0 + cols) of row (b, s, h) into dst[0, cols) (a row of out, or of the
+// staged tile of a keys-contiguous out). The E-column paths always encode the whole row (col0 0, cols d).
+template <typename T, class Path>
+__device__ void encode_row(const Params& p, int b, int s, int h, int lane, float scale, int col0, int cols,
+                           std::uint8_t* dst) {
+  if constexpr (Path::E > 0) {
+    float v[Path::E];
+    load_row<T, Path>(p, b, s, h, lane, v);
+#pragma unroll
+    for (int i = 0; i < Path::E; ++i) dst[lane * Path::E + i] = to_e4m3(v[i], scale);
+  } else {
+    const T* in = row_in<T>(p, b, s, h) + col0;
+    for (int j = lane; j < cols; j += 32) dst[j] = to_e4m3(to_float(in[j]), scale);
+  }
+}
+
 // Codes of this warp's rows of the tile into out (its ordinary layout).
 template <typename T, class Path>
 __device__ void encode_warp_rows(const Params& p, int b, int h, int row_begin, int row_end, int lane, int warp,
@@ -232,27 +248,8 @@ __device__ void encode_warp_rows(const Params& p, int b, int h, int row_begin, i
       }
     });
   } else {
-    for (int s = row_begin + warp; s < row_end; s += kWarps) {
-      const T* in = row_in<T>(p, b, s, h);
-      std::uint8_t* dst = row_out(p, b, s, h);
-      for (int j = lane; j < p.head_dim; j += 32) dst[j] = to_e4m3(to_float(in[j]), scale);
-    }
-  }
-}
-
-// Codes of columns [col0, col0 + cols) of row (b, s, h) into dst[0, cols) (a row of the staged tile).
-// The E-column paths always encode the whole row (col0 0, cols d).
-template <typename T, class Path>
-__device__ void encode_row(const Params& p, int b, int s, int h, int lane, float scale, int col0, int cols,
-                           std::uint8_t* dst) {
-  if constexpr (Path::E > 0) {
-    float v[Path::E];
-    load_row<T, Path>(p, b, s, h, lane, v);
-#pragma unroll
-    for (int i = 0; i < Path::E; ++i) dst[lane * Path::E + i] = to_e4m3(v[i], scale);
-  } else {
-    const T* in = row_in<T>(p, b, s, h) + col0;
-    for (int j = lane; j < cols; j += 32) dst[j] = to_e4m3(to_float(in[j]), scale);
+    for (int s = row_begin + warp; s < row_end; s += kWarps)
+      encode_row<T, Path>(p, b, s, h, lane, scale, 0, p.head_dim, row_out(p, b, s, h));
   }
 }
 
