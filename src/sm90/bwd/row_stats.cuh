@@ -20,9 +20,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
+#include "sm90/arch/convert.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/sequence.cuh"
 
@@ -33,20 +33,6 @@ constexpr int kRowStatsThreads = 256;
 // At least 3 CTAs an SM (85 registers a thread), so that enough rows' loads are in flight: at d 256 a
 // CTA holding all its loads took 151 registers, one CTA an SM; at 4 (64 registers) d 256 spilled.
 constexpr int kRowStatsCtasPerSm = 3;
-
-// Two 16-bit elements packed in a 32-bit word, as floats.
-template <typename Element>
-__device__ __forceinline__ float2 unpack_pair(std::uint32_t word) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    __nv_bfloat162 pair;
-    std::memcpy(&pair, &word, sizeof(word));
-    return __bfloat1622float2(pair);
-  } else {
-    __half2 pair;
-    std::memcpy(&pair, &word, sizeof(word));
-    return __half22float2(pair);
-  }
-}
 
 // The dot product of 8 elements of out and dout held as two 16-byte chunks.
 template <typename Element>

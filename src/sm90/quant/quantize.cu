@@ -29,6 +29,7 @@
 #include <string>
 #include <type_traits>
 
+#include "sm90/arch/convert.cuh"
 #include "sm90/host/device_guard.hpp"
 
 namespace hopattn::sm90 {
@@ -76,13 +77,6 @@ __device__ std::uint8_t* row_out(const Params& p, int b, int s, int h) {
   return static_cast<std::uint8_t*>(p.out.data) + b * p.out.stride[0] + s * p.out.stride[1] + h * p.out.stride[2];
 }
 
-template <typename T>
-__device__ T from_bits(unsigned short bits);
-template <>
-__device__ __half from_bits<__half>(unsigned short bits) { return __ushort_as_half(bits); }
-template <>
-__device__ __nv_bfloat16 from_bits<__nv_bfloat16>(unsigned short bits) { return __ushort_as_bfloat16(bits); }
-
 // A lane's E 16-bit inputs as one vector (4, 8 or 16 bytes).
 template <int E>
 using InVector = std::conditional_t<E == 2, unsigned, std::conditional_t<E == 4, uint2, uint4>>;
@@ -103,8 +97,9 @@ __device__ void load_lane_columns(const Params& p, int b, int s, int h, int lane
     }
 #pragma unroll
     for (int i = 0; i < E / 2; ++i) {
-      v[2 * i] = to_float(from_bits<T>(static_cast<unsigned short>(words[i] & 0xffffu)));
-      v[2 * i + 1] = to_float(from_bits<T>(static_cast<unsigned short>(words[i] >> 16)));
+      const float2 pair = unpack_pair<T>(words[i]);
+      v[2 * i] = pair.x;
+      v[2 * i + 1] = pair.y;
     }
   } else {
 #pragma unroll
