@@ -38,6 +38,7 @@
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
+#include "sm90/tile/a_fragment.hpp"
 #include "sm90/tile/fragment.hpp"
 #include "sm90/tile/smem_layout.hpp"
 
@@ -65,7 +66,8 @@ class BwdConsumer {
         thread_(threadIdx.x % Traits::kWarpgroupThreads),
         key0_(block.n_block * Traits::kBlockN + first_key_in_tile()) {}
 
-  __device__ void run() {
+  // maps: dk's and dv's (store_gradient_tiles).
+  __device__ void run(const GradientMaps& maps) {
     if constexpr (Traits::kSplitsRoles) {
       float grad[kG];  // dV (consumer 0) or dK (consumer 1)
 #pragma unroll
@@ -73,7 +75,11 @@ class BwdConsumer {
       walk_steps([&](int head, int m0, const StageRing<Traits::kStages>& ring, PendingDq& pending) {
         run_role_step(head, m0, ring, pending, grad);
       });
-      store_role_gradient(grad);
+      if (stores_gradient_tiles()) {
+        store_role_gradient_tile(grad, maps);
+      } else {
+        store_role_gradient(grad);
+      }
     } else {
       float dk[kG], dv[kG];
 #pragma unroll
@@ -81,7 +87,11 @@ class BwdConsumer {
       walk_steps([&](int head, int m0, const StageRing<Traits::kStages>& ring, PendingDq& pending) {
         run_step(head, m0, ring, pending, dk, dv);
       });
-      store_gradients(dk, dv);
+      if (stores_gradient_tiles()) {
+        store_gradient_tiles(dk, dv, maps);
+      } else {
+        store_gradients(dk, dv);
+      }
     }
     if (issues_dq_reductions()) tma_store_wait_all();  // the reductions read shared memory until they finish
   }
@@ -644,6 +654,76 @@ class BwdConsumer {
                           dq_share(pending), dq_pieces() * kDqPieceFloats * sizeof(float));
       tma_store_commit();
     }
+  }
+
+  // The gradients through shared memory and TMA where the CTA's whole key block lies within its
+  // sequence's stored keys (its rows end no later than the tensor map's, which for a packed dk/dv is only
+  // the last sequence's end; the others store through registers). Writing
+  // 64 x d gradients from the accumulators by 4-byte stores took about 13k cycles a CTA on the H200
+  // (d 128: 28% of a 512-token CTA; each warp store touches 8 rows), which held the SM from the next CTA.
+  __device__ bool stores_gradient_tiles() const {
+    if constexpr (!Traits::kGradientsByTma) return false;
+    return (block_.n_block + 1) * Traits::kBlockN <= seq_.key_rows;
+  }
+
+  // The gradients go to the K and V tiles, in the layout TMA loaded K and V in, once neither consumer
+  // reads them (kKvFreeBarrier: after both have waited for their last dQ GEMM, which reads all of K).
+  // dK (times softmax_scale) into this consumer's K rows, dV into its V rows.
+  __device__ void store_gradient_tiles(const float (&dk)[kG], const float (&dv)[kG], const GradientMaps& maps) const {
+    named_barrier_sync(Traits::kKvFreeBarrier, Traits::kConsumerThreads);
+    write_gradient_rows(dk, p_.softmax_scale, smem_address(s_.k));
+    write_gradient_rows(dv, 1.0f, smem_address(s_.v));
+    issue_gradient_stores([&](std::uint32_t offset, int col, int row) {
+      tma_store_4d(maps.dk, s_.k + offset, col, row, block_.kv_head, seq_.rows.k_batch);
+      tma_store_4d(maps.dv, s_.v + offset, col, row, block_.kv_head, seq_.rows.k_batch);
+    });
+  }
+
+  // Traits::kSplitsRoles: consumer 0's dV into the V tile, consumer 1's dK (times softmax_scale) into the
+  // K tile.
+  __device__ void store_role_gradient_tile(const float (&grad)[kG], const GradientMaps& maps) const {
+    const bool is_dk = warpgroup_ == 1;
+    named_barrier_sync(Traits::kKvFreeBarrier, Traits::kConsumerThreads);
+    write_gradient_rows(grad, is_dk ? p_.softmax_scale : 1.0f, smem_address(is_dk ? s_.k : s_.v));
+    issue_gradient_stores([&](std::uint32_t offset, int col, int row) {
+      tma_store_4d(is_dk ? maps.dk : maps.dv, (is_dk ? s_.k : s_.v) + offset, col, row, block_.kv_head,
+                   seq_.rows.k_batch);
+    });
+  }
+
+  // This consumer's 64 rows of a gradient, scaled and packed, into its rows of a K/V-shaped tile: the
+  // accumulators of columns [16k, 16k + 16), packed in pairs, are the A-fragment layout, so one
+  // stmatrix.x4 per 16 columns at ldmatrix's lane addresses (a_fragment.hpp) stores them (as the
+  // forward's O, fwd/epilogue.cuh).
+  __device__ void write_gradient_rows(const float (&grad)[kG], float scale, std::uint32_t tile) const {
+    const int row = first_key_in_tile() + a_fragment_load_row(thread_);
+#pragma unroll
+    for (int k = 0; k < Traits::kHeadDim / 16; ++k) {
+      std::uint32_t packed[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 8 * k + 2 * j;
+        packed[j] = pack_pair<Traits::kIsBf16>(grad[i] * scale, grad[i + 1] * scale);
+      }
+      stmatrix_x4(tile + KTile::offset(row, a_fragment_load_byte(thread_, k) / 2), packed);
+    }
+  }
+
+  // Once the warpgroup's rows are written, thread 0 issues store(byte offset in the tile, first column,
+  // first row of dk/dv) for each 64-column block of its rows (columns past
+  // head_dim and rows past the tensor's end are not written: the maps end there).
+  template <class Store>
+  __device__ void issue_gradient_stores(Store&& store) const {
+    fence_proxy_async_shared();  // our generic stores -> the TMA unit's (async proxy) reads
+    named_barrier_sync(Traits::kGradRowsBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
+    if (thread_ != 0) return;
+    const int row = seq_.rows.k_row0 + key0_;
+#pragma unroll
+    for (int block = 0; block < KTile::kColumnBlocks; ++block) {
+      store(block * KTile::kColumnBlockBytes + first_key_in_tile() * kSwizzleBytes, block * KTile::kColsPerBlock, row);
+    }
+    tma_store_commit();
+    tma_store_wait_all();  // the stores read shared memory until they finish; the CTA ends after this
   }
 
   // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers: every key

@@ -21,7 +21,8 @@ template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_dout,
-                              const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params) {
+                              const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params,
+                              const __grid_constant__ CUtensorMap tm_dk, const __grid_constant__ CUtensorMap tm_dv) {
   const KeyBlock block = key_block_of_cta<Traits>(params);
   const BwdSequence seq = backward_sequence<Traits::kBlockM>(params, block.batch);
   // The grid has the longest sequence's key blocks for every sequence: the whole CTA leaves, before
@@ -38,6 +39,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tma_prefetch_descriptor(&tm_v);
     tma_prefetch_descriptor(&tm_dout);
     tma_prefetch_descriptor(&tm_row_stats);
+    tma_prefetch_descriptor(&tm_dk);
+    tma_prefetch_descriptor(&tm_dv);
     mbarrier_init(&s.kv_full, 1);  // the producer's arrive_expect_tx
     for (int i = 0; i < Traits::kStages; ++i) {
       mbarrier_init(&s.q_full[i], 1);
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   } else {
     warpgroup_claim_registers<Traits::kConsumerRegisters>();
-    BwdConsumer<Traits>(s, params, block, seq, warpgroup - 1).run();
+    BwdConsumer<Traits>(s, params, block, seq, warpgroup - 1).run(GradientMaps{&tm_dk, &tm_dv});
   }
 }
 

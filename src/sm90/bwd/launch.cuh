@@ -48,6 +48,16 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   if (Status st = make_tensor_map(&tm_v, bshd_view(args.v, dtype), Traits::kColsPerBlock, Traits::kBlockN); !st.ok())
     return st;
 
+  // dk and dv, stored by TMA (consumer.cuh, store_gradient_tiles): one box per consumer's 64 keys and 64
+  // columns. Validation requires them TMA-addressable, as q, k and v (check_cuda_tensors).
+  CUtensorMap tm_dk, tm_dv;
+  if (Status st = make_tensor_map(&tm_dk, bshd_view(args.dk, dtype), Traits::kColsPerBlock, Traits::kKeysPerWarpgroup);
+      !st.ok())
+    return st;
+  if (Status st = make_tensor_map(&tm_dv, bshd_view(args.dv, dtype), Traits::kColsPerBlock, Traits::kKeysPerWarpgroup);
+      !st.ok())
+    return st;
+
   DeviceGuard device(pr.device_index);
   const auto stream = static_cast<cudaStream_t>(args.stream);
   BwdParams p = make_bwd_params<Traits::kBlockM>(args, pr);
@@ -106,7 +116,8 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
   }
   if (launched.ok()) {
     const dim3 grid(key_blocks, p.heads_kv, p.batch);
-    main_kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_dout, tm_row_stats, p);
+    main_kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_dout, tm_row_stats, p,
+                                                                          tm_dk, tm_dv);
     launched = cuda_status(cudaGetLastError(), "launching the backward kernel");
   }
   if (launched.ok()) {

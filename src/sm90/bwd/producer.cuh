@@ -25,6 +25,12 @@ struct BwdTensorMaps {
   const CUtensorMap* row_stats;
 };
 
+// The consumers' stores of dk and dv (consumer.cuh, store_gradient_tiles).
+struct GradientMaps {
+  const CUtensorMap* dk;
+  const CUtensorMap* dv;
+};
+
 // The CTA's work: key block n_block of K/V head kv_head of batch entry or sequence `batch`.
 struct KeyBlock {
   int n_block, kv_head, batch;
@@ -66,6 +72,9 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
   const StepList<Traits> steps(p, block, seq.bounds);
   StageRing<Traits::kStages> ring;
   for (int head = steps.first_head; head < steps.first_head + p.head_ratio; ++head) {
+    // Not unrolled: ptxas's four-way unroll spilled the producer's 24 registers once the consumers
+    // stored the gradients by TMA (v117).
+#pragma unroll 1
     for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
       const int stage = ring.index();
       mbarrier_wait(&s.q_empty[stage], ring.phase() ^ 1);  // the consumers are done with the stage

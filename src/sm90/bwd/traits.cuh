@@ -140,17 +140,24 @@ struct BwdTraits {
   // lean addressing (perf-notes v98), except in the deterministic kernel, whose consumers have 232
   // registers and spill without it.
   static constexpr bool kWarpUniformWarpgroup = kHeadDim != 128 || kDeterministic;
+  // dK and dV through shared memory and TMA where their layout allows it (consumer.cuh,
+  // stores_gradient_tiles). The deterministic d 128 kernel's consumers (232 registers) spilled 68 bytes
+  // with that path beside the register stores: it keeps the register stores alone.
+  static constexpr bool kGradientsByTma = !(kDeterministic && kHeadDim == 128);
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
   // forward), which also hand each step's dQ share to its reducing thread, each consumer's own
   // hand-off of a share (kDqReducedAtOnce, and the last step's after the loop; ids 3 and 4), and each
   // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6;
   // id 5 for both consumers where they share the keys), and consumer 0's P^T handed to consumer 1
-  // (kSplitsRoles; id 7).
+  // (kSplitsRoles; id 7), and the gradients' TMA stores at the end (consumer.cuh, store_gradients): both
+  // consumers done with K and V (id 8), each consumer's rows written (ids 9, 10).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
   static constexpr int kKeyTailBarrierBase = 5;
   static constexpr int kPReadyBarrier = 7;
+  static constexpr int kKvFreeBarrier = 8;
+  static constexpr int kGradRowsBarrierBase = 9;
   // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
   // warpgroup: element i of thread t's share at ((i / 4) * kWarpgroupThreads + t) * 4 + i % 4, so each
   // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one
