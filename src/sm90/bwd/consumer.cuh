@@ -17,7 +17,7 @@
 // first, each zeroes its share of the K and V rows past the sequence's keys, if the block has any
 // (key_tail.cuh).
 // dK and dV (at d 192 and 256 one of them per consumer) stay in registers for the whole CTA and are
-// stored at the end (dK times softmax_scale).
+// stored at the end (dK times softmax_scale), through shared memory by TMA (store_gradient_tiles).
 #pragma once
 
 #include <cmath>
@@ -658,9 +658,9 @@ class BwdConsumer {
 
   // The gradients through shared memory and TMA where the CTA's whole key block lies within its
   // sequence's stored keys (its rows end no later than the tensor map's, which for a packed dk/dv is only
-  // the last sequence's end; the others store through registers). Writing
-  // 64 x d gradients from the accumulators by 4-byte stores took about 13k cycles a CTA on the H200
-  // (d 128: 28% of a 512-token CTA; each warp store touches 8 rows), which held the SM from the next CTA.
+  // the last sequence's end; the others store through registers). Writing 64 x d gradients from the
+  // accumulators by 4-byte stores took about 13k cycles a CTA on the H200 (d 128: 28% of a 512-token CTA;
+  // each warp store touches 8 rows), which held the SM from the next CTA (perf-notes v117).
   __device__ bool stores_gradient_tiles() const {
     if constexpr (!Traits::kGradientsByTma) return false;
     return (block_.n_block + 1) * Traits::kBlockN <= seq_.key_rows;
@@ -710,8 +710,8 @@ class BwdConsumer {
   }
 
   // Once the warpgroup's rows are written, thread 0 issues store(byte offset in the tile, first column,
-  // first row of dk/dv) for each 64-column block of its rows (columns past
-  // head_dim and rows past the tensor's end are not written: the maps end there).
+  // first row of dk/dv) for each 64-column block of its rows (columns past head_dim and rows past the
+  // tensor's end are not written: the maps end there).
   template <class Store>
   __device__ void issue_gradient_stores(Store&& store) const {
     fence_proxy_async_shared();  // our generic stores -> the TMA unit's (async proxy) reads

@@ -140,9 +140,9 @@ struct BwdTraits {
   // lean addressing (perf-notes v98), except in the deterministic kernel, whose consumers have 232
   // registers and spill without it.
   static constexpr bool kWarpUniformWarpgroup = kHeadDim != 128 || kDeterministic;
-  // dK and dV through shared memory and TMA where their layout allows it (consumer.cuh,
-  // stores_gradient_tiles). The deterministic d 128 kernel's consumers (232 registers) spilled 68 bytes
-  // with that path beside the register stores: it keeps the register stores alone.
+  // dK and dV through shared memory and TMA stores (consumer.cuh, stores_gradient_tiles). The
+  // deterministic d 128 kernel's consumers (232 registers) spilled 68 bytes with that path beside the
+  // register stores: it keeps the register stores alone.
   static constexpr bool kGradientsByTma = !(kDeterministic && kHeadDim == 128);
 
   // Named barriers (id 0 is __syncthreads): the consumers' GEMM turns (ping-pong, ids 1 and 2, as in the
@@ -150,8 +150,8 @@ struct BwdTraits {
   // hand-off of a share (kDqReducedAtOnce, and the last step's after the loop; ids 3 and 4), and each
   // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6;
   // id 5 for both consumers where they share the keys), and consumer 0's P^T handed to consumer 1
-  // (kSplitsRoles; id 7), and the gradients' TMA stores at the end (consumer.cuh, store_gradients): both
-  // consumers done with K and V (id 8), each consumer's rows written (ids 9, 10).
+  // (kSplitsRoles; id 7), and the gradients' TMA stores at the end (consumer.cuh, store_gradient_tiles):
+  // both consumers done with K and V (id 8), each consumer's rows written (ids 9, 10).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
   static constexpr int kKeyTailBarrierBase = 5;
