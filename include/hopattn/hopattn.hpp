@@ -185,8 +185,8 @@ struct BwdArgs {
   // shapes and device (and build). The sm_90a kernel sums dq over key blocks by reductions that, by
   // default, land in a run-to-run varying order (dq may differ in its last bits; dk and dv never do);
   // with this flag each q block's reductions wait their turn in a fixed key-block order, which costs
-  // some time (on the H200, papers' grid: 0.93-0.99x the default's speed at head dim 128, 0.82-0.88x
-  // at 64, 0.69-0.87x at 256).
+  // some time (on the H200, papers' grid: 0.84-0.98x the default's speed at head dim 128, 0.83-0.90x
+  // at 64, 0.67-0.83x at 256).
   // The CPU reference backend is deterministic either way.
   bool deterministic = false;
 
