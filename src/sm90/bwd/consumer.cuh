@@ -38,7 +38,7 @@
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
-#include "sm90/tile/a_fragment.hpp"
+#include "sm90/tile/a_fragment.cuh"
 #include "sm90/tile/fragment.hpp"
 #include "sm90/tile/smem_layout.hpp"
 
@@ -691,22 +691,11 @@ class BwdConsumer {
     });
   }
 
-  // This consumer's 64 rows of a gradient, scaled and packed, into its rows of a K/V-shaped tile: the
-  // accumulators of columns [16k, 16k + 16), packed in pairs, are the A-fragment layout, so one
-  // stmatrix.x4 per 16 columns at ldmatrix's lane addresses (a_fragment.hpp) stores them (as the
-  // forward's O, fwd/epilogue.cuh).
+  // This consumer's 64 rows of a gradient, times scale, into its rows of a K/V-shaped tile (as the
+  // forward's O: store_accumulator_rows).
   __device__ void write_gradient_rows(const float (&grad)[kG], float scale, std::uint32_t tile) const {
-    const int row = first_key_in_tile() + a_fragment_load_row(thread_);
-#pragma unroll
-    for (int k = 0; k < Traits::kHeadDim / 16; ++k) {
-      std::uint32_t packed[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int i = 8 * k + 2 * j;
-        packed[j] = pack_pair<Traits::kIsBf16>(grad[i] * scale, grad[i + 1] * scale);
-      }
-      stmatrix_x4(tile + KTile::offset(row, a_fragment_load_byte(thread_, k) / 2), packed);
-    }
+    const float row_scale[2] = {scale, scale};
+    store_accumulator_rows<KTile, Traits::kIsBf16>(tile, first_key_in_tile(), thread_, grad, row_scale);
   }
 
   // Once the warpgroup's rows are written, thread 0 issues store(byte offset in the tile, first column,

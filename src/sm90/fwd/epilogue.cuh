@@ -17,7 +17,7 @@
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sink.cuh"
 #include "sm90/fwd/softmax.cuh"
-#include "sm90/tile/a_fragment.hpp"
+#include "sm90/tile/a_fragment.cuh"
 #include "sm90/tile/fragment.hpp"
 
 namespace hopattn::sm90 {
@@ -133,13 +133,11 @@ __device__ __forceinline__ void retire_o_turns(int warpgroup) {
 }
 
 // The same through shared memory: the warpgroup writes its 64 normalized rows into its rows of the
-// O stage (swizzled like Q) with one stmatrix.x4 per 16 columns: the accumulators of columns
-// [16k, 16k + 16), packed in pairs, are the A-fragment layout that ldmatrix reads for Q
-// (a_fragment.hpp, conflict-free), so the same lane addresses store them. One thread TMA-stores the
-// rows, 64 columns per box; rows and columns past the tensor map's end are not written (a dense map ends at
-// seqlen_q; a packed one at the last sequence's end, so callers store a variable-length warpgroup
-// whose rows run past its sequence through registers instead). Its
-// own rows (kOStagePerWarpgroup) are rewritten only once the previous tile's stores have read them
+// O stage (swizzled like Q) by stmatrix (store_accumulator_rows, a_fragment.cuh). One thread
+// TMA-stores the rows, 64 columns per box; rows and columns past the tensor map's end are not written
+// (a dense map ends at seqlen_q; a packed one at the last sequence's end, so callers store a
+// variable-length warpgroup whose rows run past its sequence through registers instead). Its own rows
+// (kOStagePerWarpgroup) are rewritten only once the previous tile's stores have read them
 // (tma_store_wait_read), so the stores overlap the next tile's mainloop; a shared stage is taken and
 // handed on as above. O is scaled per row by out_scale; kBf16 picks the 16-bit output type.
 // Shared by the 16-bit and FP8 kernels; call tma_store_wait_all from the issuing thread (thread 0)
@@ -161,18 +159,7 @@ __device__ __forceinline__ void store_rows_through_smem(const FwdParams& p, cons
     named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
   }
   std::uint8_t* stage = s.o.bytes;
-  const std::uint32_t stage_address = smem_address(stage);
-  const int row = stage_row0 + a_fragment_load_row(thread);
-#pragma unroll
-  for (int k = 0; k < Traits::kHeadDim / 16; ++k) {
-    std::uint32_t packed[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 8 * k + 2 * j;  // row half j % 2
-      packed[j] = pack_pair<kBf16>(o[i] * out_scale[j % 2], o[i + 1] * out_scale[j % 2]);
-    }
-    stmatrix_x4(stage_address + Tile::offset(row, a_fragment_load_byte(thread, k) / 2), packed);
-  }
+  store_accumulator_rows<Tile, kBf16>(smem_address(stage), stage_row0, thread, o, out_scale);
   fence_proxy_async_shared();  // our generic stores -> the TMA unit's (async proxy) reads
   named_barrier_sync(barrier, Traits::kEpilogueBarrierThreads);
   if (thread == 0 && row0 < rows.seqlen_q) {
