@@ -15,12 +15,8 @@
 // H200's DRAM rate at d 64 (perf-notes v113).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/bwd/params.hpp"
