@@ -2,7 +2,8 @@
 // incoherent processing, as FlashAttention-3's FP8 path does.
 //
 // Scales. One scale per group of elements, scale = amax(group) / 448, so x / scale fits e4m3 (a group
-// whose amax is 0 gets scale 1). The stored descale tensors hold these scales: x ~= code * scale.
+// whose amax is 0 gets scale 1); the code of x is x * (1 / scale) rounded to e4m3. The stored descale
+// tensors hold these scales: x ~= code * scale.
 //   kPerTensor  one scale per tensor                          descale shape (1)
 //   kPerHead    one scale per (batch, head)                   descale shape (batch, heads)
 //   kPerBlock   one scale per block_rows rows of (batch, head) descale shape (batch, heads, ceil(seqlen / block_rows))

@@ -70,4 +70,15 @@ HOPATTN_QUANT_HD inline float scale_from_amax(float amax) {
 #endif
 }
 
+// What codes are scaled by: x -> e4m3(x * inverse_scale(scale)). One rounded reciprocal per group and a
+// multiply per element, rather than a division per element: on the GPU each division is a reciprocal
+// on the quarter-rate MUFU pipe plus a Newton step (perf-notes v120). Rounded to nearest on both sides.
+HOPATTN_QUANT_HD inline float inverse_scale(float scale) {
+#ifdef __CUDA_ARCH__
+  return __frcp_rn(scale);
+#else
+  return 1.0f / scale;
+#endif
+}
+
 }  // namespace hopattn::detail

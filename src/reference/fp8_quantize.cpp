@@ -67,11 +67,12 @@ void quantize_job(const QuantizeJob& job, QuantGranularity g, const detail::Hada
       }
       for (int s = 0; s < job.seqlen; ++s) {
         load_row(job, signs, b, s, h, row.data());
-        const float scale = detail::scale_from_amax(amax[group_of(job, g, b, h, s / job.block_rows)]);
+        const float inverse_scale =
+            detail::inverse_scale(detail::scale_from_amax(amax[group_of(job, g, b, h, s / job.block_rows)]));
         std::uint8_t* codes = static_cast<std::uint8_t*>(out.data) + b * out.stride[0] + s * out.stride[1] +
                               h * out.stride[2];
         // Stepping by stride[3]: v8 may have its keys contiguous instead of its columns.
-        for (int j = 0; j < job.head_dim; ++j) codes[j * out.stride[3]] = quantize_e4m3(row[j], scale);
+        for (int j = 0; j < job.head_dim; ++j) codes[j * out.stride[3]] = quantize_e4m3(row[j], inverse_scale);
       }
     }
   }
@@ -96,8 +97,8 @@ void incoherent_transform(float* x, int d, const detail::HadamardSigns& signs, f
   for (int j = 0; j < d; ++j) x[j] = (signs.negated(j) ? -x[j] : x[j]) * norm;
 }
 
-std::uint8_t quantize_e4m3(float x, float scale) {
-  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
+std::uint8_t quantize_e4m3(float x, float inverse_scale) {
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x * inverse_scale, __NV_SATFINITE, __NV_E4M3));
 }
 
 Status quantize_fp8(const detail::QuantizePlan& plan) {

@@ -16,8 +16,9 @@ void fwht(float* x, int d);
 // In place: x <- x M with M = H diag(s) / sqrt(d), `norm` = 1/sqrt(d) as a float.
 void incoherent_transform(float* x, int d, const detail::HadamardSigns& signs, float norm);
 
-// The e4m3 code of x / scale, rounded to nearest even and saturated to +-448 (cuda_fp8.h's conversion).
-std::uint8_t quantize_e4m3(float x, float scale);
+// The e4m3 code of x * inverse_scale (detail::inverse_scale of the group's scale), rounded to nearest
+// even and saturated to +-448 (cuda_fp8.h's conversion).
+std::uint8_t quantize_e4m3(float x, float inverse_scale);
 
 // Quantizes the three jobs of a validated plan on host tensors.
 Status quantize_fp8(const detail::QuantizePlan& plan);

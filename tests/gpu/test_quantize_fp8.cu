@@ -43,6 +43,11 @@ const Config kConfigs[] = {
     {{1, 77, 200, 2, 1, 256}, QuantGranularity::kPerHead, false, 128, 128, 16},
     {{2, 33, 65, 3, 3, 64}, QuantGranularity::kPerTensor, false, 128, 16, 3},
     {{1, 70, 90, 2, 2, 64}, QuantGranularity::kPerBlock, true, 32, 64, 16},
+    // Blocks longer than one staged chunk (64 KB of rows) reduce amax per block over several CTAs;
+    // a block of exactly 64 KB (256 rows at d 128) is one chunk.
+    {{1, 700, 650, 2, 2, 256}, QuantGranularity::kPerBlock, true, 300, 192, 0},
+    {{2, 1100, 1300, 2, 1, 64}, QuantGranularity::kPerBlock, false, 600, 1000, 16},
+    {{1, 300, 520, 2, 2, 128}, QuantGranularity::kPerBlock, true, 256, 192, 3},
 };
 
 // Runs the case on the host, then the same inputs on the device with poisoned outputs, and compares.
