@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -48,16 +49,21 @@ const Config kConfigs[] = {
     {{1, 700, 650, 2, 2, 256}, QuantGranularity::kPerBlock, true, 300, 192, 0},
     {{2, 1100, 1300, 2, 1, 64}, QuantGranularity::kPerBlock, false, 600, 1000, 16},
     {{1, 300, 520, 2, 2, 128}, QuantGranularity::kPerBlock, true, 256, 192, 3},
+    // Transformed blocks of up to 128 rows are held in registers between amax and codes (16 warps at d 256).
+    {{2, 200, 130, 2, 1, 256}, QuantGranularity::kPerBlock, true, 128, 64, 0},
 };
 
 // Runs the case on the host, then the same inputs on the device with poisoned outputs, and compares.
 // keys_contiguous_v8: both write v8 as V^T, its keys padded to a multiple of 16 plus 16 (the TMA rule
-// for CUDA tensors), and the padding must stay poisoned on both.
+// for CUDA tensors), and the padding must stay poisoned on both. edit_inputs: changes the random
+// inputs before either side runs.
 void expect_device_matches_host(const Config& cfg, Dtype dtype, std::mt19937_64& rng, cudaStream_t stream,
-                                bool keys_contiguous_v8 = false) {
+                                bool keys_contiguous_v8 = false,
+                                const std::function<void(QuantCase&)>& edit_inputs = nullptr) {
   QuantCase host = fp8_test::make_case(cfg.shape, dtype, cfg.granularity, cfg.hadamard, rng, cfg.block_q,
                                        cfg.block_kv, cfg.pad);
   if (keys_contiguous_v8) fp8_test::store_v8_keys_contiguous(host, (cfg.shape.seqlen_k + 15) / 16 * 16 + 16);
+  if (edit_inputs) edit_inputs(host);
   QuantCase device = host;  // same inputs, strides and poisoned outputs; pointers replaced below
   hopattn::QuantizeArgs& args = device.args;
   std::vector<DeviceBuffer> buffers;
@@ -124,6 +130,30 @@ TEST_F(QuantizeFp8Gpu, AmaxReducedAcrossManyTilesMatchesTheHost) {
   std::mt19937_64 rng{std::random_device{}()};
   for (QuantGranularity g : {QuantGranularity::kPerTensor, QuantGranularity::kPerHead}) {
     expect_device_matches_host({{4, 2048, 2048, 4, 4, 128}, g, true, 128, 128, 0}, Dtype::kBFloat16, rng, nullptr);
+  }
+}
+
+TEST_F(QuantizeFp8Gpu, SubnormalAndNaNInputsGiveTheHostsScales) {
+  // Without the transform the device takes amax over the 16-bit inputs as they are (their magnitude bits
+  // and a 16-bit max): subnormals must count at their value and NaN must be ignored, as the host's
+  // float fmax does. q: one 128-row block of only subnormals; k: NaNs sprinkled over random rows; v: both.
+  std::mt19937_64 rng{std::random_device{}()};
+  for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
+    SCOPED_TRACE(hopattn::dtype_name(dtype));
+    const std::uint16_t nan = dtype == Dtype::kBFloat16 ? 0x7fc0 : 0x7e00;
+    const auto edit = [&](QuantCase& c) {
+      std::uniform_int_distribution<int> mantissa(1, dtype == Dtype::kBFloat16 ? 0x7f : 0x3ff);
+      std::uniform_int_distribution<int> sign(0, 1);
+      const std::size_t block = 128 * 2 * 128;  // rows 0-127 of batch 0 (rows of 2 heads x d 128)
+      for (std::size_t i = 0; i < block; ++i) {
+        const auto subnormal = static_cast<std::uint16_t>(mantissa(rng) | sign(rng) << 15);
+        c.in[0][i] = subnormal;
+        c.in[2][i] = subnormal;
+      }
+      for (std::size_t i = 37; i < c.in[1].size(); i += 997) c.in[1][i] = c.in[2][i] = nan;
+    };
+    expect_device_matches_host({{1, 300, 300, 2, 2, 128}, QuantGranularity::kPerBlock, false, 128, 128, 0}, dtype, rng,
+                               nullptr, false, edit);
   }
 }
 

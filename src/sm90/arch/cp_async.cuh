@@ -24,14 +24,4 @@ __device__ __forceinline__ void cp_async_arrive_when_landed(std::uint64_t* bar) 
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 
-// Closes the group of the cp.async copies this thread issued since the last commit (possibly none).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Blocks until at most kPending of this thread's committed groups, the newest, are still in flight: the
-// older ones have landed and are visible to this thread (a CTA barrier after it shows them to the rest).
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 }  // namespace hopattn::sm90

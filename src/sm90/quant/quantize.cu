@@ -15,6 +15,8 @@
 #include <type_traits>
 
 #include "sm90/host/device_guard.hpp"
+#include "sm90/host/launch_support.hpp"
+#include "sm90/host/tensor_map.hpp"
 #include "sm90/quant/generic_kernel.cuh"
 #include "sm90/quant/staged_kernel.cuh"
 
@@ -40,30 +42,49 @@ __global__ void amax_to_scale(Params p, int count) {
   if (i < count) *slot_of(p, i) = detail::scale_from_amax(*slot_of(p, i));
 }
 
-// The staged kernel for one (dtype, E, transform, alignment): as many persistent CTAs as fit the SMs
-// at its shared memory, or one per chunk where there are fewer chunks.
-template <typename T, int E, bool kTransform, bool kAligned>
+// The staged kernel for one (dtype, E, transform, alignment, held rows): as many persistent CTAs as fit
+// the SMs at its shared memory and registers, or one per chunk where there are fewer chunks.
+template <typename T, int E, bool kTransform, bool kAligned, bool kHeld>
 cudaError_t launch_staged(const Params& p, Pass pass, cudaStream_t stream) {
-  const auto kernel = quant::quantize_staged_chunks<T, E, kTransform, kAligned>;
+  CUtensorMap in_map{};  // read by the kAligned kernels only
+  if constexpr (kAligned) {
+    const auto dtype =
+        std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    if (!make_tensor_map(&in_map, bshd_view(p.in, dtype), p.head_dim, quant::staged_box_rows(p),
+                         CU_TENSOR_MAP_SWIZZLE_NONE)
+             .ok()) {
+      return cudaErrorInvalidValue;  // rows_aligned admitted the view: the driver refused the map
+    }
+  }
+  const auto kernel = quant::quantize_staged_chunks<T, E, kTransform, kAligned, kHeld>;
+  constexpr int kThreads = quant::staged_threads<E, kHeld>();
   const std::size_t smem = quant::staged_smem_bytes<E>(p);
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e == cudaSuccess) e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, quant::kStagedThreads, smem);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
   if (e != cudaSuccess) return e;
   const long long resident = static_cast<long long>(sms) * (per_sm > 0 ? per_sm : 1);
   const unsigned ctas = static_cast<unsigned>(p.chunks < resident ? p.chunks : resident);
-  kernel<<<ctas, quant::kStagedThreads, smem, stream>>>(p, pass);
+  kernel<<<ctas, kThreads, smem, stream>>>(in_map, p, pass);
   return cudaSuccess;
 }
 
+// Transformed fused chunks short enough for every warp to hold its rows go to the kHeld kernels.
 template <typename T, int E>
 cudaError_t launch_staged(const Params& p, bool transform, bool aligned, Pass pass, cudaStream_t stream) {
   if (transform) {
-    return aligned ? launch_staged<T, E, true, true>(p, pass, stream) : launch_staged<T, E, true, false>(p, pass, stream);
+    const bool held = pass == Pass::kFused && p.chunk_rows <= quant::staged_warps<E, true>() * quant::held_rows<E>();
+    if (held) {
+      return aligned ? launch_staged<T, E, true, true, true>(p, pass, stream)
+                     : launch_staged<T, E, true, false, true>(p, pass, stream);
+    }
+    return aligned ? launch_staged<T, E, true, true, false>(p, pass, stream)
+                   : launch_staged<T, E, true, false, false>(p, pass, stream);
   }
-  return aligned ? launch_staged<T, E, false, true>(p, pass, stream) : launch_staged<T, E, false, false>(p, pass, stream);
+  return aligned ? launch_staged<T, E, false, true, false>(p, pass, stream)
+                 : launch_staged<T, E, false, false, false>(p, pass, stream);
 }
 
 // transform: validation admits it at d 64, 128 and 256 only, which the staged kernel takes.

@@ -4,8 +4,12 @@
 // Why: the pre-pass is memory-bound, and a kernel that loads rows into registers as it goes keeps only
 // what its registers hold in flight. v114's warps, four rows each in flight, moved 1.3-1.6 TB/s and
 // read each row twice from L2 or DRAM (perf-notes v119). Staged, every byte of a 16-64 KB chunk is
-// requested at once (16-byte cp.async copies that bypass registers); double-buffered (v120), the copies
-// of the next chunk stream in while the CTA computes, instead of each CTA waiting for its own.
+// requested at once; double-buffered (v120), the next chunk streams in while the CTA computes, instead
+// of each CTA waiting for its own. The copies are TMA boxes of up to 256 rows, one instruction each
+// (v121): as 16-byte cp.async copies, their address arithmetic was a fifth of the kernel's instructions,
+// and at 0.7 warp instructions a cycle per scheduler the kernel was bound by issue, not by DRAM (ncu,
+// session 37); bulk loads of one row each are issued lane by lane (the instruction takes uniform
+// operands), about 20 instructions a row.
 //
 // A row of d = 32 * E elements is processed by one warp, lane l holding columns [l*E, l*E + E), read
 // from the stage as one 2E-byte vector (conflict-free: the warp reads one contiguous row). Codes go out
@@ -15,16 +19,34 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
-#include "sm90/arch/cp_async.cuh"
 #include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/tma.cuh"
 #include "sm90/quant/row_codes.cuh"
 
 namespace hopattn::sm90::quant {
 
-constexpr int kStagedWarps = 8;
-constexpr int kStagedThreads = kStagedWarps * 32;
+// Rows a warp keeps in registers, transformed, between the amax and the codes of a fused chunk (kHeld
+// kernels): 16 at d 64 and 128 (32 and 64 floats a lane), 8 at d 256 (64 floats); with 8, 8 and 16
+// warps, 128-row chunks (the paper's blocks). Longer chunks, and the passes of scale groups spread
+// over several chunks, transform each row twice in kernels that keep fewer registers.
+template <int E>
+constexpr int held_rows() {
+  return E == 8 ? 8 : 16;
+}
+
+// Warps of a CTA: 16 for the held rows at d 256 (whose 64 KB stages leave room for one CTA an SM), 8
+// otherwise.
+template <int E, bool kHeld>
+constexpr int staged_warps() {
+  return kHeld && E == 8 ? 16 : 8;
+}
+template <int E, bool kHeld>
+constexpr int staged_threads() {
+  return staged_warps<E, kHeld>() * 32;
+}
 
 // Largest staged chunk, and the chunk size where a scale group spans several chunks. 64 KB lets the
 // paper's 128-row blocks be one chunk at d 256 (and 192-row K/V blocks at d 128); 32 KB chunks, double
@@ -43,13 +65,25 @@ constexpr int codes_pitch() {
   return 32 * E + 4;
 }
 
-// Rows a stage holds: a chunk's, or the whole sequence's where that is shorter.
-__host__ __device__ inline int stage_rows(const Params& p) { return p.chunk_rows < p.seqlen ? p.chunk_rows : p.seqlen; }
+// Rows of a chunk's TMA box: a chunk's, or the whole sequence's where that is shorter, at most 256 (the
+// largest box). A chunk is loaded as whole boxes from its first row: rows past the sequence read 0,
+// rows past the chunk are loaded and left unread.
+__host__ __device__ inline int staged_box_rows(const Params& p) {
+  const int rows = p.chunk_rows < p.seqlen ? p.chunk_rows : p.seqlen;
+  return rows < 256 ? rows : 256;
+}
+
+// Rows a stage holds: whole boxes covering the longest chunk.
+__host__ __device__ inline int stage_capacity_rows(const Params& p) {
+  const int rows = p.chunk_rows < p.seqlen ? p.chunk_rows : p.seqlen;
+  const int box = staged_box_rows(p);
+  return (rows + box - 1) / box * box;
+}
 
 // Two stages, then (keys-contiguous out only) the codes tile.
 template <int E>
 std::size_t staged_smem_bytes(const Params& p) {
-  return static_cast<std::size_t>(stage_rows(p)) *
+  return static_cast<std::size_t>(stage_capacity_rows(p)) *
          (2 * staged_row_bytes<E>() + (p.out_keys_contiguous ? codes_pitch<E>() : 0));
 }
 
@@ -61,37 +95,40 @@ using LaneVector = std::conditional_t<E == 2, unsigned, std::conditional_t<E == 
 template <int E>
 using CodesVector = std::conditional_t<E == 2, unsigned short, std::conditional_t<E == 4, unsigned, uint2>>;
 
-// Starts copying rows [row_begin, row_end) of (b, h) into `stage`, row r at r * row bytes, as one
-// cp.async group. kAligned (every row 16-byte aligned, host-checked): 16-byte copies that land while the
-// CTA works on; otherwise element by element through registers, done on return (an empty group).
-template <typename T, int E, bool kAligned>
-__device__ void issue_stage(const Params& p, const Chunk c, std::uint8_t* stage) {
+// Starts copying rows [row_begin, row_end) of (b, h) into `stage`, row r at r * row bytes; `full`
+// completes when they have landed. kAligned (every row 16-byte aligned, host-checked): thread 0 issues
+// the chunk's TMA boxes (in_map: (d, rows, heads, batch), boxes of d x staged_box_rows), which land
+// while the CTA works on. Otherwise every thread copies elements through registers, done on return;
+// thread 0 then completes `full` by its arrival alone (the CTA barrier before the stage is read makes
+// the other threads' stores visible).
+template <typename T, int E, bool kAligned, int kWarps>
+__device__ void issue_stage(const CUtensorMap* in_map, const Params& p, const Chunk c, std::uint8_t* stage,
+                            std::uint64_t* full) {
   constexpr int kRowBytes = staged_row_bytes<E>();
   const int rows = c.row_end - c.row_begin;
   if constexpr (kAligned) {
-    constexpr int kCopiesPerRow = kRowBytes / 16;
-    for (int i = threadIdx.x; i < rows * kCopiesPerRow; i += kStagedThreads) {
-      const int r = i / kCopiesPerRow, piece = i % kCopiesPerRow;
-      const auto* src = reinterpret_cast<const std::uint8_t*>(row_in<T>(p, c.b, c.row_begin + r, c.h)) + piece * 16;
-      cp_async_16_or_zero(smem_address(stage + r * kRowBytes + piece * 16), src, true);
+    if (threadIdx.x != 0) return;
+    const int box_rows = staged_box_rows(p);
+    const int boxes = (rows + box_rows - 1) / box_rows;
+    mbarrier_arrive_expect_tx(full, boxes * box_rows * kRowBytes);  // whole boxes, zeros included
+    for (int i = 0; i < boxes; ++i) {
+      tma_load_4d(stage + i * box_rows * kRowBytes, in_map, full, 0, c.row_begin + i * box_rows, c.h, c.b);
     }
   } else {
     constexpr int kD = 32 * E;
+    const T* first_row = row_in<T>(p, c.b, c.row_begin, c.h);
     T* staged = reinterpret_cast<T*>(stage);
-    for (int i = threadIdx.x; i < rows * kD; i += kStagedThreads) {
-      staged[i] = row_in<T>(p, c.b, c.row_begin + i / kD, c.h)[i % kD];
+    for (int i = threadIdx.x; i < rows * kD; i += kWarps * 32) {
+      staged[i] = first_row[i / kD * p.in.stride[1] + i % kD];
     }
+    if (threadIdx.x == 0) mbarrier_arrive(full);
   }
-  cp_async_commit();
 }
 
-// Lane's E columns of staged row r as floats (exact), transformed where asked.
-template <typename T, int E, bool kTransform>
-__device__ void load_staged_row(const LaneFactors<E>& factors, const std::uint8_t* stage, int r, int lane,
-                                float (&v)[E]) {
-  const LaneVector<E> raw =
-      *reinterpret_cast<const LaneVector<E>*>(stage + r * staged_row_bytes<E>() + lane * E * 2);
-  unsigned words[E / 2];
+// Lane's E 16-bit elements of staged row r, two a word (column lane * E + 2i in word i's low half).
+template <int E>
+__device__ void load_lane_words(const std::uint8_t* stage, int r, int lane, unsigned (&words)[E / 2]) {
+  const LaneVector<E> raw = *reinterpret_cast<const LaneVector<E>*>(stage + r * staged_row_bytes<E>() + lane * E * 2);
   if constexpr (E == 2) {
     words[0] = raw;
   } else if constexpr (E == 4) {
@@ -99,6 +136,14 @@ __device__ void load_staged_row(const LaneFactors<E>& factors, const std::uint8_
   } else {
     words[0] = raw.x, words[1] = raw.y, words[2] = raw.z, words[3] = raw.w;
   }
+}
+
+// Lane's E columns of staged row r as floats (exact), transformed where asked.
+template <typename T, int E, bool kTransform>
+__device__ void load_staged_row(const LaneFactors<E>& factors, const std::uint8_t* stage, int r, int lane,
+                                float (&v)[E]) {
+  unsigned words[E / 2];
+  load_lane_words<E>(stage, r, lane, words);
 #pragma unroll
   for (int i = 0; i < E / 2; ++i) {
     const float2 pair = unpack_pair<T>(words[i]);
@@ -108,18 +153,58 @@ __device__ void load_staged_row(const LaneFactors<E>& factors, const std::uint8_
   if constexpr (kTransform) transform<E>(factors, lane, v);
 }
 
-// v's codes, byte i of the vector for column lane * E + i.
+// max(m, |x|) over the lane's E columns of this warp's staged rows, in every lane of the warp. Without
+// the transform the 16-bit elements are compared as they are, two an instruction: |x| by clearing the
+// sign bits (exact for subnormals too), a 16-bit max that ignores NaN as fmaxf does, and an exact
+// conversion of the maximum to float, so the scale is the float path's.
+template <typename T, int E, bool kTransform, int kWarps>
+__device__ float warp_staged_amax(const LaneFactors<E>& factors, const std::uint8_t* stage, int rows, int lane,
+                                  int warp) {
+  if constexpr (kTransform) {
+    float m = 0.0f;
+    for (int r = warp; r < rows; r += kWarps) {
+      float v[E];
+      load_staged_row<T, E, true>(factors, stage, r, lane, v);
+#pragma unroll
+      for (int i = 0; i < E; ++i) m = fmaxf(m, fabsf(v[i]));
+    }
+    return warp_max(m);
+  } else {
+    using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+    Pair m = Pair(T(0.0f), T(0.0f));
+    for (int r = warp; r < rows; r += kWarps) {
+      unsigned words[E / 2];
+      load_lane_words<E>(stage, r, lane, words);
+#pragma unroll
+      for (int i = 0; i < E / 2; ++i) {
+        const unsigned magnitudes = words[i] & 0x7fff7fffu;
+        Pair pair;
+        std::memcpy(&pair, &magnitudes, sizeof(pair));
+        m = __hmax2(m, pair);
+      }
+    }
+    unsigned m_word;
+    std::memcpy(&m_word, &m, sizeof(m_word));
+    const float2 both = unpack_pair<T>(m_word);
+    return warp_max(fmaxf(both.x, both.y));
+  }
+}
+
+// v's codes, byte i of the vector for column lane * E + i; two conversions an instruction.
 template <int E>
 __device__ CodesVector<E> encode_lane(const float (&v)[E], float inverse_scale) {
-  unsigned words[(E + 3) / 4] = {};
+  unsigned pairs[E / 2];
 #pragma unroll
-  for (int i = 0; i < E; ++i) words[i / 4] |= unsigned{to_e4m3(v[i], inverse_scale)} << (8 * (i % 4));
+  for (int i = 0; i < E / 2; ++i) {
+    const float2 scaled = make_float2(__fmul_rn(v[2 * i], inverse_scale), __fmul_rn(v[2 * i + 1], inverse_scale));
+    pairs[i] = __nv_cvt_float2_to_fp8x2(scaled, __NV_SATFINITE, __NV_E4M3);  // .x in the low byte
+  }
   if constexpr (E == 2) {
-    return static_cast<unsigned short>(words[0]);
+    return static_cast<unsigned short>(pairs[0]);
   } else if constexpr (E == 4) {
-    return words[0];
+    return pairs[0] | pairs[1] << 16;
   } else {
-    return make_uint2(words[0], words[1]);
+    return make_uint2(pairs[0] | pairs[1] << 16, pairs[2] | pairs[3] << 16);
   }
 }
 
@@ -136,79 +221,121 @@ __device__ void store_words(std::uint8_t* dst, Vector codes) {
 
 // Staged codes of rows [row_begin, row_end) to a keys-contiguous out: consecutive threads take
 // consecutive keys of one column, so each warp's bytes land in one run of the column.
-template <int E>
+template <int E, int kWarps>
 __device__ void store_codes_keys_contiguous(const Params& p, const Chunk c, const std::uint8_t* codes) {
   constexpr int kD = 32 * E;
   const int rows = c.row_end - c.row_begin;
   std::uint8_t* out = row_out(p, c.b, c.row_begin, c.h);
-  for (int i = threadIdx.x; i < rows * kD; i += kStagedThreads) {
+  for (int i = threadIdx.x; i < rows * kD; i += kWarps * 32) {
     const int r = i % rows, col = i / rows;
     out[r * p.out.stride[1] + col * p.out.stride[3]] = codes[r * codes_pitch<E>() + col];
   }
 }
 
-// One chunk, staged: amax and scale unless kQuantize (`scale` then holds the slot's), then the codes.
-template <typename T, int E, bool kTransform, bool kAligned>
-__device__ void quantize_staged_chunk(const Params& p, Pass pass, const Chunk c, const std::uint8_t* stage,
-                                      std::uint8_t* codes, const LaneFactors<E>& factors, float scale) {
+// A lane's codes of staged row r: to `dst` (its place in out), or to the codes tile.
+template <int E, bool kAligned>
+__device__ void store_lane_codes(const Params& p, std::uint8_t* dst, std::uint8_t* codes, int r, int lane,
+                                 CodesVector<E> lane_codes) {
+  if (p.out_keys_contiguous) {
+    store_words(codes + r * codes_pitch<E>() + lane * E, lane_codes);
+  } else if constexpr (kAligned) {
+    *reinterpret_cast<CodesVector<E>*>(dst) = lane_codes;
+  } else {
+    std::memcpy(dst, &lane_codes, sizeof(lane_codes));
+  }
+}
+
+// A fused chunk of at most held_rows rows a warp, transformed once: each warp keeps its rows in
+// registers from the amax to the codes. The transform (5 shuffled butterfly stages a row at d 128) is
+// what bounds the Hadamard path; doing it twice cost ~1.7x the plain path's time (perf-notes v122).
+template <typename T, int E, bool kAligned>
+__device__ void quantize_held_chunk(const Params& p, const Chunk c, const std::uint8_t* stage, std::uint8_t* codes,
+                                    const LaneFactors<E>& factors) {
+  constexpr int kWarps = staged_warps<E, true>();
   const int rows = c.row_end - c.row_begin;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (pass != Pass::kQuantize) {
-    float m = 0.0f;
-    for (int r = warp; r < rows; r += kStagedWarps) {
+  float held[held_rows<E>()][E];
+  float m = 0.0f;
+#pragma unroll
+  for (int j = 0; j < held_rows<E>(); ++j) {
+    if (warp + j * kWarps < rows) {  // the same for the whole warp, which the shuffles need
+      load_staged_row<T, E, true>(factors, stage, warp + j * kWarps, lane, held[j]);
+#pragma unroll
+      for (int i = 0; i < E; ++i) m = fmaxf(m, fabsf(held[j][i]));
+    }
+  }
+  const float inverse_scale = detail::inverse_scale(publish_amax(Pass::kFused, cta_max<kWarps>(warp_max(m)), c.slot));
+  std::uint8_t* first = row_out(p, c.b, c.row_begin + warp, c.h) + lane * E;
+#pragma unroll
+  for (int j = 0; j < held_rows<E>(); ++j) {
+    if (warp + j * kWarps < rows) {
+      store_lane_codes<E, kAligned>(p, first + j * kWarps * p.out.stride[1], codes, warp + j * kWarps, lane,
+                                    encode_lane<E>(held[j], inverse_scale));
+    }
+  }
+}
+
+// One chunk, staged: amax and scale unless kQuantize (`scale` then holds the slot's), then the codes.
+// kHeld: fused chunks of the transform of at most kWarps * held_rows rows (the host's choice).
+template <typename T, int E, bool kTransform, bool kAligned, bool kHeld>
+__device__ void quantize_staged_chunk(const Params& p, Pass pass, const Chunk c, const std::uint8_t* stage,
+                                      std::uint8_t* codes, const LaneFactors<E>& factors, float scale) {
+  constexpr int kWarps = staged_warps<E, kHeld>();
+  const int rows = c.row_end - c.row_begin;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if constexpr (kHeld) {
+    static_assert(kTransform, "only transformed rows are worth holding");
+    quantize_held_chunk<T, E, kAligned>(p, c, stage, codes, factors);
+  } else {
+    if (pass != Pass::kQuantize) {
+      const float m = warp_staged_amax<T, E, kTransform, kWarps>(factors, stage, rows, lane, warp);
+      scale = publish_amax(pass, cta_max<kWarps>(m), c.slot);
+      if (pass == Pass::kAmax) return;
+    }
+    const float inverse_scale = detail::inverse_scale(scale);
+    // This lane's codes of row r, stepped along rather than recomputed in 64 bits each row.
+    std::uint8_t* dst = row_out(p, c.b, c.row_begin + warp, c.h) + lane * E;
+    const std::int64_t dst_step = kWarps * p.out.stride[1];
+    for (int r = warp; r < rows; r += kWarps, dst += dst_step) {
       float v[E];
       load_staged_row<T, E, kTransform>(factors, stage, r, lane, v);
-#pragma unroll
-      for (int i = 0; i < E; ++i) m = fmaxf(m, fabsf(v[i]));
-    }
-    scale = publish_amax(pass, cta_max<kStagedWarps>(warp_max(m)), c.slot);
-    if (pass == Pass::kAmax) return;
-  }
-  const float inverse_scale = detail::inverse_scale(scale);
-  for (int r = warp; r < rows; r += kStagedWarps) {
-    float v[E];
-    load_staged_row<T, E, kTransform>(factors, stage, r, lane, v);
-    if (p.out_keys_contiguous) {
-      store_words(codes + r * codes_pitch<E>() + lane * E, encode_lane<E>(v, inverse_scale));
-    } else if constexpr (kAligned) {
-      *reinterpret_cast<CodesVector<E>*>(row_out(p, c.b, c.row_begin + r, c.h) + lane * E) =
-          encode_lane<E>(v, inverse_scale);
-    } else {
-      std::uint8_t* dst = row_out(p, c.b, c.row_begin + r, c.h) + lane * E;
-#pragma unroll
-      for (int i = 0; i < E; ++i) dst[i] = to_e4m3(v[i], inverse_scale);
+      store_lane_codes<E, kAligned>(p, dst, codes, r, lane, encode_lane<E>(v, inverse_scale));
     }
   }
   if (p.out_keys_contiguous) {
     __syncthreads();
-    store_codes_keys_contiguous<E>(p, c, codes);
+    store_codes_keys_contiguous<E, kWarps>(p, c, codes);
   }
 }
 
 // Chunks blockIdx.x, + gridDim.x, ... of p.chunks: chunk k is quantized from stage k % 2 while chunk
-// k + 1 is copied into the other.
-template <typename T, int E, bool kTransform, bool kAligned>
-__global__ void __launch_bounds__(kStagedThreads) quantize_staged_chunks(Params p, Pass pass) {
-  extern __shared__ __align__(16) std::uint8_t smem[];
-  const int stage_bytes = stage_rows(p) * staged_row_bytes<E>();
+// k + 1 is copied into the other. full[s] completes each time stage s has landed. in_map: kAligned only.
+template <typename T, int E, bool kTransform, bool kAligned, bool kHeld>
+__global__ void __launch_bounds__(staged_threads<E, kHeld>())
+    quantize_staged_chunks(const __grid_constant__ CUtensorMap in_map, const __grid_constant__ Params p, Pass pass) {
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  __shared__ std::uint64_t full[2];
+  const int stage_bytes = stage_capacity_rows(p) * staged_row_bytes<E>();
   std::uint8_t* codes = smem + 2 * stage_bytes;  // keys-contiguous out only
   const LaneFactors<E> factors(p, threadIdx.x % 32);
+  if (threadIdx.x == 0) {
+    mbarrier_init(&full[0], 1);
+    mbarrier_init(&full[1], 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
   Chunk c = chunk_of(p, blockIdx.x);
-  issue_stage<T, E, kAligned>(p, c, smem);
+  issue_stage<T, E, kAligned, staged_warps<E, kHeld>()>(&in_map, p, c, smem, &full[0]);
   for (int index = blockIdx.x, k = 0;; index += gridDim.x, ++k) {  // gridDim.x <= p.chunks
     const bool has_next = index < p.chunks - static_cast<int>(gridDim.x);
     const Chunk next = has_next ? chunk_of(p, index + gridDim.x) : c;
-    if (has_next) issue_stage<T, E, kAligned>(p, next, smem + (k + 1) % 2 * stage_bytes);
+    if (has_next) issue_stage<T, E, kAligned, staged_warps<E, kHeld>()>(&in_map, p, next, smem + (k + 1) % 2 * stage_bytes, &full[(k + 1) % 2]);
     // Chunks past the sequence's end are empty (uniform in the CTA).
     const float scale = pass == Pass::kQuantize && c.row_begin < c.row_end ? *c.slot : 0.0f;
-    if (has_next) {
-      cp_async_wait_group<1>();  // this chunk's copies have landed; the next chunk's may not have
-    } else {
-      cp_async_wait_group<0>();
-    }
+    mbarrier_wait(&full[k % 2], k / 2 % 2);
     __syncthreads();
     if (c.row_begin < c.row_end) {
-      quantize_staged_chunk<T, E, kTransform, kAligned>(p, pass, c, smem + k % 2 * stage_bytes, codes, factors, scale);
+      quantize_staged_chunk<T, E, kTransform, kAligned, kHeld>(p, pass, c, smem + k % 2 * stage_bytes, codes, factors, scale);
     }
     if (!has_next) break;
     __syncthreads();  // this stage (and the codes tile) is refilled next
