@@ -219,16 +219,19 @@ __device__ void store_words(std::uint8_t* dst, Vector codes) {
   }
 }
 
-// Staged codes of rows [row_begin, row_end) to a keys-contiguous out: consecutive threads take
-// consecutive keys of one column, so each warp's bytes land in one run of the column.
+// Staged codes of rows [row_begin, row_end) to a keys-contiguous out: a warp takes a column at a time,
+// its lanes consecutive keys, so each store is one 32-byte run of the column (and each codes-tile read
+// 32 banks). Indexed by column and key directly: v121 split one flat index with % and / by the row
+// count, an integer division per byte.
 template <int E, int kWarps>
 __device__ void store_codes_keys_contiguous(const Params& p, const Chunk c, const std::uint8_t* codes) {
   constexpr int kD = 32 * E;
   const int rows = c.row_end - c.row_begin;
+  const int lane = threadIdx.x % 32;
   std::uint8_t* out = row_out(p, c.b, c.row_begin, c.h);
-  for (int i = threadIdx.x; i < rows * kD; i += kWarps * 32) {
-    const int r = i % rows, col = i / rows;
-    out[r * p.out.stride[1] + col * p.out.stride[3]] = codes[r * codes_pitch<E>() + col];
+  for (int col = threadIdx.x / 32; col < kD; col += kWarps) {
+    std::uint8_t* column = out + col * p.out.stride[3];
+    for (int r = lane; r < rows; r += 32) column[r * p.out.stride[1]] = codes[r * codes_pitch<E>() + col];
   }
 }
 
