@@ -1,9 +1,10 @@
 // The GPU quantizer's host side: how a job is cut into chunks (one per CTA), which kernel takes them,
 // and the passes. Head dims 64, 128 and 256 go to the staged kernel (staged_kernel.cuh: a chunk copied
 // into shared memory whole, read from there for amax and codes); other head dims to the generic one
-// (generic_kernel.cuh). A scale group that fits one chunk is quantized in one launch (kFused); one
+// (generic_kernel.cuh). A scale group that fits one chunk is quantized in one pass (kFused); one
 // spread over several (kPerTensor, kPerHead, long kPerBlock blocks) first reduces amax into its descale
-// slot (zero, atomicMax, amax -> scale), then a quantize launch reads the finished scales.
+// slot (zero, atomicMax, amax -> scale), then a quantize pass reads the finished scales. Consecutive
+// jobs (q, k, v) that take the same staged kernel share each pass's launch.
 #include "sm90/quant/quantize.hpp"
 
 #include <cuda_bf16.h>
@@ -42,69 +43,21 @@ __global__ void amax_to_scale(Params p, int count) {
   if (i < count) *slot_of(p, i) = detail::scale_from_amax(*slot_of(p, i));
 }
 
-// The staged kernel for one (dtype, E, transform, alignment, held rows): as many persistent CTAs as fit
-// the SMs at its shared memory and registers, or one per chunk where there are fewer chunks.
-template <typename T, int E, bool kTransform, bool kAligned, bool kHeld>
-cudaError_t launch_staged(const Params& p, Pass pass, cudaStream_t stream) {
-  CUtensorMap in_map{};  // read by the kAligned kernels only
-  if constexpr (kAligned) {
-    const auto dtype =
-        std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    if (!make_tensor_map(&in_map, bshd_view(p.in, dtype), p.head_dim, quant::staged_box_rows(p),
-                         CU_TENSOR_MAP_SWIZZLE_NONE)
-             .ok()) {
-      return cudaErrorInvalidValue;  // rows_aligned admitted the view: the driver refused the map
-    }
-  }
-  const auto kernel = quant::quantize_staged_chunks<T, E, kTransform, kAligned, kHeld>;
-  constexpr int kThreads = quant::staged_threads<E, kHeld>();
-  const std::size_t smem = quant::staged_smem_bytes<E>(p);
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e == cudaSuccess) e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
-  if (e != cudaSuccess) return e;
-  const long long resident = static_cast<long long>(sms) * (per_sm > 0 ? per_sm : 1);
-  const unsigned ctas = static_cast<unsigned>(p.chunks < resident ? p.chunks : resident);
-  kernel<<<ctas, kThreads, smem, stream>>>(in_map, p, pass);
-  return cudaSuccess;
-}
-
-// Transformed fused chunks short enough for every warp to hold its rows go to the kHeld kernels.
-template <typename T, int E>
-cudaError_t launch_staged(const Params& p, bool transform, bool aligned, Pass pass, cudaStream_t stream) {
-  if (transform) {
-    const bool held = pass == Pass::kFused && p.chunk_rows <= quant::staged_warps<E, true>() * quant::held_rows<E>();
-    if (held) {
-      return aligned ? launch_staged<T, E, true, true, true>(p, pass, stream)
-                     : launch_staged<T, E, true, false, true>(p, pass, stream);
-    }
-    return aligned ? launch_staged<T, E, true, true, false>(p, pass, stream)
-                   : launch_staged<T, E, true, false, false>(p, pass, stream);
-  }
-  return aligned ? launch_staged<T, E, false, true, false>(p, pass, stream)
-                 : launch_staged<T, E, false, false, false>(p, pass, stream);
-}
-
-// transform: validation admits it at d 64, 128 and 256 only, which the staged kernel takes.
-template <typename T>
-cudaError_t launch_chunks(const Params& p, bool transform, bool aligned, Pass pass, cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 64: return launch_staged<T, 2>(p, transform, aligned, pass, stream);
-    case 128: return launch_staged<T, 4>(p, transform, aligned, pass, stream);
-    case 256: return launch_staged<T, 8>(p, transform, aligned, pass, stream);
-    default:
-      quant::quantize_generic_chunks<T><<<static_cast<unsigned>(p.chunks), quant::kGenericThreads, 0, stream>>>(p, pass);
-      return cudaSuccess;
-  }
-}
+// One job's decomposition (Params' comment) and the kernel it takes.
+struct JobPlan {
+  Params p;
+  bool fused;      // each scale group is one chunk: one kFused pass
+  bool aligned;    // rows_aligned
+  bool transform;  // incoherent processing (q and k)
+  bool held;       // transformed fused chunks short enough for the kHeld kernels
+  long long slots;  // descale slots that an amax pass zeroes and finishes
+};
 
 bool staged_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
-// Whether every row may be copied in 16-byte pieces and a lane's E codes stored as one vector: the
-// views' data and every stride but the contiguous one multiples of 16 bytes. A keys-contiguous out is
-// written through shared memory, so only its input counts.
+// Whether every row may be copied by TMA and a lane's E codes stored as one vector: the views' data
+// and every stride but the contiguous one multiples of 16 bytes. A keys-contiguous out is written
+// through shared memory, so only its input counts.
 bool rows_aligned(const detail::QuantizeJob& job) {
   const auto aligned = [](const Tensor& t, int element_bytes, int contiguous_dim) {
     if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
@@ -116,64 +69,154 @@ bool rows_aligned(const detail::QuantizeJob& job) {
   return aligned(*job.in, 2, 3) && (job.out_keys_contiguous || aligned(*job.out, 1, 3));
 }
 
-// The job's groups and chunks (Params' comment); fused when a group is one chunk.
-Params make_params(const detail::QuantizeJob& job, const detail::QuantizePlan& plan, bool* fused) {
+template <int E>
+bool held_fits(int chunk_rows) {
+  return chunk_rows <= quant::staged_warps<E, true>() * quant::held_rows<E>();
+}
+
+// Held rows pay at d 128 and 256 (167 -> 142 and 229 -> 167 us for q, k, v at 2 x 8k x 16 x 128 / 1 x 8k x
+// 16 x 256 with block scales); at d 64 they were level (101 -> 100 us, 7 CTAs an SM falling to 3) and
+// their kernel spills, so d 64 transforms twice.
+bool holds_rows(int head_dim, int chunk_rows) {
+  return (head_dim == 128 && held_fits<4>(chunk_rows)) || (head_dim == 256 && held_fits<8>(chunk_rows));
+}
+
+Status plan_job(const detail::QuantizeJob& job, const detail::QuantizePlan& plan, JobPlan* out) {
   const bool per_block = plan.granularity == QuantGranularity::kPerBlock;
-  Params p{*job.in, *job.out, *job.descale, job.batch, job.seqlen, job.heads, job.head_dim};
+  Params& p = out->p;
+  p = Params{*job.in, *job.out, *job.descale, job.batch, job.seqlen, job.heads, job.head_dim};
   p.group_rows = per_block ? job.block_rows : job.seqlen;
   p.groups_per_head = static_cast<int>(scale_blocks(plan.granularity, job.seqlen, job.block_rows));
   if (staged_head_dim(job.head_dim)) {
     const int row_bytes = job.head_dim * 2;
-    *fused = per_block && static_cast<long long>(job.block_rows) * row_bytes <= quant::kMaxStageBytes;
-    p.chunk_rows = *fused ? job.block_rows : quant::kChunkStageBytes / row_bytes;
+    out->fused = per_block && static_cast<long long>(job.block_rows) * row_bytes <= quant::kMaxStageBytes;
+    p.chunk_rows = out->fused ? job.block_rows : quant::kChunkStageBytes / row_bytes;
   } else {
-    *fused = per_block;  // the generic kernel reads rows from global memory: any block is one chunk
-    p.chunk_rows = *fused ? job.block_rows : detail::kDefaultTileRows;
+    out->fused = per_block;  // the generic kernel reads rows from global memory: any block is one chunk
+    p.chunk_rows = out->fused ? job.block_rows : detail::kDefaultTileRows;
   }
   p.chunks_per_group = static_cast<int>((static_cast<long long>(p.group_rows) + p.chunk_rows - 1) / p.chunk_rows);
   p.granularity = plan.granularity;
   p.signs = plan.signs;
   p.norm = job.hadamard_norm;
   p.out_keys_contiguous = job.out_keys_contiguous;
-  return p;
-}
-
-Status quantize_job(const detail::QuantizeJob& job, const detail::QuantizePlan& plan, cudaStream_t stream) {
-  bool fused = false;
-  Params p = make_params(job, plan, &fused);
   const long long chunks = static_cast<long long>(job.batch) * job.heads * p.groups_per_head * p.chunks_per_group;
-  const long long slots = plan.granularity == QuantGranularity::kPerTensor
-                              ? 1
-                              : static_cast<long long>(job.batch) * job.heads * p.groups_per_head;
   if (chunks > 0x7fffffffLL) {
     return Status(StatusCode::kUnsupported, "quantize_fp8: batch * heads * (chunks of rows per head) = " +
                                                 std::to_string(chunks) + " exceeds the 2^31 - 1 chunks of one launch");
   }
   p.chunks = static_cast<int>(chunks);
-  const bool bf16 = job.in->dtype == Dtype::kBFloat16;
-  const bool aligned = rows_aligned(job);
-  const auto chunks_pass = [&](Pass pass) {
-    return bf16 ? launch_chunks<__nv_bfloat16>(p, job.hadamard, aligned, pass, stream)
-                : launch_chunks<__half>(p, job.hadamard, aligned, pass, stream);
-  };
-  cudaError_t e = cudaSuccess;
-  if (fused) {
-    e = chunks_pass(Pass::kFused);
-  } else {
-    const int count = static_cast<int>(slots);
-    const unsigned slot_blocks = static_cast<unsigned>((slots + 255) / 256);
-    reset_slots<<<slot_blocks, 256, 0, stream>>>(p, count);
-    e = chunks_pass(Pass::kAmax);
-    if (e == cudaSuccess) {
-      amax_to_scale<<<slot_blocks, 256, 0, stream>>>(p, count);
-      e = chunks_pass(Pass::kQuantize);
+  out->slots = plan.granularity == QuantGranularity::kPerTensor
+                   ? 1
+                   : static_cast<long long>(job.batch) * job.heads * p.groups_per_head;
+  out->aligned = rows_aligned(job);
+  out->transform = job.hadamard;
+  out->held = job.hadamard && out->fused && holds_rows(job.head_dim, p.chunk_rows);
+  return Status::Ok();
+}
+
+// The staged kernel for one (dtype, E, transform, alignment, held rows) over a group of jobs: as many
+// persistent CTAs as fit the SMs at its shared memory and registers, or one per chunk where there are
+// fewer chunks.
+template <typename T, int E, bool kTransform, bool kAligned, bool kHeld>
+cudaError_t launch_staged(const quant::StagedJobs& jobs, Pass pass, cudaStream_t stream) {
+  CUtensorMap maps[quant::kMaxJobs] = {};  // read by the kAligned kernels only
+  if constexpr (kAligned) {
+    const auto dtype =
+        std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    for (int j = 0; j < jobs.count; ++j) {
+      const Params& p = jobs.job[j];
+      if (!make_tensor_map(&maps[j], bshd_view(p.in, dtype), p.head_dim, quant::staged_box_rows(p),
+                           CU_TENSOR_MAP_SWIZZLE_NONE)
+               .ok()) {
+        return cudaErrorInvalidValue;  // rows_aligned admitted the view: the driver refused the map
+      }
     }
   }
-  if (e == cudaSuccess) e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    return Status(StatusCode::kCudaError, std::string("quantize_fp8: kernel launch failed: ") + cudaGetErrorString(e));
+  const auto kernel = quant::quantize_staged_chunks<T, E, kTransform, kAligned, kHeld>;
+  constexpr int kThreads = quant::staged_threads<E, kHeld>();
+  const std::size_t smem = quant::staged_smem_bytes<E>(jobs);
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+  if (e != cudaSuccess) return e;
+  const long long chunks = jobs.chunk_end[jobs.count - 1];
+  const long long resident = static_cast<long long>(sms) * (per_sm > 0 ? per_sm : 1);
+  const unsigned ctas = static_cast<unsigned>(chunks < resident ? chunks : resident);
+  kernel<<<ctas, kThreads, smem, stream>>>(maps[0], maps[1], maps[2], jobs, pass);
+  return cudaSuccess;
+}
+
+template <typename T, int E>
+cudaError_t launch_staged(const quant::StagedJobs& jobs, const JobPlan& kind, Pass pass, cudaStream_t stream) {
+  if constexpr (E != 2) {  // holds_rows
+    if (kind.held) {
+      return kind.aligned ? launch_staged<T, E, true, true, true>(jobs, pass, stream)
+                          : launch_staged<T, E, true, false, true>(jobs, pass, stream);
+    }
   }
-  return Status::Ok();
+  if (kind.transform) {
+    return kind.aligned ? launch_staged<T, E, true, true, false>(jobs, pass, stream)
+                        : launch_staged<T, E, true, false, false>(jobs, pass, stream);
+  }
+  return kind.aligned ? launch_staged<T, E, false, true, false>(jobs, pass, stream)
+                      : launch_staged<T, E, false, false, false>(jobs, pass, stream);
+}
+
+// One pass over jobs [0, count) of `plans`, which take the same kernel: one staged launch, or one
+// generic launch a job (other head dims).
+template <typename T>
+cudaError_t launch_pass(const JobPlan* plans, int count, Pass pass, cudaStream_t stream) {
+  const int d = plans[0].p.head_dim;
+  if (!staged_head_dim(d)) {
+    for (int j = 0; j < count; ++j) {
+      const Params& p = plans[j].p;
+      quant::quantize_generic_chunks<T><<<static_cast<unsigned>(p.chunks), quant::kGenericThreads, 0, stream>>>(p, pass);
+    }
+    return cudaSuccess;
+  }
+  quant::StagedJobs jobs{};
+  jobs.count = count;
+  int chunks = 0;
+  for (int j = 0; j < count; ++j) {
+    jobs.job[j] = plans[j].p;
+    chunks += plans[j].p.chunks;  // validation bounds each job; the group is checked by the caller
+    jobs.chunk_end[j] = chunks;
+    const int rows = quant::stage_capacity_rows(plans[j].p);
+    if (rows > jobs.stage_rows) jobs.stage_rows = rows;
+    jobs.keys_contiguous |= plans[j].p.out_keys_contiguous;
+  }
+  switch (d) {
+    case 64: return launch_staged<T, 2>(jobs, plans[0], pass, stream);
+    case 128: return launch_staged<T, 4>(jobs, plans[0], pass, stream);
+    default: return launch_staged<T, 8>(jobs, plans[0], pass, stream);
+  }
+}
+
+// Jobs that take the same kernel and the same passes, so that one launch can serve them.
+bool same_launch(const JobPlan& a, const JobPlan& b) {
+  return a.fused == b.fused && a.aligned == b.aligned && a.transform == b.transform && a.held == b.held &&
+         static_cast<long long>(a.p.chunks) + b.p.chunks <= 0x7fffffffLL;
+}
+
+// The passes of jobs [0, count) of `plans`, which share a launch.
+cudaError_t quantize_group(const JobPlan* plans, int count, bool bf16, cudaStream_t stream) {
+  const auto pass_all = [&](Pass pass) {
+    return bf16 ? launch_pass<__nv_bfloat16>(plans, count, pass, stream) : launch_pass<__half>(plans, count, pass, stream);
+  };
+  if (plans[0].fused) return pass_all(Pass::kFused);
+  for (int j = 0; j < count; ++j) {
+    const unsigned slot_blocks = static_cast<unsigned>((plans[j].slots + 255) / 256);
+    reset_slots<<<slot_blocks, 256, 0, stream>>>(plans[j].p, static_cast<int>(plans[j].slots));
+  }
+  if (cudaError_t e = pass_all(Pass::kAmax); e != cudaSuccess) return e;
+  for (int j = 0; j < count; ++j) {
+    const unsigned slot_blocks = static_cast<unsigned>((plans[j].slots + 255) / 256);
+    amax_to_scale<<<slot_blocks, 256, 0, stream>>>(plans[j].p, static_cast<int>(plans[j].slots));
+  }
+  return pass_all(Pass::kQuantize);
 }
 
 }  // namespace
@@ -183,12 +226,21 @@ Status quantize_fp8(const detail::QuantizePlan& plan, void* stream) {
   if (!device.selected()) {
     return Status(StatusCode::kCudaError, "quantize_fp8: cannot select CUDA device " + std::to_string(plan.device_index));
   }
-  Status status;
-  for (const detail::QuantizeJob& job : plan.jobs) {
-    status = quantize_job(job, plan, static_cast<cudaStream_t>(stream));
-    if (!status.ok()) break;
+  JobPlan plans[quant::kMaxJobs];
+  for (int j = 0; j < quant::kMaxJobs; ++j) {
+    if (Status s = plan_job(plan.jobs[j], plan, &plans[j]); !s.ok()) return s;
   }
-  return status;
+  const bool bf16 = plan.jobs[0].in->dtype == Dtype::kBFloat16;
+  cudaError_t e = cudaSuccess;
+  for (int first = 0, last = 1; first < quant::kMaxJobs && e == cudaSuccess; first = last, last = first + 1) {
+    while (last < quant::kMaxJobs && same_launch(plans[first], plans[last])) ++last;
+    e = quantize_group(plans + first, last - first, bf16, static_cast<cudaStream_t>(stream));
+  }
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    return Status(StatusCode::kCudaError, std::string("quantize_fp8: kernel launch failed: ") + cudaGetErrorString(e));
+  }
+  return Status::Ok();
 }
 
 }  // namespace hopattn::sm90

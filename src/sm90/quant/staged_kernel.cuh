@@ -29,9 +29,9 @@
 namespace hopattn::sm90::quant {
 
 // Rows a warp keeps in registers, transformed, between the amax and the codes of a fused chunk (kHeld
-// kernels): 16 at d 64 and 128 (32 and 64 floats a lane), 8 at d 256 (64 floats); with 8, 8 and 16
-// warps, 128-row chunks (the paper's blocks). Longer chunks, and the passes of scale groups spread
-// over several chunks, transform each row twice in kernels that keep fewer registers.
+// kernels, d 128 and 256; the host's holds_rows): 16 at d 128, 8 at d 256, 64 floats a lane; with 8
+// and 16 warps, 128-row chunks (the paper's blocks). Longer chunks, d 64, and the passes of scale
+// groups spread over several chunks transform each row twice in kernels that keep fewer registers.
 template <int E>
 constexpr int held_rows() {
   return E == 8 ? 8 : 16;
@@ -80,11 +80,24 @@ __host__ __device__ inline int stage_capacity_rows(const Params& p) {
   return (rows + box - 1) / box * box;
 }
 
+// The jobs (q, k, v) that one launch of the staged kernel quantizes: those that take the same kernel.
+// One launch for all keeps the SMs busy across the jobs' boundaries: launched one at a time, each
+// job's kernel ramped up and drained on its own, its last round of chunks on a sixth of the CTAs (a
+// 2048-chunk job over 396 CTAs; perf-notes v125).
+constexpr int kMaxJobs = 3;
+struct StagedJobs {
+  Params job[kMaxJobs];
+  int chunk_end[kMaxJobs];  // job j owns chunks [chunk_end[j - 1], chunk_end[j]) of the launch
+  int count;                // jobs
+  int stage_rows;           // rows of each stage: the most that any job's chunk loads
+  bool keys_contiguous;     // some job's out is keys-contiguous (the codes tile is allocated)
+};
+
 // Two stages, then (keys-contiguous out only) the codes tile.
 template <int E>
-std::size_t staged_smem_bytes(const Params& p) {
-  return static_cast<std::size_t>(stage_capacity_rows(p)) *
-         (2 * staged_row_bytes<E>() + (p.out_keys_contiguous ? codes_pitch<E>() : 0));
+std::size_t staged_smem_bytes(const StagedJobs& jobs) {
+  return static_cast<std::size_t>(jobs.stage_rows) *
+         (2 * staged_row_bytes<E>() + (jobs.keys_contiguous ? codes_pitch<E>() : 0));
 }
 
 // A lane's E 16-bit inputs as one vector (4, 8 or 16 bytes).
@@ -311,34 +324,57 @@ __device__ void quantize_staged_chunk(const Params& p, Pass pass, const Chunk c,
   }
 }
 
-// Chunks blockIdx.x, + gridDim.x, ... of p.chunks: chunk k is quantized from stage k % 2 while chunk
-// k + 1 is copied into the other. full[s] completes each time stage s has landed. in_map: kAligned only.
+// A launch's chunk `index` as its job's chunk, with the job.
+struct JobChunk {
+  int job;
+  Chunk chunk;
+};
+__device__ inline JobChunk locate(const StagedJobs& jobs, int index) {
+  int j = 0;
+  while (j + 1 < jobs.count && index >= jobs.chunk_end[j]) ++j;
+  return {j, chunk_of(jobs.job[j], j == 0 ? index : index - jobs.chunk_end[j - 1])};
+}
+
+// Chunks blockIdx.x, + gridDim.x, ... of the launch: chunk k is quantized from stage k % 2 while chunk
+// k + 1 is copied into the other. full[s] completes each time stage s has landed. map_j: job j's input
+// (kAligned only).
 template <typename T, int E, bool kTransform, bool kAligned, bool kHeld>
 __global__ void __launch_bounds__(staged_threads<E, kHeld>())
-    quantize_staged_chunks(const __grid_constant__ CUtensorMap in_map, const __grid_constant__ Params p, Pass pass) {
+    quantize_staged_chunks(const __grid_constant__ CUtensorMap map_0, const __grid_constant__ CUtensorMap map_1,
+                           const __grid_constant__ CUtensorMap map_2, const __grid_constant__ StagedJobs jobs,
+                           Pass pass) {
+  constexpr int kWarps = staged_warps<E, kHeld>();
   extern __shared__ __align__(128) std::uint8_t smem[];
   __shared__ std::uint64_t full[2];
-  const int stage_bytes = stage_capacity_rows(p) * staged_row_bytes<E>();
+  const int stage_bytes = jobs.stage_rows * staged_row_bytes<E>();
+  const int chunks = jobs.chunk_end[jobs.count - 1];
   std::uint8_t* codes = smem + 2 * stage_bytes;  // keys-contiguous out only
-  const LaneFactors<E> factors(p, threadIdx.x % 32);
+  const LaneFactors<E> factors(jobs.job[0], threadIdx.x % 32);  // the plan's signs: every job's
+  const auto issue = [&](const JobChunk& jc, int stage) {
+    const CUtensorMap* map = jc.job == 0 ? &map_0 : jc.job == 1 ? &map_1 : &map_2;
+    issue_stage<T, E, kAligned, kWarps>(map, jobs.job[jc.job], jc.chunk, smem + stage * stage_bytes, &full[stage]);
+  };
   if (threadIdx.x == 0) {
     mbarrier_init(&full[0], 1);
     mbarrier_init(&full[1], 1);
     fence_barrier_init();
   }
   __syncthreads();
-  Chunk c = chunk_of(p, blockIdx.x);
-  issue_stage<T, E, kAligned, staged_warps<E, kHeld>()>(&in_map, p, c, smem, &full[0]);
-  for (int index = blockIdx.x, k = 0;; index += gridDim.x, ++k) {  // gridDim.x <= p.chunks
-    const bool has_next = index < p.chunks - static_cast<int>(gridDim.x);
-    const Chunk next = has_next ? chunk_of(p, index + gridDim.x) : c;
-    if (has_next) issue_stage<T, E, kAligned, staged_warps<E, kHeld>()>(&in_map, p, next, smem + (k + 1) % 2 * stage_bytes, &full[(k + 1) % 2]);
+  JobChunk c = locate(jobs, blockIdx.x);
+  issue(c, 0);
+  for (int index = blockIdx.x, k = 0;; index += gridDim.x, ++k) {  // gridDim.x <= chunks
+    const bool has_next = index < chunks - static_cast<int>(gridDim.x);
+    const JobChunk next = has_next ? locate(jobs, index + gridDim.x) : c;
+    if (has_next) issue(next, (k + 1) % 2);
+    const Params& p = jobs.job[c.job];
     // Chunks past the sequence's end are empty (uniform in the CTA).
-    const float scale = pass == Pass::kQuantize && c.row_begin < c.row_end ? *c.slot : 0.0f;
+    const bool empty = c.chunk.row_begin >= c.chunk.row_end;
+    const float scale = pass == Pass::kQuantize && !empty ? *c.chunk.slot : 0.0f;
     mbarrier_wait(&full[k % 2], k / 2 % 2);
     __syncthreads();
-    if (c.row_begin < c.row_end) {
-      quantize_staged_chunk<T, E, kTransform, kAligned, kHeld>(p, pass, c, smem + k % 2 * stage_bytes, codes, factors, scale);
+    if (!empty) {
+      quantize_staged_chunk<T, E, kTransform, kAligned, kHeld>(p, pass, c.chunk, smem + k % 2 * stage_bytes, codes,
+                                                               factors, scale);
     }
     if (!has_next) break;
     __syncthreads();  // this stage (and the codes tile) is refilled next
