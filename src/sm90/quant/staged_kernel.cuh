@@ -234,8 +234,8 @@ __device__ void store_words(std::uint8_t* dst, Vector codes) {
 
 // Staged codes of rows [row_begin, row_end) to a keys-contiguous out: a warp takes a column at a time,
 // its lanes consecutive keys, so each store is one 32-byte run of the column (and each codes-tile read
-// 32 banks). Indexed by column and key directly: v121 split one flat index with % and / by the row
-// count, an integer division per byte.
+// 32 banks). Indexed by column and key directly: until v123 one flat index was split with % and / by
+// the row count, an integer division per byte.
 template <int E, int kWarps>
 __device__ void store_codes_keys_contiguous(const Params& p, const Chunk c, const std::uint8_t* codes) {
   constexpr int kD = 32 * E;
