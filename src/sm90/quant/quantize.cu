@@ -1,4 +1,4 @@
-// The GPU quantizer's host side: how a job is cut into chunks (one per CTA), which kernel takes them,
+// The GPU quantizer's host side: how a job is cut into chunks (a CTA's unit), which kernel takes them,
 // and the passes. Head dims 64, 128 and 256 go to the staged kernel (staged_kernel.cuh: a chunk copied
 // into shared memory whole, read from there for amax and codes); other head dims to the generic one
 // (generic_kernel.cuh). A scale group that fits one chunk is quantized in one pass (kFused); one
@@ -182,7 +182,7 @@ cudaError_t launch_pass(const JobPlan* plans, int count, Pass pass, cudaStream_t
   int chunks = 0;
   for (int j = 0; j < count; ++j) {
     jobs.job[j] = plans[j].p;
-    chunks += plans[j].p.chunks;  // validation bounds each job; the group is checked by the caller
+    chunks += plans[j].p.chunks;  // quantize_fp8 keeps a launch's chunks under 2^31
     jobs.chunk_end[j] = chunks;
     const int rows = quant::stage_capacity_rows(plans[j].p);
     if (rows > jobs.stage_rows) jobs.stage_rows = rows;
@@ -197,8 +197,7 @@ cudaError_t launch_pass(const JobPlan* plans, int count, Pass pass, cudaStream_t
 
 // Jobs that take the same kernel and the same passes, so that one launch can serve them.
 bool same_launch(const JobPlan& a, const JobPlan& b) {
-  return a.fused == b.fused && a.aligned == b.aligned && a.transform == b.transform && a.held == b.held &&
-         static_cast<long long>(a.p.chunks) + b.p.chunks <= 0x7fffffffLL;
+  return a.fused == b.fused && a.aligned == b.aligned && a.transform == b.transform && a.held == b.held;
 }
 
 // The passes of jobs [0, count) of `plans`, which share a launch.
@@ -233,7 +232,11 @@ Status quantize_fp8(const detail::QuantizePlan& plan, void* stream) {
   const bool bf16 = plan.jobs[0].in->dtype == Dtype::kBFloat16;
   cudaError_t e = cudaSuccess;
   for (int first = 0, last = 1; first < quant::kMaxJobs && e == cudaSuccess; first = last, last = first + 1) {
-    while (last < quant::kMaxJobs && same_launch(plans[first], plans[last])) ++last;
+    long long chunks = plans[first].p.chunks;
+    while (last < quant::kMaxJobs && same_launch(plans[first], plans[last]) &&
+           chunks + plans[last].p.chunks <= 0x7fffffffLL) {
+      chunks += plans[last++].p.chunks;
+    }
     e = quantize_group(plans + first, last - first, bf16, static_cast<cudaStream_t>(stream));
   }
   if (e == cudaSuccess) e = cudaGetLastError();
