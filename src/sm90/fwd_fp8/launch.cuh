@@ -17,14 +17,6 @@
 
 namespace hopattn::sm90 {
 
-// A dense (batch, rows, heads, dim) or packed variable-length (total rows, heads, dim) e4m3 tensor as
-// raw bytes for TMA (bshd_view's layouts): a 128-element box is one 128-byte swizzled row.
-inline BshdView fp8_byte_view(const Tensor& t) {
-  BshdView view = bshd_view(t, CU_TENSOR_MAP_DATA_TYPE_UINT8);
-  view.element_bytes = 1;
-  return view;
-}
-
 // V given keys-contiguous (v.stride[1] == 1) as its transpose for TMA: (batch, head dim, heads, keys)
 // with the keys contiguous; a 128-key box is one 128-byte swizzled row of V^T.
 inline BshdView fp8_transposed_byte_view(const Tensor& v) {

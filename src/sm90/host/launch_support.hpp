@@ -23,6 +23,19 @@ inline BshdView bshd_view(const Tensor& t, CUtensorMapDataType dtype) {
                   t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// A dense (batch, rows, heads, dim) or packed variable-length (total rows, heads, dim) e4m3 tensor as
+// raw bytes for TMA (bshd_view's layouts): a 128-element box is one 128-byte swizzled row.
+inline BshdView fp8_byte_view(const Tensor& t) {
+  BshdView view = bshd_view(t, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  view.element_bytes = 1;
+  return view;
+}
+
+// The tensor-map element type of a bf16 or fp16 tensor.
+inline CUtensorMapDataType sixteen_bit_map_type(Dtype dtype) {
+  return dtype == Dtype::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
 // Whether TMA can address the view: base and every stride 16-byte aligned (cuTensorMapEncodeTiled's
 // rule). q, k and v must be; out may have any 4-byte-aligned strides, and gets register stores if not.
 inline bool tma_addressable(const BshdView& v) {

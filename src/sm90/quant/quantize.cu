@@ -55,18 +55,12 @@ struct JobPlan {
 
 bool staged_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
-// Whether every row may be copied by TMA and a lane's E codes stored as one vector: the views' data
-// and every stride but the contiguous one multiples of 16 bytes. A keys-contiguous out is written
-// through shared memory, so only its input counts.
+// Whether every row may be copied by TMA and a lane's E codes stored as one vector: in and out
+// TMA-addressable (data and every stride but the contiguous one multiples of 16 bytes). A
+// keys-contiguous out is written through shared memory, so only its input counts.
 bool rows_aligned(const detail::QuantizeJob& job) {
-  const auto aligned = [](const Tensor& t, int element_bytes, int contiguous_dim) {
-    if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
-    for (int d = 0; d < t.rank; ++d) {
-      if (d != contiguous_dim && (t.stride[d] * element_bytes) % 16 != 0) return false;
-    }
-    return true;
-  };
-  return aligned(*job.in, 2, 3) && (job.out_keys_contiguous || aligned(*job.out, 1, 3));
+  return tma_addressable(bshd_view(*job.in, sixteen_bit_map_type(job.in->dtype))) &&
+         (job.out_keys_contiguous || tma_addressable(fp8_byte_view(*job.out)));
 }
 
 template <int E>
@@ -119,14 +113,13 @@ Status plan_job(const detail::QuantizeJob& job, const detail::QuantizePlan& plan
 // persistent CTAs as fit the SMs at its shared memory and registers, or one per chunk where there are
 // fewer chunks.
 template <typename T, int E, bool kTransform, bool kAligned, bool kHeld>
-cudaError_t launch_staged(const quant::StagedJobs& jobs, Pass pass, cudaStream_t stream) {
+cudaError_t launch_staged(const quant::StagedJobs& jobs, int sms, Pass pass, cudaStream_t stream) {
   CUtensorMap maps[quant::kMaxJobs] = {};  // read by the kAligned kernels only
   if constexpr (kAligned) {
-    const auto dtype =
-        std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     for (int j = 0; j < jobs.count; ++j) {
       const Params& p = jobs.job[j];
-      if (!make_tensor_map(&maps[j], bshd_view(p.in, dtype), p.head_dim, quant::staged_box_rows(p),
+      if (!make_tensor_map(&maps[j], bshd_view(p.in, sixteen_bit_map_type(p.in.dtype)), p.head_dim,
+                           quant::staged_box_rows(p),
                            CU_TENSOR_MAP_SWIZZLE_NONE)
                .ok()) {
         return cudaErrorInvalidValue;  // rows_aligned admitted the view: the driver refused the map
@@ -136,10 +129,8 @@ cudaError_t launch_staged(const quant::StagedJobs& jobs, Pass pass, cudaStream_t
   const auto kernel = quant::quantize_staged_chunks<T, E, kTransform, kAligned, kHeld>;
   constexpr int kThreads = quant::staged_threads<E, kHeld>();
   const std::size_t smem = quant::staged_smem_bytes<E>(jobs);
-  int device = 0, sms = 0, per_sm = 0;
+  int per_sm = 0;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e == cudaSuccess) e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
   if (e != cudaSuccess) return e;
   const long long chunks = jobs.chunk_end[jobs.count - 1];
@@ -150,25 +141,26 @@ cudaError_t launch_staged(const quant::StagedJobs& jobs, Pass pass, cudaStream_t
 }
 
 template <typename T, int E>
-cudaError_t launch_staged(const quant::StagedJobs& jobs, const JobPlan& kind, Pass pass, cudaStream_t stream) {
+cudaError_t launch_staged(const quant::StagedJobs& jobs, const JobPlan& kind, int sms, Pass pass,
+                          cudaStream_t stream) {
   if constexpr (E != 2) {  // holds_rows
     if (kind.held) {
-      return kind.aligned ? launch_staged<T, E, true, true, true>(jobs, pass, stream)
-                          : launch_staged<T, E, true, false, true>(jobs, pass, stream);
+      return kind.aligned ? launch_staged<T, E, true, true, true>(jobs, sms, pass, stream)
+                          : launch_staged<T, E, true, false, true>(jobs, sms, pass, stream);
     }
   }
   if (kind.transform) {
-    return kind.aligned ? launch_staged<T, E, true, true, false>(jobs, pass, stream)
-                        : launch_staged<T, E, true, false, false>(jobs, pass, stream);
+    return kind.aligned ? launch_staged<T, E, true, true, false>(jobs, sms, pass, stream)
+                        : launch_staged<T, E, true, false, false>(jobs, sms, pass, stream);
   }
-  return kind.aligned ? launch_staged<T, E, false, true, false>(jobs, pass, stream)
-                      : launch_staged<T, E, false, false, false>(jobs, pass, stream);
+  return kind.aligned ? launch_staged<T, E, false, true, false>(jobs, sms, pass, stream)
+                      : launch_staged<T, E, false, false, false>(jobs, sms, pass, stream);
 }
 
 // One pass over jobs [0, count) of `plans`, which take the same kernel: one staged launch, or one
 // generic launch a job (other head dims).
 template <typename T>
-cudaError_t launch_pass(const JobPlan* plans, int count, Pass pass, cudaStream_t stream) {
+cudaError_t launch_pass(const JobPlan* plans, int count, int sms, Pass pass, cudaStream_t stream) {
   const int d = plans[0].p.head_dim;
   if (!staged_head_dim(d)) {
     for (int j = 0; j < count; ++j) {
@@ -189,9 +181,9 @@ cudaError_t launch_pass(const JobPlan* plans, int count, Pass pass, cudaStream_t
     jobs.keys_contiguous |= plans[j].p.out_keys_contiguous;
   }
   switch (d) {
-    case 64: return launch_staged<T, 2>(jobs, plans[0], pass, stream);
-    case 128: return launch_staged<T, 4>(jobs, plans[0], pass, stream);
-    default: return launch_staged<T, 8>(jobs, plans[0], pass, stream);
+    case 64: return launch_staged<T, 2>(jobs, plans[0], sms, pass, stream);
+    case 128: return launch_staged<T, 4>(jobs, plans[0], sms, pass, stream);
+    default: return launch_staged<T, 8>(jobs, plans[0], sms, pass, stream);
   }
 }
 
@@ -200,10 +192,11 @@ bool same_launch(const JobPlan& a, const JobPlan& b) {
   return a.fused == b.fused && a.aligned == b.aligned && a.transform == b.transform && a.held == b.held;
 }
 
-// The passes of jobs [0, count) of `plans`, which share a launch.
-cudaError_t quantize_group(const JobPlan* plans, int count, bool bf16, cudaStream_t stream) {
+// The passes of jobs [0, count) of `plans`, which share a launch, on a device of `sms` SMs.
+cudaError_t quantize_group(const JobPlan* plans, int count, bool bf16, int sms, cudaStream_t stream) {
   const auto pass_all = [&](Pass pass) {
-    return bf16 ? launch_pass<__nv_bfloat16>(plans, count, pass, stream) : launch_pass<__half>(plans, count, pass, stream);
+    return bf16 ? launch_pass<__nv_bfloat16>(plans, count, sms, pass, stream)
+                : launch_pass<__half>(plans, count, sms, pass, stream);
   };
   if (plans[0].fused) return pass_all(Pass::kFused);
   for (int j = 0; j < count; ++j) {
@@ -230,6 +223,7 @@ Status quantize_fp8(const detail::QuantizePlan& plan, void* stream) {
     if (Status s = plan_job(plan.jobs[j], plan, &plans[j]); !s.ok()) return s;
   }
   const bool bf16 = plan.jobs[0].in->dtype == Dtype::kBFloat16;
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, plan.device_index, 1);
   cudaError_t e = cudaSuccess;
   for (int first = 0, last = 1; first < quant::kMaxJobs && e == cudaSuccess; first = last, last = first + 1) {
     long long chunks = plans[first].p.chunks;
@@ -237,7 +231,7 @@ Status quantize_fp8(const detail::QuantizePlan& plan, void* stream) {
            chunks + plans[last].p.chunks <= 0x7fffffffLL) {
       chunks += plans[last++].p.chunks;
     }
-    e = quantize_group(plans + first, last - first, bf16, static_cast<cudaStream_t>(stream));
+    e = quantize_group(plans + first, last - first, bf16, sms, static_cast<cudaStream_t>(stream));
   }
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) {

@@ -65,18 +65,22 @@ constexpr int codes_pitch() {
   return 32 * E + 4;
 }
 
-// Rows of a chunk's TMA box: a chunk's, or the whole sequence's where that is shorter, at most 256 (the
-// largest box). A chunk is loaded as whole boxes from its first row: rows past the sequence read 0,
-// rows past the chunk are loaded and left unread.
+// Rows of the job's longest chunk: a chunk's, or the whole sequence's where that is shorter.
+__host__ __device__ inline int longest_chunk_rows(const Params& p) {
+  return p.chunk_rows < p.seqlen ? p.chunk_rows : p.seqlen;
+}
+
+// Rows of a chunk's TMA box: the longest chunk's, at most 256 (the largest box). A chunk is loaded as
+// whole boxes from its first row: rows past the sequence read 0, rows past the chunk are loaded and
+// left unread.
 __host__ __device__ inline int staged_box_rows(const Params& p) {
-  const int rows = p.chunk_rows < p.seqlen ? p.chunk_rows : p.seqlen;
+  const int rows = longest_chunk_rows(p);
   return rows < 256 ? rows : 256;
 }
 
 // Rows a stage holds: whole boxes covering the longest chunk.
 __host__ __device__ inline int stage_capacity_rows(const Params& p) {
-  const int rows = p.chunk_rows < p.seqlen ? p.chunk_rows : p.seqlen;
-  const int box = staged_box_rows(p);
+  const int rows = longest_chunk_rows(p), box = staged_box_rows(p);
   return (rows + box - 1) / box * box;
 }
 
