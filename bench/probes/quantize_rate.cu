@@ -20,16 +20,9 @@
 
 #include "hopattn/quantize.hpp"
 #include "../random_fill.hpp"
+#include "probe_check.hpp"
 
 namespace {
-
-#define PROBE_CHECK(call)                                                                             \
-  do {                                                                                                \
-    if (cudaError_t e = (call); e != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e));      \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
 
 struct Options {
   int batch = 2, seqlen = 8192, heads = 16, hdim = 128, iters = 20;

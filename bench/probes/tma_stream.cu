@@ -32,6 +32,7 @@
 #include "sm90/arch/cp_async.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
+#include "probe_check.hpp"
 #include "sm90/host/tensor_map.hpp"
 
 namespace hopattn::probe {
@@ -47,15 +48,6 @@ constexpr int kHeadDim = 128;
 constexpr int kHalfCols = 64;       // one 128-byte box column block (the 128B swizzle's limit)
 constexpr int kRowBytes = kHeadDim * 2;
 constexpr int kMaxStages = 8;
-
-#define PROBE_CHECK(expr)                                                                             \
-  do {                                                                                                \
-    cudaError_t e_ = (expr);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
 
 struct StreamParams {
   const std::uint8_t *k, *v;
