@@ -149,8 +149,9 @@ struct FwdArgs {
   // the sequence) is multiplied by entry i / descale_block_rows_q (j / descale_block_rows_kv), on top of
   // the per-head factor above when that is given too. Scales must be positive and finite. The sm_90a
   // kernel needs descale_block_rows_q a multiple of 64 and descale_block_rows_kv a multiple of 128, or
-  // at head dim 128 of 192 (192 or 384: the faster 192-key kernel from 2048 keys on); at head dim 256
-  // multiples of 96 take its faster 96-key kernel.
+  // at head dim 128 of 192 or (dense batches) of 64: from 2048 keys on (and at any length for rows
+  // that are not multiples of 128) those take 192-key blocks, fastest where the rows are multiples of
+  // 192; at head dim 256 multiples of 96 take its faster 96-key kernel.
   std::optional<Tensor> q_block_descale, k_block_descale, v_block_descale;
   int descale_block_rows_q = 128, descale_block_rows_kv = 128;
 

@@ -145,7 +145,7 @@ TEST(Fp8Params, EveryFieldTheKernelReadsIsSetFromTheProblem) {
     expect_view(fp.q_block_descale, c.block_scales ? &c.q_block : nullptr, 64, "q_block_descale");
     expect_view(fp.k_block_descale, c.block_scales ? &c.k_block : nullptr, 128, "k_block_descale");
     expect_view(fp.v_block_descale, c.block_scales ? &c.v_block : nullptr, 128, "v_block_descale");
-    EXPECT_EQ(fp.kv_blocks_per_descale.divisor, c.block_scales ? 128u / kBlockN : 1u);
+    EXPECT_EQ(fp.kv_groups_per_descale.divisor, c.block_scales ? 128u / kBlockN : 1u);
   }
 }
 

@@ -10,7 +10,9 @@
 // key). With p_j the softmax weight of key j, u_j = v_scale_j v_jc and o the exact output:
 //  - P rounded to e4m3 (2^8 offset): 2^-4 relative in the normal range, after an f16 step (2^-11):
 //    (2^-4 + 2^-11) p_j |u_j|; in the subnormal range 2^-10 absolute of 256: 2^-18 |u_j| / L, where
-//    L = sum_j exp(s_j - max) >= 1.
+//    L = sum_j exp(s_j - max) >= 1, times r_j >= 1 where the kernel scales P down by 1 / r_j first
+//    (the grouped 192-key kernel's v descale groups: r_j = the largest v block scale of key j's
+//    192-key block over key j's).
 //  - The score itself: the S = Q K^T QGMMA adds the products of each instruction with only ~13-14
 //    mantissa bits, truncated (a Hopper FP8 tensor-core property), an error relative to the size of
 //    the summed products rather than of the score: 2^-9 sum_c |q_c k_jc| (scaled like the scores; 4x
@@ -132,6 +134,18 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   const auto v_scale_of = [&](int j) {
     return v_head * (a.v_block ? a.v_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
   };
+  // What key j's P may be scaled by before its e4m3 rounding: a K block whose keys span several v
+  // block scales (the grouped 192-key kernel's descale groups) adds its P V in the largest of them, each key's
+  // P scaled by its own scale over that largest (fwd_fp8/softmax.cuh, DescaleGroups), which shrinks
+  // P, and so grows its subnormal step's share, by up to the inverse.
+  const auto p_shrink_of = [&](int j) {
+    if (!a.v_block) return 1.0f;
+    const float* row = a.v_block + (b * a.heads_kv + kvh) * a.blocks_kv;
+    const int first = j / 192 * 192, last = min(a.seqlen_k, first + 192) - 1;
+    float top = 0.0f;
+    for (int e = first / a.rows_kv; e <= last / a.rows_kv; ++e) top = fmaxf(top, row[e]);
+    return top / row[j / a.rows_kv];
+  };
   const auto v_at = [&](int j, int c) {
     return e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
   };
@@ -197,7 +211,7 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
       const float v_scale = v_scale_of(j);
       const float u = v_scale * v, weight = p[j] / v_scale / l;
       const float score_error = 0x1p-9f * key_magnitude[j] + 0x1p-10f * a.softcap;
-      const float term = (0x1p-4f + 0x1p-11f) * weight * fabsf(u) + 0x1p-10f * fabsf(u) / l +
+      const float term = (0x1p-4f + 0x1p-11f) * weight * fabsf(u) + 0x1p-10f * fabsf(u) * p_shrink_of(j) / l +
                          score_error * weight * fabsf(u - ref);
       sum += term;
       sum_squares += term * term;
@@ -751,14 +765,22 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   cases.push_back(c);
   c.options.intra_wg_overlap = false;
   cases.push_back(c);
-  // Block descales whose k/v rows are whole 192-key blocks take the 192-key kernel too
-  // (fwd_fp8/launch.cuh): 192 rows at any length, 384 from 2048 keys on.
+  // Block descales whose k/v rows are whole 64-key descale groups take the 192-key kernel too
+  // (fwd_fp8/launch.cuh): 192 or 64 rows at any length, 384 and 128 from 2048 keys on. 128 and 64
+  // rows change scale inside a block; at 8300 keys the last block's third group lies past the keys
+  // (its entry would be past the descales').
   c = cases[0];
   c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
   cases.push_back(c);
   c.rows_kv = 384, c.seqlen_k = 8333, c.causal = true, c.seqlen_q = 77;
   cases.push_back(c);
-  c.rows_kv = 192, c.seqlen_k = 333, c.causal = false, c.options.intra_wg_overlap = false;
+  c.rows_kv = 128, c.seqlen_k = 8300;
+  cases.push_back(c);
+  c.causal = false, c.seqlen_k = 2100, c.seqlen_q = 130;
+  cases.push_back(c);
+  c.rows_kv = 64, c.seqlen_k = 333, c.options.intra_wg_overlap = false;
+  cases.push_back(c);
+  c.rows_kv = 192;
   cases.push_back(c);
   const std::size_t key_ordered = cases.size();
   for (std::size_t i = 0; i < key_ordered; ++i) {
@@ -864,6 +886,24 @@ TEST_F(Fp8Forward, CudaGraphReplayMatchesTheDirectCall) {
       EXPECT_TRUE(why.empty()) << "b " << sh.batch << " hq " << sh.heads_q << " sq " << sh.seqlen_q << " sk "
                                << sh.seqlen_k << " d " << sh.head_dim << (capture_first ? " captured first" : "")
                                << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
+    }
+    if (sh.head_dim != 128) continue;
+    // 128-row k/v block descales at d 128 over 2048 keys: the grouped 192-key kernel, whose descale
+    // plan is computed in stream-ordered scratch memory before it (fwd_fp8/launch.cuh).
+    std::mt19937_64 rng(splitmix64(seed + index++));
+    const int blocks_kv = (sh.seqlen_k + 127) / 128;
+    DeviceBuffer k_block = random_scales(std::int64_t(sh.batch) * sh.heads_kv * blocks_kv, rng, 0.25f, 2.0f);
+    DeviceBuffer v_block = random_scales(std::int64_t(sh.batch) * sh.heads_kv * blocks_kv, rng, 0.25f, 4.0f);
+    FwdArgs blocked = args;
+    blocked.k_block_descale =
+        make_tensor(k_block.data(), Dtype::kFloat32, {sh.batch, sh.heads_kv, blocks_kv}, DeviceType::kCuda);
+    blocked.v_block_descale =
+        make_tensor(v_block.data(), Dtype::kFloat32, {sh.batch, sh.heads_kv, blocks_kv}, DeviceType::kCuda);
+    for (bool capture_first : {true, false}) {
+      const std::string why = graph_replay_mismatch(blocked, capture_first);
+      EXPECT_TRUE(why.empty()) << "128-row k/v block descales, sk " << sh.seqlen_k
+                               << (capture_first ? " captured first" : "") << " (HOPATTN_TEST_SEED=" << seed
+                               << "): " << why;
     }
   }
 }
@@ -1091,7 +1131,11 @@ TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {
   Fp8Case c;
   c.block_scales = true, c.rows_q = 32;  // the kernel needs multiples of 64
-  const std::string why = run_fp8_case(c, run_seed());
+  std::string why = run_fp8_case(c, run_seed());
+  EXPECT_NE(why.find("not supported"), std::string::npos) << why;
+  // k/v rows: at head dim 128 multiples of 64 (the 192-key kernel's descale groups), not of 32.
+  c.head_dim = 128, c.rows_q = 64, c.rows_kv = 32;
+  why = run_fp8_case(c, run_seed());
   EXPECT_NE(why.find("not supported"), std::string::npos) << why;
 }
 

@@ -12,8 +12,13 @@
 // softcap scale the tanh's input instead, and the capped logits enter the softmax times log2(e)
 // alone. V's scale: O is kept in units of the v scale of the last block added (a change of block
 // scale is folded into the O rescale before the next P V), and the per-head v descale and the last
-// block scale are applied in the epilogue.
+// block scale are applied in the epilogue. Where a K block spans several descale groups
+// (Traits::kDescaleGroups > 1: 128-row scales on 192-key blocks), each group has its k and v scale:
+// the softmax scales each group's scores by its own factor, and a block's v scale is its groups'
+// largest, the others' ratios to it folded into their P (DescaleGroups, softmax.cuh).
 #pragma once
+
+#include <type_traits>
 
 #include "sm90/arch/convert_fp8.cuh"
 #include "sm90/arch/mbarrier.cuh"
@@ -25,6 +30,7 @@
 #include "sm90/fwd/packed_gqa.cuh"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sequence.cuh"
+#include "sm90/fwd_fp8/descale_plan.cuh"
 #include "sm90/fwd_fp8/epilogue.cuh"
 #include "sm90/fwd_fp8/fp8_layout.hpp"
 #include "sm90/fwd_fp8/p_fragments.cuh"
@@ -49,6 +55,10 @@ class Fp8Consumer {
   static constexpr int kPSteps = Traits::kPSteps;
   using Softmax = Fp8OnlineSoftmax<kS, Traits::kFmaExp2Every, Traits::kPackedRowSums>;
   static constexpr int kQSteps = Traits::kQInRegisters ? Traits::kQKSteps : 0;
+  static constexpr int kGroups = Traits::kDescaleGroups;
+  static_assert(kGroups == 1 || kGroups == 3, "a descale plan entry holds three groups (descale_plan.cuh)");
+  // What the softmax scales a block's raw scores by (logit_scale): one factor, or one per descale group.
+  using LogitScale = std::conditional_t<kGroups == 1, float, DescaleGroups<kGroups>>;
   using QFragments = std::uint32_t[kQSteps > 0 ? kQSteps : 1][4];
 
  public:
@@ -178,25 +188,45 @@ class Fp8Consumer {
     }
     v_factor_ = p_.v_descale.at(c.batch, kv_head_);
     v_block_ = 1.0f;
+    if constexpr (kGroups > 1) {  // the tile's row of the descale plan, read per block
+      plan_row_ = p_.descale_plan + (static_cast<long long>(c.batch) * b_.heads_kv + kv_head_) * p_.descale_plan_blocks;
+    }
   }
-  // Block n's k and v scales (1 without block descales). Loaded when block n's K lands, before the
-  // GEMM turn, so the global load is in flight during the turn and the S wait instead of on the
-  // softmax's path.
-  struct BlockScales {
-    float k, v;
+  // Block n's k and v scales (1 without block descales), or its descale plan where it has groups.
+  // Loaded when block n's K lands, before the GEMM turn, so the global loads are in flight during the
+  // turn and the S wait instead of on the softmax's path.
+  struct OneGroupScales {
+    float k[1], v[1];
   };
+  using BlockScales = std::conditional_t<kGroups == 1, OneGroupScales, DescaleGroupPlan>;
   __device__ BlockScales block_scales(int n) const {
-    if constexpr (!Traits::kBlockDescales) return {1.0f, 1.0f};
-    const int entry = static_cast<int>(p_.kv_blocks_per_descale.divide(static_cast<std::uint32_t>(n)));
-    const DescaleView& kb = p_.k_block_descale;
-    const DescaleView& vb = p_.v_block_descale;
-    return {kb.data == nullptr ? 1.0f : kb.at(batch_, kv_head_, entry),
-            vb.data == nullptr ? 1.0f : vb.at(batch_, kv_head_, entry)};
+    if constexpr (!Traits::kBlockDescales) return {{1.0f}, {1.0f}};  // kGroups is 1
+    BlockScales scales;
+    if constexpr (kGroups == 1) {
+      const int entry = static_cast<int>(p_.kv_groups_per_descale.divide(static_cast<std::uint32_t>(n)));
+      const DescaleView& kb = p_.k_block_descale;
+      const DescaleView& vb = p_.v_block_descale;
+      scales.k[0] = kb.data == nullptr ? 1.0f : kb.at(batch_, kv_head_, entry);
+      scales.v[0] = vb.data == nullptr ? 1.0f : vb.at(batch_, kv_head_, entry);
+    } else {
+      const float4* entry = reinterpret_cast<const float4*>(plan_row_ + n);
+      const float4 k = __ldg(entry), p_log2 = __ldg(entry + 1), sum_weight = __ldg(entry + 2);
+      scales.k[0] = k.x, scales.k[1] = k.y, scales.k[2] = k.z, scales.v_scale = k.w;
+      scales.p_log2[0] = p_log2.x, scales.p_log2[1] = p_log2.y, scales.p_log2[2] = p_log2.z;
+      scales.sum_weight[0] = sum_weight.x, scales.sum_weight[1] = sum_weight.y, scales.sum_weight[2] = sum_weight.z;
+    }
+    return scales;
   }
-  // O is about to receive the P V of a block with v scale `next`: fold the change of v block scale
-  // into the rescale factors (an approximate division: the ratio only rescales O).
-  __device__ void switch_v_block(float next, float (&factor)[2]) {
+  // The v scale a block's P V adds O in (with groups, their largest).
+  __device__ static float block_v_scale(const BlockScales& scales) {
+    if constexpr (kGroups == 1) return scales.v[0];
+    else return scales.v_scale;
+  }
+  // O is about to receive the P V of a block with scales `next_scales`: fold the change of v block
+  // scale into the rescale factors (an approximate division: the ratio only rescales O).
+  __device__ void switch_v_block(const BlockScales& next_scales, float (&factor)[2]) {
     if (!Traits::kBlockDescales || p_.v_block_descale.data == nullptr) return;
+    const float next = block_v_scale(next_scales);
     const float ratio = __fdividef(v_block_, next);
     factor[0] *= ratio;
     factor[1] *= ratio;
@@ -247,9 +277,21 @@ class Fp8Consumer {
     wgmma_commit();
   }
 
-  // The factor from raw scores (after the softcap, when on) to log2-unit logits for block scales `scales`.
-  __device__ float logit_scale(const BlockScales& scales) const {
-    return Traits::kSoftcap ? score_scale_ : score_scale_ * scales.k;
+  // The factor from raw scores (after the softcap, when on) to log2-unit logits for block scales
+  // `scales`; per descale group where a block has several, with P's offsets (DescaleGroups).
+  __device__ LogitScale logit_scale(const BlockScales& scales) const {
+    if constexpr (kGroups == 1) {
+      return Traits::kSoftcap ? score_scale_ : score_scale_ * scales.k[0];
+    } else {
+      DescaleGroups<kGroups> groups;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        groups.logit[g] = score_scale_ * scales.k[g];
+        groups.p_log2[g] = scales.p_log2[g];
+        groups.sum_weight[g] = scales.sum_weight[g];
+      }
+      return groups;
+    }
   }
 
   // Whether block n's K rows are permuted (fp8_layout.hpp, key_of_s_column): where V^T comes from
@@ -267,7 +309,7 @@ class Fp8Consumer {
   __device__ void prepare_scores(float (&s)[kS], const BlockScales& scales, const MaskedBlocks& masked, int m0,
                                  int row0, int n_block) {
     if constexpr (Traits::kSoftcap) {
-      const float input_scale = cap_input_scale_ * scales.k;
+      const float input_scale = cap_input_scale_ * scales.k[0];
 #pragma unroll
       for (int i = 0; i < kS; ++i) s[i] = b_.softcap * fast_tanh(s[i] * input_scale);
     }
@@ -354,7 +396,7 @@ class Fp8Consumer {
       float factor[2];
       std::uint32_t p16[kS / 2];
       softmax_update(s, scales, softmax, factor, p16);
-      switch_v_block(scales.v, factor);
+      switch_v_block(scales, factor);
       rescale(o, factor);
       convert_p_of_block(s, p16, p, n);
       mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
@@ -399,7 +441,7 @@ class Fp8Consumer {
     if (!Traits::kQInRegisters && n == n_begin) release(&s_.q_empty);
     prepare_scores_of_block(s, scales, masked, m0, row0, n);
     softmax_update(s, scales, softmax, factor, p16);
-    switch_v_block(scales.v, factor);  // O is still zero: only its v scale is set
+    switch_v_block(scales, factor);  // O is still zero: only its v scale is set
     convert_p_of_block(s, p16, p, n);
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
@@ -421,7 +463,7 @@ class Fp8Consumer {
       // Never the block that reaches the end of the keys (the first one, above): permuted K rows
       // where V^T comes from global memory.
       prepare_scores<Traits::kVtFromGlobal>(s, scales, masked, m0, row0, n);
-      const float scale = logit_scale(scales);
+      const LogitScale scale = logit_scale(scales);
       softmax.update_max(s, scale, factor);
       if constexpr (Traits::kPvWaitInSoftmax) {
         if constexpr (Traits::kPvWaitAfterMax) {
@@ -434,13 +476,13 @@ class Fp8Consumer {
           end_gemm_turn();
         }
         wait_for_pv(o, p, pv_stage);
-        switch_v_block(scales.v, factor);
+        switch_v_block(scales, factor);
         rescale_predicated(o, factor);
       }
       softmax.exponentiate(s, scale, p16);
       if constexpr (!Traits::kPvWaitInSoftmax) {
         wait_for_pv(o, p, pv_stage);
-        switch_v_block(scales.v, factor);
+        switch_v_block(scales, factor);
       }
       convert_p(s, p16, p);
       pv_stage = stage;
@@ -494,12 +536,12 @@ class Fp8Consumer {
       wgmma_wait<0>();
       decode.pin_scores();
       release(&s_.k_empty[stage]);
-      if constexpr (Traits::kSoftcap) decode.apply_softcap(b_.softcap, cap_input_scale_ * scales.k);
+      if constexpr (Traits::kSoftcap) decode.apply_softcap(b_.softcap, cap_input_scale_ * scales.k[0]);
       if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, true>(masked, b_, m0, n)) {
         decode.apply_mask(mask_bounds(batch_), b_, b_.pack_gqa, row0, n * Traits::kBlockN);
       }
       float v_ratio[2] = {1.0f, 1.0f};
-      switch_v_block(scales.v, v_ratio);
+      switch_v_block(scales, v_ratio);
       decode.update_and_store_probabilities(logit_scale(scales), v_ratio[0]);
       mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
       decode.issue_output(smem_address(s_.vt[stage]));
@@ -524,6 +566,7 @@ class Fp8Consumer {
   float cap_input_scale_ = 0.0f;  // softcap only: softmax_scale / softcap * per-head descales * q block scale
   float v_factor_ = 1.0f;         // per-head v descale
   float v_block_ = 1.0f;          // v block scale O is currently expressed in
+  const DescaleGroupPlan* plan_row_ = nullptr;  // where kGroups > 1: the tile's (batch, kv head) plan
 };
 
 }  // namespace hopattn::sm90

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sm90/fwd/launch.cuh"
+#include "sm90/fwd_fp8/descale_plan.cuh"
 #include "sm90/fwd_fp8/kernel.cuh"
 #include "sm90/fwd_fp8/launch.hpp"
 #include "sm90/fwd_fp8/params_builder.hpp"
@@ -32,18 +33,37 @@ Status launch_split_combine(const Fp8FwdParams& fp, cudaStream_t stream) {
                                  stream, fp, "launching the fp8 split combine kernel");
 }
 
+// The grouped kernel's descale plan (descale_plan.cuh) for `fp`, in scratch memory of `device` taken
+// on `stream` (*plan; the caller gives it back once the forward is queued), its pointer set in `fp`.
+template <class Traits>
+Status plan_descale_groups(Fp8FwdParams* fp, int device, cudaStream_t stream, void** plan) {
+  const FwdParams& p = fp->base;
+  const int blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const long long entries = static_cast<long long>(p.batch) * p.heads_kv * blocks;
+  if (Status st = acquire_split_workspace(device, entries * sizeof(DescaleGroupPlan), stream, plan);
+      !st.ok())
+    return st;
+  fp->descale_plan = static_cast<const DescaleGroupPlan*>(*plan);
+  fp->descale_plan_blocks = blocks;
+  constexpr int kThreads = 128;
+  const unsigned grid = static_cast<unsigned>((entries + kThreads - 1) / kThreads);
+  fp8_descale_group_plan_kernel<Traits::kDescaleGroups, Traits::kDescaleGroupKeys>
+      <<<grid, kThreads, 0, stream>>>(*fp, static_cast<DescaleGroupPlan*>(*plan), blocks);
+  return cuda_status(cudaGetLastError(), "launching the fp8 descale plan kernel");
+}
+
 template <class Traits>
 Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.paged && !Traits::kPagedKv)  // launch_forward_fp8 never picks these (192- or 96-key blocks)
     return Status(StatusCode::kUnsupported,
                   "internal error in the sm_90a fp8 forward launch: a paged cache needs power-of-two key blocks");
   if (Traits::kBlockDescales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
-                       args.descale_block_rows_kv % Traits::kBlockN != 0)) {
+                       args.descale_block_rows_kv % Traits::kDescaleGroupKeys != 0)) {
     return Status(StatusCode::kUnsupported,
                   "descale_block_rows_q " + std::to_string(args.descale_block_rows_q) + " / descale_block_rows_kv " +
                       std::to_string(args.descale_block_rows_kv) +
                       " is not supported by the sm_90a fp8 forward kernel; it needs multiples of " +
-                      std::to_string(Traits::kRowsPerWarpgroup) + " and " + std::to_string(Traits::kBlockN));
+                      std::to_string(Traits::kRowsPerWarpgroup) + " and " + std::to_string(Traits::kDescaleGroupKeys));
   }
   // GQA packing (variable-length kernels up to d 128): where packs_gqa says it pays, as in the 16-bit
   // launch, but not over a q block descale, whose entries are per query head.
@@ -98,7 +118,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   // Nothing to compute (validation refuses other empties).
   if (pr.seqlen_q == 0 || (pr.varlen_q && args.q.shape[0] == 0)) return Status::Ok();
   DeviceGuard device(pr.device_index);
-  Fp8FwdParams fp = make_fp8_params(args, pr, Traits::kBlockM, Traits::kBlockN,
+  Fp8FwdParams fp = make_fp8_params(args, pr, Traits::kBlockM, Traits::kDescaleGroupKeys,
                                     heads_per_group(pr, pr.device_index, pack_gqa), pack_gqa);
   FwdParams& p = fp.base;
   fp.k_groups_per_batch = k_block_boxes ? pr.seqlen_k / 16 : 0;
@@ -117,9 +137,20 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   Schedule schedule;
   if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_k_permuted, tm_v, tm_o,
-                                                                             fp);
-  Status launched = cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
+  // The grouped kernel's descale plan: computed on the stream right before it, in scratch memory
+  // given back right after it (stream-ordered).
+  Status launched = Status::Ok();
+  void* plan = nullptr;
+  if constexpr (Traits::kDescaleGroups > 1) launched = plan_descale_groups<Traits>(&fp, pr.device_index, stream, &plan);
+  if (launched.ok()) {
+    kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_k_permuted, tm_v,
+                                                                               tm_o, fp);
+    launched = cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
+  }
+  if (plan != nullptr) {
+    const Status released = release_split_workspace(plan, stream);
+    if (launched.ok()) launched = released;
+  }
   if constexpr (Traits::kTailSplit) {
     if (launched.ok() && p.split.units > 0) launched = launch_split_combine<Traits>(fp, stream);
   }
@@ -131,12 +162,14 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
 }
 
 // Whether head dim 128 with block descales takes 192-key blocks: where its k/v descale rows are
-// whole 192-key blocks, where tiles see many keys (tile_keys: keys_per_tile) as without descales, or at
-// any length where they are not whole 128-key blocks (192-row descales would otherwise be refused).
-inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long tile_keys) {
+// whole 192-key blocks or (dense batches) whole 64-key descale groups, where tiles see many keys
+// (tile_keys: keys_per_tile) as without descales, or at any length where they are not whole 128-key
+// blocks (they would otherwise be refused).
+inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long tile_keys, bool varlen) {
   const int rows = args.descale_block_rows_kv;
   const int narrow = fp8_default_block_n(128, true);
-  return rows % kFp8WideBlockN == 0 && (tile_keys >= kFp8WideBlockMinKeys || rows % narrow != 0);
+  return rows % (varlen ? kFp8WideBlockN : kFp8WideDescaleGroupKeys) == 0 &&
+         (tile_keys >= kFp8WideBlockMinKeys || rows % narrow != 0);
 }
 
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
@@ -161,8 +194,14 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   const long long tile_keys = keys_per_tile(pr, Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>::kBlockM);
   if (block_descales) {
     if constexpr (kHeadDim == 128) {
-      if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys))
-        return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
+      if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys, kVarlen)) {
+        if (args.descale_block_rows_kv % kFp8WideBlockN == 0)
+          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
+        if constexpr (!kVarlen) {
+          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, false,
+                                                kFp8WideDescaleGroupKeys>>(args, pr);
+        }
+      }
     }
     if constexpr (kHeadDim == 256 && !kVtFromGlobal) {
       if (wide_blocks_fit && args.descale_block_rows_kv % kFp8D256DescaleBlockN == 0)

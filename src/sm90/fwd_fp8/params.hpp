@@ -20,15 +20,22 @@ struct DescaleView {
 #endif
 };
 
+struct DescaleGroupPlan;  // descale_plan.cuh
+
 struct Fp8FwdParams {
   FwdParams base;  // shapes, scale_log2 / logit_scale, causal, out (bf16), lse, schedule
   // Per (batch, kv head), flash-attention's convention (q's factor too is indexed by kv head).
   DescaleView q_descale, k_descale, v_descale;
   // Per (batch, head, block of rows): q by q head, k and v by kv head.
   DescaleView q_block_descale, k_block_descale, v_block_descale;
-  // K blocks of kBlockN keys per k / v descale entry (descale_block_rows_kv / kBlockN; the launch
-  // refuses other multiples): the consumer's index per K block is one multiply-high and shift.
-  FastDivisor kv_blocks_per_descale;
+  // Descale groups (Fp8FwdTraits::kDescaleGroupKeys keys: a K block or a part of one) per k / v descale
+  // entry (descale_block_rows_kv / kDescaleGroupKeys; the launch refuses other multiples): the
+  // consumer's index per group is one multiply-high and shift.
+  FastDivisor kv_groups_per_descale;
+  // The grouped 192-key kernel's per-block descale plan (descale_plan.cuh), (batch, heads_kv,
+  // descale_plan_blocks) entries, in scratch memory of the launch; null for every other kernel.
+  const DescaleGroupPlan* descale_plan;
+  int descale_plan_blocks;
   // Where V^T comes from global memory and K's layout allows (host/tensor_map.hpp,
   // permuted_block_map_applies): K blocks per batch in the permuted map's last dimension,
   // seqlen_k / 16, and each permuted K block is one box; 0: two boxes per 16-key group.

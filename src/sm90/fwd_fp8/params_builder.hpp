@@ -18,10 +18,11 @@ inline DescaleView fp8_descale_view(const std::optional<Tensor>& t, int rows_per
                      rows_per_block};
 }
 
-// tile_counter stays null, as in make_fwd_params. block_n: the kernel's keys per K block, which
-// descale_block_rows_kv must be a multiple of when k / v block descales are given. pack_gqa: as in
+// tile_counter stays null, as in make_fwd_params. group_keys: the kernel's keys per k/v descale group
+// (Fp8FwdTraits::kDescaleGroupKeys), which descale_block_rows_kv must be a multiple of when k / v block
+// descales are given. pack_gqa: as in
 // make_fwd_params (the variable-length kernels; never with a q block descale).
-inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
+inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int group_keys,
                                     int heads_per_group, bool pack_gqa = false) {
   Fp8FwdParams fp{};
   fp.base = make_fwd_params(args, pr, block_m, heads_per_group, pack_gqa);
@@ -32,8 +33,8 @@ inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& 
   fp.k_block_descale = fp8_descale_view(args.k_block_descale, args.descale_block_rows_kv);
   fp.v_block_descale = fp8_descale_view(args.v_block_descale, args.descale_block_rows_kv);
   const bool kv_blocks = args.k_block_descale || args.v_block_descale;
-  fp.kv_blocks_per_descale =
-      FastDivisor(kv_blocks ? static_cast<std::uint32_t>(args.descale_block_rows_kv / block_n) : 1u);
+  fp.kv_groups_per_descale =
+      FastDivisor(kv_blocks ? static_cast<std::uint32_t>(args.descale_block_rows_kv / group_keys) : 1u);
   return fp;
 }
 
@@ -47,8 +48,8 @@ inline std::string fp8_params_error(const Fp8FwdParams& fp, int block_m) {
       return "Fp8FwdParams: a per-block descale view has rows_per_block " + std::to_string(v->rows_per_block) +
              ", expected >= 1";
   }
-  if (fp.kv_blocks_per_descale.divisor < 1)
-    return "Fp8FwdParams: kv_blocks_per_descale is 0 (descale_block_rows_kv below one K block)";
+  if (fp.kv_groups_per_descale.divisor < 1)
+    return "Fp8FwdParams: kv_groups_per_descale is 0 (descale_block_rows_kv below one descale group)";
   if (fp.base.pack_gqa && fp.q_block_descale.data != nullptr)
     return "Fp8FwdParams: pack_gqa with a q block descale (a packed tile's rows span query heads)";
   return std::string();

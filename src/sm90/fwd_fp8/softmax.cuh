@@ -70,6 +70,19 @@ __device__ __forceinline__ void packed_row_sum(const std::uint32_t (&p16)[kPairs
   }
 }
 
+// The softmax's factors for a K block whose keys fall in kGroups descale groups
+// (Fp8FwdTraits::kDescaleGroups > 1: k and v block scales that change inside the block): per group,
+// the logit factor (what `scale` is for a block of one group), P's log2 offset and the row-sum weight
+// that undoes it. The offset is log2 of the group's v scale over the block's largest (<= 0): the
+// P V GEMM then adds every group's V in the units of that largest scale, and P stays within
+// [0, 256], e4m3's normal range.
+template <int kGroups>
+struct DescaleGroups {
+  float logit[kGroups];
+  float p_log2[kGroups];
+  float sum_weight[kGroups];
+};
+
 // kFmaExp2Every > 0: every kFmaExp2Every-th exponential goes to exp2_on_fma_pipe, the rest to MUFU.EX2
 // (Fp8FwdTraits::kFmaExp2Every says where that pays). kPackedSums: row sums over f16 pairs of P
 // (Fp8FwdTraits::kPackedRowSums says where that pays).
@@ -83,12 +96,18 @@ struct Fp8OnlineSoftmax {
     row_sum[0] = row_sum[1] = 0.0f;
   }
 
-  // Raw scores s (masked entries -inf) with this block's scale -> P; per row the factor O must be
-  // multiplied by before this block's P V is added.
+  // Raw scores s (masked entries -inf) with this block's scale (a float, or DescaleGroups) -> P; per
+  // row the factor O must be multiplied by before this block's P V is added.
   __device__ __forceinline__ void update(float (&s)[kSRegisters], float scale, float (&o_rescale)[2],
                                          std::uint32_t (&p16)[kSRegisters / 2]) {
     update_max(s, scale, o_rescale);
     exponentiate(s, scale, p16);
+  }
+  template <int kGroups>
+  __device__ __forceinline__ void update(float (&s)[kSRegisters], const DescaleGroups<kGroups>& groups,
+                                         float (&o_rescale)[2], std::uint32_t (&p16)[kSRegisters / 2]) {
+    update_max(s, groups, o_rescale);
+    exponentiate(s, groups, p16);
   }
 
   // The two halves of update, for a caller that has work to put between them (the overlapped
@@ -105,6 +124,25 @@ struct Fp8OnlineSoftmax {
       row_sum[r] *= o_rescale[r];
       row_max[r] = new_max;
     }
+  }
+  // The same for a block of descale groups: each group's max is scaled by its logit factor before
+  // the rows' maxima meet across the quad.
+  template <int kGroups>
+  __device__ __forceinline__ void update_max(const float (&s)[kSRegisters], const DescaleGroups<kGroups>& groups,
+                                             float (&o_rescale)[2]) {
+    float scaled_max[2];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      float group_max[2];
+      fragment_row_reduce(group_part<kGroups>(s, g), group_max, MaxOp{});
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float t = group_max[r] * groups.logit[g];
+        scaled_max[r] = g == 0 ? t : fmaxf(scaled_max[r], t);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) fold_block_max(quad_max(scaled_max[r]), r, o_rescale);
   }
 
   // Scores -> P against the max of the last update_max (same scale); adds P to the row sums. Where
@@ -133,8 +171,54 @@ struct Fp8OnlineSoftmax {
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] += block_sum[r];
   }
+  // The same for a block of descale groups: group g's exponents carry its P offset, and its row sum
+  // is weighted back by sum_weight.
+  template <int kGroups>
+  __device__ __forceinline__ void exponentiate(float (&s)[kSRegisters], const DescaleGroups<kGroups>& groups,
+                                               std::uint32_t (&p16)[kSRegisters / 2]) {
+    constexpr int kPerGroup = kSRegisters / kGroups;
+    float bias[kGroups][2];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) bias[g][r] = kFp8POffsetLog2 + groups.p_log2[g] - exponent_reference(row_max[r]);
+    }
+#pragma unroll
+    for (int i = 0; i < kSRegisters; ++i) {
+      const int g = i / kPerGroup;
+      const float x = fmaf(s[i], groups.logit[g], bias[g][fragment_row_half(i)]);
+      s[i] = kFmaExp2Every > 0 && i % (kFmaExp2Every > 0 ? kFmaExp2Every : 1) == 0 ? exp2_on_fma_pipe(x) : fast_exp2(x);
+    }
+    if constexpr (kPackedSums) {
+#pragma unroll
+      for (int j = 0; j < kSRegisters / 2; ++j) p16[j] = pack_f16x2(s[2 * j], s[2 * j + 1]);
+    }
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      float group_sum[2];
+      if constexpr (kPackedSums) packed_row_sum(group_part<kGroups>(p16, g), group_sum);
+      else fragment_row_reduce(group_part<kGroups>(s, g), group_sum, SumOp{});
+#pragma unroll
+      for (int r = 0; r < 2; ++r) row_sum[r] = fmaf(group_sum[r], groups.sum_weight[g], row_sum[r]);
+    }
+  }
 
  private:
+  // A block's max (scaled, in log2 units) of row half r into the running max; the row sum's rescale.
+  __device__ __forceinline__ void fold_block_max(float block_max, int r, float (&o_rescale)[2]) {
+    const float new_max = fmaxf(row_max[r], block_max);
+    o_rescale[r] = fast_exp2(row_max[r] - exponent_reference(new_max));
+    row_sum[r] *= o_rescale[r];
+    row_max[r] = new_max;
+  }
+  // Descale group g's part of a fragment array (its keys are a contiguous run of the fragment's
+  // columns, so a contiguous run of its registers with the same row halves).
+  template <int kGroups, class T, int kN>
+  __device__ __forceinline__ static const T (&group_part(const T (&a)[kN], int g))[kN / kGroups] {
+    static_assert(kN % (4 * kGroups) == 0, "a group's registers must be whole column pairs of both row halves");
+    return *reinterpret_cast<const T(*)[kN / kGroups]>(a + g * (kN / kGroups));
+  }
+
   // What the exponents are taken against: the running max, or 0 for a row with no key yet (max
   // -inf), so that no -inf - -inf makes a NaN.
   __device__ __forceinline__ static float exponent_reference(float max) { return max == -INFINITY ? 0.0f : max; }

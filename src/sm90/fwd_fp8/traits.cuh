@@ -20,15 +20,18 @@ constexpr int fp8_default_block_n(int head_dim, bool block_descales, bool softca
 // Head dim 128 from 2048 keys on: 192-key blocks, which since the 192-key-only changes of v37-v39
 // take 13-14% fewer cycles than 128-key blocks at 8k-16k, 7-11% at 2k-4k (causal 4k 7%). At 1k the
 // padding of the last block (up to 191 keys of wasted work per tile row) costs more than the
-// per-block overheads the width saves: +1-4% (H200, 2026-12-01). With block descales the k/v
-// descale rows must be whole blocks: 192-key blocks where they are multiples of 192 (launch.cuh,
+// per-block overheads the width saves: +1-4% (H200, 2026-12-01). With block descales: 192-key
+// blocks where the k/v descale rows are multiples of 192 (launch.cuh,
 // fp8_block_descales_take_wide_blocks), 12-16% fewer cycles than 128-key blocks with 128-row
-// descales at 8k-16k, 5-8% at 2k-4k (H200, 2026-12-01). Head dim 64 takes them from 2048 keys too
+// descales at 8k-16k, 5-8% at 2k-4k (H200, 2026-12-01); where they are multiples of 64 only (128
+// rows), the grouped 192-key kernel (kDescaleGroupKeys_ below). Head dim 64 takes them from 2048 keys too
 // where v is in the ordinary layout (without block descales or a softcap, not paged): decoding steps
 // 5-17% faster (b 8 x 32/8 x 16k 57.8 -> 47.8 us, MHA 16%), variable-length prefill 8k +5%, dense
 // prefill +3-8% (H200, 2026-12-03, perf-notes v92, v93).
 constexpr int kFp8WideBlockN = 192;
 constexpr int kFp8WideBlockMinKeys = 2048;
+// Keys per k/v descale group of the grouped 192-key block-descale kernel (Fp8FwdTraits::kDescaleGroupKeys).
+constexpr int kFp8WideDescaleGroupKeys = 64;
 // Head dim 256 with block descales whose k/v rows are multiples of 96 (192-row scales serve both head
 // dims): 96-key blocks instead of 64 (128 spill 64 bytes there): 12-14% fewer cycles at 4k-16k (H200,
 // 2026-12-01). The ordinary v layout only: a 96-key V^T tile from global memory is not whole 64-byte
@@ -46,9 +49,17 @@ constexpr int kFp8D256DescaleBlockN = 96;
 // kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), as the
 // 16-bit kernels' kVarlen (fwd/sequence.cuh): each tile reads its sequence's lengths and first rows.
 // The ordinary v layout only (a packed keys-contiguous v has no layout in the API).
+// kDescaleGroupKeys_: keys per k/v descale group; a K block has one k and one v block scale per group.
+// Whole blocks but in the grouped 192-key d 128 kernel (groups of 64: kFp8WideDescaleGroupKeys),
+// which takes 128-row descales (quantize_fp8's default) whose boundaries fall inside its blocks
+// (Fp8Consumer, DescaleGroups in softmax.cuh; its per-block values from a plan kernel,
+// descale_plan.cuh): 10-14% faster than the 128-key kernel at 2k-16k keys (causal 8k 12%,
+// keys-contiguous v 14%), 5% slower than the one-group 192-key kernel that 192-row descales take
+// (H200, 2026-12-04, perf-notes v127-v128). Not variable-length: that kernel spilled 52 bytes with
+// groups (v127, before the plan).
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
           int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
-          bool kVarlen_ = false>
+          bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBlockDescales = kBlockDescales_;
@@ -152,6 +163,12 @@ struct Fp8FwdTraits {
   // +1.1%, d 256 16k +0.4%), where the 48 extra f16 packs cost more than the halved adds save
   // (H200, 2026-12-01).
   static constexpr bool kPackedRowSums = kBlockN == 192;
+  static constexpr int kDescaleGroupKeys = kDescaleGroupKeys_;
+  static constexpr int kDescaleGroups = kBlockN / kDescaleGroupKeys;
+  static_assert(kBlockN % kDescaleGroupKeys == 0 && kDescaleGroupKeys % 32 == 0,
+                "descale groups must be whole k32 steps of a block");
+  static_assert(kDescaleGroups == 1 || (kBlockDescales && !kSoftcap && !kVarlen),
+                "descale groups are built for the dense block-descale kernels without a softcap");
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kORegisters = kHeadDim / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
