@@ -151,7 +151,8 @@ struct FwdArgs {
   // kernel needs descale_block_rows_q a multiple of 64 and descale_block_rows_kv a multiple of 128, or
   // at head dim 128 of 192 or (dense batches) of 64: from 2048 keys on (and at any length for rows
   // that are not multiples of 128) those take 192-key blocks, fastest where the rows are multiples of
-  // 192; at head dim 256 multiples of 96 take its faster 96-key kernel.
+  // 192; at head dim 256 multiples of 96 take its faster 96-key kernel, and (dense batches) multiples
+  // of 32 too (a little slower than 96-row descales).
   std::optional<Tensor> q_block_descale, k_block_descale, v_block_descale;
   int descale_block_rows_q = 128, descale_block_rows_kv = 128;
 

@@ -11,7 +11,7 @@
 //  - P rounded to e4m3 (2^8 offset): 2^-4 relative in the normal range, after an f16 step (2^-11):
 //    (2^-4 + 2^-11) p_j |u_j|; in the subnormal range 2^-10 absolute of 256: 2^-18 |u_j| / L, where
 //    L = sum_j exp(s_j - max) >= 1, times r_j >= 1 where the kernel scales P down by 1 / r_j first
-//    (the grouped 192-key kernel's v descale groups: r_j = the largest v block scale of key j's
+//    (the grouped kernels' v descale groups: r_j = the largest v block scale of key j's aligned
 //    192-key block over key j's).
 //  - The score itself: the S = Q K^T QGMMA adds the products of each instruction with only ~13-14
 //    mantissa bits, truncated (a Hopper FP8 tensor-core property), an error relative to the size of
@@ -135,7 +135,8 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
     return v_head * (a.v_block ? a.v_block[(b * a.heads_kv + kvh) * a.blocks_kv + j / a.rows_kv] : 1.0f);
   };
   // What key j's P may be scaled by before its e4m3 rounding: a K block whose keys span several v
-  // block scales (the grouped 192-key kernel's descale groups) adds its P V in the largest of them, each key's
+  // block scales (the grouped 192- and 96-key kernels' descale groups; a 96-key block lies within an
+  // aligned 192-key one) adds its P V in the largest of them, each key's
   // P scaled by its own scale over that largest (fwd_fp8/softmax.cuh, DescaleGroups), which shrinks
   // P, and so grows its subnormal step's share, by up to the inverse.
   const auto p_shrink_of = [&](int j) {
@@ -735,10 +736,18 @@ TEST_F(Fp8Forward, CornerCases) {
   cases.push_back(c);
   c.v_keys_contiguous = true, c.causal = true;
   cases.push_back(c);
-  // ... and at head dim 256 the 96-key block-descale kernel (ordinary v layout only).
+  // ... and at head dim 256 the 96-key block-descale kernel (ordinary v layout only), and its grouped
+  // form for 128- and 32-row scales (32-key descale groups; at 1111 keys the last block's third group
+  // lies past the keys).
   c.head_dim = 256, c.v_keys_contiguous = false;
   cases.push_back(c);
   c.causal = false, c.seqlen_k = 1111, c.options.intra_wg_overlap = false;
+  cases.push_back(c);
+  c.rows_kv = 128;
+  cases.push_back(c);
+  c.options.intra_wg_overlap = true, c.causal = true;
+  cases.push_back(c);
+  c.rows_kv = 32, c.seqlen_k = 2100, c.seqlen_q = 70;
   cases.push_back(c);
   expect_cases_match_oracle(cases, seed);
 }
