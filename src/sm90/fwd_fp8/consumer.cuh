@@ -13,7 +13,8 @@
 // alone. V's scale: O is kept in units of the v scale of the last block added (a change of block
 // scale is folded into the O rescale before the next P V), and the per-head v descale and the last
 // block scale are applied in the epilogue. Where a K block spans several descale groups
-// (Traits::kDescaleGroups > 1: 128-row scales on 192-key blocks), each group has its k and v scale:
+// (Traits::kDescaleGroups > 1: the grouped 192- and 96-key kernels, which take 128-row scales), each
+// group has its k and v scale, from the descale plan (descale_plan.cuh):
 // the softmax scales each group's scores by its own factor, and a block's v scale is its groups'
 // largest, the others' ratios to it folded into their P (DescaleGroups, softmax.cuh).
 #pragma once
