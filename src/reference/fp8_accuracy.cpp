@@ -87,6 +87,7 @@ std::vector<float> fp8_row(const DenseInputs& in, const AccuracyShape& shape, Qu
   fa.block_rows_q = block_rows[0];
   fa.block_rows_kv = shape.block_rows_kv;
   fa.tile_k = shape.tile_k;
+  fa.p_carries_v_ratio = shape.p_carries_v_ratio;
   std::vector<float> out = attention(fa);
   for (float& x : out) x = to_bf16_rn(x);
   return out;

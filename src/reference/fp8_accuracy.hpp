@@ -13,6 +13,7 @@ struct AccuracyShape {
   // The block rows: 128 for q; for k and v block_rows_kv, with key tiles of tile_k in the emulation
   // (the kernel's K block: 192 for 192-row k/v scales at head dim 128).
   int block_rows_kv = 128, tile_k = 128;
+  bool p_carries_v_ratio = false;  // Fp8AttentionArgs::p_carries_v_ratio (the grouped kernels)
 };
 
 struct AccuracyTable {

@@ -89,13 +89,19 @@ std::vector<float> fp8_attention(const Fp8AttentionArgs& a) {
           l *= alpha;
           for (float& o : acc) o *= alpha;
           std::fill(run.begin(), run.end(), 0.0f);
+          float tile_v = 0.0f;  // p_carries_v_ratio: the tile's largest v scale
+          if (a.p_carries_v_ratio) {
+            for (int j = t0; j < t1; ++j) tile_v = std::max(tile_v, v_scale[j]);
+          }
           for (int j = t0; j < t1; ++j) {
             const float p = std::exp(s[j - t0] - m_new) * kPOffset;
             l += p;
-            const float p8 = to_e4m3_rn(p);
+            const float p8 = to_e4m3_rn(a.p_carries_v_ratio ? p * (v_scale[j] / tile_v) : p);
             for (int c = 0; c < d; ++c) run[c] += p8 * v[static_cast<std::size_t>(j) * d + c];
-            if (j + 1 == t1 || v_scale[j + 1] != v_scale[j]) {  // end of a run of keys sharing a v scale
-              for (int c = 0; c < d; ++c) acc[c] += run[c] * v_scale[j];
+            const bool run_ends = j + 1 == t1 || (!a.p_carries_v_ratio && v_scale[j + 1] != v_scale[j]);
+            if (run_ends) {  // the tile's end, or the end of a run of keys sharing a v scale
+              const float run_scale = a.p_carries_v_ratio ? tile_v : v_scale[j];
+              for (int c = 0; c < d; ++c) acc[c] += run[c] * run_scale;
               std::fill(run.begin(), run.end(), 0.0f);
             }
           }

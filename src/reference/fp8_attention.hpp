@@ -7,6 +7,9 @@
 //   O   = O * exp(m_old - m) + (P8 . v8) * v_scale, the float32 product taken per run of keys that share
 //         a v scale (one key tile when block_rows_kv equals tile_k)
 //   out = O / l.
+// p_carries_v_ratio: as the grouped kernels (fwd_fp8/softmax.cuh, DescaleGroups), whose key tiles span
+// several v scales: P8 = e4m3(P * v_scale / tile_v) with tile_v the tile's largest v scale, and
+// O += (P8 . v8) * tile_v once a tile (l still sums P unscaled).
 // Non-causal, no masking; GQA (q head h reads kv head h / (heads_q / heads_kv)). Host tensors only.
 #pragma once
 
@@ -23,6 +26,7 @@ struct Fp8AttentionArgs {
   int block_rows_q = 128, block_rows_kv = 128;
   float softmax_scale = 0.0f;  // 0 = 1/sqrt(d)
   int tile_k = 128;
+  bool p_carries_v_ratio = false;
 };
 
 // Contiguous float32 (batch, seqlen_q, heads_q, d), unrounded (the kernel then stores it as bf16).

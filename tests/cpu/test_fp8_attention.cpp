@@ -64,18 +64,42 @@ void magnitudes(const hopattn::reference::DenseInputs& in, std::vector<double>* 
   for (double& x : *plain) x *= in.seqlen_k;
 }
 
+// The largest ratio of v scales within one key tile of c (per-block scales), 1 otherwise: how far
+// p_carries_v_ratio may shrink a P before its rounding.
+double largest_tile_v_ratio(const QuantCase& c, int tile_k) {
+  if (c.args.granularity != QuantGranularity::kPerBlock) return 1.0;
+  const int rows = c.block_rows(2), seqlen = c.seqlen(2), heads = c.heads(2);
+  const int blocks = (seqlen + rows - 1) / rows;
+  double ratio = 1.0;
+  for (int bh = 0; bh < c.shape.batch * heads; ++bh) {
+    for (int t0 = 0; t0 < seqlen; t0 += tile_k) {
+      const int last = std::min(seqlen, t0 + tile_k) - 1;
+      float lo = INFINITY, hi = 0.0f;
+      for (int e = t0 / rows; e <= last / rows; ++e) {
+        lo = std::min(lo, c.scales[2][bh * blocks + e]);
+        hi = std::max(hi, c.scales[2][bh * blocks + e]);
+      }
+      ratio = std::max(ratio, double(hi) / lo);
+    }
+  }
+  return ratio;
+}
+
 TEST(Fp8Attention, OnlyTheRoundingOfPSeparatesItFromExactAttention) {
   struct Config {
     fp8_test::QuantShape shape;
     QuantGranularity granularity;
     bool hadamard;
     int block_q, block_kv, tile_k;
+    bool p_carries_v_ratio;  // the grouped kernels' arithmetic: key tiles over several v scales
   };
   const Config configs[] = {
-      {{2, 37, 150, 4, 2, 64}, QuantGranularity::kPerBlock, true, 16, 32, 64},
-      {{1, 1, 1, 1, 1, 128}, QuantGranularity::kPerTensor, false, 128, 128, 128},
-      {{1, 20, 300, 3, 3, 128}, QuantGranularity::kPerHead, true, 128, 128, 128},
-      {{2, 9, 77, 2, 1, 40}, QuantGranularity::kPerBlock, false, 4, 5, 16},
+      {{2, 37, 150, 4, 2, 64}, QuantGranularity::kPerBlock, true, 16, 32, 64, false},
+      {{1, 1, 1, 1, 1, 128}, QuantGranularity::kPerTensor, false, 128, 128, 128, false},
+      {{1, 20, 300, 3, 3, 128}, QuantGranularity::kPerHead, true, 128, 128, 128, false},
+      {{2, 9, 77, 2, 1, 40}, QuantGranularity::kPerBlock, false, 4, 5, 16, false},
+      {{2, 37, 150, 4, 2, 64}, QuantGranularity::kPerBlock, true, 16, 32, 96, true},
+      {{1, 9, 301, 2, 1, 128}, QuantGranularity::kPerBlock, false, 64, 128, 192, true},
   };
   for (const Config& cfg : configs) {
     SCOPED_TRACE(std::string(hopattn::granularity_name(cfg.granularity)) + " sk " + std::to_string(cfg.shape.seqlen_k));
@@ -87,7 +111,10 @@ TEST(Fp8Attention, OnlyTheRoundingOfPSeparatesItFromExactAttention) {
     fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
     fa.granularity = cfg.granularity;
     fa.block_rows_q = cfg.block_q, fa.block_rows_kv = cfg.block_kv, fa.tile_k = cfg.tile_k;
+    fa.p_carries_v_ratio = cfg.p_carries_v_ratio;
     const std::vector<float> out = hopattn::reference::fp8_attention(fa);
+    // A P shrunk by a v ratio r before its rounding meets the subnormal grid r times sooner.
+    const double shrink = cfg.p_carries_v_ratio ? largest_tile_v_ratio(c, cfg.tile_k) : 1.0;
 
     const auto in = dense(cfg.shape, dequantized(c, 0), dequantized(c, 1), dequantized(c, 2));
     const std::vector<double> exact = hopattn::reference::attention_f64(in);
@@ -99,7 +126,7 @@ TEST(Fp8Attention, OnlyTheRoundingOfPSeparatesItFromExactAttention) {
       ASSERT_FALSE(std::isnan(out[i])) << i;
       // e4m3 rounds P (scaled into [0, 256]) by at most 2^-4 relative, or 2^-10 absolute on the subnormal
       // grid, i.e. 2^-18 of a probability; float32 sums add a little.
-      const double bound = (1.0 / 16 + 1e-4) * weighted[i] + std::ldexp(1.0, -18) * plain[i] + 1e-6;
+      const double bound = (1.0 / 16 + 1e-4) * weighted[i] + std::ldexp(1.0, -18) * shrink * plain[i] + 1e-6;
       ASSERT_LE(std::fabs(out[i] - exact[i]), bound) << "element " << i;
       worst = std::max(worst, std::fabs(out[i] - exact[i]) / bound);
     }
@@ -107,6 +134,29 @@ TEST(Fp8Attention, OnlyTheRoundingOfPSeparatesItFromExactAttention) {
       EXPECT_GT(worst, 0.0) << "P rounding must show: an exact emulation would not be emulating FP8";
     }
   }
+}
+
+// Where every key tile has one v scale (block_rows_kv a multiple of tile_k), carrying the v ratio in P
+// changes nothing: the ratio is exactly 1 and the tile's product takes that one scale. Where tiles
+// span several scales it changes the rounding of P (so the emulation does model something).
+TEST(Fp8Attention, VRatioInPChangesOnlyTilesOfSeveralScales) {
+  const fp8_test::QuantShape shape{1, 13, 257, 2, 1, 64};
+  QuantCase c = fp8_test::make_case(shape, Dtype::kBFloat16, QuantGranularity::kPerBlock, false, rng(), 64, 64);
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  hopattn::reference::Fp8AttentionArgs fa;
+  fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
+  fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
+  fa.block_rows_q = 64, fa.block_rows_kv = 64, fa.tile_k = 64;
+  const std::vector<float> plain = hopattn::reference::fp8_attention(fa);
+  fa.p_carries_v_ratio = true;
+  EXPECT_EQ(hopattn::reference::fp8_attention(fa), plain);
+  fa.tile_k = 192;
+  const std::vector<float> carried = hopattn::reference::fp8_attention(fa);
+  fa.p_carries_v_ratio = false;
+  const std::vector<float> runs = hopattn::reference::fp8_attention(fa);
+  ASSERT_EQ(carried.size(), runs.size());
+  for (float x : carried) ASSERT_FALSE(std::isnan(x));
+  EXPECT_NE(carried, runs);
 }
 
 TEST(Fp8Attention, StandardBaselineUsesTheSameOperands) {
