@@ -1,8 +1,9 @@
-// The grouped 192-key kernel's descale plan (Fp8FwdTraits::kDescaleGroups > 1): per (batch, kv head,
-// K block), what the consumers' softmax takes from the block's k and v block scales (DescaleGroups,
-// softmax.cuh), computed once by a small kernel before the forward instead of by every consumer warp
-// for every block of every tile: there the loads, their index arithmetic, three MUFU.LG2 and three
-// MUFU.EX2 cost ~45 instructions a block a warp, 5% of the forward's (perf-notes v128).
+// The grouped kernels' descale plan (Fp8FwdTraits::kDescaleGroups > 1: 192-key d 128, 96-key d 256):
+// per (batch, kv head, K block), what the consumers' softmax takes from the block's k and v block
+// scales (DescaleGroups, softmax.cuh), computed once by a small kernel before the forward instead of
+// by every consumer warp for every block of every tile: there the loads, their index arithmetic, three
+// MUFU.LG2 and three MUFU.EX2 cost ~45 instructions a block a warp, 5% of the forward's (perf-notes
+// v128).
 #pragma once
 
 #include <cstdint>

@@ -177,10 +177,10 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long t
 // with v in the ordinary layout) take wider K blocks where a tile sees many keys (keys_per_tile at
 // least kFp8WideBlockMinKeys: long key sequences, wide sliding windows), and head dim 128 does so with
 // block descales whose k/v rows allow them; head dim 256 with block descales takes 96-key blocks where
-// the rows allow them (kFp8D256DescaleBlockN; rows of 32 but not 96, such as 128, the grouped kernel). kVtFromGlobal: v is keys-contiguous. kVarlen: the
-// variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), with the same
-// choices by max_seqlen_k, but a paged cache takes neither wide block (192 or 96 keys would straddle
-// pages of 128 keys or more).
+// the rows allow them (kFp8D256DescaleBlockN; rows of 32 but not 96, such as 128, the grouped kernel).
+// kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels (cu_seqlens_q /
+// cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k, but a paged cache
+// takes neither wide block (192 or 96 keys would straddle pages of 128 keys or more).
 template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(!(kVarlen && kVtFromGlobal), "variable-length FP8 kernels take v in the ordinary layout");
@@ -196,7 +196,8 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     if constexpr (kHeadDim == 128) {
       if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys, kVarlen)) {
         if (args.descale_block_rows_kv % kFp8WideBlockN == 0)
-          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
+          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(
+              args, pr);
         if constexpr (!kVarlen) {
           return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, false,
                                                 kFp8WideDescaleGroupKeys>>(args, pr);

@@ -32,7 +32,7 @@ struct Fp8FwdParams {
   // entry (descale_block_rows_kv / kDescaleGroupKeys; the launch refuses other multiples): the
   // consumer's index per group is one multiply-high and shift.
   FastDivisor kv_groups_per_descale;
-  // The grouped 192-key kernel's per-block descale plan (descale_plan.cuh), (batch, heads_kv,
+  // The grouped kernels' per-block descale plan (descale_plan.cuh), (batch, heads_kv,
   // descale_plan_blocks) entries, in scratch memory of the launch; null for every other kernel.
   const DescaleGroupPlan* descale_plan;
   int descale_plan_blocks;

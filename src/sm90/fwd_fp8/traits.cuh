@@ -53,15 +53,15 @@ constexpr int kFp8D256DescaleGroupKeys = 32;
 // 16-bit kernels' kVarlen (fwd/sequence.cuh): each tile reads its sequence's lengths and first rows.
 // The ordinary v layout only (a packed keys-contiguous v has no layout in the API).
 // kDescaleGroupKeys_: keys per k/v descale group; a K block has one k and one v block scale per group.
-// Whole blocks but in the grouped 192-key d 128 kernel (groups of 64: kFp8WideDescaleGroupKeys) and
-// 96-key d 256 kernel (groups of 32: kFp8D256DescaleGroupKeys, 6-9% faster than the 64-key kernel with
-// 128-row descales, perf-notes v129). The d 128 one takes 128-row descales (quantize_fp8's default)
-// whose boundaries fall inside its blocks
-// (Fp8Consumer, DescaleGroups in softmax.cuh; its per-block values from a plan kernel,
-// descale_plan.cuh): 10-14% faster than the 128-key kernel at 2k-16k keys (causal 8k 12%,
-// keys-contiguous v 14%), 5% slower than the one-group 192-key kernel that 192-row descales take
-// (H200, 2026-12-04, perf-notes v127-v128). Not variable-length: that kernel spilled 52 bytes with
-// groups (v127, before the plan).
+// Whole blocks but in the grouped kernels, which take 128-row descales (quantize_fp8's default) whose
+// boundaries fall inside their blocks (Fp8Consumer, DescaleGroups in softmax.cuh; the per-block values
+// from a plan kernel, descale_plan.cuh), dense batches only (the variable-length d 128 kernel spilled
+// 52 bytes with groups, v127, before the plan):
+//  - 192-key d 128, groups of 64 (kFp8WideDescaleGroupKeys): 10-14% faster than the 128-key kernel at
+//    2k-16k keys (causal 8k 12%, keys-contiguous v 14%), 5% slower than the one-group 192-key kernel
+//    that 192-row descales take (H200, 2026-12-04, perf-notes v127-v128);
+//  - 96-key d 256, groups of 32 (kFp8D256DescaleGroupKeys): 6-9% faster than the 64-key kernel
+//    (perf-notes v129).
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
           int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
           bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_>
