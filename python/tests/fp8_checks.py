@@ -11,6 +11,13 @@ E4M3_RELATIVE = 2.0 ** -4
 E4M3_SUBNORMAL_HALF_STEP = 2.0 ** -10
 
 
+def power_of_two_at_or_above(x):
+    """The least power of two >= each float32 x > 0, from its bits, as quantize_fp8 rounds v's scales."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    rounded = np.where(bits & 0x007FFFFF, (bits & 0x7F800000) + 0x00800000, bits).astype(np.uint32)
+    return rounded.view(np.float32)
+
+
 def rows_of_many_magnitudes(rng, shape, dtype):
     """Normal values times 2^u per (batch, row, head), u uniform in [-4, 4]."""
     magnitude = np.exp2(rng.uniform(-4.0, 4.0, shape[:3] + (1,)))

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "hopattn/quantize.hpp"
 
@@ -36,6 +37,8 @@ struct QuantizeJob {
   bool hadamard = false;
   float hadamard_norm = 1.0f;  // 1/sqrt(d) rounded to float once, here, for both quantizers
   bool out_keys_contiguous = false;  // v8 given as V^T in memory (out.stride[1] == 1)
+  // v: scales rounded up to powers of two (hopattn/quantize.hpp says why)
+  bool power_of_two_scales = false;
 };
 
 struct QuantizePlan {
@@ -60,14 +63,35 @@ HOPATTN_QUANT_HD inline std::int64_t descale_offset(const Tensor& descale, Quant
   return 0;
 }
 
-// scale = amax / 448, and 1 for an all-zero group so that dividing by it stays finite.
-// Division rounds to nearest on both sides (no fast-math), so host and device agree bit for bit.
-HOPATTN_QUANT_HD inline float scale_from_amax(float amax) {
+// The least power of two >= x, for x > 0 and finite (a subnormal x gives 2^-126): x's exponent field,
+// plus one where any mantissa bit is set. Integer operations only, so host and device agree.
+HOPATTN_QUANT_HD inline float power_of_two_at_or_above(float x) {
+  std::uint32_t bits;
 #ifdef __CUDA_ARCH__
-  return amax > 0.0f ? __fdiv_rn(amax, kE4M3MaxFloat) : 1.0f;
+  bits = __float_as_uint(x);
 #else
-  return amax > 0.0f ? amax / kE4M3MaxFloat : 1.0f;
+  std::memcpy(&bits, &x, sizeof bits);
 #endif
+  if (bits & 0x007fffffu) bits = (bits & 0x7f800000u) + 0x00800000u;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  std::memcpy(&x, &bits, sizeof bits);
+  return x;
+#endif
+}
+
+// scale = amax / 448, and 1 for an all-zero group so that dividing by it stays finite; where
+// power_of_two (v's scales, QuantizeJob::power_of_two_scales), that quotient rounded up to a power of
+// two. Division rounds to nearest on both sides (no fast-math), so host and device agree bit for bit.
+HOPATTN_QUANT_HD inline float scale_from_amax(float amax, bool power_of_two) {
+  if (!(amax > 0.0f)) return 1.0f;
+#ifdef __CUDA_ARCH__
+  const float scale = __fdiv_rn(amax, kE4M3MaxFloat);
+#else
+  const float scale = amax / kE4M3MaxFloat;
+#endif
+  return power_of_two ? power_of_two_at_or_above(scale) : scale;
 }
 
 // What codes are scaled by: x -> e4m3(x * inverse_scale(scale)). One rounded reciprocal per group and a

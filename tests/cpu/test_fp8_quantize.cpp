@@ -1,10 +1,12 @@
-// quantize_fp8 on host tensors: round-trip error within e4m3 rounding, scale = amax / 448 per group, the
-// Walsh-Hadamard transform against its matrix definition, orthogonality, seed determinism, strides.
+// quantize_fp8 on host tensors: round-trip error within e4m3 rounding, scale = amax / 448 per group (v's
+// rounded up to a power of two), the Walsh-Hadamard transform against its matrix definition,
+// orthogonality, seed determinism, strides.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bitset>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -86,8 +88,18 @@ void check_round_trip(const QuantCase& c) {
               }
             }
           }
-          EXPECT_NEAR(scale, amax / 448.0, 1e-5 * amax / 448.0 + 1e-30);
-          EXPECT_EQ(code_max, 448.0) << "the group's largest element must map to the e4m3 maximum";
+          if (t == 2) {
+            // v: amax / 448 rounded up to a power of two, so the largest element codes in [224, 448].
+            int exponent = 0;
+            EXPECT_EQ(std::frexp(scale, &exponent), 0.5f) << scale << " is not a power of two";
+            EXPECT_GE(scale, amax / 448.0 * (1.0 - 1e-6));
+            EXPECT_LT(scale, amax / 224.0 * (1.0 + 1e-6));
+            EXPECT_GE(code_max, 224.0);
+            EXPECT_LE(code_max, 448.0);
+          } else {
+            EXPECT_NEAR(scale, amax / 448.0, 1e-5 * amax / 448.0 + 1e-30);
+            EXPECT_EQ(code_max, 448.0) << "the group's largest element must map to the e4m3 maximum";
+          }
         }
       }
     }
@@ -123,6 +135,34 @@ TEST(Fp8Quantize, RoundTripWithinE4M3RoundingAndScalesFromAmax) {
       ASSERT_TRUE(status.ok()) << status.message();
       check_round_trip(c);
     }
+  }
+}
+
+// v's scales: the least power of two at or above amax / 448, computed on the float's bits (the GPU
+// quantizer runs the same function).
+TEST(Fp8Quantize, PowerOfTwoScalesAreTheLeastPowerOfTwoAtOrAbove) {
+  using hopattn::detail::power_of_two_at_or_above;
+  using hopattn::detail::scale_from_amax;
+  for (int e : {-126, -20, -1, 0, 1, 7, 100, 127}) {
+    const float p = std::ldexp(1.0f, e);
+    EXPECT_EQ(power_of_two_at_or_above(p), p) << "2^" << e;
+    EXPECT_EQ(power_of_two_at_or_above(std::nextafter(p, 0.0f)), p) << "just below 2^" << e;
+    if (e < 127) EXPECT_EQ(power_of_two_at_or_above(std::nextafter(p, INFINITY)), 2.0f * p) << "just above 2^" << e;
+  }
+  EXPECT_EQ(power_of_two_at_or_above(1.5f), 2.0f);
+  EXPECT_EQ(power_of_two_at_or_above(std::numeric_limits<float>::denorm_min()), std::ldexp(1.0f, -126));
+  EXPECT_EQ(power_of_two_at_or_above(3e-39f), std::ldexp(1.0f, -126));  // subnormal
+  EXPECT_EQ(scale_from_amax(0.0f, true), 1.0f);
+  EXPECT_EQ(scale_from_amax(448.0f * 3.0f, true), 4.0f);
+  EXPECT_EQ(scale_from_amax(448.0f * 3.0f, false), 3.0f);
+  std::uniform_real_distribution<float> log2_amax(-30.0f, 30.0f);
+  for (int i = 0; i < 1000; ++i) {
+    const float amax = std::exp2(log2_amax(rng()));
+    const float plain = scale_from_amax(amax, false), scale = scale_from_amax(amax, true);
+    int exponent = 0;
+    ASSERT_EQ(std::frexp(scale, &exponent), 0.5f) << amax;
+    ASSERT_GE(scale, plain) << amax;
+    ASSERT_LT(scale, 2.0f * plain) << amax;
   }
 }
 

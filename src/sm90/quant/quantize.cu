@@ -40,7 +40,7 @@ __global__ void reset_slots(Params p, int count) {
 }
 __global__ void amax_to_scale(Params p, int count) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < count) *slot_of(p, i) = detail::scale_from_amax(*slot_of(p, i));
+  if (i < count) *slot_of(p, i) = detail::scale_from_amax(*slot_of(p, i), p.power_of_two_scales);
 }
 
 // One job's decomposition (Params' comment) and the kernel it takes.
@@ -94,6 +94,7 @@ Status plan_job(const detail::QuantizeJob& job, const detail::QuantizePlan& plan
   p.signs = plan.signs;
   p.norm = job.hadamard_norm;
   p.out_keys_contiguous = job.out_keys_contiguous;
+  p.power_of_two_scales = job.power_of_two_scales;
   const long long chunks = static_cast<long long>(job.batch) * job.heads * p.groups_per_head * p.chunks_per_group;
   if (chunks > 0x7fffffffLL) {
     return Status(StatusCode::kUnsupported, "quantize_fp8: batch * heads * (chunks of rows per head) = " +

@@ -34,6 +34,7 @@ struct Params {
   detail::HadamardSigns signs;
   float norm;
   bool out_keys_contiguous;
+  bool power_of_two_scales;  // QuantizeJob::power_of_two_scales
 };
 
 // CTA `index`'s rows [row_begin, row_end) of (b, h), empty past the sequence, and its group's slot.
@@ -134,12 +135,12 @@ __device__ float cta_max(float warp_amax) {
 
 // kAmax: folds the chunk's amax into its group's slot (amax >= 0, and non-negative floats order like
 // their bit patterns). kFused: writes and returns the scale. kQuantize: never calls this.
-__device__ inline float publish_amax(Pass pass, float amax, float* slot) {
+__device__ inline float publish_amax(Pass pass, float amax, float* slot, bool power_of_two) {
   if (pass == Pass::kAmax) {
     if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(slot), __float_as_int(amax));
     return 0.0f;
   }
-  const float scale = detail::scale_from_amax(amax);
+  const float scale = detail::scale_from_amax(amax, power_of_two);
   if (threadIdx.x == 0) *slot = scale;
   return scale;
 }

@@ -284,7 +284,7 @@ __device__ void quantize_held_chunk(const Params& p, const Chunk c, const std::u
       for (int i = 0; i < E; ++i) m = fmaxf(m, fabsf(held[j][i]));
     }
   }
-  const float inverse_scale = detail::inverse_scale(publish_amax(Pass::kFused, cta_max<kWarps>(warp_max(m)), c.slot));
+  const float inverse_scale = detail::inverse_scale(publish_amax(Pass::kFused, cta_max<kWarps>(warp_max(m)), c.slot, p.power_of_two_scales));
   std::uint8_t* first = row_out(p, c.b, c.row_begin + warp, c.h) + lane * E;
 #pragma unroll
   for (int j = 0; j < held_rows<E>(); ++j) {
@@ -309,7 +309,7 @@ __device__ void quantize_staged_chunk(const Params& p, Pass pass, const Chunk c,
   } else {
     if (pass != Pass::kQuantize) {
       const float m = warp_staged_amax<T, E, kTransform, kWarps>(factors, stage, rows, lane, warp);
-      scale = publish_amax(pass, cta_max<kWarps>(m), c.slot);
+      scale = publish_amax(pass, cta_max<kWarps>(m), c.slot, p.power_of_two_scales);
       if (pass == Pass::kAmax) return;
     }
     const float inverse_scale = detail::inverse_scale(scale);
