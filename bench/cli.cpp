@@ -32,9 +32,21 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
   return true;
 }
 
+bool parse_fp8_scales(const std::string& text, Fp8BlockScales* scales, std::string* error) {
+  if (text == "quantized") *scales = Fp8BlockScales::kQuantized;
+  else if (text == "amax") *scales = Fp8BlockScales::kAmax;
+  else if (text == "ones") *scales = Fp8BlockScales::kOnes;
+  else {
+    *error = "--fp8-scales wants quantized, amax or ones, got '" + text + "'";
+    return false;
+  }
+  return true;
+}
+
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
-                            "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--num-splits", "--page-size",
+                            "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--fp8-scales", "--num-splits",
+                            "--page-size",
                             "--cache-seqlen", "--window-left", "--iters", "--warmup", "--json"}) {
     if (flag == known) return true;
   }
@@ -95,6 +107,9 @@ std::string usage_text() {
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
+         "    --fp8-scales quantized|amax|ones (with --fp8-block-rows: the descales' values; quantized (default):\n"
+         "      amax / 448 for an amax per block drawn in [4, 5.5], v's rounded up to a power of two, as\n"
+         "      quantize_fp8 writes them; amax: v's not rounded (quantize_fp8 before session 39); ones: all 1)\n"
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
@@ -131,7 +146,7 @@ std::string usage_text() {
 bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
   Shape single;
   bool single_given = false, grid_given = false, heads_kv_given = false, seqlen_k_given = false;
-  bool deterministic = false;
+  bool deterministic = false, fp8_scales_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     std::string value;
@@ -253,6 +268,9 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;
+    } else if (flag == "--fp8-scales") {
+      if (!parse_fp8_scales(value, &single.fp8_block_scales, error)) return false;
+      single_given = fp8_scales_given = true;
     } else if (flag == "--causal") {
       if (value != "0" && value != "1") {
         *error = "--causal takes no value, or 0 or 1; got '" + value + "'";
@@ -311,6 +329,14 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       single.variant = backward_variant(single.variant);
     }
     if (single.cache_seqlen_k > 0 && !check_cache_shape(single, error)) return false;
+    if (fp8_scales_given) {
+      if (single.fp8_block_rows == 0) {
+        *error = "--fp8-scales sets the values of per-block descales: add --fp8-block-rows N";
+        return false;
+      }
+      if (single.variant == "block_scales" && single.fp8_block_scales != Fp8BlockScales::kQuantized)
+        single.variant += single.fp8_block_scales == Fp8BlockScales::kAmax ? "_amax" : "_ones";
+    }
     if (single.page_size > 0 && allocated_keys(single) % single.page_size != 0) {
       *error = "--page-size " + std::to_string(single.page_size) + " must divide " +
                (single.cache_seqlen_k > 0 ? "--cache-seqlen " : "seqlen_k ") + std::to_string(allocated_keys(single)) +

@@ -45,10 +45,10 @@ Status upload(const std::vector<T>& values, DeviceBuffer* buffer) {
   return Status::Ok();
 }
 
-// A float32 buffer of `count` ones: descales that leave the values as they are but take the kernel's
-// block-scale path.
-Status make_ones(std::int64_t count, DeviceBuffer* buffer) {
-  return upload(std::vector<float>(static_cast<std::size_t>(count), 1.0f), buffer);
+// `count` block descales as Shape::fp8_block_scales says, on the device.
+Status make_block_descales(std::int64_t count, Fp8BlockScales kind, bool v_scales, std::uint64_t seed,
+                           DeviceBuffer* buffer) {
+  return upload(fp8_block_descale_values(count, kind, v_scales, seed), buffer);
 }
 
 // A (batch, pages_per_seq) int32 table over batch * pages_per_seq pages in shuffled order, as a cache
@@ -118,9 +118,10 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
   if (s.fp8_block_rows > 0) {
     const std::int64_t q_blocks = std::int64_t{s.batch} * s.heads_q * ceil_div(s.seqlen_q, s.fp8_block_rows);
     const std::int64_t kv_blocks = std::int64_t{s.batch} * s.heads_kv * ceil_div(s.seqlen_k, s.fp8_block_rows);
-    if (Status st = make_ones(q_blocks, &set->q_block_descale); !st.ok()) return st;
-    if (Status st = make_ones(kv_blocks, &set->k_block_descale); !st.ok()) return st;
-    if (Status st = make_ones(kv_blocks, &set->v_block_descale); !st.ok()) return st;
+    const Fp8BlockScales kind = s.fp8_block_scales;
+    if (Status st = make_block_descales(q_blocks, kind, false, seed + 4, &set->q_block_descale); !st.ok()) return st;
+    if (Status st = make_block_descales(kv_blocks, kind, false, seed + 5, &set->k_block_descale); !st.ok()) return st;
+    if (Status st = make_block_descales(kv_blocks, kind, true, seed + 6, &set->v_block_descale); !st.ok()) return st;
   }
   if (s.varlen) {
     if (Status st = make_cu_seqlens(s.batch, s.seqlen_q, &set->cu_seqlens_q); !st.ok()) return st;

@@ -1,8 +1,10 @@
 #include "shapes.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <random>
 
 namespace hopattn::bench {
 namespace {
@@ -299,6 +301,19 @@ double timed_bytes(const Shape& shape) { return shape.backward ? 0.0 : forward_b
 
 std::string backward_variant(const std::string& forward_variant) {
   return forward_variant == "default" ? "backward" : "backward_" + forward_variant;
+}
+
+std::vector<float> fp8_block_descale_values(std::int64_t count, Fp8BlockScales kind, bool v_scales,
+                                            std::uint64_t seed) {
+  std::vector<float> scales(static_cast<std::size_t>(count), 1.0f);
+  if (kind == Fp8BlockScales::kOnes) return scales;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> amax(4.0f, 5.5f);
+  for (float& scale : scales) {
+    scale = amax(rng) / 448.0f;
+    if (v_scales && kind == Fp8BlockScales::kQuantized) scale = std::exp2(std::ceil(std::log2(scale)));
+  }
+  return scales;
 }
 
 }  // namespace hopattn::bench

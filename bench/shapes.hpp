@@ -9,6 +9,13 @@
 
 namespace hopattn::bench {
 
+// What the FP8 block descales hold (Shape::fp8_block_scales). Per block of one (batch, head), kAmax and
+// kQuantized draw an amax in [4, 5.5] (what quantize_fp8 finds in 128 x 128 normal values) and take
+// amax / 448; kQuantized then rounds v's up to a power of two, as quantize_fp8 does since session 39,
+// kAmax leaves them (as it did before; every block's v scale differs, so O changes units every
+// block). kOnes: all 1 (the bench's only choice before session 39; no block ever changes a scale).
+enum class Fp8BlockScales { kQuantized, kAmax, kOnes };
+
 struct Shape {
   Dtype dtype = Dtype::kBFloat16;
   int batch = 2;
@@ -20,9 +27,10 @@ struct Shape {
   bool causal = false;
   int window_left = -1;  // FwdArgs::window_left (-1: unbounded); a sliding window with causal
   KernelOptions options;
-  // FP8 only: > 0 passes per-block descales (q, k and v, all ones) of this many rows, the block
-  // quantization path; 0 passes none (per-head factors of 1).
+  // FP8 only: > 0 passes per-block descales (q, k and v, as fp8_block_scales says) of this many rows,
+  // the block quantization path; 0 passes none (per-head factors of 1).
   int fp8_block_rows = 0;
+  Fp8BlockScales fp8_block_scales = Fp8BlockScales::kQuantized;
   float softcap = 0.0f;  // > 0: scores pass through softcap * tanh(score / softcap)
   int num_splits = 0;    // FwdArgs::num_splits: 0 the tail-split heuristic, 1 no split, n pieces per tile
   // FP8 only: v passed keys-contiguous (V^T in memory, keys padded to a multiple of 16), which the
@@ -86,5 +94,10 @@ double timed_bytes(const Shape& shape);
 
 // The variant name of a backward row: "backward" for "default", else "backward_" + forward_variant.
 std::string backward_variant(const std::string& forward_variant);
+
+// `count` FP8 block descales as `kind` says (Fp8BlockScales; v_scales: v's, which kQuantized rounds up
+// to a power of two), drawn from `seed`.
+std::vector<float> fp8_block_descale_values(std::int64_t count, Fp8BlockScales kind, bool v_scales,
+                                            std::uint64_t seed);
 
 }  // namespace hopattn::bench

@@ -1,5 +1,6 @@
 // hopattn-bench's command line and grids (bench/cli.cpp, bench/shapes.cpp): the decode grid, the
-// byte count behind its TB/s column, and the flags it brought (--list, --queue-ahead, --cache-seqlen).
+// byte count behind its TB/s column, the flags it brought (--list, --queue-ahead, --cache-seqlen), and
+// the FP8 block descales' values (--fp8-scales).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -156,6 +157,46 @@ TEST(BenchCli, CacheSeqlenIsSequsedK) {
   EXPECT_EQ(options.shapes[0].cache_seqlen_k, 4096);
   EXPECT_EQ(options.shapes[0].variant, "seqused_k");
   EXPECT_EQ(allocated_keys(options.shapes[0]), 4096);
+}
+
+// --fp8-scales: the values of the block descales; the default is what quantize_fp8 writes.
+TEST(BenchCli, Fp8ScalesNameTheirRowAndNeedBlockRows) {
+  const CliOptions quantized = parsed({"--dtype", "fp8", "--fp8-block-rows", "128"});
+  ASSERT_EQ(quantized.shapes.size(), 1u);
+  EXPECT_EQ(quantized.shapes[0].fp8_block_scales, Fp8BlockScales::kQuantized);
+  EXPECT_EQ(quantized.shapes[0].variant, "block_scales");
+  const CliOptions amax = parsed({"--dtype", "fp8", "--fp8-block-rows", "128", "--fp8-scales", "amax"});
+  EXPECT_EQ(amax.shapes[0].fp8_block_scales, Fp8BlockScales::kAmax);
+  EXPECT_EQ(amax.shapes[0].variant, "block_scales_amax");
+  const CliOptions ones = parsed({"--dtype", "fp8", "--fp8-scales=ones", "--fp8-block-rows", "192"});
+  EXPECT_EQ(ones.shapes[0].fp8_block_scales, Fp8BlockScales::kOnes);
+  EXPECT_EQ(ones.shapes[0].variant, "block_scales_ones");
+  EXPECT_NE(parse_error({"--dtype", "fp8", "--fp8-scales", "amax"}).find("--fp8-block-rows"), std::string::npos);
+  EXPECT_NE(parse_error({"--dtype", "fp8", "--fp8-block-rows", "128", "--fp8-scales", "unit"}).find("quantized, amax or ones"),
+            std::string::npos);
+  EXPECT_FALSE(parse_error({"--grid", "fp8", "--fp8-scales", "amax"}).empty());
+}
+
+// The descales' values: amax / 448 for an amax in [4, 5.5]; v's powers of two where quantized.
+TEST(BenchFp8Scales, ValuesAreWhatQuantizeFp8Writes) {
+  const std::int64_t n = 1000;
+  for (bool v : {false, true}) {
+    const std::vector<float> amax = fp8_block_descale_values(n, Fp8BlockScales::kAmax, v, 7);
+    const std::vector<float> quantized = fp8_block_descale_values(n, Fp8BlockScales::kQuantized, v, 7);
+    ASSERT_EQ(amax.size(), std::size_t(n));
+    ASSERT_EQ(quantized.size(), std::size_t(n));
+    EXPECT_GT(std::set<float>(amax.begin(), amax.end()).size(), std::size_t(n / 2)) << "every block its own scale";
+    for (std::int64_t i = 0; i < n; ++i) {
+      EXPECT_GE(amax[i], 4.0f / 448.0f);
+      EXPECT_LE(amax[i], 5.5f / 448.0f);
+      if (v) {
+        EXPECT_EQ(quantized[i], 1.0f / 64.0f) << "amax / 448 in (2^-7, 2^-6] rounds up to 2^-6";
+      } else {
+        EXPECT_EQ(quantized[i], amax[i]);
+      }
+    }
+  }
+  for (float x : fp8_block_descale_values(5, Fp8BlockScales::kOnes, true, 7)) EXPECT_EQ(x, 1.0f);
 }
 
 TEST(BenchCli, LearnableSinkNamesItsRow) {
