@@ -62,14 +62,15 @@ void quantize_job(const QuantizeJob& job, QuantGranularity g, const detail::Hada
   for (int b = 0; b < job.batch; ++b) {
     for (int h = 0; h < job.heads; ++h) {
       for (int block = 0; block < blocks_of(job, g); ++block) {
-        const float scale = detail::scale_from_amax(amax[group_of(job, g, b, h, block)], job.power_of_two_scales);
+        const float amax_of_block = amax[group_of(job, g, b, h, block)];
+        const float scale = detail::scale_from_amax(amax_of_block, job.power_of_two_scales);
         static_cast<float*>(descale.data)[detail::descale_offset(descale, g, b, h, block)] = scale;
       }
       for (int s = 0; s < job.seqlen; ++s) {
         load_row(job, signs, b, s, h, row.data());
-        const float inverse_scale =
-            detail::inverse_scale(
-            detail::scale_from_amax(amax[group_of(job, g, b, h, s / job.block_rows)], job.power_of_two_scales));
+        const float amax_of_row = amax[group_of(job, g, b, h, s / job.block_rows)];
+        const float scale = detail::scale_from_amax(amax_of_row, job.power_of_two_scales);
+        const float inverse_scale = detail::inverse_scale(scale);
         std::uint8_t* codes = static_cast<std::uint8_t*>(out.data) + b * out.stride[0] + s * out.stride[1] +
                               h * out.stride[2];
         // Stepping by stride[3]: v8 may have its keys contiguous instead of its columns.

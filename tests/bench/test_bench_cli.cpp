@@ -172,8 +172,8 @@ TEST(BenchCli, Fp8ScalesNameTheirRowAndNeedBlockRows) {
   EXPECT_EQ(ones.shapes[0].fp8_block_scales, Fp8BlockScales::kOnes);
   EXPECT_EQ(ones.shapes[0].variant, "block_scales_ones");
   EXPECT_NE(parse_error({"--dtype", "fp8", "--fp8-scales", "amax"}).find("--fp8-block-rows"), std::string::npos);
-  EXPECT_NE(parse_error({"--dtype", "fp8", "--fp8-block-rows", "128", "--fp8-scales", "unit"}).find("quantized, amax or ones"),
-            std::string::npos);
+  const std::string bad_value = parse_error({"--dtype", "fp8", "--fp8-block-rows", "128", "--fp8-scales", "unit"});
+  EXPECT_NE(bad_value.find("quantized, amax or ones"), std::string::npos) << bad_value;
   EXPECT_FALSE(parse_error({"--grid", "fp8", "--fp8-scales", "amax"}).empty());
 }
 

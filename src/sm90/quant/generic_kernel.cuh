@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kGenericThreads) quantize_generic_chunks(Param
   if (pass == Pass::kQuantize) {
     scale = *c.slot;
   } else {
-    scale = publish_amax(pass, cta_max<kGenericWarps>(warp_rows_amax<T>(p, c, lane, warp)), c.slot, p.power_of_two_scales);
+    const float amax = cta_max<kGenericWarps>(warp_rows_amax<T>(p, c, lane, warp));
+    scale = publish_amax(pass, amax, c.slot, p.power_of_two_scales);
     if (pass == Pass::kAmax) return;
   }
   const float inverse_scale = detail::inverse_scale(scale);

@@ -284,7 +284,8 @@ __device__ void quantize_held_chunk(const Params& p, const Chunk c, const std::u
       for (int i = 0; i < E; ++i) m = fmaxf(m, fabsf(held[j][i]));
     }
   }
-  const float inverse_scale = detail::inverse_scale(publish_amax(Pass::kFused, cta_max<kWarps>(warp_max(m)), c.slot, p.power_of_two_scales));
+  const float scale = publish_amax(Pass::kFused, cta_max<kWarps>(warp_max(m)), c.slot, p.power_of_two_scales);
+  const float inverse_scale = detail::inverse_scale(scale);
   std::uint8_t* first = row_out(p, c.b, c.row_begin + warp, c.h) + lane * E;
 #pragma unroll
   for (int j = 0; j < held_rows<E>(); ++j) {
