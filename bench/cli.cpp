@@ -35,9 +35,10 @@ bool parse_dtype(const std::string& text, Dtype* dtype, std::string* error) {
 bool parse_fp8_scales(const std::string& text, Fp8BlockScales* scales, std::string* error) {
   if (text == "quantized") *scales = Fp8BlockScales::kQuantized;
   else if (text == "amax") *scales = Fp8BlockScales::kAmax;
+  else if (text == "straddle") *scales = Fp8BlockScales::kStraddle;
   else if (text == "ones") *scales = Fp8BlockScales::kOnes;
   else {
-    *error = "--fp8-scales wants quantized, amax or ones, got '" + text + "'";
+    *error = "--fp8-scales wants quantized, amax, straddle or ones, got '" + text + "'";
     return false;
   }
   return true;
@@ -107,9 +108,10 @@ std::string usage_text() {
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
-         "    --fp8-scales quantized|amax|ones (with --fp8-block-rows: the descales' values; quantized (default):\n"
-         "      amax / 448 for an amax per block drawn in [4, 5.5], v's rounded up to a power of two, as\n"
-         "      quantize_fp8 writes them; amax: v's not rounded (quantize_fp8 before session 39); ones: all 1)\n"
+         "    --fp8-scales quantized|amax|straddle|ones (with --fp8-block-rows: the descales' values;\n"
+         "      quantized (default): amax / 448 for an amax per block drawn in [4, 5.5], v's rounded up to a\n"
+         "      power of two, as quantize_fp8 writes them; amax: v's not rounded (quantize_fp8 before session\n"
+         "      39); straddle: v's 2^-6 or 2^-7 at random; ones: all 1)\n"
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
@@ -334,8 +336,12 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
         *error = "--fp8-scales sets the values of per-block descales: add --fp8-block-rows N";
         return false;
       }
-      if (single.variant == "block_scales" && single.fp8_block_scales != Fp8BlockScales::kQuantized)
-        single.variant += single.fp8_block_scales == Fp8BlockScales::kAmax ? "_amax" : "_ones";
+      const Fp8BlockScales kind = single.fp8_block_scales;
+      if (single.variant == "block_scales" && kind != Fp8BlockScales::kQuantized) {
+        single.variant += kind == Fp8BlockScales::kAmax       ? "_amax"
+                          : kind == Fp8BlockScales::kStraddle ? "_straddle"
+                                                              : "_ones";
+      }
     }
     if (single.page_size > 0 && allocated_keys(single) % single.page_size != 0) {
       *error = "--page-size " + std::to_string(single.page_size) + " must divide " +

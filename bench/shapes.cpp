@@ -312,6 +312,7 @@ std::vector<float> fp8_block_descale_values(std::int64_t count, Fp8BlockScales k
   for (float& scale : scales) {
     scale = amax(rng) / 448.0f;
     if (v_scales && kind == Fp8BlockScales::kQuantized) scale = std::exp2(std::ceil(std::log2(scale)));
+    if (v_scales && kind == Fp8BlockScales::kStraddle) scale = rng() % 2 ? 1.0f / 64 : 1.0f / 128;
   }
   return scales;
 }

@@ -9,12 +9,14 @@
 
 namespace hopattn::bench {
 
-// What the FP8 block descales hold (Shape::fp8_block_scales). Per block of one (batch, head), kAmax and
-// kQuantized draw an amax in [4, 5.5] (what quantize_fp8 finds in 128 x 128 normal values) and take
-// amax / 448; kQuantized then rounds v's up to a power of two, as quantize_fp8 does since session 39,
-// kAmax leaves them (as it did before; every block's v scale differs, so O changes units every
-// block). kOnes: all 1 (the bench's only choice before session 39; no block ever changes a scale).
-enum class Fp8BlockScales { kQuantized, kAmax, kOnes };
+// What the FP8 block descales hold (Shape::fp8_block_scales). Per block of one (batch, head), kAmax,
+// kQuantized and kStraddle draw an amax in [4, 5.5] (what quantize_fp8 finds in 128 x 128 normal
+// values) and take amax / 448; kQuantized then rounds v's up to a power of two, as quantize_fp8 does
+// since session 39 (for these amaxes always 2^-6), kAmax leaves them (as it did before; every block's v
+// scale differs, so O changes units every block), kStraddle makes v's 2^-6 or 2^-7 at random (a head
+// whose block amaxes straddle a power of two). kOnes: all 1 (the bench's only choice before session
+// 39; no block ever changes a scale).
+enum class Fp8BlockScales { kQuantized, kAmax, kStraddle, kOnes };
 
 struct Shape {
   Dtype dtype = Dtype::kBFloat16;

@@ -173,7 +173,9 @@ TEST(BenchCli, Fp8ScalesNameTheirRowAndNeedBlockRows) {
   EXPECT_EQ(ones.shapes[0].variant, "block_scales_ones");
   EXPECT_NE(parse_error({"--dtype", "fp8", "--fp8-scales", "amax"}).find("--fp8-block-rows"), std::string::npos);
   const std::string bad_value = parse_error({"--dtype", "fp8", "--fp8-block-rows", "128", "--fp8-scales", "unit"});
-  EXPECT_NE(bad_value.find("quantized, amax or ones"), std::string::npos) << bad_value;
+  EXPECT_NE(bad_value.find("quantized, amax, straddle or ones"), std::string::npos) << bad_value;
+  EXPECT_EQ(parsed({"--dtype", "fp8", "--fp8-block-rows", "128", "--fp8-scales", "straddle"}).shapes[0].variant,
+            "block_scales_straddle");
   EXPECT_FALSE(parse_error({"--grid", "fp8", "--fp8-scales", "amax"}).empty());
 }
 
@@ -197,6 +199,8 @@ TEST(BenchFp8Scales, ValuesAreWhatQuantizeFp8Writes) {
     }
   }
   for (float x : fp8_block_descale_values(5, Fp8BlockScales::kOnes, true, 7)) EXPECT_EQ(x, 1.0f);
+  const std::vector<float> straddle = fp8_block_descale_values(n, Fp8BlockScales::kStraddle, true, 7);
+  EXPECT_EQ(std::set<float>(straddle.begin(), straddle.end()), (std::set<float>{1.0f / 128, 1.0f / 64}));
 }
 
 TEST(BenchCli, LearnableSinkNamesItsRow) {
