@@ -241,13 +241,28 @@ DeviceBuffer random_e4m3(std::int64_t n, std::uint64_t seed, float amplitude) {
   return codes;
 }
 
+DeviceBuffer device_copy(const std::vector<float>& host) {
+  DeviceBuffer d(host.size() * sizeof(float));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
 DeviceBuffer random_scales(std::int64_t n, std::mt19937_64& rng, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> host(n);
   for (float& x : host) x = dist(rng);
-  DeviceBuffer d(n * sizeof(float));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  return d;
+  return device_copy(host);
+}
+
+// v block scales in [1/4, 4]: for half of the calls powers of two, as quantize_fp8 writes them (a
+// block's v scale equal to the one before leaves O's units exactly as they are), for the other half any
+// value (O changes units every block).
+DeviceBuffer random_v_block_scales(std::int64_t n, std::mt19937_64& rng) {
+  if (rng() % 2) return random_scales(n, rng, 0.25f, 4.0f);
+  std::uniform_int_distribution<int> exponent(-2, 2);
+  std::vector<float> host(n);
+  for (float& x : host) x = std::ldexp(1.0f, exponent(rng));
+  return device_copy(host);
 }
 
 float bf16_bits_to_float(std::uint16_t bits) {
@@ -357,7 +372,7 @@ struct Fp8Descales {
     if (block) {
       q_block = random_scales(std::int64_t(batch) * heads_q * blocks_q, rng, 0.25f, 2.0f);
       k_block = random_scales(std::int64_t(batch) * heads_kv * blocks_kv, rng, 0.25f, 2.0f);
-      v_block = random_scales(std::int64_t(batch) * heads_kv * blocks_kv, rng, 0.25f, 4.0f);
+      v_block = random_v_block_scales(std::int64_t(batch) * heads_kv * blocks_kv, rng);
     }
   }
 
@@ -902,7 +917,7 @@ TEST_F(Fp8Forward, CudaGraphReplayMatchesTheDirectCall) {
     std::mt19937_64 rng(splitmix64(seed + index++));
     const int blocks_kv = (sh.seqlen_k + 127) / 128;
     DeviceBuffer k_block = random_scales(std::int64_t(sh.batch) * sh.heads_kv * blocks_kv, rng, 0.25f, 2.0f);
-    DeviceBuffer v_block = random_scales(std::int64_t(sh.batch) * sh.heads_kv * blocks_kv, rng, 0.25f, 4.0f);
+    DeviceBuffer v_block = random_v_block_scales(std::int64_t(sh.batch) * sh.heads_kv * blocks_kv, rng);
     FwdArgs blocked = args;
     blocked.k_block_descale =
         make_tensor(k_block.data(), Dtype::kFloat32, {sh.batch, sh.heads_kv, blocks_kv}, DeviceType::kCuda);
