@@ -123,8 +123,9 @@ def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_k
                  hadamard=False, seed=0, v_keys_contiguous=False):
     """FP8 pre-pass: q, k, v (bfloat16 or float16; q (batch, seqlen_q, heads_q, d), k and v
     (batch, seqlen_k, heads_kv, d)) to float8_e4m3fn codes with float32 scales, x ~= code * scale,
-    scale = amax(group) / 448 (1 for an all-zero group), v's rounded up to a power of two (the FP8
-    forward then keeps P exact where a key block spans several v scales; hopattn/quantize.hpp).
+    scale = amax(group) / 448 (1 for an all-zero group), v's "block" scales rounded up to a power of
+    two (the FP8 forward then keeps P exact where a key block spans several v scales;
+    hopattn/quantize.hpp).
 
     Returns (q8, k8, v8, q_descale, k_descale, v_descale), arrays of the inputs' library on q's
     device, written on the caller's stream. Scale groups and descale shapes, heads being heads_q

@@ -194,7 +194,8 @@ detail::QuantizePlan make_plan(const QuantizeArgs& a) {
                      : i == 0                                      ? a.block_rows_q
                                                                    : a.block_rows_kv;
     job.hadamard = a.hadamard && i < 2;  // v is never transformed: P V needs V itself
-    job.power_of_two_scales = i == 2;  // v: hopattn/quantize.hpp says why
+    // v per block: hopattn/quantize.hpp says why
+    job.power_of_two_scales = i == 2 && a.granularity == QuantGranularity::kPerBlock;
     job.out_keys_contiguous = detail::keys_contiguous(*outs[i]);
     job.hadamard_norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(job.head_dim)));
   }

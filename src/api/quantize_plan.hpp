@@ -37,7 +37,7 @@ struct QuantizeJob {
   bool hadamard = false;
   float hadamard_norm = 1.0f;  // 1/sqrt(d) rounded to float once, here, for both quantizers
   bool out_keys_contiguous = false;  // v8 given as V^T in memory (out.stride[1] == 1)
-  // v: scales rounded up to powers of two (hopattn/quantize.hpp says why)
+  // v's block scales: rounded up to powers of two (hopattn/quantize.hpp says why)
   bool power_of_two_scales = false;
 };
 
@@ -82,7 +82,7 @@ HOPATTN_QUANT_HD inline float power_of_two_at_or_above(float x) {
 }
 
 // scale = amax / 448, and 1 for an all-zero group so that dividing by it stays finite; where
-// power_of_two (v's scales, QuantizeJob::power_of_two_scales), that quotient rounded up to a power of
+// power_of_two (v's block scales, QuantizeJob::power_of_two_scales), that quotient rounded up to a power of
 // two. Division rounds to nearest on both sides (no fast-math), so host and device agree bit for bit.
 HOPATTN_QUANT_HD inline float scale_from_amax(float amax, bool power_of_two) {
   if (!(amax > 0.0f)) return 1.0f;
