@@ -205,10 +205,8 @@ class Fp8Consumer {
     BlockScales scales;
     if constexpr (kGroups == 1) {
       const int entry = static_cast<int>(p_.kv_groups_per_descale.divide(static_cast<std::uint32_t>(n)));
-      const DescaleView& kb = p_.k_block_descale;
-      const DescaleView& vb = p_.v_block_descale;
-      scales.k[0] = kb.data == nullptr ? 1.0f : kb.at(batch_, kv_head_, entry);
-      scales.v[0] = vb.data == nullptr ? 1.0f : vb.at(batch_, kv_head_, entry);
+      scales.k[0] = p_.k_block_descale.at(batch_, kv_head_, entry);  // 1 where absent
+      scales.v[0] = p_.v_block_descale.at(batch_, kv_head_, entry);
     } else {
       const float4* entry = reinterpret_cast<const float4*>(plan_row_ + n);
       const float4 k = __ldg(entry), p_log2 = __ldg(entry + 1), sum_weight = __ldg(entry + 2);

@@ -118,12 +118,7 @@ struct Fp8OnlineSoftmax {
     float block_max[2];
     fragment_row_reduce(s, block_max, MaxOp{});
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float new_max = fmaxf(row_max[r], quad_max(block_max[r]) * scale);
-      o_rescale[r] = fast_exp2(row_max[r] - exponent_reference(new_max));
-      row_sum[r] *= o_rescale[r];
-      row_max[r] = new_max;
-    }
+    for (int r = 0; r < 2; ++r) fold_block_max(quad_max(block_max[r]) * scale, r, o_rescale);
   }
   // The same for a block of descale groups: each group's max is scaled by its logit factor before
   // the rows' maxima meet across the quad.
