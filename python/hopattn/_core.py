@@ -125,7 +125,7 @@ def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_k
     (batch, seqlen_k, heads_kv, d)) to float8_e4m3fn codes with float32 scales, x ~= code * scale,
     scale = amax(group) / 448 (1 for an all-zero group), v's "block" scales rounded up to a power of
     two (the FP8 forward then keeps P exact where a key block spans several v scales;
-    hopattn/quantize.hpp).
+    hopattn/quantize.hpp) and 2^-40 for an all-zero v block.
 
     Returns (q8, k8, v8, q_descale, k_descale, v_descale), arrays of the inputs' library on q's
     device, written on the caller's stream. Scale groups and descale shapes, heads being heads_q

@@ -81,11 +81,18 @@ HOPATTN_QUANT_HD inline float power_of_two_at_or_above(float x) {
 #endif
 }
 
-// scale = amax / 448, and 1 for an all-zero group so that dividing by it stays finite; where
-// power_of_two (v's block scales, QuantizeJob::power_of_two_scales), that quotient rounded up to a power of
-// two. Division rounds to nearest on both sides (no fast-math), so host and device agree bit for bit.
+// An all-zero v block's scale (any scale codes zeros): far below any block scale of real data, so that
+// in a forward key block that it shares with ordinary keys it never becomes the v scale the others' P
+// are scaled down to (quantize.hpp), yet high enough that O, which the one-scale kernels keep in the
+// current block's v units, stays far from float's range when it changes units to it and back.
+constexpr float kZeroVBlockScale = 0x1p-40f;
+
+// scale = amax / 448; where power_of_two (v's block scales, QuantizeJob::power_of_two_scales), that
+// quotient rounded up to a power of two. An all-zero group gets 1 (dividing by it stays finite), an
+// all-zero v block kZeroVBlockScale. Division rounds to nearest on both sides (no fast-math), so host
+// and device agree bit for bit.
 HOPATTN_QUANT_HD inline float scale_from_amax(float amax, bool power_of_two) {
-  if (!(amax > 0.0f)) return 1.0f;
+  if (!(amax > 0.0f)) return power_of_two ? kZeroVBlockScale : 1.0f;
 #ifdef __CUDA_ARCH__
   const float scale = __fdiv_rn(amax, kE4M3MaxFloat);
 #else

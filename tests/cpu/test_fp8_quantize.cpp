@@ -153,7 +153,8 @@ TEST(Fp8Quantize, PowerOfTwoScalesAreTheLeastPowerOfTwoAtOrAbove) {
   EXPECT_EQ(power_of_two_at_or_above(1.5f), 2.0f);
   EXPECT_EQ(power_of_two_at_or_above(std::numeric_limits<float>::denorm_min()), std::ldexp(1.0f, -126));
   EXPECT_EQ(power_of_two_at_or_above(3e-39f), std::ldexp(1.0f, -126));  // subnormal
-  EXPECT_EQ(scale_from_amax(0.0f, true), 1.0f);
+  EXPECT_EQ(scale_from_amax(0.0f, false), 1.0f);
+  EXPECT_EQ(scale_from_amax(0.0f, true), std::ldexp(1.0f, -40));  // an all-zero v block
   EXPECT_EQ(scale_from_amax(448.0f * 3.0f, true), 4.0f);
   EXPECT_EQ(scale_from_amax(448.0f * 3.0f, false), 3.0f);
   std::uniform_real_distribution<float> log2_amax(-30.0f, 30.0f);
@@ -181,6 +182,30 @@ TEST(Fp8Quantize, AllZeroGroupGetsScaleOneAndZeroCodes) {
       for (int j = 0; j < 64; ++j) ASSERT_EQ(decode_e4m3_code(c.codes[t][c.offset(t, 0, s, 1, j)]), 0.0f);
     }
     EXPECT_NE(c.scales[t][0], 1.0f);  // the random heads keep their amax-derived scales
+  }
+}
+
+// Per block, an all-zero block of q or k gets scale 1, of v 2^-40 (below its neighbours', so that the
+// forward never scales their P down to it); every block's codes are zero there, and the blocks beside
+// keep their amax-derived scales.
+TEST(Fp8Quantize, AllZeroBlocksGetTheirScalesAndZeroCodes) {
+  QuantCase c = fp8_test::make_case({1, 50, 70, 2, 2, 64}, Dtype::kFloat16, QuantGranularity::kPerBlock, false, rng(),
+                                    16, 32);
+  for (int t = 0; t < 3; ++t) {  // block 1 of head 0 all zeros
+    for (int s = c.block_rows(t); s < 2 * c.block_rows(t); ++s) {
+      for (int j = 0; j < 64; ++j) c.in[t][c.offset(t, 0, s, 0, j)] = 0;
+    }
+  }
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(c.scales[t][1], t == 2 ? std::ldexp(1.0f, -40) : 1.0f) << "tensor " << t;
+    for (int s = c.block_rows(t); s < 2 * c.block_rows(t); ++s) {
+      for (int j = 0; j < 64; ++j) ASSERT_EQ(decode_e4m3_code(c.codes[t][c.offset(t, 0, s, 0, j)]), 0.0f);
+    }
+    for (int block : {0, 2}) {
+      EXPECT_GT(c.scales[t][block], 1e-3f) << "tensor " << t << " block " << block;
+      EXPECT_LT(c.scales[t][block], 1.0f) << "tensor " << t << " block " << block;
+    }
   }
 }
 

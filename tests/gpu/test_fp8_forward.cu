@@ -64,6 +64,9 @@ struct Fp8Case {
   // its padding poisoned with e4m3 NaN, viewed as (batch, seqlen_k, heads_kv, d).
   bool v_keys_contiguous = false;
   int v_key_pad = 0;
+  // > 0 (with block_scales): v blocks 1, 4, 7, ... of every (batch, kv head) all zeros, with this v
+  // block scale (zero_v_blocks).
+  float zero_v_block_scale = 0.0f;
   KernelOptions options;
 
   std::string describe() const {
@@ -77,6 +80,7 @@ struct Fp8Case {
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     if (num_splits != 0) s << " num_splits " << num_splits;
     if (v_keys_contiguous) s << " v keys-contiguous (key pad " << v_key_pad << ")";
+    if (zero_v_block_scale > 0.0f) s << " zero v blocks scaled " << zero_v_block_scale;
     s << " pingpong " << options.pingpong << " overlap " << options.intra_wg_overlap << " persistent "
       << options.persistent;
     return s.str();
@@ -353,6 +357,27 @@ std::string check_against_oracle(OracleArgs o, const std::function<double(std::i
   return "";
 }
 
+// Makes v blocks 1, 4, 7, ... (of `rows` keys) of every (batch, kv head) all zeros, with v block scale
+// `scale`: any scale codes an all-zero block, and quantizers write different ones (quantize_fp8 1,
+// others an amax clamped at 1e-12 over 448). Such a block's keys still count in the softmax.
+void zero_v_blocks(DeviceBuffer& v, DeviceBuffer& v_block, int batch, int keys, int heads, int d, int rows,
+                   int blocks, float scale) {
+  auto codes = v.to_host<std::uint8_t>();
+  auto scales = v_block.to_host<float>();
+  for (int b = 0; b < batch; ++b) {
+    for (int h = 0; h < heads; ++h) {
+      for (int block = 1; block < blocks; block += 3) {
+        scales[(std::size_t(b) * heads + h) * blocks + block] = scale;
+        for (int j = block * rows; j < std::min(keys, (block + 1) * rows); ++j) {
+          std::fill_n(codes.begin() + ((std::size_t(b) * keys + j) * heads + h) * d, d, std::uint8_t{0});
+        }
+      }
+    }
+  }
+  HOPATTN_CUDA_CHECK(cudaMemcpy(v.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(v_block.data(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
 // A case's descales, drawn at random where it asks for them: per head, (batch, heads_kv); per block,
 // (batch, heads, blocks of rows) for q (heads_q) and k, v (heads_kv). null() where absent.
 struct Fp8Descales {
@@ -415,7 +440,11 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   const int blocks_q = (c.seqlen_q + c.rows_q - 1) / c.rows_q, blocks_kv = (c.seqlen_k + c.rows_kv - 1) / c.rows_kv;
   DeviceBuffer q = random_e4m3(nq, rng(), c.q_amplitude), k = random_e4m3(nkv, rng(), 1.0f),
                v = random_e4m3(nkv, rng(), 1.0f);
-  const Fp8Descales scales(c.batch, c.heads_q, c.heads_kv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
+  Fp8Descales scales(c.batch, c.heads_q, c.heads_kv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
+  if (c.zero_v_block_scale > 0.0f && c.block_scales) {
+    zero_v_blocks(v, scales.v_block, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.rows_kv, blocks_kv,
+                  c.zero_v_block_scale);
+  }
   // out: (b, sq, hq, d) in rows of d + out_pad elements; the padding must stay poisoned.
   const int out_row = c.head_dim + c.out_pad;
   const std::int64_t nout = nq / c.head_dim * out_row;
@@ -811,6 +840,31 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
     c = cases[i];
     c.v_keys_contiguous = true;
     cases.push_back(c);
+  }
+  expect_cases_match_oracle(cases, seed);
+}
+
+// All-zero v blocks (1, 4, 7, ...) with the scales quantizers write for them: 1 (quantize_fp8's), and
+// an amax clamped at 1e-12 over 448 (2^-48.7), far below its neighbours' [1/4, 4]. Their keys keep
+// their weight in the row sums, which the output's scale shows (a key left out of l scales every
+// output of its row up). The grouped kernels (128- and 64-row scales at head dim 128 from 2048 keys,
+// 128- and 32-row at 256) take such a block's P down by its scale over its neighbour's: below 2^-10
+// their f16 row sums would lose it. The one-group kernels (192-row at 128, 96-row at 256, 128-row at
+// 64) change O's v units to the tiny scale and back.
+TEST_F(Fp8Forward, ZeroVBlocksKeepTheirKeysInTheRowSums) {
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8Case> cases;
+  for (float scale : {1.0f, 1e-12f / 448.0f}) {
+    for (int d : {128, 256, 64}) {
+      for (int rows_kv : {128, d == 128 ? 64 : d == 256 ? 32 : 256, d == 128 ? 192 : d == 256 ? 96 : 384}) {
+        Fp8Case c;
+        c.head_dim = d, c.heads_q = 2, c.heads_kv = 1, c.seqlen_q = 130, c.seqlen_k = 2100;
+        c.block_scales = true, c.rows_q = 64, c.rows_kv = rows_kv, c.zero_v_block_scale = scale;
+        cases.push_back(c);
+        c.causal = true, c.q_amplitude = 4.0f, c.seqlen_k = 1111;
+        cases.push_back(c);
+      }
+    }
   }
   expect_cases_match_oracle(cases, seed);
 }

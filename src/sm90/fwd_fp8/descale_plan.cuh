@@ -14,13 +14,15 @@ namespace hopattn::sm90 {
 
 // One block's plan, three 16-byte loads: the groups' k block scales and the block's v scale (its
 // groups' largest: O takes this block's P V in it), then per group P's log2 offset (log2 of the
-// group's v scale over the block's, <= 0) and the row-sum weight that undoes it.
+// group's v scale over the block's, in [kMinPOffsetLog2, 0]) and the row-sum weight that undoes it.
 struct alignas(16) DescaleGroupPlan {
   float k[3], v_scale;
   float p_log2[3], unused_p;
   float sum_weight[3], unused_w;
 };
 static_assert(sizeof(DescaleGroupPlan) == 48, "a plan entry is three 16-byte loads");
+
+constexpr float kMinPOffsetLog2 = -64.0f;
 
 // Block n of (batch b, kv head h) at plan[(b * heads_kv + h) * blocks + n]. A group past the last key
 // (the last block's) takes the last key's entry: the descales have entries for the keys only, and
@@ -51,8 +53,13 @@ __global__ void fp8_descale_group_plan_kernel(const Fp8FwdParams fp, DescaleGrou
   entry.v_scale = v_scale;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
-    entry.p_log2[g] = v_log2[g] - top;  // exactly 0 for the largest: P <= 256
-    entry.sum_weight[g] = exp2f(top - v_log2[g]);
+    // Exactly 0 for the largest: P <= 256. Floored at kMinPOffsetLog2, which changes no P V term (P
+    // <= 2^8 times 2^-19 or less rounds to e4m3 zero either way) and keeps the group's P and its
+    // row-sum weight inside float's range (a v scale 2^-120 beside 2^-2 would otherwise flush P to
+    // zero and its weight to inf).
+    const float offset = fmaxf(v_log2[g] - top, kMinPOffsetLog2);
+    entry.p_log2[g] = offset;
+    entry.sum_weight[g] = exp2f(-offset);
   }
   plan[index] = entry;
 }

@@ -167,10 +167,12 @@ struct Fp8OnlineSoftmax {
     for (int r = 0; r < 2; ++r) row_sum[r] += block_sum[r];
   }
   // The same for a block of descale groups: group g's exponents carry its P offset, and its row sum
-  // is weighted back by sum_weight.
+  // is weighted back by sum_weight. The sums are taken over the floats: an offset may go down to the
+  // plan's floor (2^-64), far under f16's range (Fp8FwdTraits::kPackedRowSums), so p16 is left alone.
   template <int kGroups>
   __device__ __forceinline__ void exponentiate(float (&s)[kSRegisters], const DescaleGroups<kGroups>& groups,
-                                               std::uint32_t (&p16)[kSRegisters / 2]) {
+                                               std::uint32_t (&)[kSRegisters / 2]) {
+    static_assert(!kPackedSums, "a group's P may lie under f16's normal range");
     constexpr int kPerGroup = kSRegisters / kGroups;
     float bias[kGroups][2];
 #pragma unroll
@@ -184,15 +186,10 @@ struct Fp8OnlineSoftmax {
       const float x = fmaf(s[i], groups.logit[g], bias[g][fragment_row_half(i)]);
       s[i] = kFmaExp2Every > 0 && i % (kFmaExp2Every > 0 ? kFmaExp2Every : 1) == 0 ? exp2_on_fma_pipe(x) : fast_exp2(x);
     }
-    if constexpr (kPackedSums) {
-#pragma unroll
-      for (int j = 0; j < kSRegisters / 2; ++j) p16[j] = pack_f16x2(s[2 * j], s[2 * j + 1]);
-    }
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       float group_sum[2];
-      if constexpr (kPackedSums) packed_row_sum(group_part<kGroups>(p16, g), group_sum);
-      else fragment_row_reduce(group_part<kGroups>(s, g), group_sum, SumOp{});
+      fragment_row_reduce(group_part<kGroups>(s, g), group_sum, SumOp{});
 #pragma unroll
       for (int r = 0; r < 2; ++r) row_sum[r] = fmaf(group_sum[r], groups.sum_weight[g], row_sum[r]);
     }

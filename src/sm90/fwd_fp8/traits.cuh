@@ -166,10 +166,16 @@ struct Fp8FwdTraits {
   // Row sums over P packed into f16 pairs (HADD2), which also feed P's e4m3 conversion: the 192-key
   // d 128 kernel -1.3-1.7% cycles at 8k-16k; the 128-key kernels +0.4-2% (d 64 16k +2%, d 128 2k
   // +1.1%, d 256 16k +0.4%), where the 48 extra f16 packs cost more than the halved adds save
-  // (H200, 2026-12-01).
-  static constexpr bool kPackedRowSums = kBlockN == 192;
+  // (H200, 2026-12-01). Not in the grouped kernel: there P carries its group's v ratio (DescaleGroups),
+  // and a ratio below 2^-10 (an all-zero v block given a tiny scale beside ordinary ones) puts that
+  // group's P under f16's normal range (2^-14), so the row sum would lose its keys. A branch to float
+  // sums for such groups is no way out: it lies between the next S GEMM's issue and its wait, and
+  // ptxas then serializes the wgmmas (C7518) and moves 576 bytes of registers to the stack. Float sums
+  // convert P to e4m3 straight from the floats: fewer instructions than the packed form (SASS 5320 ->
+  // 5256).
   static constexpr int kDescaleGroupKeys = kDescaleGroupKeys_;
   static constexpr int kDescaleGroups = kBlockN / kDescaleGroupKeys;
+  static constexpr bool kPackedRowSums = kBlockN == 192 && kDescaleGroups == 1;
   static_assert(kBlockN % kDescaleGroupKeys == 0 && kDescaleGroupKeys % 32 == 0,
                 "descale groups must be whole k32 steps of a block");
   static_assert(kDescaleGroups == 1 || (kBlockDescales && !kSoftcap && !kVarlen),
