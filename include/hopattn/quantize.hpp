@@ -2,7 +2,8 @@
 // incoherent processing, as FlashAttention-3's FP8 path does.
 //
 // Scales. One scale per group of elements, scale = amax(group) / 448, so x / scale fits e4m3 (a group
-// whose amax is 0 gets scale 1); the code of x is x * (1 / scale) rounded to e4m3. The stored descale
+// whose amax is 0 gets scale 1; no scale is below 2^-126, so 1 / scale stays finite); the code of x is
+// x * (1 / scale) rounded to e4m3. The stored descale
 // tensors hold these scales: x ~= code * scale. v's block scales (kPerBlock) are amax / 448 rounded up
 // to a power of two (a block's largest element then codes within [224, 448]): where the FP8 forward's
 // key block spans several v block scales (k/v block rows of 128 at head dim 128 and 256), it scales

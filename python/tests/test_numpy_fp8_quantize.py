@@ -42,7 +42,8 @@ def check_quantized(inputs, result, granularity, rows_q, rows_kv):
         assert descale.dtype == np.float32
         amax = group_amax(x, granularity, rows)
         assert descale.shape == amax.shape, f"{name}_descale: shape {descale.shape} != {amax.shape}"
-        expected_scale = np.where(amax > 0, amax / np.float32(E4M3_MAX), np.float32(1))
+        expected_scale = np.where(amax > 0, np.maximum(amax / np.float32(E4M3_MAX), np.float32(2.0 ** -126)),
+                                  np.float32(1))
         expected_code_amax = np.where(amax > 0, E4M3_MAX, 0.0)
         if name == "v" and granularity == "block":
             expected_scale = power_of_two_at_or_above(expected_scale)

@@ -2,6 +2,7 @@
 // see the same signs and the same scale groups (the condition for bit-identical codes).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -87,16 +88,20 @@ HOPATTN_QUANT_HD inline float power_of_two_at_or_above(float x) {
 // current block's v units, stays far from float's range when it changes units to it and back.
 constexpr float kZeroVBlockScale = 0x1p-40f;
 
-// scale = amax / 448; where power_of_two (v's block scales, QuantizeJob::power_of_two_scales), that
-// quotient rounded up to a power of two. An all-zero group gets 1 (dividing by it stays finite), an
-// all-zero v block kZeroVBlockScale. Division rounds to nearest on both sides (no fast-math), so host
-// and device agree bit for bit.
+// The least scale: 2^-126, float's least normal. A smaller one (a bf16 group of amax below 448 * 2^-126
+// = 5e-36) would have an infinite inverse, which codes every nonzero element as +-448.
+constexpr float kMinScale = 0x1p-126f;
+
+// scale = amax / 448, at least kMinScale; where power_of_two (v's block scales,
+// QuantizeJob::power_of_two_scales), that quotient rounded up to a power of two. An all-zero group gets 1
+// (dividing by it stays finite), an all-zero v block kZeroVBlockScale. Division rounds to nearest on
+// both sides (no fast-math), so host and device agree bit for bit.
 HOPATTN_QUANT_HD inline float scale_from_amax(float amax, bool power_of_two) {
   if (!(amax > 0.0f)) return power_of_two ? kZeroVBlockScale : 1.0f;
 #ifdef __CUDA_ARCH__
-  const float scale = __fdiv_rn(amax, kE4M3MaxFloat);
+  const float scale = fmaxf(__fdiv_rn(amax, kE4M3MaxFloat), kMinScale);
 #else
-  const float scale = amax / kE4M3MaxFloat;
+  const float scale = std::fmax(amax / kE4M3MaxFloat, kMinScale);
 #endif
   return power_of_two ? power_of_two_at_or_above(scale) : scale;
 }

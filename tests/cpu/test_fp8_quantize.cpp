@@ -156,6 +156,8 @@ TEST(Fp8Quantize, PowerOfTwoScalesAreTheLeastPowerOfTwoAtOrAbove) {
   EXPECT_EQ(scale_from_amax(0.0f, false), 1.0f);
   EXPECT_EQ(scale_from_amax(0.0f, true), std::ldexp(1.0f, -40));  // an all-zero v block
   EXPECT_EQ(scale_from_amax(448.0f * 3.0f, true), 4.0f);
+  EXPECT_EQ(scale_from_amax(1e-37f, false), std::ldexp(1.0f, -126));  // amax / 448 would be subnormal
+  EXPECT_EQ(scale_from_amax(1e-37f, true), std::ldexp(1.0f, -126));
   EXPECT_EQ(scale_from_amax(448.0f * 3.0f, false), 3.0f);
   std::uniform_real_distribution<float> log2_amax(-30.0f, 30.0f);
   for (int i = 0; i < 1000; ++i) {
@@ -182,6 +184,26 @@ TEST(Fp8Quantize, AllZeroGroupGetsScaleOneAndZeroCodes) {
       for (int j = 0; j < 64; ++j) ASSERT_EQ(decode_e4m3_code(c.codes[t][c.offset(t, 0, s, 1, j)]), 0.0f);
     }
     EXPECT_NE(c.scales[t][0], 1.0f);  // the random heads keep their amax-derived scales
+  }
+}
+
+// A bf16 head of subnormals (amax / 448 below float's least normal) gets scale 2^-126, whose inverse is
+// finite: its codes follow the values instead of all saturating at +-448.
+TEST(Fp8Quantize, TinyGroupsKeepAFiniteInverseScale) {
+  QuantCase c = fp8_test::make_case({1, 9, 9, 2, 2, 64}, Dtype::kBFloat16, QuantGranularity::kPerHead, false, rng());
+  std::uniform_int_distribution<int> mantissa(1, 127);
+  for (int s = 0; s < 9; ++s) {  // head 1 of v: bf16 subnormals, 2^-133 to 127 * 2^-133, both signs
+    for (int j = 0; j < 64; ++j) c.in[2][c.offset(2, 0, s, 1, j)] = static_cast<std::uint16_t>(mantissa(rng()) | (j % 2) << 15);
+  }
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  const float scale = c.scales[2][1];
+  EXPECT_EQ(scale, std::ldexp(1.0f, -126));
+  for (int s = 0; s < 9; ++s) {
+    for (int j = 0; j < 64; ++j) {
+      const double x = c.input_value(2, c.offset(2, 0, s, 1, j));
+      const double decoded = decode_e4m3_code(c.codes[2][c.offset(2, 0, s, 1, j)]) * static_cast<double>(scale);
+      ASSERT_LE(std::fabs(decoded - x), std::fabs(x) / 16.0 + scale / 1024.0) << "s " << s << " j " << j;
+    }
   }
 }
 
