@@ -147,7 +147,9 @@ struct FwdArgs {
   // (batch, heads_q, ceil(seqlen_q / descale_block_rows_q)) for q, (batch, heads_kv,
   // ceil(seqlen_k / descale_block_rows_kv)) for k and v. Row i of q (key j of k, v; positions within
   // the sequence) is multiplied by entry i / descale_block_rows_q (j / descale_block_rows_kv), on top of
-  // the per-head factor above when that is given too. Scales must be positive and finite. The sm_90a
+  // the per-head factor above when that is given too. Scales must be positive and finite, and the v
+  // scales of one (batch, kv head) within a factor 2^90 of each other (O changes v units from block to
+  // block in float; a v block of all zeros may take any scale in that range). The sm_90a
   // kernel needs descale_block_rows_q a multiple of 64 and descale_block_rows_kv a multiple of 128, or
   // at head dim 128 of 192 or (dense batches) of 64: from 2048 keys on (and at any length for rows
   // that are not multiples of 128) those take 192-key blocks, fastest where the rows are multiples of
