@@ -181,6 +181,38 @@ TEST(Fp8Attention, VRatioInPIsExactWithPowerOfTwoVScales) {
   EXPECT_GT(worst_gap(), 1.0) << "v ratios other than powers of two must change P's rounding";
 }
 
+// An all-zero v block's scale from quantize_fp8 (2^-40) never becomes the largest of a key tile it
+// shares with ordinary blocks: the tile's output is the one its neighbour's scale gives, bit for bit
+// (the block's own P, however scaled, meet zero codes; the row sum takes P unscaled). With scale 1 the
+// zero block would be that largest, and small v's P would be scaled down onto e4m3's subnormals.
+TEST(Fp8Attention, ZeroVBlockScaleLeavesItsNeighboursPExact) {
+  const fp8_test::QuantShape shape{1, 37, 384, 2, 1, 64};
+  QuantCase c = fp8_test::make_case(shape, Dtype::kBFloat16, QuantGranularity::kPerBlock, false, rng(), 64, 64);
+  for (std::size_t i = 0; i < c.in[2].size(); ++i) {  // small v: block scales near 2^-17
+    c.in[2][i] = fp8_test::to_bits(1e-4f * c.input_value(2, static_cast<std::int64_t>(i)), Dtype::kBFloat16);
+  }
+  for (int s = 64; s < 128; ++s) {  // v block 1 all zeros, in 192-key tile 0 with blocks 0 and 2
+    for (int j = 0; j < 64; ++j) c.in[2][c.offset(2, 0, s, 0, j)] = 0;
+  }
+  ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
+  ASSERT_EQ(c.scales[2][1], std::ldexp(1.0f, -40));
+  hopattn::reference::Fp8AttentionArgs fa;
+  fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
+  fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
+  fa.block_rows_q = 64, fa.block_rows_kv = 64, fa.tile_k = 192, fa.p_carries_v_ratio = true;
+  const auto in = dense(shape, dequantized(c, 0), dequantized(c, 1), dequantized(c, 2));
+  const std::vector<double> exact = hopattn::reference::attention_f64(in);
+  const std::vector<float> quantized = hopattn::reference::fp8_attention(fa);
+  for (float x : quantized) ASSERT_FALSE(std::isnan(x));
+
+  c.scales[2][1] = c.scales[2][0];
+  EXPECT_EQ(hopattn::reference::fp8_attention(fa), quantized) << "the neighbour's scale gives other P";
+  c.scales[2][1] = 1.0f;
+  const double error = hopattn::reference::rmse(quantized, exact);
+  EXPECT_GT(hopattn::reference::rmse(hopattn::reference::fp8_attention(fa), exact), 1.5 * error)
+      << "scale 1 for the zero block must cost its neighbours' P (so the check has teeth)";
+}
+
 TEST(Fp8Attention, StandardBaselineUsesTheSameOperands) {
   // Sanity of the paper-style baseline: close to exact attention of the dequantized operands, but with
   // the coarser unscaled P the error is larger than the flash-style emulation's.
