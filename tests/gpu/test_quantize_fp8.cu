@@ -157,4 +157,32 @@ TEST_F(QuantizeFp8Gpu, SubnormalAndNaNInputsGiveTheHostsScales) {
   }
 }
 
+TEST_F(QuantizeFp8Gpu, AllZeroBlocksGiveTheHostsScales) {
+  // An all-zero scale group: 1 for q and k, 2^-40 for a v block (quantize.hpp), on both sides, through
+  // the fused kernels (transformed and held at d 128, plain at d 64), a block spread over several
+  // chunks (320 rows at d 256), and per head. Block 1 of head 0 of batch 0 is zeroed in each tensor.
+  std::mt19937_64 rng{std::random_device{}()};
+  const Config configs[] = {
+      {{2, 300, 260, 2, 2, 128}, QuantGranularity::kPerBlock, true, 128, 128, 0},
+      {{1, 200, 190, 3, 1, 64}, QuantGranularity::kPerBlock, false, 64, 64, 0},
+      {{1, 700, 650, 2, 2, 256}, QuantGranularity::kPerBlock, false, 320, 320, 0},
+      {{2, 40, 50, 2, 2, 128}, QuantGranularity::kPerHead, true, 128, 128, 0},
+  };
+  for (const Config& cfg : configs) {
+    SCOPED_TRACE(std::string(hopattn::granularity_name(cfg.granularity)) + " d " + std::to_string(cfg.shape.d));
+    const bool per_block = cfg.granularity == QuantGranularity::kPerBlock;
+    const auto edit = [&](QuantCase& c) {
+      for (int t = 0; t < 3; ++t) {
+        const int rows = t == 0 ? cfg.block_q : cfg.block_kv;
+        const int first = per_block ? rows : 0, last = per_block ? 2 * rows : c.seqlen(t);
+        for (int s = first; s < std::min(last, c.seqlen(t)); ++s) {
+          for (int j = 0; j < cfg.shape.d; ++j) c.in[t][c.offset(t, 0, s, 0, j)] = 0;
+        }
+      }
+    };
+    expect_device_matches_host(cfg, Dtype::kBFloat16, rng, nullptr, false, edit);
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+}
+
 }  // namespace
