@@ -3,16 +3,16 @@
 //
 // Scales. One scale per group of elements, scale = amax(group) / 448, so x / scale fits e4m3 (a group
 // whose amax is 0 gets scale 1; no scale is below 2^-126, so 1 / scale stays finite); the code of x is
-// x * (1 / scale) rounded to e4m3. The stored descale
-// tensors hold these scales: x ~= code * scale. v's block scales (kPerBlock) are amax / 448 rounded up
-// to a power of two (a block's largest element then codes within [224, 448]): where the FP8 forward's
-// key block spans several v block scales (k/v block rows of 128 at head dim 128 and 256), it scales
-// each key's P by its v scale over the block's largest before rounding P to e4m3, and a power-of-two
-// ratio keeps that exact (RMSE -5% there; 0-3% more where a key block has one v scale, as the block's
-// largest element is no longer coded exactly: docs/fp8-accuracy.md). An all-zero v block gets 2^-40,
-// not 1, so that it is never that largest beside blocks of real data (with 1, v block scales of 2^-10,
-// amax ~0.3, beside a zero block lost 2-10% RMSE in the emulation, and 2^-17 2.4-5.6x: the other keys'
-// P were scaled down onto e4m3's subnormals).
+// x * (1 / scale) rounded to e4m3. The stored descale tensors hold these scales: x ~= code * scale.
+// v's block scales (kPerBlock) are amax / 448 rounded up to a power of two (a block's largest element
+// then codes within [224, 448]): where the FP8 forward's key block spans several v block scales (k/v
+// block rows of 128 at head dim 128 and 256), it scales each key's P by its v scale over the block's
+// largest before rounding P to e4m3, and a power-of-two ratio keeps that exact (RMSE -5% there; 0-3%
+// more where a key block has one v scale, as the block's largest element is no longer coded exactly:
+// docs/fp8-accuracy.md). An all-zero v block gets 2^-40, not 1, so that it is never that largest
+// beside blocks of real data (with 1, v block scales of 2^-10, amax ~0.3, beside a zero block lost
+// 2-10% RMSE in the emulation, and 2^-17 2.4-5.6x: the other keys' P were scaled down onto e4m3's
+// subnormals).
 //   kPerTensor  one scale per tensor                          descale shape (1)
 //   kPerHead    one scale per (batch, head)                   descale shape (batch, heads)
 //   kPerBlock   one scale per block_rows rows of (batch, head) descale shape (batch, heads, ceil(seqlen / block_rows))
