@@ -45,6 +45,17 @@ std::vector<float> dequantized(const QuantCase& c, int t) {
   return x;
 }
 
+// The emulation's arguments for c's quantized tensors: its codes, descales, granularity and block rows
+// (key tiles and p_carries_v_ratio left at their defaults).
+hopattn::reference::Fp8AttentionArgs attention_args(const QuantCase& c) {
+  hopattn::reference::Fp8AttentionArgs fa;
+  fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
+  fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
+  fa.granularity = c.args.granularity;
+  fa.block_rows_q = c.args.block_rows_q, fa.block_rows_kv = c.args.block_rows_kv;
+  return fa;
+}
+
 hopattn::reference::DenseInputs dense(const fp8_test::QuantShape& sh, std::vector<float> q, std::vector<float> k,
                                       std::vector<float> v) {
   hopattn::reference::DenseInputs in;
@@ -106,11 +117,8 @@ TEST(Fp8Attention, OnlyTheRoundingOfPSeparatesItFromExactAttention) {
     QuantCase c = fp8_test::make_case(cfg.shape, Dtype::kBFloat16, cfg.granularity, cfg.hadamard, rng(), cfg.block_q,
                                       cfg.block_kv);
     ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
-    hopattn::reference::Fp8AttentionArgs fa;
-    fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
-    fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
-    fa.granularity = cfg.granularity;
-    fa.block_rows_q = cfg.block_q, fa.block_rows_kv = cfg.block_kv, fa.tile_k = cfg.tile_k;
+    hopattn::reference::Fp8AttentionArgs fa = attention_args(c);
+    fa.tile_k = cfg.tile_k;
     fa.p_carries_v_ratio = cfg.p_carries_v_ratio;
     const std::vector<float> out = hopattn::reference::fp8_attention(fa);
     // A P shrunk by a v ratio r before its rounding meets the subnormal grid r times sooner.
@@ -144,10 +152,8 @@ TEST(Fp8Attention, VRatioInPIsExactWithPowerOfTwoVScales) {
   const fp8_test::QuantShape shape{1, 13, 257, 2, 1, 64};
   QuantCase c = fp8_test::make_case(shape, Dtype::kBFloat16, QuantGranularity::kPerBlock, false, rng(), 64, 64);
   ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
-  hopattn::reference::Fp8AttentionArgs fa;
-  fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
-  fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
-  fa.block_rows_q = 64, fa.block_rows_kv = 64, fa.tile_k = 64;
+  hopattn::reference::Fp8AttentionArgs fa = attention_args(c);
+  fa.tile_k = 64;
   const std::vector<float> plain_tiles = hopattn::reference::fp8_attention(fa);
   fa.p_carries_v_ratio = true;
   EXPECT_EQ(hopattn::reference::fp8_attention(fa), plain_tiles);
@@ -196,10 +202,8 @@ TEST(Fp8Attention, ZeroVBlockScaleLeavesItsNeighboursPExact) {
   }
   ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
   ASSERT_EQ(c.scales[2][1], std::ldexp(1.0f, -40));
-  hopattn::reference::Fp8AttentionArgs fa;
-  fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
-  fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
-  fa.block_rows_q = 64, fa.block_rows_kv = 64, fa.tile_k = 192, fa.p_carries_v_ratio = true;
+  hopattn::reference::Fp8AttentionArgs fa = attention_args(c);
+  fa.tile_k = 192, fa.p_carries_v_ratio = true;
   const auto in = dense(shape, dequantized(c, 0), dequantized(c, 1), dequantized(c, 2));
   const std::vector<double> exact = hopattn::reference::attention_f64(in);
   const std::vector<float> quantized = hopattn::reference::fp8_attention(fa);
@@ -218,10 +222,7 @@ TEST(Fp8Attention, StandardBaselineUsesTheSameOperands) {
   // the coarser unscaled P the error is larger than the flash-style emulation's.
   QuantCase c = fp8_test::make_case({1, 64, 512, 2, 2, 64}, Dtype::kFloat16, QuantGranularity::kPerTensor, false, rng());
   ASSERT_TRUE(hopattn::quantize_fp8(c.args).ok());
-  hopattn::reference::Fp8AttentionArgs fa;
-  fa.q8 = c.args.q8, fa.k8 = c.args.k8, fa.v8 = c.args.v8;
-  fa.q_descale = c.args.q_descale, fa.k_descale = c.args.k_descale, fa.v_descale = c.args.v_descale;
-  fa.granularity = QuantGranularity::kPerTensor;
+  const hopattn::reference::Fp8AttentionArgs fa = attention_args(c);
   const auto in = dense(c.shape, dequantized(c, 0), dequantized(c, 1), dequantized(c, 2));
   const std::vector<double> exact = hopattn::reference::attention_f64(in);
   double rms = 0.0;

@@ -375,7 +375,7 @@ void zero_v_blocks(DeviceBuffer& v, DeviceBuffer& v_block, int batch, int keys, 
     }
   }
   HOPATTN_CUDA_CHECK(cudaMemcpy(v.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(v_block.data(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+  v_block = device_copy(scales);
 }
 
 // A case's descales, drawn at random where it asks for them: per head, (batch, heads_kv); per block,

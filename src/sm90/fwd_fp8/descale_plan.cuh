@@ -38,17 +38,17 @@ __global__ void fp8_descale_group_plan_kernel(const Fp8FwdParams fp, DescaleGrou
   const int b = row / fp.base.heads_kv, h = row % fp.base.heads_kv;
   const int last_group = (fp.base.seqlen_k - 1) / kGroupKeys;
   DescaleGroupPlan entry{};
-  float v[kGroups], v_log2[kGroups];
+  float v_log2[kGroups];
   float top = -INFINITY, v_scale = 0.0f;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     const int group = min(n * kGroups + g, last_group);
     const int e = static_cast<int>(fp.kv_groups_per_descale.divide(static_cast<std::uint32_t>(group)));
     entry.k[g] = fp.k_block_descale.at(b, h, e);
-    v[g] = fp.v_block_descale.at(b, h, e);
-    v_log2[g] = log2f(v[g]);
+    const float v = fp.v_block_descale.at(b, h, e);
+    v_log2[g] = log2f(v);
     top = fmaxf(top, v_log2[g]);
-    v_scale = fmaxf(v_scale, v[g]);
+    v_scale = fmaxf(v_scale, v);
   }
   entry.v_scale = v_scale;
 #pragma unroll

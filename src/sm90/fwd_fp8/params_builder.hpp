@@ -20,8 +20,8 @@ inline DescaleView fp8_descale_view(const std::optional<Tensor>& t, int rows_per
 
 // tile_counter stays null, as in make_fwd_params. group_keys: the kernel's keys per k/v descale group
 // (Fp8FwdTraits::kDescaleGroupKeys), which descale_block_rows_kv must be a multiple of when k / v block
-// descales are given. pack_gqa: as in
-// make_fwd_params (the variable-length kernels; never with a q block descale).
+// descales are given. pack_gqa: as in make_fwd_params (the variable-length kernels; never with a q
+// block descale).
 inline Fp8FwdParams make_fp8_params(const FwdArgs& args, const detail::Problem& pr, int block_m, int group_keys,
                                     int heads_per_group, bool pack_gqa = false) {
   Fp8FwdParams fp{};
