@@ -151,10 +151,10 @@ struct FwdArgs {
   // scales of one (batch, kv head) within a factor 2^90 of each other (O changes v units from block to
   // block in float; a v block of all zeros may take any scale in that range). The sm_90a
   // kernel needs descale_block_rows_q a multiple of 64 and descale_block_rows_kv a multiple of 128, or
-  // at head dim 128 of 192 or (dense batches) of 64: from 2048 keys on (and at any length for rows
-  // that are not multiples of 128) those take 192-key blocks, fastest where the rows are multiples of
-  // 192; at head dim 256 multiples of 96 take its faster 96-key kernel, and (dense batches) multiples
-  // of 32 too (a little slower than 96-row descales).
+  // at head dim 128 (and 64, v in the ordinary layout) of 192 or (dense batches) of 64: from 2048 keys
+  // on (and at any length for rows that are not multiples of 128) those take 192-key blocks, fastest
+  // where the rows are multiples of 192; at head dim 256 multiples of 96 take its faster 96-key
+  // kernel, and (dense batches) multiples of 32 too (a little slower than 96-row descales).
   std::optional<Tensor> q_block_descale, k_block_descale, v_block_descale;
   int descale_block_rows_q = 128, descale_block_rows_kv = 128;
 

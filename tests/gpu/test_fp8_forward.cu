@@ -773,12 +773,18 @@ TEST_F(Fp8Forward, CornerCases) {
     cases.push_back(c);
   }
   // 192-row k/v descales at head dim 128: the 192-key block-descale kernel at a short length (also
-  // under the device script's sanitizers), v in both layouts.
+  // under the device script's sanitizers), v in both layouts; at head dim 64 (ordinary v layout) the
+  // same kernel and its grouped form (64-row scales: three descale groups a block).
   Fp8Case c;
   c.batch = 2, c.heads_q = 4, c.heads_kv = 2, c.seqlen_q = 200, c.seqlen_k = 533;
   c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
   cases.push_back(c);
-  c.v_keys_contiguous = true, c.causal = true;
+  c.head_dim = 64;
+  cases.push_back(c);
+  c.rows_kv = 64, c.causal = true;
+  cases.push_back(c);
+  c.head_dim = 128, c.rows_kv = 192;
+  c.v_keys_contiguous = true;
   cases.push_back(c);
   // ... and at head dim 256 the 96-key block-descale kernel (ordinary v layout only), and its grouped
   // form for 128- and 32-row scales (32-key descale groups; at 1111 keys the last block's third group
@@ -796,10 +802,11 @@ TEST_F(Fp8Forward, CornerCases) {
   expect_cases_match_oracle(cases, seed);
 }
 
-// Head dim 128 switches to 192-key blocks from 2048 keys on (fwd_fp8/traits.cuh): both sides of the
-// switch, a partial last block of either width, a last block that is exactly full (8448 = 44 x 192),
-// causal, MQA, the kernel options and block descales in 192- and 384-row blocks; each with v in both
-// layouts (keys-contiguous: the 192-key kernel's V^T loads and permuted K rows).
+// Head dims 128 and 64 switch to 192-key blocks from 2048 keys on (fwd_fp8/traits.cuh): both sides of
+// the switch, a partial last block of either width, a last block that is exactly full (8448 = 44 x
+// 192), causal, MQA, the kernel options and block descales in 192- and 384-row blocks (128- and 64-row:
+// the grouped kernel); each with v in both layouts (keys-contiguous: the 192-key kernel's V^T loads
+// and permuted K rows; head dim 64 keeps 128-key blocks there, which take only rows of 128s).
 TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
@@ -822,22 +829,26 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
   // (fwd_fp8/launch.cuh): 192 or 64 rows at any length, 384 and 128 from 2048 keys on. 128 and 64
   // rows change scale inside a block; at 8300 keys the last block's third group lies past the keys
   // (its entry would be past the descales').
-  c = cases[0];
-  c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
-  cases.push_back(c);
-  c.rows_kv = 384, c.seqlen_k = 8333, c.causal = true, c.seqlen_q = 77;
-  cases.push_back(c);
-  c.rows_kv = 128, c.seqlen_k = 8300;
-  cases.push_back(c);
-  c.causal = false, c.seqlen_k = 2100, c.seqlen_q = 130;
-  cases.push_back(c);
-  c.rows_kv = 64, c.seqlen_k = 333, c.options.intra_wg_overlap = false;
-  cases.push_back(c);
-  c.rows_kv = 192;
-  cases.push_back(c);
+  const Fp8Case first_of_head_dim[] = {cases[0], cases[8]};  // d 128, d 64
+  for (const Fp8Case& first : first_of_head_dim) {
+    c = first;
+    c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
+    cases.push_back(c);
+    c.rows_kv = 384, c.seqlen_k = 8333, c.causal = true, c.seqlen_q = 77;
+    cases.push_back(c);
+    c.rows_kv = 128, c.seqlen_k = 8300;
+    cases.push_back(c);
+    c.causal = false, c.seqlen_k = 2100, c.seqlen_q = 130;
+    cases.push_back(c);
+    c.rows_kv = 64, c.seqlen_k = 333, c.options.intra_wg_overlap = false;
+    cases.push_back(c);
+    c.rows_kv = 192;
+    cases.push_back(c);
+  }
   const std::size_t key_ordered = cases.size();
   for (std::size_t i = 0; i < key_ordered; ++i) {
     c = cases[i];
+    if (c.head_dim == 64 && c.block_scales && c.rows_kv % 128 != 0) continue;  // refused there (above)
     c.v_keys_contiguous = true;
     cases.push_back(c);
   }
@@ -847,16 +858,16 @@ TEST_F(Fp8Forward, LongKeySequencesAcrossTheBlockWidthSwitch) {
 // All-zero v blocks (1, 4, 7, ...) with the scales quantizers write for them: 1 (quantize_fp8's), and
 // an amax clamped at 1e-12 over 448 (2^-48.7), far below its neighbours' [1/4, 4]. Their keys keep
 // their weight in the row sums, which the output's scale shows (a key left out of l scales every
-// output of its row up). The grouped kernels (128- and 64-row scales at head dim 128 from 2048 keys,
-// 128- and 32-row at 256) take such a block's P down by its scale over its neighbour's: below 2^-10
-// their f16 row sums would lose it. The one-group kernels (192-row at 128, 96-row at 256, 128-row at
-// 64) change O's v units to the tiny scale and back.
+// output of its row up). The grouped kernels (128- and 64-row scales at head dims 128 and 64 from
+// 2048 keys, 128- and 32-row at 256) take such a block's P down by its scale over its neighbour's:
+// below 2^-10 their f16 row sums would lose it. The one-group kernels (192-row at 128 and 64, 96-row at 256, and
+// the 128-key kernels at 1111 keys) change O's v units to the tiny scale and back.
 TEST_F(Fp8Forward, ZeroVBlocksKeepTheirKeysInTheRowSums) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
   for (float scale : {1.0f, 1e-12f / 448.0f}) {
     for (int d : {128, 256, 64}) {
-      for (int rows_kv : {128, d == 128 ? 64 : d == 256 ? 32 : 256, d == 128 ? 192 : d == 256 ? 96 : 384}) {
+      for (int rows_kv : {128, d == 256 ? 32 : 64, d == 256 ? 96 : 192}) {
         Fp8Case c;
         c.head_dim = d, c.heads_q = 2, c.heads_kv = 1, c.seqlen_q = 130, c.seqlen_k = 2100;
         c.block_scales = true, c.rows_q = 64, c.rows_kv = rows_kv, c.zero_v_block_scale = scale;
@@ -1064,7 +1075,9 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
   cases.push_back(c);
   c.causal = true, c.block_scales = true, c.rows_q = 64, c.rows_kv = 192;
   cases.push_back(c);
-  c.rows_kv = 128, c.options.intra_wg_overlap = false;
+  c.head_dim = 64;  // the 192-key one-group block-descale kernel at d 64 too (v134)
+  cases.push_back(c);
+  c.head_dim = 128, c.rows_kv = 128, c.options.intra_wg_overlap = false;
   cases.push_back(c);
   c.options.intra_wg_overlap = true, c.options.pingpong = false, c.options.persistent = false, c.block_scales = false;
   cases.push_back(c);

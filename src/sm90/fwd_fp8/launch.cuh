@@ -161,10 +161,10 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   return end_schedule(args, schedule, launched);
 }
 
-// Whether head dim 128 with block descales takes 192-key blocks: where its k/v descale rows are
-// whole 192-key blocks or (dense batches) whole 64-key descale groups, where tiles see many keys
-// (tile_keys: keys_per_tile) as without descales, or at any length where they are not whole 128-key
-// blocks (they would otherwise be refused).
+// Whether head dim 128 (64: v in the ordinary layout) with block descales takes 192-key blocks: where
+// its k/v descale rows are whole 192-key blocks or (dense batches) whole 64-key descale groups, where
+// tiles see many keys (tile_keys: keys_per_tile) as without descales, or at any length where they are
+// not whole 128-key blocks (they would otherwise be refused).
 inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long tile_keys, bool varlen) {
   const int rows = args.descale_block_rows_kv;
   const int narrow = fp8_default_block_n(128, true);
@@ -175,9 +175,11 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long t
 // The kernel with per-block descale reads only when some are given (Fp8FwdTraits::kBlockDescales),
 // with the softcap step only when a softcap is given; without either, head dims 128 and 64 (at d 64
 // with v in the ordinary layout) take wider K blocks where a tile sees many keys (keys_per_tile at
-// least kFp8WideBlockMinKeys: long key sequences, wide sliding windows), and head dim 128 does so with
-// block descales whose k/v rows allow them; head dim 256 with block descales takes 96-key blocks where
-// the rows allow them (kFp8D256DescaleBlockN; rows of 32 but not 96, such as 128, the grouped kernel).
+// least kFp8WideBlockMinKeys: long key sequences, wide sliding windows), and do so with block
+// descales whose k/v rows allow them (d 64 since v134: 128-row descales on 128-key blocks took 1.25
+// ms against 0.99 per head at 2 x 8k x 16, H200 2026-12-05); head dim 256 with block descales takes
+// 96-key blocks where the rows allow them (kFp8D256DescaleBlockN; rows of 32 but not 96, such as
+// 128, the grouped kernel).
 // kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels (cu_seqlens_q /
 // cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k, but a paged cache
 // takes neither wide block (192 or 96 keys would straddle pages of 128 keys or more).
@@ -193,7 +195,7 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   // Every FP8 kernel's tiles are kBlockM rows high: the keys one of them sees pick the wide blocks.
   const long long tile_keys = keys_per_tile(pr, Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>::kBlockM);
   if (block_descales) {
-    if constexpr (kHeadDim == 128) {
+    if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
       if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys, kVarlen)) {
         if (args.descale_block_rows_kv % kFp8WideBlockN == 0)
           return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(
