@@ -177,9 +177,9 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long t
 // with v in the ordinary layout) take wider K blocks where a tile sees many keys (keys_per_tile at
 // least kFp8WideBlockMinKeys: long key sequences, wide sliding windows), and do so with block
 // descales whose k/v rows allow them (d 64 since v134: 128-row descales on 128-key blocks took 1.25
-// ms against 0.99 per head at 2 x 8k x 16, H200 2026-12-05); head dim 256 with block descales takes
-// 96-key blocks where the rows allow them (kFp8D256DescaleBlockN; rows of 32 but not 96, such as
-// 128, the grouped kernel).
+// ms against 0.99 per head at 2 x 8k x 16, 1.12 on these, H200 2026-12-05); head dim 256 with block
+// descales takes 96-key blocks where the rows allow them (kFp8D256DescaleBlockN; rows of 32 but not
+// 96, such as 128, the grouped kernel).
 // kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels (cu_seqlens_q /
 // cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k, but a paged cache
 // takes neither wide block (192 or 96 keys would straddle pages of 128 keys or more).

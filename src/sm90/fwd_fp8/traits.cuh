@@ -25,9 +25,10 @@ constexpr int fp8_default_block_n(int head_dim, bool block_descales, bool softca
 // fp8_block_descales_take_wide_blocks), 12-16% fewer cycles than 128-key blocks with 128-row
 // descales at 8k-16k, 5-8% at 2k-4k (H200, 2026-12-01); where they are multiples of 64 only (128
 // rows), the grouped 192-key kernel (kDescaleGroupKeys_ below). Head dim 64 takes them from 2048 keys too
-// where v is in the ordinary layout (without block descales or a softcap, not paged): decoding steps
-// 5-17% faster (b 8 x 32/8 x 16k 57.8 -> 47.8 us, MHA 16%), variable-length prefill 8k +5%, dense
-// prefill +3-8% (H200, 2026-12-03, perf-notes v92, v93).
+// where v is in the ordinary layout (without a softcap, not paged): decoding steps 5-17% faster (b 8 x
+// 32/8 x 16k 57.8 -> 47.8 us, MHA 16%), variable-length prefill 8k +5%, dense prefill +3-8% (H200,
+// 2026-12-03, perf-notes v92, v93); with block descales by the same rows as head dim 128 (v134:
+// 128-row descales -11% at 2 x 8k x 16, 384-row -15%; H200, 2026-12-05).
 constexpr int kFp8WideBlockN = 192;
 constexpr int kFp8WideBlockMinKeys = 2048;
 // Keys per k/v descale group of the grouped 192-key block-descale kernel (Fp8FwdTraits::kDescaleGroupKeys).
@@ -172,7 +173,7 @@ struct Fp8FwdTraits {
   // sums for such groups is no way out: it lies between the next S GEMM's issue and its wait, and
   // ptxas then serializes the wgmmas (C7518) and moves 576 bytes of registers to the stack. Float sums
   // convert P to e4m3 straight from the floats: fewer instructions than the packed form (SASS 5320 ->
-  // 5256).
+  // 5256) and 1.3-2.1% faster at 2 x 8k x 16 (H200, 2026-12-05, perf-notes v131).
   static constexpr int kDescaleGroupKeys = kDescaleGroupKeys_;
   static constexpr int kDescaleGroups = kBlockN / kDescaleGroupKeys;
   static constexpr bool kPackedRowSums = kBlockN == 192 && kDescaleGroups == 1;
