@@ -112,6 +112,12 @@ struct FwdArgs {
   int window_left = -1;                // -1 = unbounded
   int window_right = -1;               // -1 = unbounded (causal is window_right = 0)
   float softcap = 0.0f;                // 0 = off; else s -> softcap * tanh(s / softcap)
+  // Chunked attention (Llama 4's local layers; flash-attention 3's attention_chunk): 0 = off; else the
+  // keys are cut into chunks of attention_chunk ([0, c), [c, 2c), ...) and query i sees only keys of
+  // the chunk that holds its diagonal key i + seqlen_k - seqlen_q, on top of causal and the window (a
+  // row whose diagonal lies before key 0 sees no key). Must be >= 0. The CPU reference backend takes
+  // it; the sm_90a kernels answer kUnsupported for chunks > 0 until theirs have run on a GPU.
+  int attention_chunk = 0;
   // Attention sinks (gpt-oss; flash-attention's learnable_sink): float32 (heads_q), one logit per q
   // head that joins every row's softmax as a key with a zero value: out_i = sum_j exp(s_ij - lse_i) v_j
   // with lse_i = log(exp(sink_h) + sum_j exp(s_ij)), s_ij the scaled (and softcapped) scores. A row
@@ -171,6 +177,7 @@ struct BwdArgs {
   int window_left = -1;
   int window_right = -1;
   float softcap = 0.0f;
+  int attention_chunk = 0;  // as in FwdArgs
   // The forward's learnable_sink (FwdArgs; lse includes it), and where its gradient goes: dsink, float32
   // (heads_q), written when given (it needs learnable_sink): dsink_h = -sum over h's rows of
   // exp(sink_h - lse_i) * (dout_i . out_i), summed in a fixed order (reproducible).

@@ -44,14 +44,15 @@ def _call(function, lib, q, arrays, **scalars):
 
 
 def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=False, window_left=-1,
-            window_right=-1, softcap=0.0, learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None,
-            max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0,
-            pack_gqa=None, q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
-            k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
-            descale_block_rows_kv=128):
+            window_right=-1, attention_chunk=0, softcap=0.0, learnable_sink=None, cu_seqlens_q=None,
+            cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, page_table=None,
+            num_splits=0, pack_gqa=None, q_descale=None, k_descale=None, v_descale=None,
+            q_block_descale=None, k_block_descale=None, v_block_descale=None,
+            descale_block_rows_q=128, descale_block_rows_kv=128):
     """Returns (out, lse); lse is None unless return_lse. pack_gqa None, True or False is
     hopattn::KernelOptions::pack_gqa's kAuto, kOn or kOff. learnable_sink: float32 (heads_q,), one
-    logit per q head in every row's softmax (hopattn::FwdArgs); lse then includes it."""
+    logit per q head in every row's softmax (hopattn::FwdArgs); lse then includes it.
+    attention_chunk: hopattn::FwdArgs::attention_chunk (0 = off)."""
     arrays = dict(q=q, k=k, v=v, learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
                   cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, page_table=page_table,
                   q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
@@ -65,7 +66,8 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
     lse = lib.empty(q, lse_shape(tuple(q.shape), varlen), "float32") if return_lse else None
     arrays["lse"] = lse
     _call(_C.forward, lib, q, arrays, softmax_scale=softmax_scale, causal=causal,
-          window_left=window_left, window_right=window_right, softcap=softcap,
+          window_left=window_left, window_right=window_right, attention_chunk=attention_chunk,
+          softcap=softcap,
           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
           pack_gqa=pack_gqa, descale_block_rows_q=descale_block_rows_q,
           descale_block_rows_kv=descale_block_rows_kv)
@@ -73,15 +75,16 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
 
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_left=-1,
-             window_right=-1, softcap=0.0, learnable_sink=None, cu_seqlens_q=None,
-             cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None,
+             window_right=-1, attention_chunk=0, softcap=0.0, learnable_sink=None,
+             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None,
              deterministic=False):
     """Returns (dq, dk, dv, dsink), four values with or without a sink. dq, dk, dv are each in its
     input's shape and dtype, freshly allocated with the caller's library (contiguous, so on CUDA
     their strides are the 16-byte multiples the GPU kernel needs). learnable_sink is the forward's
     (lse includes it); dsink is its float32 (heads_q,) gradient, or None without a sink. Gradients
     do not flow through lse. deterministic: bitwise reproducible gradients (slower on CUDA; see
-    hopattn::BwdArgs)."""
+    hopattn::BwdArgs). The masking options (causal, window, attention_chunk, softcap) must be the
+    forward's."""
     inputs = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, learnable_sink=learnable_sink,
                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
     lib = common_library(inputs)
@@ -90,7 +93,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     heads_q = q.shape[-2]  # (batch, seqlen_q, heads_q, d) or, varlen, (total_q, heads_q, d)
     grads["dsink"] = None if learnable_sink is None else lib.empty(q, (heads_q,), "float32")
     _call(_C.backward, lib, q, {**inputs, **grads}, softmax_scale=softmax_scale, causal=causal,
-          window_left=window_left, window_right=window_right, softcap=softcap,
+          window_left=window_left, window_right=window_right, attention_chunk=attention_chunk,
+          softcap=softcap,
           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, deterministic=bool(deterministic))
     return grads["dq"], grads["dk"], grads["dv"], grads["dsink"]
 

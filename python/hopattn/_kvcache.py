@@ -198,7 +198,7 @@ def _check_combination(k, v, cache_seqlens, page_table, cache_batch_idx, cache_l
 
 def prepare(q, k_cache, v_cache, k, v, *, batch, cache_seqlens, page_table, cache_batch_idx,
             cache_leftpad, rotary_cos, rotary_sin, rotary_interleaved, causal, window,
-            cu_seqlens_q, max_seqlen_q, out, descaled):
+            attention_chunk, cu_seqlens_q, max_seqlen_q, out, descaled):
     """Appends k, v to the cache (in place) and returns (arguments, finish): the core's arguments
     for the attention (q, k, v, out, seqused_k, page_table, cu_seqlens_q, max_seqlen_q,
     cu_seqlens_k, max_seqlen_k), and None or a function that turns the result of that call
@@ -226,7 +226,10 @@ def prepare(q, k_cache, v_cache, k, v, *, batch, cache_seqlens, page_table, cach
     with lib.device_scope(q):  # CuPy: the arrays made here land on q's device
         _check_shapes(a)
         _check_values(a)
-        seqused = _append(a, bool(rotary_interleaved), causal or window[0] >= 0 or window[1] >= 0)
+        # flash-attention 3 rotates q at per-row positions for any local mask: causal, a window
+        # or an attention_chunk (its is_local covers the chunk).
+        local = causal or window[0] >= 0 or window[1] >= 0 or attention_chunk > 0
+        seqused = _append(a, bool(rotary_interleaved), local)
         arguments = dict(q=a.q, k=k_cache, v=v_cache, out=out, seqused_k=seqused,
                          page_table=page_table, cu_seqlens_q=cu_seqlens_q,
                          max_seqlen_q=max_seqlen_q, cu_seqlens_k=None, max_seqlen_k=0)
@@ -394,8 +397,8 @@ def _rotary_rows(a, positions):
         return a.ops.minimum(positions, seqlen_ro - 1)
     if int(positions.max()) >= seqlen_ro:
         raise ValueError(f"rotary_cos: has {seqlen_ro} positions, but query positions reach "
-                         f"{int(positions.max())} (cache_seqlens + seqlen_q - 1 with a causal mask "
-                         "or a window)")
+                         f"{int(positions.max())} (cache_seqlens + seqlen_q - 1 with a causal "
+                         "mask, a window or an attention_chunk)")
     return positions
 
 
@@ -413,8 +416,9 @@ def _append(a, interleaved, local):
     if a.rotary_cos is not None:
         cos, sin = ops.float32(a.rotary_cos), ops.float32(a.rotary_sin)
         k = _rotate(ops, k, cos, sin, positions, interleaved)
-        # flash-attention's rule: with a causal mask or a window query i sits at cache_seqlens + i
-        # (where the new keys are), otherwise every query at cache_seqlens.
+        # flash-attention's rule: with a causal mask, a window or an attention_chunk (`local`)
+        # query i sits at cache_seqlens + i (where the new keys are), otherwise every query at
+        # cache_seqlens.
         q_positions = starts + ops.arange(int(a.q.shape[1]))[None, :] if local else starts
         a.q = _rotate(ops, a.q, cos, sin, _rotary_rows(a, q_positions), interleaved)
     if a.page_table is not None:
@@ -462,10 +466,11 @@ def _left_padded(a, arguments):
     """A dense cache whose sequence b starts at row cache_leftpad[b]. Its rows go to the core as
     packed keys (batch * seqlen_cache, heads_kv, head_dim) with sequence b from row
     b * seqlen_cache + cache_leftpad[b] and seqused_k counting the keys from there, so that causal
-    masks and windows align to the keys in use, as in flash-attention. cu_seqlens_k must start at
-    0, and cache_leftpad[0] of a GPU array is not known here: an empty sequence goes first (no
-    query, no key in use), which takes varlen q (dense q is viewed as packed rows, and the result
-    viewed back by the returned finish)."""
+    masks and windows align to the keys in use and attention_chunk's chunks start at
+    cache_leftpad[b], as in flash-attention (rotary positions stay the cache's own). cu_seqlens_k
+    must start at 0, and cache_leftpad[0] of a GPU array is not known here: an empty sequence goes
+    first (no query, no key in use), which takes varlen q (dense q is viewed as packed rows, and
+    the result viewed back by the returned finish)."""
     ops, batch, rows, q = a.ops, a.batch, a.rows, a.q
     k_cache, v_cache = arguments["k"], arguments["v"]
     if a.cache_batch_idx is not None:  # the rows in sequence order first

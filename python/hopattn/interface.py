@@ -14,9 +14,11 @@ import numbers
 from . import _core, _kvcache
 from ._arrays import library_of
 
-_FEATURES = ("hopattn supports softmax_scale, causal, window_size, softcap, learnable_sink, "
-             "GQA/MQA, variable lengths (cu_seqlens), seqused_k / cache_seqlens, paged KV "
-             "(page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
+_INT32_MAX = 2**31 - 1
+
+_FEATURES = ("hopattn supports softmax_scale, causal, window_size, attention_chunk, softcap, "
+             "learnable_sink, GQA/MQA, variable lengths (cu_seqlens), seqused_k / cache_seqlens, "
+             "paged KV (page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
              "q/k/v_block_descale in flash_attn_func), deterministic backward passes, and in "
              "flash_attn_with_kvcache k/v appends, rotary embedding, cache_batch_idx and "
              "cache_leftpad")
@@ -42,6 +44,21 @@ def _window(window_size):
         raise TypeError(f"window_size: expected a pair (left, right) of ints, -1 meaning unbounded; "
                         f"got {window_size!r}")
     return int(window_size[0]), int(window_size[1])
+
+
+def _attention_chunk(attention_chunk):
+    # An int as window_size's entries are, but not a bool: True would silently mean chunks of one
+    # key. A negative value is refused here as the library refuses it, so that
+    # flash_attn_with_kvcache refuses it before appending to the cache. Any chunk at least as long
+    # as a sequence's keys masks alike, so values past the C++ int's range are clamped, not refused.
+    # No try/except: torch.compile traces this function.
+    if isinstance(attention_chunk, bool) or not _is_int(attention_chunk):
+        raise TypeError(f"attention_chunk: expected an int (0 = off, else the chunk length in "
+                        f"keys), got {attention_chunk!r}")
+    if attention_chunk < 0:
+        raise ValueError(f"attention_chunk: {int(attention_chunk)} is not allowed; it must be >= 0 "
+                         "(0 = off: no chunks)")
+    return min(int(attention_chunk), _INT32_MAX)
 
 
 def _pack_gqa(pack_gqa):
@@ -70,12 +87,12 @@ def _forward(q, k, v, out, return_lse, deterministic=False, **kwargs):
     return (result, lse) if return_lse else result
 
 
-def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    learnable_sink=None, return_attn_probs=False, q_descale=None, k_descale=None,
-                    v_descale=None, q_block_descale=None, k_block_descale=None,
-                    v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
-                    num_splits=0, pack_gqa=None, out=None, dropout_p=0.0, alibi_slopes=None,
-                    deterministic=False):
+def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    attention_chunk=0, softcap=0.0, learnable_sink=None, return_attn_probs=False,
+                    q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
+                    k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
+                    descale_block_rows_kv=128, num_splits=0, pack_gqa=None, out=None,
+                    dropout_p=0.0, alibi_slopes=None, deterministic=False):
     """Attention over dense batches.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads_q a
@@ -86,6 +103,13 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256, forward and backward
     (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 64, 128 or 256; host
     arrays any head dim from 1 to 512. The same holds for every function here.
+
+    attention_chunk (flash-attention 3's; Llama 4's chunked local attention): 0 (default) is off;
+    c > 0 cuts the keys into chunks [0, c), [c, 2c), ... and query i sees only the keys of the
+    chunk that holds its diagonal key i + seqlen_k - seqlen_q (floor(j / c) == floor(diagonal /
+    c)), on top of causal and window_size. A row whose diagonal lies before key 0 sees no key (out
+    0, lse -inf). Not an int: TypeError; negative: ValueError. The same holds for every function
+    here, with each sequence's own lengths (and keys in use) where they vary.
 
     learnable_sink (flash-attention's; gpt-oss's attention sinks): float32 (heads_q,), one logit per
     query head that joins every row's softmax as a key whose value is 0: out_i = sum_j
@@ -114,7 +138,8 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     _reject("alibi_slopes", alibi_slopes)
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
-                    causal=causal, window_left=left, window_right=right, softcap=softcap,
+                    causal=causal, window_left=left, window_right=right,
+                    attention_chunk=_attention_chunk(attention_chunk), softcap=softcap,
                     learnable_sink=learnable_sink, num_splits=num_splits,
                     pack_gqa=_pack_gqa(pack_gqa),
                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
@@ -125,11 +150,11 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                            seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
-                           window_size=(-1, -1), softcap=0.0, learnable_sink=None,
-                           return_attn_probs=False, block_table=None, page_table=None,
-                           q_descale=None, k_descale=None, v_descale=None, num_splits=0,
-                           pack_gqa=None, out=None, dropout_p=0.0, alibi_slopes=None,
-                           deterministic=False):
+                           window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                           learnable_sink=None, return_attn_probs=False, block_table=None,
+                           page_table=None, q_descale=None, k_descale=None, v_descale=None,
+                           num_splits=0, pack_gqa=None, out=None, dropout_p=0.0,
+                           alibi_slopes=None, deterministic=False):
     """Attention over packed variable-length sequences.
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), or paged
@@ -137,8 +162,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
     seqused_k: int32 (batch), keys actually used per sequence; with a paged cache, cu_seqlens_k may
     give those counts instead (flash-attention 2's convention). Returns out, or (out, lse) with lse
-    float32 (heads_q, total_q) when return_attn_probs. learnable_sink, pack_gqa and deterministic:
-    as in flash_attn_func.
+    float32 (heads_q, total_q) when return_attn_probs. attention_chunk, learnable_sink, pack_gqa
+    and deterministic: as in flash_attn_func (chunks count from each sequence's first key).
     """
     _reject("seqused_q", seqused_q)
     _reject("dropout_p", dropout_p, 0.0)
@@ -154,7 +179,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         seqused_k, cu_seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1], None
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
-                    causal=causal, window_left=left, window_right=right, softcap=softcap,
+                    causal=causal, window_left=left, window_right=right,
+                    attention_chunk=_attention_chunk(attention_chunk), softcap=softcap,
                     learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
@@ -165,19 +191,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None,
                             page_table=None, block_table=None, cu_seqlens_q=None, max_seqlen_q=None,
-                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            learnable_sink=None, q_descale=None, k_descale=None, v_descale=None,
-                            num_splits=0, pack_gqa=None, return_softmax_lse=False, out=None,
-                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
-                            cache_batch_idx=None, cache_leftpad=None, alibi_slopes=None):
+                            softmax_scale=None, causal=False, window_size=(-1, -1),
+                            attention_chunk=0, softcap=0.0, learnable_sink=None, q_descale=None,
+                            k_descale=None, v_descale=None, num_splits=0, pack_gqa=None,
+                            return_softmax_lse=False, out=None, rotary_cos=None, rotary_sin=None,
+                            rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None,
+                            alibi_slopes=None):
     """Attention of new queries over a KV cache (decoding), with flash-attention's semantics.
 
     q: (batch, seqlen_q, heads_q, head_dim), or (total_q, heads_q, head_dim) with cu_seqlens_q.
     k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv, head_dim), or paged
     (num_pages, page_size, heads_kv, head_dim) with page_table/block_table (batch, pages_per_seq):
     position p of sequence b is row p % page_size of page page_table[b, p // page_size].
-    cache_seqlens: int or int32 (batch): keys in use per sequence (seqused_k); causal and windows
-    align the queries to the end of the keys in use. None: the whole cache.
+    cache_seqlens: int or int32 (batch): keys in use per sequence (seqused_k); causal, windows
+    and attention_chunk align the queries to the end of the keys in use (chunks count from the
+    first key in use: position 0, or cache_leftpad[b]). None: the whole cache.
 
     k, v (batch, seqlen_new, heads_kv, head_dim), of the cache's dtype: written into k_cache and
     v_cache IN PLACE at positions cache_seqlens[b] + i (cache_seqlens is then required; it is not
@@ -186,10 +214,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     kernels lack, say) leaves the new keys written. No gradient flows into k and v.
     rotary_cos, rotary_sin (seqlen_ro >= the cache's keys per sequence, rotary_dim / 2), only with
     k and v: the new keys are rotated at positions cache_seqlens[b] + i before they are written;
-    q (a rotated copy; q itself is unchanged) at cache_seqlens[b] + i when causal or with a window,
-    else every query at cache_seqlens[b]. Only the first rotary_dim (even, <= head_dim) features
-    turn; computed in float32 and rounded to the inputs' dtype. rotary_interleaved: False rotates
-    feature i with i + rotary_dim / 2 (GPT-NeoX), True features 2i with 2i + 1 (GPT-J).
+    q (a rotated copy; q itself is unchanged) at cache_seqlens[b] + i when causal, with a window or
+    with an attention_chunk (flash-attention 3's rule), else every query at cache_seqlens[b].
+    Only the first rotary_dim (even, <= head_dim) features turn; computed in float32 and rounded
+    to the inputs' dtype. rotary_interleaved: False rotates feature i with i + rotary_dim / 2
+    (GPT-NeoX), True features 2i with 2i + 1 (GPT-J).
     cache_batch_idx int32 (batch), dense caches only: sequence b uses cache row
     cache_batch_idx[b], for the append and the attention. The cache is then read as a paged one
     whose pages are the cache rows (or power-of-two pieces of them, at least 16 keys, what the GPU
@@ -208,8 +237,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
 
     num_splits: split-KV, 0 = heuristic, 1 = none, n = n pieces per query tile (the sm_90a
     kernels, for non-causal calls without a window; FP8 at head dims 64 and 128, not with block
-    descales alone; results match to rounding either way). learnable_sink, pack_gqa: as in
-    flash_attn_func. Returns out, or (out, lse) when return_softmax_lse.
+    descales alone; results match to rounding either way). attention_chunk, learnable_sink,
+    pack_gqa: as in flash_attn_func. Returns out, or (out, lse) when return_softmax_lse.
     """
     _reject("alibi_slopes", alibi_slopes)
     if block_table is not None and page_table is not None:
@@ -222,6 +251,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
         raise ValueError("max_seqlen_q: required with cu_seqlens_q")
     batch = int(cu_seqlens_q.shape[0]) - 1 if varlen_q else int(q.shape[0])
     left, right = _window(window_size)
+    chunk = _attention_chunk(attention_chunk)
     arguments = dict(q=q, k=k_cache, v=v_cache, out=out, seqused_k=cache_seqlens,
                      page_table=page_table, cu_seqlens_q=cu_seqlens_q,
                      max_seqlen_q=int(max_seqlen_q or 0), cu_seqlens_k=None, max_seqlen_k=0)
@@ -233,14 +263,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
             q, k_cache, v_cache, k, v, batch=batch, cache_seqlens=cache_seqlens,
             page_table=page_table, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
             rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
-            causal=causal, window=(left, right), cu_seqlens_q=cu_seqlens_q,
+            causal=causal, window=(left, right), attention_chunk=chunk, cu_seqlens_q=cu_seqlens_q,
             max_seqlen_q=arguments["max_seqlen_q"], out=out, descaled=descaled)
     elif isinstance(cache_seqlens, int):
         arguments["seqused_k"] = library_of(q, "q").int32_full(q, (batch,), cache_seqlens)
     q, k_cache, v_cache, out = (arguments.pop(name) for name in ("q", "k", "v", "out"))
     result = _forward(q, k_cache, v_cache, out, return_softmax_lse,
                       softmax_scale=softmax_scale, causal=causal, window_left=left,
-                      window_right=right, softcap=softcap, learnable_sink=learnable_sink,
+                      window_right=right, attention_chunk=chunk, softcap=softcap,
+                      learnable_sink=learnable_sink,
                       num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale,
                       k_descale=k_descale, v_descale=v_descale, **arguments)
     if finish is None:
@@ -259,41 +290,46 @@ def _unpack(packed, name, count, rank, layout):
 
 
 def flash_attn_qkvpacked_func(qkv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              softcap=0.0, learnable_sink=None, return_attn_probs=False, out=None,
-                              dropout_p=0.0, alibi_slopes=None, deterministic=False):
+                              attention_chunk=0, softcap=0.0, learnable_sink=None,
+                              return_attn_probs=False, out=None, dropout_p=0.0, alibi_slopes=None,
+                              deterministic=False):
     """flash_attn_func on flash-attention's packed layout: qkv (batch, seqlen, 3, heads, head_dim).
 
     q, k and v are strided views of qkv (no copy); with torch, gradients flow back into qkv.
     """
     q, k, v = _unpack(qkv, "qkv", 3, 5, "(batch, seqlen, 3, heads, head_dim)")
     return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                           window_size=window_size, softcap=softcap, learnable_sink=learnable_sink,
+                           window_size=window_size, attention_chunk=attention_chunk,
+                           softcap=softcap, learnable_sink=learnable_sink,
                            return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
                            alibi_slopes=alibi_slopes, deterministic=deterministic)
 
 
 def flash_attn_kvpacked_func(q, kv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             softcap=0.0, learnable_sink=None, return_attn_probs=False, out=None,
-                             dropout_p=0.0, alibi_slopes=None, deterministic=False):
+                             attention_chunk=0, softcap=0.0, learnable_sink=None,
+                             return_attn_probs=False, out=None, dropout_p=0.0, alibi_slopes=None,
+                             deterministic=False):
     """flash_attn_func with k and v packed: kv (batch, seqlen_k, 2, heads_kv, head_dim)."""
     k, v = _unpack(kv, "kv", 2, 5, "(batch, seqlen_k, 2, heads_kv, head_dim)")
     return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                           window_size=window_size, softcap=softcap, learnable_sink=learnable_sink,
+                           window_size=window_size, attention_chunk=attention_chunk,
+                           softcap=softcap, learnable_sink=learnable_sink,
                            return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
                            alibi_slopes=alibi_slopes, deterministic=deterministic)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *, softmax_scale=None,
-                                     causal=False, window_size=(-1, -1), softcap=0.0,
-                                     learnable_sink=None, return_attn_probs=False, out=None,
-                                     dropout_p=0.0, alibi_slopes=None, deterministic=False):
+                                     causal=False, window_size=(-1, -1), attention_chunk=0,
+                                     softcap=0.0, learnable_sink=None, return_attn_probs=False,
+                                     out=None, dropout_p=0.0, alibi_slopes=None,
+                                     deterministic=False):
     """flash_attn_varlen_func on packed sequences with q, k, v packed: qkv (total, 3, heads,
     head_dim); cu_seqlens and max_seqlen serve queries and keys alike."""
     q, k, v = _unpack(qkv, "qkv", 3, 4, "(total, 3, heads, head_dim)")
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   softmax_scale=softmax_scale, causal=causal,
-                                  window_size=window_size, softcap=softcap,
-                                  learnable_sink=learnable_sink,
+                                  window_size=window_size, attention_chunk=attention_chunk,
+                                  softcap=softcap, learnable_sink=learnable_sink,
                                   return_attn_probs=return_attn_probs, out=out,
                                   dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                                   deterministic=deterministic)
@@ -301,15 +337,15 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *, softmax_sca
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, *, softmax_scale=None, causal=False,
-                                    window_size=(-1, -1), softcap=0.0, learnable_sink=None,
-                                    return_attn_probs=False, out=None, dropout_p=0.0,
-                                    alibi_slopes=None, deterministic=False):
+                                    window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                                    learnable_sink=None, return_attn_probs=False, out=None,
+                                    dropout_p=0.0, alibi_slopes=None, deterministic=False):
     """flash_attn_varlen_func with k and v packed: kv (total_k, 2, heads_kv, head_dim)."""
     k, v = _unpack(kv, "kv", 2, 4, "(total_k, 2, heads_kv, head_dim)")
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   softmax_scale=softmax_scale, causal=causal,
-                                  window_size=window_size, softcap=softcap,
-                                  learnable_sink=learnable_sink,
+                                  window_size=window_size, attention_chunk=attention_chunk,
+                                  softcap=softcap, learnable_sink=learnable_sink,
                                   return_attn_probs=return_attn_probs, out=out,
                                   dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                                   deterministic=deterministic)

@@ -66,11 +66,14 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 k_block_descale: Optional[torch.Tensor], v_block_descale: Optional[torch.Tensor],
                 descale_block_rows_q: int, descale_block_rows_kv: int,
                 deterministic: bool = False,
-                learnable_sink: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                learnable_sink: Optional[torch.Tensor] = None,
+                attention_chunk: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     # deterministic only matters to the backward (the autograd formula reads it). learnable_sink
-    # comes last so that calls made before it existed keep their positions.
+    # and then attention_chunk come last, in the order they were added, so that calls made before
+    # they existed keep their positions.
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
-                         window_left=window_left, window_right=window_right, softcap=softcap,
+                         window_left=window_left, window_right=window_right,
+                         attention_chunk=attention_chunk, softcap=softcap,
                          learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
                          cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                          max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
@@ -90,7 +93,7 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
               q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
               descale_block_rows_q, descale_block_rows_kv, deterministic=False,
-              learnable_sink=None):
+              learnable_sink=None, attention_chunk=0):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     out = q.new_empty(q.shape, dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
@@ -98,14 +101,16 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
 
 
 # Returns [dq, dk, dv], and dsink after them when learnable_sink is given: a list, since a custom
-# op's schema cannot return an optional tensor. learnable_sink comes last, as in fwd.
+# op's schema cannot return an optional tensor. learnable_sink and attention_chunk come last, as in
+# fwd.
 @torch.library.custom_op("hopattn::bwd", mutates_args=())
 def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
          lse: torch.Tensor, softmax_scale: Optional[float], causal: bool, window_left: int,
          window_right: int, softcap: float, cu_seqlens_q: Optional[torch.Tensor],
          cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
          seqused_k: Optional[torch.Tensor], deterministic: bool = False,
-         learnable_sink: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+         learnable_sink: Optional[torch.Tensor] = None,
+         attention_chunk: int = 0) -> List[torch.Tensor]:
     # dout is the one input that autograd, not hopattn's forward, lays out: .sum() hands over an
     # expanded tensor (stride 0 everywhere), a user's grad_outputs may be any view. The host backend
     # takes any strides with a contiguous last dimension; the GPU kernel reads dout through TMA, so
@@ -118,7 +123,8 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     *grads, dsink = _core.backward(dout, q, k, v, out, lse,
                                    softmax_scale=softmax_scale, causal=causal,
                                    window_left=window_left, window_right=window_right,
-                                   softcap=softcap, learnable_sink=learnable_sink,
+                                   attention_chunk=attention_chunk, softcap=softcap,
+                                   learnable_sink=learnable_sink,
                                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                                    seqused_k=seqused_k, deterministic=deterministic)
@@ -128,7 +134,7 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
               cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-              deterministic=False, learnable_sink=None):
+              deterministic=False, learnable_sink=None, attention_chunk=0):
     grads = [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)]
     if learnable_sink is None:
         return grads
@@ -138,11 +144,11 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, windo
 def _setup_context(ctx, inputs, output):
     (q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k,
      max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, _, q_descale, *_, deterministic,
-     learnable_sink) = inputs
+     learnable_sink, attention_chunk) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink)
     ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
-                  deterministic)
+                  deterministic, attention_chunk)
     ctx.unsupported = None
     if page_table is not None:
         ctx.unsupported = "a paged KV cache (page_table)"
@@ -159,15 +165,20 @@ def _backward(ctx, dout, dlse):
                                   "multiples of 8 up to 256")
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink = ctx.saved_tensors
     (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
-     deterministic) = ctx.params
+     deterministic, attention_chunk) = ctx.params
     # The sink goes in even when it needs no gradient: lse includes it, and the CPU reference
     # recomputes each row's softmax with it.
     dq, dk, dv, *dsink = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal,
                                                window_left, window_right, softcap, cu_seqlens_q,
                                                cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                                               deterministic, learnable_sink)
-    # learnable_sink is fwd's last input: dsink is the last gradient (None without a sink).
-    return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 4) + (dsink[0] if dsink else None,)
+                                               deterministic, learnable_sink, attention_chunk)
+    # One gradient per input that autograd saw: q, k, v first, dsink at learnable_sink's place,
+    # None for the others. Autograd may not see trailing inputs left at their defaults (the
+    # dispatcher drops them): a given sink is never one of those, so its place is always there.
+    grads = [dq, dk, dv] + [None] * (len(ctx.needs_input_grad) - 3)
+    if dsink:
+        grads[_FWD_SINK_INDEX] = dsink[0]
+    return tuple(grads)
 
 
 _fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -178,6 +189,7 @@ _fwd.register_autograd(_backward, setup_context=_setup_context)
 # given for an int, or reject a float given for one).
 _FWD_HINTS = {name: hint for name, hint in get_type_hints(_fwd_kernel).items() if name != "return"}
 _FWD_ARG_NAMES = tuple(_FWD_HINTS)
+_FWD_SINK_INDEX = _FWD_ARG_NAMES.index("learnable_sink")
 _FWD_ARG_TYPES = tuple(get_args(hint) or (hint,) for hint in _FWD_HINTS.values())
 _FWD_TENSOR_ARGS = tuple(i for i, types in enumerate(_FWD_ARG_TYPES) if torch.Tensor in types)
 _fwd_signatures_of_exact_types = set()  # tuples of argument types found in _FWD_ARG_TYPES
@@ -224,9 +236,9 @@ def _only_the_kernel_would_run(args):
 
 
 def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, window_left=-1,
-            window_right=-1, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-            max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0, pack_gqa=None,
-            q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
+            window_right=-1, attention_chunk=0, softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None,
+            max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0,
+            pack_gqa=None, q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
             k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
             descale_block_rows_kv=128, deterministic=False, learnable_sink=None):
     """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs (pack_gqa
@@ -241,7 +253,8 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             softmax_scale, causal, window_left, window_right, float(softcap), cu_seqlens_q,
             cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
             q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
-            descale_block_rows_q, descale_block_rows_kv, bool(deterministic), learnable_sink)
+            descale_block_rows_q, descale_block_rows_kv, bool(deterministic), learnable_sink,
+            attention_chunk)
     if _only_the_kernel_would_run(args):
         # What the op would run, without its dispatch overhead, and computing lse only if asked to.
         options = dict(zip(_FWD_ARG_NAMES[3:], args[3:]))

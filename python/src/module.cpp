@@ -72,12 +72,14 @@ void run_released(Call&& call, const Tensor& placement, std::uintptr_t stream, b
 // The arguments forward and backward share (FwdArgs and BwdArgs name them alike).
 template <class Args>
 void set_masking_and_lengths(Args& args, ArrayViews& views, std::optional<float> softmax_scale, bool causal,
-                             int window_left, int window_right, float softcap, nb::handle cu_seqlens_q,
-                             nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k) {
+                             int window_left, int window_right, int attention_chunk, float softcap,
+                             nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
+                             nb::handle seqused_k) {
   args.softmax_scale = softmax_scale;
   args.causal = causal;
   args.window_left = window_left;
   args.window_right = window_right;
+  args.attention_chunk = attention_chunk;  // 0 = off; the library rejects negative values
   args.softcap = softcap;
   args.cu_seqlens_q = views.optional_input(cu_seqlens_q, "cu_seqlens_q");
   args.cu_seqlens_k = views.optional_input(cu_seqlens_k, "cu_seqlens_k");
@@ -94,10 +96,11 @@ KernelOptions::PackGqa pack_gqa_option(std::optional<bool> pack_gqa) {
 }
 
 void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
-             std::optional<float> softmax_scale, bool causal, int window_left, int window_right, float softcap,
-             nb::handle learnable_sink, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q,
-             int max_seqlen_k, nb::handle seqused_k, nb::handle page_table, int num_splits,
-             std::optional<bool> pack_gqa, nb::handle q_descale, nb::handle k_descale, nb::handle v_descale,
+             std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
+             int attention_chunk, float softcap, nb::handle learnable_sink, nb::handle cu_seqlens_q,
+             nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k,
+             nb::handle page_table, int num_splits, std::optional<bool> pack_gqa, nb::handle q_descale,
+             nb::handle k_descale, nb::handle v_descale,
              nb::handle q_block_descale, nb::handle k_block_descale, nb::handle v_block_descale,
              int descale_block_rows_q, int descale_block_rows_kv, std::uintptr_t stream, bool raw_bits,
              bool synchronize) {
@@ -108,8 +111,8 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   args.v = views.input(v, "v");
   args.out = views.output(out, "out");
   args.lse = views.optional_output(lse, "lse");
-  set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
-                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
+  set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, attention_chunk, softcap,
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
   args.learnable_sink = views.optional_input(learnable_sink, "learnable_sink");
   args.page_table = views.optional_input(page_table, "page_table");
   args.num_splits = num_splits;
@@ -128,7 +131,8 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
 
 void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle dout, nb::handle lse,
               nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> softmax_scale, bool causal,
-              int window_left, int window_right, float softcap, nb::handle learnable_sink, nb::handle dsink,
+              int window_left, int window_right, int attention_chunk, float softcap, nb::handle learnable_sink,
+              nb::handle dsink,
               nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
               nb::handle seqused_k, bool deterministic, std::uintptr_t stream, bool raw_bits, bool synchronize) {
   ArrayViews views(raw_bits);
@@ -142,8 +146,8 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
   args.dq = views.output(dq, "dq");
   args.dk = views.output(dk, "dk");
   args.dv = views.output(dv, "dv");
-  set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q,
-                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
+  set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, attention_chunk, softcap,
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
   args.learnable_sink = views.optional_input(learnable_sink, "learnable_sink");
   args.dsink = views.optional_output(dsink, "dsink");
   args.deterministic = deterministic;
@@ -190,9 +194,9 @@ NB_MODULE(_C, m) {
   m.doc() = "hopattn native binding; use the functions of the hopattn package instead.";
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(),
         "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-        "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(), "cu_seqlens_q"_a = nb::none(),
-        "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "seqused_k"_a = nb::none(),
-        "page_table"_a = nb::none(), "num_splits"_a = 0,
+        "attention_chunk"_a = 0, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(),
+        "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
+        "seqused_k"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
         "pack_gqa"_a = nb::none(), "q_descale"_a = nb::none(), "k_descale"_a = nb::none(),
         "v_descale"_a = nb::none(), "q_block_descale"_a = nb::none(), "k_block_descale"_a = nb::none(),
         "v_block_descale"_a = nb::none(),
@@ -201,7 +205,8 @@ NB_MODULE(_C, m) {
         "Writes attention of q, k, v into out (and lse); see hopattn::FwdArgs.");
   m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
-        "window_right"_a = -1, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(), "dsink"_a = nb::none(),
+        "window_right"_a = -1, "attention_chunk"_a = 0, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(),
+        "dsink"_a = nb::none(),
         "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "seqused_k"_a = nb::none(), "deterministic"_a = false, "stream"_a = 0, "raw_bits"_a = false,
         "synchronize"_a = false,

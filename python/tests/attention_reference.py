@@ -4,10 +4,13 @@ the semantics (flash-attention's), independently of the C++ reference backend.""
 import numpy as np
 
 
-def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sink=None):
+def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sink=None,
+          attention_chunk=0):
     """q (b, sq, hq, d); k, v (b, sk, hk, d). Returns out (b, sq, hq, d), lse (b, hq, sq), float64.
     sink (hq,): learnable_sink, a logit per q head appended to every row's scores before the
-    softmax, its weight then dropped (a key whose value is 0); -inf is no sink."""
+    softmax, its weight then dropped (a key whose value is 0); -inf is no sink.
+    attention_chunk c > 0: row i sees only keys j with floor(j / c) == floor(diagonal / c), the
+    chunk of its diagonal key (a negative diagonal's chunk holds no key); 0 is off."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     _, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
@@ -31,6 +34,8 @@ def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap
         allowed &= j <= diagonal + right
     if left >= 0:
         allowed &= j >= diagonal - left
+    if attention_chunk > 0:
+        allowed &= j // attention_chunk == diagonal // attention_chunk  # floor division, as defined
     scores = np.where(allowed, scores, -np.inf)
     if sink is not None:
         sink_scores = np.asarray(sink, dtype=np.float64)[None, :, None, None]

@@ -80,6 +80,37 @@ def test_pack_gqa_takes_only_none_true_or_false(rng, function, value):
     calls[function](pack_gqa=True)  # the same call with a valid value runs
 
 
+CHUNK_CALLS = ("flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+               "flash_attn_qkvpacked_func")
+
+
+def call_with_chunk(rng, function, attention_chunk):
+    """`function` on small valid inputs with the given attention_chunk."""
+    q, k, v, cu_q, cu_k = varlen_inputs(rng)
+    calls = {
+        "flash_attn_func": lambda: hopattn.flash_attn_func(q[None], k[None], v[None],
+                                                           attention_chunk=attention_chunk),
+        "flash_attn_varlen_func": lambda: hopattn.flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, 4, 5, attention_chunk=attention_chunk),
+        "flash_attn_with_kvcache": lambda: hopattn.flash_attn_with_kvcache(
+            q[None], k[None], v[None], cache_seqlens=9, attention_chunk=attention_chunk),
+        "flash_attn_qkvpacked_func": lambda: hopattn.flash_attn_qkvpacked_func(
+            np.stack([q, q, q], axis=1)[None], attention_chunk=attention_chunk),
+    }
+    return calls[function]()
+
+
+@pytest.mark.parametrize("value", [True, 1.0, "8", None, (8,), np.float32(8)])
+@pytest.mark.parametrize("function", CHUNK_CALLS)
+def test_attention_chunk_must_be_an_int(rng, function, value):
+    # A bool is refused too: True would mean chunks of one key.
+    message = ("attention_chunk: expected an int (0 = off, else the chunk length in keys), "
+               f"got {value!r}")
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        call_with_chunk(rng, function, value)
+    call_with_chunk(rng, function, 8)  # the same call with a valid value runs
+
+
 def test_positional_options_are_refused(qkv):
     # flash-attention 2 and 3 disagree on the 4th positional argument; hopattn takes keywords only.
     with pytest.raises(TypeError):
@@ -111,6 +142,26 @@ def test_library_rejections_are_value_errors(qkv, change, message):
     inputs, options = apply_change(qkv, change)
     with pytest.raises(ValueError, match=message):
         hopattn.flash_attn_func(*inputs, **options)
+
+
+CHUNK_MESSAGE = r"^attention_chunk: -1 is not allowed; it must be >= 0"
+
+
+@pytest.mark.parametrize("function", CHUNK_CALLS)
+def test_negative_attention_chunk_is_a_value_error(rng, function):
+    with pytest.raises(ValueError, match=CHUNK_MESSAGE):
+        call_with_chunk(rng, function, -1)
+
+
+def test_the_library_rejects_a_negative_attention_chunk_too(qkv):
+    # The entry points refuse it before the library sees it (flash_attn_with_kvcache before it
+    # appends); the binding's callers that bypass them meet the library's own check.
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=CHUNK_MESSAGE):
+        hopattn._core.forward(q, k, v, attention_chunk=-1)
+    out, lse = hopattn._core.forward(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match=CHUNK_MESSAGE):
+        hopattn._core.backward(out, q, k, v, out, lse, attention_chunk=-1)
 
 
 @pytest.mark.parametrize("sink,error,message", [

@@ -76,8 +76,8 @@ def cache_index(case, b, positions):
 
 
 def query_positions(case, local):
-    """flash-attention's rule: with causal or a window query i is at cache_seqlens + i, else every
-    query at cache_seqlens."""
+    """flash-attention's rule: with causal, a window or an attention_chunk query i is at
+    cache_seqlens + i, else every query at cache_seqlens."""
     seqlen_q = case.q.shape[1]
     steps = np.arange(seqlen_q) if local else np.zeros(seqlen_q, np.int64)
     return case.cache_seqlens[:, None] + steps[None, :]
@@ -154,8 +154,8 @@ def run(case, options, *, interleaved=False, int_seqlens=False, **extra):
         page_table=case.page_table, cache_batch_idx=case.cache_batch_idx,
         cache_leftpad=case.cache_leftpad, rotary_cos=case.rotary_cos, rotary_sin=case.rotary_sin,
         rotary_interleaved=interleaved, causal=options["causal"], window_size=options["window"],
-        softcap=options["softcap"], softmax_scale=options["softmax_scale"],
-        return_softmax_lse=True, **extra)
+        attention_chunk=options.get("attention_chunk", 0), softcap=options["softcap"],
+        softmax_scale=options["softmax_scale"], return_softmax_lse=True, **extra)
 
 
 def run_and_check(case, options, calls, *, interleaved=False, int_seqlens=False, out=None):
@@ -167,7 +167,8 @@ def run_and_check(case, options, calls, *, interleaved=False, int_seqlens=False,
     check_inputs_unchanged(case, before)
     check_cache(case, before, interleaved)
     q_used = calls[-1][0].reshape(case.q.shape)  # dense q goes to the core as rows with leftpad
-    local = options["causal"] or tuple(options["window"]) != (-1, -1)
+    local = (options["causal"] or tuple(options["window"]) != (-1, -1)
+             or options.get("attention_chunk", 0) > 0)
     check_rotated_q(case, q_used, local, interleaved)
     check_attention(case, q_used, out, lse, options)
     return out, lse, calls[-1][1]
@@ -382,6 +383,9 @@ ERRORS = {
     "cache_leftpad past cache_seqlens": (dict(cache_leftpad="past"), ValueError,
                                          r"^cache_leftpad: entry 0 is \d+; it must be in \[0, cache_seqlens\[b\]\]"),
     "read-only cache": (dict(k_cache="read-only"), ValueError, "^k_cache: read-only"),
+    "negative attention_chunk": (dict(attention_chunk=-1), ValueError,
+                                 "^attention_chunk: -1 is not allowed; it must be >= 0"),
+    "bool attention_chunk": (dict(attention_chunk=True), TypeError, "^attention_chunk: expected an int"),
 }
 
 

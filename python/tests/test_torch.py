@@ -19,11 +19,12 @@ needs_hopper = pytest.mark.skipif(
 
 
 def attention_math(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
-                   sink=None):
+                   sink=None, attention_chunk=0):
     """Materialized attention in the dtype of its inputs: float64 gives the reference, the input
     precision gives flash-attention's 'naive' baseline. q (b, sq, hq, d), k, v (b, sk, hk, d);
     sink (hq,), learnable_sink: appended to each row's scores, its weight dropped after the
-    softmax (a key whose value is 0)."""
+    softmax (a key whose value is 0). attention_chunk c > 0: row i sees only the keys j with
+    floor(j / c) == floor(diagonal / c)."""
     seqlen_q, seqlen_k, heads_q, heads_kv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
     k = k.repeat_interleave(heads_q // heads_kv, dim=2)
@@ -40,6 +41,8 @@ def attention_math(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, softm
         allowed &= j <= i + right
     if left >= 0:
         allowed &= j >= i - left
+    if attention_chunk > 0:  # i is the diagonal here; // floors, as the definition does
+        allowed &= j // attention_chunk == i // attention_chunk
     scores = scores.masked_fill(~allowed, float("-inf"))
     seen = allowed.any(dim=-1, keepdim=True)
     if sink is not None:
@@ -78,10 +81,10 @@ def torch_generator(rng, device):
 
 
 def math_options(causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
-                 learnable_sink=None):
+                 learnable_sink=None, attention_chunk=0):
     """flash_attn_func's masking, scaling and sink options as attention_math's."""
     return dict(causal=causal, window=window_size, softcap=softcap, softmax_scale=softmax_scale,
-                sink=learnable_sink)
+                sink=learnable_sink, attention_chunk=attention_chunk)
 
 
 def reference_gradients(dout, q, k, v, sink=None, **options):
@@ -330,6 +333,107 @@ def test_compile_fullgraph_with_a_learnable_sink(rng):
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
 
 
+# ---- attention_chunk on host tensors: forward and gradients through the operators ----------------
+
+# seqlen_q 37 over seqlen_k 101 (and 37 over 11: the first 26 rows' diagonals lie before key 0, so
+# they see no key: out 0, dq 0), chunks cutting the keys in uneven pieces, on top of each mask.
+CPU_CHUNK_CASES = {
+    "gqa chunk 16 37x101": dict(attention_chunk=16),
+    "gqa causal chunk 7 37x101": dict(attention_chunk=7, causal=True),
+    "mqa window chunk 16 37x101": dict(attention_chunk=16, window_size=(20, 5)),
+    "gqa causal chunk 4 37x11": dict(attention_chunk=4, causal=True),
+    "mqa chunk 50 37x11": dict(attention_chunk=50),
+}
+
+
+@pytest.mark.parametrize("case", CPU_CHUNK_CASES)
+def test_cpu_attention_chunk_gradients_match_float64_autograd(rng, case):
+    options = CPU_CHUNK_CASES[case]
+    seqlen_q, seqlen_k = map(int, case.split()[-1].split("x"))
+    heads_kv = 1 if case.startswith("mqa") else 2
+    generator = torch_generator(rng, "cpu")
+    q, k, v = random_qkv((2, seqlen_q, 4, 16), (2, seqlen_k, heads_kv, 16), torch.float32, "cpu",
+                         requires_grad=True, generator=generator)
+    out, lse = hopattn.flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    dout = torch.randn(out.shape, generator=generator)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    leaves64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref, ref_lse = attention_math(*leaves64, **math_options(**options))
+    ref_grads = torch.autograd.grad(ref, leaves64, dout.double())
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+    for name, actual, expected in zip("qkv", grads, ref_grads):
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+    if seqlen_q > seqlen_k:  # rows before key 0: nothing seen, nothing to differentiate
+        assert (out[:, :26] == 0).all() and torch.isneginf(lse[:, :, :26]).all()
+        assert (grads[0][:, :26] == 0).all()
+
+
+def test_cpu_varlen_attention_chunk_gradients_count_chunks_per_sequence(rng):
+    generator = torch_generator(rng, "cpu")
+    q = torch.randn(40, 4, 8, generator=generator)
+    k, v = (torch.randn(53, 2, 8, generator=generator) for _ in range(2))
+    dout = torch.randn(q.shape, generator=generator)
+    cu_q, cu_k = [0, 13, 13, 40], [0, 30, 35, 53]  # sequence 1 has keys but no query
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    out = hopattn.flash_attn_varlen_func(q, k, v, torch.tensor(cu_q, dtype=torch.int32),
+                                         torch.tensor(cu_k, dtype=torch.int32), 27, 30,
+                                         causal=True, attention_chunk=6)
+    grads = torch.autograd.grad(out, leaves, dout)
+    leaves64 = [x.detach().double().requires_grad_() for x in leaves]
+    q64, k64, v64 = leaves64
+    ref = torch.cat([attention_math(q64[None, cu_q[b]:cu_q[b + 1]], k64[None, cu_k[b]:cu_k[b + 1]],
+                                    v64[None, cu_k[b]:cu_k[b + 1]], causal=True,
+                                    attention_chunk=6)[0][0]
+                     for b in range(3)])
+    ref_grads = torch.autograd.grad(ref, leaves64, dout.double())
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    for name, actual, expected in zip("qkv", grads, ref_grads):
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+    assert not grads[1][30:35].any() and not grads[2][30:35].any()  # keys no query reads
+
+
+def test_cpu_attention_chunk_with_a_sink_and_bf16_within_flash_attention_rule(rng):
+    check_gradients(rng, "cpu", torch.bfloat16, 32, 37, 101, 4, 2,
+                    dict(attention_chunk=16, causal=True, softcap=4.0))
+    q, k, v, sink, dout = sink_case(rng)  # 9 queries over 6 keys
+    leaves = [x.requires_grad_() for x in (q, k, v, sink)]
+    out = hopattn.flash_attn_func(q, k, v, attention_chunk=4, learnable_sink=sink)
+    grads = torch.autograd.grad(out, leaves, dout)
+    leaves64 = [x.detach().double().requires_grad_() for x in leaves]
+    ref, _ = attention_math(*leaves64[:3], attention_chunk=4, sink=leaves64[3])
+    ref_grads = torch.autograd.grad(ref, leaves64, dout.double())
+    for name, actual, expected in zip(("q", "k", "v", "sink"), grads, ref_grads):
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+
+
+def test_cpu_attention_chunk_on_every_path_and_opcheck(rng):
+    # A plain eager call (the kernel directly), the operator through the dispatcher, and a
+    # torch.compile trace give the same bits; opcheck checks the fake kernels and the autograd
+    # registration with the chunk as the operators' last argument.
+    generator = torch_generator(rng, "cpu")
+    q, k, v = random_qkv((2, 9, 4, 16), (2, 21, 2, 16), torch.float32, "cpu", generator=generator)
+    out, lse = hopattn.flash_attn_func(q, k, v, attention_chunk=5, return_attn_probs=True)
+    op_out, op_lse = fwd_op(q, k, v, attention_chunk=5)
+    torch.testing.assert_close(out, op_out, rtol=0, atol=0)
+    torch.testing.assert_close(lse, op_lse, rtol=0, atol=0)
+    assert not torch.equal(out, fwd_op(q, k, v)[0])
+    compiled = torch.compile(lambda q, k, v: hopattn.flash_attn_func(q, k, v, attention_chunk=5),
+                             fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(q, k, v), out, rtol=0, atol=0)
+
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    torch.library.opcheck(torch.ops.hopattn.fwd.default,
+                          (*leaves, *{**FWD_DEFAULTS, "attention_chunk": 5}.values()))
+    bwd_args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out, lse, None, False,
+                -1, -1, 0.0, None, None, 0, 0, None, False, None, 5)
+    torch.library.opcheck(torch.ops.hopattn.bwd.default, bwd_args)
+    grads = torch.autograd.grad(hopattn.flash_attn_func(*leaves, attention_chunk=5), leaves,
+                                bwd_args[0])
+    for actual, expected in zip(grads, torch.ops.hopattn.bwd(*bwd_args)):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
 def dequantize_blocks(codes, descale, block_rows):
     """float64 code * scale of a (batch, seqlen, heads, d) tensor with (batch, heads, blocks) scales."""
     scale = descale.double().repeat_interleave(block_rows, dim=2)[:, :, :codes.shape[1]]
@@ -511,7 +615,7 @@ FWD_DEFAULTS = dict(softmax_scale=None, causal=False, window_left=-1, window_rig
                     seqused_k=None, page_table=None, num_splits=0, pack_gqa=None, q_descale=None,
                     k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
                     v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
-                    deterministic=False, learnable_sink=None)
+                    deterministic=False, learnable_sink=None, attention_chunk=0)
 
 
 def fwd_op(q, k, v, **options):
@@ -1088,6 +1192,16 @@ def test_gpu_varlen_gradients_at_padded_head_dims_within_flash_attention_rule(rn
     check_varlen_gradients(rng, getattr(torch, dtype), head_dim, 6, 2, GRADIENT_FEATURES[feature])
 
 
+# attention_chunk on CUDA tensors: refused (NotImplementedError naming it) until the sm_90a kernels'
+# chunk masks have run on a GPU (branch wip/attention-chunk-kernels holds them and their GPU tests).
+@needs_hopper
+def test_gpu_attention_chunk_is_refused_by_the_kernels_for_now(rng):
+    q, k, v = random_qkv((1, 70, 2, 64), (1, 130, 2, 64), torch.bfloat16, "cuda",
+                         generator=torch_generator(rng, "cuda"))
+    with pytest.raises(NotImplementedError, match="attention_chunk"):
+        hopattn.flash_attn_func(q, k, v, causal=True, attention_chunk=16)
+
+
 @needs_hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("unused_rows", ["random", "nan", "inf"])
@@ -1437,7 +1551,7 @@ def kvcache_index(c, b, positions):
     return torch.full_like(positions, row), positions
 
 
-def kvcache_check(c, interleaved=False, causal=True, window=(-1, -1)):
+def kvcache_check(c, interleaved=False, causal=True, window=(-1, -1), attention_chunk=0):
     """Runs flash_attn_with_kvcache on case c and checks the cache and out."""
     as_bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
     bits = lambda x: x.contiguous().view(as_bits[x.dtype])  # NaN-proof equality
@@ -1446,7 +1560,8 @@ def kvcache_check(c, interleaved=False, causal=True, window=(-1, -1)):
         c["q"], c["k_cache"], c["v_cache"], c["k"], c["v"], cache_seqlens=c["cache_seqlens"],
         page_table=c["page_table"], cache_batch_idx=c["cache_batch_idx"],
         cache_leftpad=c["cache_leftpad"], rotary_cos=c["rotary_cos"], rotary_sin=c["rotary_sin"],
-        rotary_interleaved=interleaved, causal=causal, window_size=window, return_softmax_lse=True)
+        rotary_interleaved=interleaved, causal=causal, window_size=window,
+        attention_chunk=attention_chunk, return_softmax_lse=True)
     for name in ("q", "k", "v"):
         assert torch.equal(bits(c[name]), bits(before[name])), f"{name} was modified"
     assert torch.equal(c["cache_seqlens"], before["cache_seqlens"]), "cache_seqlens was modified"
@@ -1465,7 +1580,7 @@ def kvcache_check(c, interleaved=False, causal=True, window=(-1, -1)):
     for name in ("k_cache", "v_cache"):
         assert torch.equal(bits(c[name][~written]), bits(before[name][~written])), \
             f"{name}: rows other than the new ones changed"
-    local = causal or tuple(window) != (-1, -1)
+    local = causal or tuple(window) != (-1, -1) or attention_chunk > 0  # flash-attention 3's rule
     steps = torch.arange(c["q"].shape[1], device=seqlens.device) if local else \
         torch.zeros(c["q"].shape[1], dtype=torch.long, device=seqlens.device)
     q_ref = rotary_math(c["q"], c["rotary_cos"], c["rotary_sin"], seqlens[:, None] + steps[None, :],
@@ -1476,22 +1591,25 @@ def kvcache_check(c, interleaved=False, causal=True, window=(-1, -1)):
         start = 0 if c["cache_leftpad"] is None else int(c["cache_leftpad"][b])
         where = kvcache_index(c, b, range(start, int(seqlens[b]) + seqlen_new))
         rows = (q_ref[b:b + 1], c["k_cache"][where][None], c["v_cache"][where][None])
-        ref, ref_lse = attention_math(*(x.double() for x in rows), causal=causal, window=window)
-        naive, _ = attention_math(*rows, causal=causal, window=window)
+        mask = dict(causal=causal, window=window, attention_chunk=attention_chunk)
+        ref, ref_lse = attention_math(*(x.double() for x in rows), **mask)
+        naive, _ = attention_math(*rows, **mask)
         assert_within_rule(out[b:b + 1], ref, naive, what=f"out of sequence {b}")
         torch.testing.assert_close(lse[b:b + 1].double(), ref_lse, rtol=0, atol=2e-3,
                                    msg=lambda m: f"lse of sequence {b}: {m}")
     return out
 
 
+@pytest.mark.parametrize("chunk", [0, 5], ids=["nochunk", "chunk5"])
 @pytest.mark.parametrize("feature", ["dense", "paged", "cache_batch_idx", "cache_leftpad"])
-def test_cpu_kvcache_append_with_torch_tensors(rng, feature):
+def test_cpu_kvcache_append_with_torch_tensors(rng, feature, chunk):
     # torch's own array operations (the NumPy tests run the others) on host tensors.
     c = kvcache_case(rng, "cpu", torch.float32, layout="paged" if feature == "paged" else "dense",
                      head_dim=40, rotary_dim=24, seqlen_cache=37, page_size=16, pages_per_seq=3,
                      batch_cache=5 if feature == "cache_batch_idx" else None,
                      batch_idx=feature == "cache_batch_idx", leftpad=feature == "cache_leftpad")
-    kvcache_check(c, interleaved=bool(rng.integers(2)), causal=bool(rng.integers(2)))
+    kvcache_check(c, interleaved=bool(rng.integers(2)), causal=bool(rng.integers(2)),
+                  attention_chunk=chunk)
 
 
 def test_cpu_kvcache_append_leaves_q_differentiable(rng):

@@ -31,6 +31,9 @@ struct Problem {
   // Window with causal folded in (causal => window_right = 0); -1 = unbounded.
   int window_left = -1;
   int window_right = -1;
+  // Chunked attention (FwdArgs::attention_chunk), 0 = off: row i sees only keys in the chunk of its
+  // diagonal key. Capped at seqlen_q + seqlen_k, and 0 where it could mask nothing.
+  int attention_chunk = 0;
   float softcap = 0.0f;
 
   Dtype in_dtype = Dtype::kBFloat16;   // q, k, v

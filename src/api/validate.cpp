@@ -27,6 +27,7 @@ struct Common {
   bool causal;
   int window_left, window_right;
   float softcap;
+  int attention_chunk;
 };
 
 std::optional<Arg> optional_arg(const char* name, const std::optional<Tensor>& t) {
@@ -219,6 +220,9 @@ Status resolve_scalars(const Common& c, Problem* p) {
     return invalid("window_left: " + str(c.window_left) + " is not allowed; it must be >= 0, or -1 for unbounded");
   if (c.window_right < -1)
     return invalid("window_right: " + str(c.window_right) + " is not allowed; it must be >= 0, or -1 for unbounded");
+  if (c.attention_chunk < 0)
+    return invalid("attention_chunk: " + str(c.attention_chunk) +
+                   " is not allowed; it must be >= 0 (0 = off: no chunks)");
   if (c.causal && c.window_right > 0)
     return invalid("causal: contradicts window_right " + str(c.window_right) +
                    "; causal means window_right = 0, so pass causal = false with window_right, or window_right "
@@ -234,6 +238,16 @@ Status resolve_scalars(const Common& c, Problem* p) {
   p->window_left = left;
   p->window_right = right;
   p->causal = left == -1 && right == 0;
+  // A row's diagonal lies in (-len_q, len_k): chunks of len_q + len_k or more put every such diagonal
+  // in chunk 0 (keys [0, ...) cover all of the sequence's) or chunk -1 (no key), so the chunk is capped
+  // there (no backend adds a huge chunk to a position). Where every sequence has exactly seqlen_q and
+  // seqlen_k (dense, no seqused_k), no diagonal is negative when seqlen_q <= seqlen_k, and a chunk of
+  // seqlen_k or more masks nothing: it is turned off.
+  const long long chunk_cap = static_cast<long long>(p->seqlen_q) + p->seqlen_k;
+  long long chunk = c.attention_chunk < chunk_cap ? c.attention_chunk : chunk_cap;
+  const bool exact_lengths = !p->varlen_q && !p->varlen_k && !p->has_seqused_k;
+  if (exact_lengths && p->seqlen_q <= p->seqlen_k && chunk >= p->seqlen_k) chunk = 0;
+  p->attention_chunk = static_cast<int>(chunk);
   return Status::Ok();
 }
 
@@ -301,7 +315,8 @@ Common common_of(const FwdArgs& a) {
           a.causal,
           a.window_left,
           a.window_right,
-          a.softcap};
+          a.softcap,
+          a.attention_chunk};
 }
 
 // BwdArgs has no page_table: a paged KV cache cannot reach the backward pass.
@@ -319,7 +334,8 @@ Common common_of(const BwdArgs& a) {
           a.causal,
           a.window_left,
           a.window_right,
-          a.softcap};
+          a.softcap,
+          a.attention_chunk};
 }
 
 Status check_descales(const FwdArgs& a, const Problem& p) {

@@ -19,6 +19,7 @@ struct BwdCase {
   std::vector<int> seqused_k;  // dense only; empty = all keys
   bool causal = false;
   int window_left = -1, window_right = -1;
+  int attention_chunk = 0;
   float softcap = 0.0f;
   std::optional<float> scale;
   bool deterministic = false;  // accepted by the CPU backend, deterministic either way
@@ -41,6 +42,7 @@ MaskSpec mask_of(const BwdCase& c, const std::vector<double>& sinks) {
   m.causal = c.causal;
   m.window_left = c.window_left;
   m.window_right = c.window_right;
+  m.attention_chunk = c.attention_chunk;
   m.softcap = c.softcap;
   return m;
 }
@@ -119,6 +121,7 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   fwd.causal = c.causal;
   fwd.window_left = c.window_left;
   fwd.window_right = c.window_right;
+  fwd.attention_chunk = c.attention_chunk;
   fwd.softcap = c.softcap;
   HostTensor sinks(Dtype::kFloat32, {c.hq}), dsink(Dtype::kFloat32, {c.hq});
   if (c.sinks) {
@@ -154,6 +157,7 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   bwd.causal = c.causal;
   bwd.window_left = c.window_left;
   bwd.window_right = c.window_right;
+  bwd.attention_chunk = c.attention_chunk;
   bwd.softcap = c.softcap;
   bwd.cu_seqlens_q = fwd.cu_seqlens_q;
   bwd.cu_seqlens_k = fwd.cu_seqlens_k;
@@ -220,6 +224,14 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   varlen_sinks.sinks = true;
   varlen_sinks.softcap = 0.9f;
   cases.push_back(varlen_sinks);
+  BwdCase chunks{"chunks of 3 + causal + GQA, sq>sk (rows before key 0)", 2, 2, 4, 1, 9, 7, {}, {}, {}};
+  chunks.causal = true;
+  chunks.attention_chunk = 3;
+  cases.push_back(chunks);
+  BwdCase varlen_chunks = varlen;
+  varlen_chunks.name = "varlen + chunks of 2 + window left";
+  varlen_chunks.attention_chunk = 2;
+  cases.push_back(varlen_chunks);
   for (std::size_t i = 0; i < cases.size(); ++i) check_against_finite_differences(cases[i], seed + 10 * i);
 }
 

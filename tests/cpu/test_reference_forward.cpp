@@ -56,6 +56,7 @@ MaskSpec mask_of(const FwdArgs& options, int d) {
   m.causal = options.causal;
   m.window_left = options.window_left;
   m.window_right = options.window_right;
+  m.attention_chunk = options.attention_chunk;
   m.softcap = options.softcap;
   if (options.learnable_sink) m.sinks = read_tensor(*options.learnable_sink);
   return m;
@@ -100,6 +101,7 @@ struct MaskCase {
   int sq, sk;
   bool causal;
   int window_left, window_right;
+  int chunk = 0;
 };
 
 TEST(ReferenceForward, EveryMaskMatchesMaterializedSoftmax) {
@@ -110,6 +112,11 @@ TEST(ReferenceForward, EveryMaskMatchesMaterializedSoftmax) {
       {"causal sq=sk", 33, 33, true, -1, -1},     {"window left only", 33, 33, false, 5, -1},
       {"window right only", 17, 33, false, -1, 3}, {"window both", 33, 17, false, 4, 2},
       {"causal + window left", 33, 65, true, 8, -1}, {"window 0,0 (diagonal only)", 9, 9, false, 0, 0},
+      {"chunks of 5", 33, 33, false, -1, -1, 5},      {"chunks of 8 + causal sq<sk", 17, 40, true, -1, -1, 8},
+      {"chunks of 4 sq>sk (rows before key 0)", 33, 10, false, -1, -1, 4},
+      {"chunks of 1 (diagonal only)", 9, 12, false, -1, -1, 1},
+      {"chunks of 7 + window (3, 2)", 30, 30, false, 3, 2, 7},
+      {"chunk past every key, sq>sk", 20, 8, false, -1, -1, 1000},
   };
   for (const MaskCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -117,6 +124,7 @@ TEST(ReferenceForward, EveryMaskMatchesMaterializedSoftmax) {
     options.causal = c.causal;
     options.window_left = c.window_left;
     options.window_right = c.window_right;
+    options.attention_chunk = c.chunk;
     expect_matches_naive(Dims{2, c.sq, c.sk, 2, 1, 16}, options, seed + c.sq * 100 + c.sk);
   }
 }

@@ -28,6 +28,7 @@ struct MaskSpec {
   bool causal = false;
   int window_left = -1;
   int window_right = -1;
+  int attention_chunk = 0;  // 0 = off
   double softcap = 0.0;
   std::vector<double> sinks;  // learnable sinks, one per q head (empty: none)
 };
@@ -89,6 +90,10 @@ inline void naive_attention(const double* q, const double* k, const double* v, i
         if (mask.causal && j > i + shift) masked = true;
         if (mask.window_left >= 0 && j < i + shift - mask.window_left) masked = true;
         if (mask.window_right >= 0 && j > i + shift + mask.window_right) masked = true;
+        // Chunks: key j's chunk must hold the diagonal (floor division; j >= 0).
+        if (mask.attention_chunk > 0 &&
+            std::floor(static_cast<double>(i + shift) / mask.attention_chunk) != j / mask.attention_chunk)
+          masked = true;
         if (masked) s[j] = -inf;
       }
       // As gpt-oss materializes a sink: one more logit in the softmax, dropped before P V.

@@ -55,6 +55,32 @@ TEST(ValidationScalars, WindowRightBelowMinusOneIsRejected) {
   EXPECT_TRUE(Invalid(call.validate(), "window_right", {"-1 for unbounded"}));
 }
 
+TEST(ValidationScalars, NegativeAttentionChunkIsRejected) {
+  DenseCall call;
+  call.args.attention_chunk = -3;
+  EXPECT_TRUE(Invalid(call.validate(), "attention_chunk", {"-3", ">= 0"}));
+}
+
+TEST(ValidationScalars, AttentionChunksThatMaskNothingAreOffAndLongOnesCapped) {
+  // DenseCall: seqlen_q 5 <= seqlen_k 7. A chunk of 7 keys or more holds every key and every diagonal.
+  DenseCall call;
+  Problem p;
+  for (int chunk : {7, 8, INT_MAX}) {
+    call.args.attention_chunk = chunk;
+    ASSERT_TRUE(call.validate(&p).ok());
+    EXPECT_EQ(p.attention_chunk, 0) << chunk;
+  }
+  call.args.attention_chunk = 6;
+  ASSERT_TRUE(call.validate(&p).ok());
+  EXPECT_EQ(p.attention_chunk, 6);
+  // With seqused_k (the key lengths unknown here), a long chunk is only capped at seqlen_q + seqlen_k.
+  const std::vector<std::int32_t> used = {7, 3};
+  call.args.seqused_k = make_tensor(const_cast<std::int32_t*>(used.data()), Dtype::kInt32, {2}, DeviceType::kHost);
+  call.args.attention_chunk = INT_MAX;
+  ASSERT_TRUE(call.validate(&p).ok());
+  EXPECT_EQ(p.attention_chunk, 5 + 7);
+}
+
 TEST(ValidationScalars, CausalWithPositiveWindowRightIsAContradiction) {
   DenseCall call;
   call.args.causal = true;
