@@ -41,7 +41,8 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
         for (int i = 0; i < len_q; ++i) {
           load_row(args.q, layout.q_row(args.q, b, i, h), d, 1.0, q.data());
           load_row(args.dout, layout.q_row(args.dout, b, i, h), d, 1.0, dout.data());
-          const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right, problem.attention_chunk);
+          const KeyRange keys =
+              visible_keys(i, len_q, len_k, problem.window_left, window_right, problem.attention_chunk);
           const RowSoftmax row = row_softmax(q.data(), k, keys, scale, problem.softcap, sink);
           ds.assign(keys.size(), 0.0);
           double row_dot = 0.0;  // D_i

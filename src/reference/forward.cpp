@@ -50,7 +50,8 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
         for (int i = 0; i < len_q; ++i) {
           load_row(args.q, layout.q_row(args.q, b, i, h), d,
                    q_scale * block_descale(args.q_block_descale, b, h, i, args.descale_block_rows_q), q.data());
-          const KeyRange keys = visible_keys(i, len_q, len_k, problem.window_left, window_right, problem.attention_chunk);
+          const KeyRange keys =
+              visible_keys(i, len_q, len_k, problem.window_left, window_right, problem.attention_chunk);
           const RowSoftmax row = row_softmax(q.data(), k, keys, problem.softmax_scale, problem.softcap, sink);
           std::fill(out_row.begin(), out_row.end(), 0.0);
           for (int j = keys.begin; j < keys.end; ++j) {
