@@ -16,12 +16,13 @@ from ._C import device_description, hopper_available
 from ._core import quantize_fp8
 from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                         flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
-                        flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache)
+                        flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
+                        get_scheduler_metadata)
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
            "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
-           "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "quantize_fp8",
-           "hopper_available", "device_description"]
+           "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "get_scheduler_metadata",
+           "quantize_fp8", "hopper_available", "device_description"]
 __version__ = "0.1.0"
 
 import sys as _sys

@@ -7,6 +7,10 @@ misplaced float is worse than a TypeError.
 torch tensors go through the torch operators of hopattn.torch (autograd, torch.compile); other
 arrays (NumPy, CuPy, JAX) go straight to the core. Passing `out=` writes into that array and, for
 torch, bypasses autograd.
+
+flash-attention 3's qv, sm_margin, scheduler_metadata (get_scheduler_metadata makes an empty one),
+cu_seqlens_k_new and rotary_seqlens are taken, with its names and defaults, so that its callers run
+unchanged; values other than the defaults (and that empty schedule) are refused, never ignored.
 """
 
 import numbers
@@ -70,6 +74,44 @@ def _pack_gqa(pack_gqa):
     return pack_gqa
 
 
+def _sm_margin(sm_margin):
+    # flash-attention 3's SMs to leave idle for other work (communication kernels, say): an int as
+    # attention_chunk is, not a bool. hopattn's persistent kernels size their grid to the SM count
+    # and take no margin yet, so a margin is refused rather than ignored: the caller counts on
+    # those SMs being free. No try/except: torch.compile traces this function.
+    if isinstance(sm_margin, bool) or not _is_int(sm_margin):
+        raise TypeError(f"sm_margin: expected an int (the SMs to leave idle, 0 = none), got "
+                        f"{sm_margin!r}")
+    if sm_margin < 0:
+        raise ValueError(f"sm_margin: {int(sm_margin)} is not allowed; it must be >= 0 (0 = leave "
+                         "no SM idle)")
+    if sm_margin > 0:
+        raise NotImplementedError(f"sm_margin: {int(sm_margin)} is not supported (only "
+                                  "sm_margin=0); hopattn's persistent kernels size their grid to "
+                                  "the GPU's SM count and cannot leave SMs idle yet")
+
+
+_NO_SCHEDULE = ("hopattn plans its schedule at launch and takes no precomputed one: pass None or "
+                "what hopattn.get_scheduler_metadata returns (an empty int32 array)")
+
+
+def _scheduler_metadata(scheduler_metadata):
+    # flash-attention 3's precomputed tile schedule. hopattn's get_scheduler_metadata returns an
+    # empty int32 array, of any library (it carries nothing), which is taken as None is; anything
+    # else would be a schedule that hopattn cannot follow.
+    if scheduler_metadata is None:
+        return
+    if not (hasattr(scheduler_metadata, "shape") and hasattr(scheduler_metadata, "dtype")):
+        raise TypeError(f"scheduler_metadata: expected None or an array, got "
+                        f"{type(scheduler_metadata).__name__}; {_NO_SCHEDULE}")
+    dtype = library_of(scheduler_metadata, "scheduler_metadata").dtype_name(scheduler_metadata)
+    if dtype != "int32":
+        raise TypeError(f"scheduler_metadata: dtype {dtype} is not int32; {_NO_SCHEDULE}")
+    shape = tuple(int(n) for n in scheduler_metadata.shape)
+    if shape != (0,):
+        raise ValueError(f"scheduler_metadata: shape {shape} is not (0,); {_NO_SCHEDULE}")
+
+
 # hopattn.torch's forward, set when that module is imported (hopattn/__init__.py imports it when
 # torch is already loaded), so that torch.compile never traces an import here.
 torch_forward = None
@@ -92,7 +134,7 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
                     q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
                     k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
                     descale_block_rows_kv=128, num_splits=0, pack_gqa=None, out=None,
-                    dropout_p=0.0, alibi_slopes=None, deterministic=False):
+                    dropout_p=0.0, alibi_slopes=None, deterministic=False, qv=None, sm_margin=0):
     """Attention over dense batches.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads_q a
@@ -133,9 +175,18 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
 
     deterministic: torch's backward gives bitwise reproducible dq, dk, dv (the CUDA kernel then
     sums dq in a fixed order, which is slower; see hopattn::BwdArgs).
+
+    flash-attention 3's qv and sm_margin are taken so that its callers run unchanged, not
+    implemented: qv (a second, value-side query for MLA-style attention) must be None, and
+    sm_margin (SMs to leave idle for other work) 0, which runs as without it. sm_margin must be an
+    int (TypeError otherwise, bools included) and >= 0 (ValueError); above 0 it raises
+    NotImplementedError, as qv does: hopattn's persistent kernels size their grid to the GPU's SM
+    count and cannot leave SMs idle yet. The same holds for every function here that takes them.
     """
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
+    _reject("qv", qv)
+    _sm_margin(sm_margin)
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
                     causal=causal, window_left=left, window_right=right,
@@ -154,7 +205,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            learnable_sink=None, return_attn_probs=False, block_table=None,
                            page_table=None, q_descale=None, k_descale=None, v_descale=None,
                            num_splits=0, pack_gqa=None, out=None, dropout_p=0.0,
-                           alibi_slopes=None, deterministic=False):
+                           alibi_slopes=None, deterministic=False, qv=None,
+                           scheduler_metadata=None, sm_margin=0):
     """Attention over packed variable-length sequences.
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), or paged
@@ -162,12 +214,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
     seqused_k: int32 (batch), keys actually used per sequence; with a paged cache, cu_seqlens_k may
     give those counts instead (flash-attention 2's convention). Returns out, or (out, lse) with lse
-    float32 (heads_q, total_q) when return_attn_probs. attention_chunk, learnable_sink, pack_gqa
-    and deterministic: as in flash_attn_func (chunks count from each sequence's first key).
+    float32 (heads_q, total_q) when return_attn_probs. attention_chunk, learnable_sink, pack_gqa,
+    deterministic, qv and sm_margin: as in flash_attn_func (chunks count from each sequence's
+    first key).
+    scheduler_metadata (flash-attention 3's precomputed schedule): None, or what
+    get_scheduler_metadata returns, an empty int32 array, which runs as None does: hopattn plans
+    its schedule at launch. Any other array raises ValueError (TypeError for one not int32 or no
+    array at all), naming scheduler_metadata.
     """
     _reject("seqused_q", seqused_q)
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
+    _reject("qv", qv)
+    _scheduler_metadata(scheduler_metadata)
+    _sm_margin(sm_margin)
     if block_table is not None and page_table is not None:
         raise ValueError("block_table and page_table name the same argument; pass one of them")
     if page_table is None:
@@ -196,7 +256,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
                             k_descale=None, v_descale=None, num_splits=0, pack_gqa=None,
                             return_softmax_lse=False, out=None, rotary_cos=None, rotary_sin=None,
                             rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None,
-                            alibi_slopes=None):
+                            alibi_slopes=None, qv=None, cu_seqlens_k_new=None, rotary_seqlens=None,
+                            scheduler_metadata=None, sm_margin=0):
     """Attention of new queries over a KV cache (decoding), with flash-attention's semantics.
 
     q: (batch, seqlen_q, heads_q, head_dim), or (total_q, heads_q, head_dim) with cu_seqlens_q.
@@ -238,9 +299,22 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     num_splits: split-KV, 0 = heuristic, 1 = none, n = n pieces per query tile (the sm_90a
     kernels, for non-causal calls without a window; FP8 at head dims 64 and 128, not with block
     descales alone; results match to rounding either way). attention_chunk, learnable_sink,
-    pack_gqa: as in flash_attn_func. Returns out, or (out, lse) when return_softmax_lse.
+    pack_gqa, qv and sm_margin: as in flash_attn_func; scheduler_metadata: as in
+    flash_attn_varlen_func. Returns out, or (out, lse) when return_softmax_lse.
+
+    flash-attention 3's cu_seqlens_k_new (new keys packed as variable-length rows) and
+    rotary_seqlens (rotary positions other than cache_seqlens) are not implemented: anything but
+    None raises NotImplementedError. These arguments, like pack_gqa, attention_chunk and
+    window_size, are checked before the cache is written: a call refused for them leaves k_cache
+    and v_cache as they were.
     """
     _reject("alibi_slopes", alibi_slopes)
+    _reject("qv", qv)
+    _reject("cu_seqlens_k_new", cu_seqlens_k_new)
+    _reject("rotary_seqlens", rotary_seqlens)
+    _scheduler_metadata(scheduler_metadata)
+    _sm_margin(sm_margin)
+    pack_gqa = _pack_gqa(pack_gqa)  # before the append, as every check of the arguments alone
     if block_table is not None and page_table is not None:
         raise ValueError("block_table and page_table name the same argument; pass one of them")
     if page_table is None:
@@ -272,12 +346,63 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
                       softmax_scale=softmax_scale, causal=causal, window_left=left,
                       window_right=right, attention_chunk=chunk, softcap=softcap,
                       learnable_sink=learnable_sink,
-                      num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale,
+                      num_splits=num_splits, pack_gqa=pack_gqa, q_descale=q_descale,
                       k_descale=k_descale, v_descale=v_descale, **arguments)
     if finish is None:
         return result
     out, lse = finish(*(result if return_softmax_lse else (result, None)))
     return (out, lse) if return_softmax_lse else out
+
+
+def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv,
+                           headdim, cache_seqlens, qkv_dtype=None, headdim_v=None,
+                           cu_seqlens_q=None, cu_seqlens_k_new=None, cache_leftpad=None,
+                           page_size=None, max_seqlen_k_new=0, causal=False,
+                           window_size=(-1, -1), attention_chunk=0, has_softcap=False,
+                           num_splits=0, pack_gqa=None, sm_margin=0):
+    """flash-attention 3's get_scheduler_metadata, with its arguments, for callers that plan a
+    flash_attn_with_kvcache (or flash_attn_varlen_func) call ahead and pass the result as its
+    scheduler_metadata. hopattn plans its schedule at launch, so there is nothing to precompute:
+    returns an empty int32 array (shape (0,)) of cache_seqlens' array library, on its device (a
+    NumPy array when cache_seqlens is None or an int), which those functions take as they take
+    None.
+
+    The arguments describe the planned call; hopattn reads none of them beyond these checks:
+    batch_size, max_seqlen_q, max_seqlen_k, max_seqlen_k_new and num_splits ints >= 0;
+    num_heads_q, num_heads_kv, headdim and headdim_v (None: headdim) and page_size (None: no
+    paged cache) ints >= 1 (TypeError when not an int, ValueError when out of range); window_size,
+    attention_chunk, pack_gqa and sm_margin as in the attention functions (sm_margin > 0 raises
+    NotImplementedError); cache_seqlens None, an int, or an int32 array of shape (batch_size,);
+    cu_seqlens_k_new, which flash_attn_with_kvcache does not implement, raises
+    NotImplementedError. qkv_dtype, cu_seqlens_q, cache_leftpad, causal and has_softcap are
+    taken as they are.
+    """
+    for name, value, minimum in (
+            ("batch_size", batch_size, 0), ("max_seqlen_q", max_seqlen_q, 0),
+            ("max_seqlen_k", max_seqlen_k, 0), ("num_heads_q", num_heads_q, 1),
+            ("num_heads_kv", num_heads_kv, 1), ("headdim", headdim, 1),
+            ("max_seqlen_k_new", max_seqlen_k_new, 0), ("num_splits", num_splits, 0)):
+        _core._check_int(name, value, minimum)
+    for name, value in (("headdim_v", headdim_v), ("page_size", page_size)):
+        if value is not None:  # headdim's; no paged cache
+            _core._check_int(name, value, 1)
+    _window(window_size)
+    _attention_chunk(attention_chunk)
+    _pack_gqa(pack_gqa)
+    _sm_margin(sm_margin)
+    _reject("cu_seqlens_k_new", cu_seqlens_k_new)
+    if cache_seqlens is None or _is_int(cache_seqlens):
+        import numpy
+        return numpy.empty((0,), numpy.int32)
+    lib = library_of(cache_seqlens, "cache_seqlens")
+    dtype = lib.dtype_name(cache_seqlens)
+    if dtype != "int32":
+        raise TypeError(f"cache_seqlens: expected an int32 array, got dtype {dtype}")
+    shape = tuple(int(n) for n in cache_seqlens.shape)
+    if shape != (int(batch_size),):
+        raise ValueError(f"cache_seqlens: expected shape (batch_size,) = ({int(batch_size)},), "
+                         f"got {shape}")
+    return lib.int32_full(cache_seqlens, (0,), 0)
 
 
 def _unpack(packed, name, count, rank, layout):
@@ -292,7 +417,7 @@ def _unpack(packed, name, count, rank, layout):
 def flash_attn_qkvpacked_func(qkv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
                               attention_chunk=0, softcap=0.0, learnable_sink=None,
                               return_attn_probs=False, out=None, dropout_p=0.0, alibi_slopes=None,
-                              deterministic=False):
+                              deterministic=False, sm_margin=0):
     """flash_attn_func on flash-attention's packed layout: qkv (batch, seqlen, 3, heads, head_dim).
 
     q, k and v are strided views of qkv (no copy); with torch, gradients flow back into qkv.
@@ -302,27 +427,29 @@ def flash_attn_qkvpacked_func(qkv, *, softmax_scale=None, causal=False, window_s
                            window_size=window_size, attention_chunk=attention_chunk,
                            softcap=softcap, learnable_sink=learnable_sink,
                            return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
-                           alibi_slopes=alibi_slopes, deterministic=deterministic)
+                           alibi_slopes=alibi_slopes, deterministic=deterministic,
+                           sm_margin=sm_margin)
 
 
 def flash_attn_kvpacked_func(q, kv, *, softmax_scale=None, causal=False, window_size=(-1, -1),
                              attention_chunk=0, softcap=0.0, learnable_sink=None,
                              return_attn_probs=False, out=None, dropout_p=0.0, alibi_slopes=None,
-                             deterministic=False):
+                             deterministic=False, sm_margin=0):
     """flash_attn_func with k and v packed: kv (batch, seqlen_k, 2, heads_kv, head_dim)."""
     k, v = _unpack(kv, "kv", 2, 5, "(batch, seqlen_k, 2, heads_kv, head_dim)")
     return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                            window_size=window_size, attention_chunk=attention_chunk,
                            softcap=softcap, learnable_sink=learnable_sink,
                            return_attn_probs=return_attn_probs, out=out, dropout_p=dropout_p,
-                           alibi_slopes=alibi_slopes, deterministic=deterministic)
+                           alibi_slopes=alibi_slopes, deterministic=deterministic,
+                           sm_margin=sm_margin)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *, softmax_scale=None,
                                      causal=False, window_size=(-1, -1), attention_chunk=0,
                                      softcap=0.0, learnable_sink=None, return_attn_probs=False,
                                      out=None, dropout_p=0.0, alibi_slopes=None,
-                                     deterministic=False):
+                                     deterministic=False, sm_margin=0):
     """flash_attn_varlen_func on packed sequences with q, k, v packed: qkv (total, 3, heads,
     head_dim); cu_seqlens and max_seqlen serve queries and keys alike."""
     q, k, v = _unpack(qkv, "qkv", 3, 4, "(total, 3, heads, head_dim)")
@@ -332,14 +459,15 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *, softmax_sca
                                   softcap=softcap, learnable_sink=learnable_sink,
                                   return_attn_probs=return_attn_probs, out=out,
                                   dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                                  deterministic=deterministic)
+                                  deterministic=deterministic, sm_margin=sm_margin)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, *, softmax_scale=None, causal=False,
                                     window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                                     learnable_sink=None, return_attn_probs=False, out=None,
-                                    dropout_p=0.0, alibi_slopes=None, deterministic=False):
+                                    dropout_p=0.0, alibi_slopes=None, deterministic=False,
+                                    sm_margin=0):
     """flash_attn_varlen_func with k and v packed: kv (total_k, 2, heads_kv, head_dim)."""
     k, v = _unpack(kv, "kv", 2, 4, "(total_k, 2, heads_kv, head_dim)")
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -348,4 +476,4 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                   softcap=softcap, learnable_sink=learnable_sink,
                                   return_attn_probs=return_attn_probs, out=out,
                                   dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                                  deterministic=deterministic)
+                                  deterministic=deterministic, sm_margin=sm_margin)

@@ -365,3 +365,143 @@ def test_block_descales_with_16_bit_inputs_are_refused(bf16_qkv):
     block = np.ones((2, 2, 1), np.float32)
     with pytest.raises(ValueError, match="^v_block_descale: given with bfloat16 inputs; descale"):
         hopattn.flash_attn_func(q, k, v, v_block_descale=block, descale_block_rows_kv=11)
+
+
+# ---- flash-attention 3's qv, sm_margin, scheduler_metadata and get_scheduler_metadata ----------
+
+FA3_CALLS = ("flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+             "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+             "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func")
+
+
+def call_with(rng, function, **options):
+    """`function` on small valid inputs with the given options."""
+    q, k, v, cu_q, cu_k = varlen_inputs(rng)
+    calls = {
+        "flash_attn_func": lambda: hopattn.flash_attn_func(q[None], k[None], v[None], **options),
+        "flash_attn_varlen_func": lambda: hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 5,
+                                                                         **options),
+        "flash_attn_with_kvcache": lambda: hopattn.flash_attn_with_kvcache(
+            q[None], k[None], v[None], cache_seqlens=9, **options),
+        "flash_attn_qkvpacked_func": lambda: hopattn.flash_attn_qkvpacked_func(
+            np.stack([q, q, q], axis=1)[None], **options),
+        "flash_attn_kvpacked_func": lambda: hopattn.flash_attn_kvpacked_func(
+            q[None], np.stack([k, v], axis=1)[None], **options),
+        "flash_attn_varlen_qkvpacked_func": lambda: hopattn.flash_attn_varlen_qkvpacked_func(
+            np.stack([q, q, q], axis=1), cu_q, 4, **options),
+        "flash_attn_varlen_kvpacked_func": lambda: hopattn.flash_attn_varlen_kvpacked_func(
+            q, np.stack([k, v], axis=1), cu_q, cu_k, 4, 5, **options),
+    }
+    return calls[function]()
+
+
+SM_MARGIN_REFUSALS = [
+    (1, NotImplementedError, r"^sm_margin: 1 is not supported \(only sm_margin=0\); hopattn's "
+                             r"persistent kernels size their grid to the GPU's SM count and "
+                             r"cannot leave SMs idle yet$"),
+    (np.int64(132), NotImplementedError, "^sm_margin: 132 is not supported"),
+    (-1, ValueError, r"^sm_margin: -1 is not allowed; it must be >= 0 \(0 = leave no SM idle\)$"),
+    (True, TypeError, r"^sm_margin: expected an int \(the SMs to leave idle, 0 = none\), got True$"),
+    (0.0, TypeError, "^sm_margin: expected an int .*, got 0.0$"),
+    (None, TypeError, "^sm_margin: expected an int .*, got None$"),
+    ("0", TypeError, "^sm_margin: expected an int .*, got '0'$"),
+]
+
+
+@pytest.mark.parametrize("value,error,message", SM_MARGIN_REFUSALS)
+@pytest.mark.parametrize("function", FA3_CALLS)
+def test_sm_margin_other_than_0_is_refused(rng, function, value, error, message):
+    # hopattn's persistent kernels take every SM: a margin the caller counts on is refused, not
+    # ignored. A bool is refused as for attention_chunk.
+    with pytest.raises(error, match=message):
+        call_with(rng, function, sm_margin=value)
+    call_with(rng, function, sm_margin=0)  # the same call with the default runs
+    call_with(rng, function, sm_margin=np.int32(0))
+
+
+@pytest.mark.parametrize("function", ["flash_attn_func", "flash_attn_varlen_func",
+                                      "flash_attn_with_kvcache"])
+def test_qv_is_not_implemented(rng, function):
+    q = varlen_inputs(rng)[0]
+    qv = q if function == "flash_attn_varlen_func" else q[None]
+    shape = re.escape(str(qv.shape))
+    with pytest.raises(NotImplementedError, match=f"^qv: an array of shape {shape} is not "
+                                                  r"supported \(only qv=None\); hopattn supports"):
+        call_with(rng, function, qv=qv)
+    call_with(rng, function, qv=None)
+
+
+@pytest.mark.parametrize("option", ["cu_seqlens_k_new", "rotary_seqlens"])
+def test_kvcache_fa3_extras_are_not_implemented(rng, option):
+    # test_numpy_kvcache_append.py checks that such a call leaves the cache as it was.
+    value = np.array([0, 1], np.int32) if option == "cu_seqlens_k_new" else np.array([3], np.int32)
+    with pytest.raises(NotImplementedError, match=f"^{option}: an array of shape "
+                                                  f"\\({len(value)},\\) is not supported"):
+        call_with(rng, "flash_attn_with_kvcache", **{option: value})
+
+
+NO_SCHEDULE = ("hopattn plans its schedule at launch and takes no precomputed one: pass None or "
+               "what hopattn.get_scheduler_metadata returns (an empty int32 array)")
+
+
+@pytest.mark.parametrize("value,error,message", [
+    (np.zeros(4, np.int32), ValueError, r"scheduler_metadata: shape (4,) is not (0,); "),
+    (np.zeros((0, 2), np.int32), ValueError, r"scheduler_metadata: shape (0, 2) is not (0,); "),
+    (np.zeros((), np.int32), ValueError, r"scheduler_metadata: shape () is not (0,); "),
+    (np.zeros(0, np.int64), TypeError, "scheduler_metadata: dtype int64 is not int32; "),
+    (np.zeros(0, np.float32), TypeError, "scheduler_metadata: dtype float32 is not int32; "),
+    ([], TypeError, "scheduler_metadata: expected None or an array, got list; "),
+    (0, TypeError, "scheduler_metadata: expected None or an array, got int; "),
+])
+@pytest.mark.parametrize("function", ["flash_attn_varlen_func", "flash_attn_with_kvcache"])
+def test_scheduler_metadata_other_than_get_scheduler_metadata_s_is_refused(rng, function, value,
+                                                                            error, message):
+    with pytest.raises(error, match=f"^{re.escape(message + NO_SCHEDULE)}$"):
+        call_with(rng, function, scheduler_metadata=value)
+    call_with(rng, function, scheduler_metadata=np.zeros(0, np.int32))
+
+
+def scheduler_arguments():
+    return dict(batch_size=2, max_seqlen_q=1, max_seqlen_k=9, num_heads_q=4, num_heads_kv=2,
+                headdim=16, cache_seqlens=np.array([3, 9], np.int32))
+
+
+GET_SCHEDULER_METADATA_ERRORS = {
+    "negative batch_size": (dict(batch_size=-1), ValueError,
+                            "^batch_size: -1 is not allowed; it must be >= 0$"),
+    "float max_seqlen_q": (dict(max_seqlen_q=1.0), TypeError,
+                           "^max_seqlen_q: expected an int, got float$"),
+    "negative max_seqlen_k": (dict(max_seqlen_k=-9), ValueError, "^max_seqlen_k: -9 is not allowed"),
+    "no query heads": (dict(num_heads_q=0), ValueError,
+                       "^num_heads_q: 0 is not allowed; it must be >= 1$"),
+    "bool num_heads_kv": (dict(num_heads_kv=True), TypeError,
+                          "^num_heads_kv: expected an int, got bool$"),
+    "zero headdim": (dict(headdim=0), ValueError, "^headdim: 0 is not allowed"),
+    "str headdim_v": (dict(headdim_v="16"), TypeError, "^headdim_v: expected an int, got str$"),
+    "zero page_size": (dict(page_size=0), ValueError, "^page_size: 0 is not allowed"),
+    "negative max_seqlen_k_new": (dict(max_seqlen_k_new=-1), ValueError,
+                                  "^max_seqlen_k_new: -1 is not allowed"),
+    "negative num_splits": (dict(num_splits=-1), ValueError, "^num_splits: -1 is not allowed"),
+    "window_size not a pair": (dict(window_size=4), TypeError, "^window_size: expected a pair"),
+    "negative attention_chunk": (dict(attention_chunk=-1), ValueError, CHUNK_MESSAGE),
+    "int pack_gqa": (dict(pack_gqa=1), TypeError, r"^pack_gqa: expected None \(automatic\)"),
+    "sm_margin above 0": (dict(sm_margin=4), NotImplementedError, "^sm_margin: 4 is not supported"),
+    "negative sm_margin": (dict(sm_margin=-1), ValueError, "^sm_margin: -1 is not allowed"),
+    "cu_seqlens_k_new": (dict(cu_seqlens_k_new=np.array([0, 1, 2], np.int32)),
+                         NotImplementedError, r"^cu_seqlens_k_new: an array of shape \(3,\) is "
+                                              "not supported"),
+    "int64 cache_seqlens": (dict(cache_seqlens=np.array([3, 9])), TypeError,
+                            "^cache_seqlens: expected an int32 array, got dtype int64$"),
+    "cache_seqlens of another batch": (dict(cache_seqlens=np.array([3, 9, 1], np.int32)),
+                                       ValueError, r"^cache_seqlens: expected shape "
+                                                   r"\(batch_size,\) = \(2,\), got \(3,\)$"),
+    "list cache_seqlens": (dict(cache_seqlens=[3, 9]), TypeError, "^cache_seqlens: expected a "),
+}
+
+
+@pytest.mark.parametrize("error", GET_SCHEDULER_METADATA_ERRORS)
+def test_get_scheduler_metadata_rejections_name_the_argument(error):
+    change, kind, message = GET_SCHEDULER_METADATA_ERRORS[error]
+    with pytest.raises(kind, match=message):
+        hopattn.get_scheduler_metadata(**{**scheduler_arguments(), **change})
+    assert hopattn.get_scheduler_metadata(**scheduler_arguments()).shape == (0,)

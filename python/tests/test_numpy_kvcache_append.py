@@ -386,6 +386,20 @@ ERRORS = {
     "negative attention_chunk": (dict(attention_chunk=-1), ValueError,
                                  "^attention_chunk: -1 is not allowed; it must be >= 0"),
     "bool attention_chunk": (dict(attention_chunk=True), TypeError, "^attention_chunk: expected an int"),
+    "int pack_gqa": (dict(pack_gqa=1), TypeError, r"^pack_gqa: expected None \(automatic\)"),
+    # flash-attention 3's arguments that hopattn takes without implementing them.
+    "qv": (dict(qv="q"), NotImplementedError, r"^qv: an array of shape \(2, 1, 2, 8\) is not supported"),
+    "cu_seqlens_k_new": (dict(cu_seqlens_k_new=np.array([0, 2, 4], np.int32)), NotImplementedError,
+                         r"^cu_seqlens_k_new: an array of shape \(3,\) is not supported"),
+    "rotary_seqlens": (dict(rotary_seqlens="cache_seqlens"), NotImplementedError,
+                       r"^rotary_seqlens: an array of shape \(2,\) is not supported"),
+    "sm_margin above 0": (dict(sm_margin=8), NotImplementedError, "^sm_margin: 8 is not supported"),
+    "negative sm_margin": (dict(sm_margin=-1), ValueError, "^sm_margin: -1 is not allowed"),
+    "bool sm_margin": (dict(sm_margin=False), TypeError, "^sm_margin: expected an int"),
+    "a schedule": (dict(scheduler_metadata=np.zeros(8, np.int32)), ValueError,
+                   r"^scheduler_metadata: shape \(8,\) is not \(0,\); hopattn plans its schedule"),
+    "int64 empty schedule": (dict(scheduler_metadata=np.zeros(0, np.int64)), TypeError,
+                             "^scheduler_metadata: dtype int64 is not int32"),
 }
 
 
@@ -407,7 +421,9 @@ def test_rejections_name_the_argument_and_leave_the_cache(rng, error):
         if isinstance(value, str):
             value = {"float16": lambda: c.k.astype(np.float16),
                      "wider": lambda: np.concatenate([c.k, c.k], axis=2),
-                     "past": lambda: (c.cache_seqlens + 1).astype(np.int32)}[value]()
+                     "past": lambda: (c.cache_seqlens + 1).astype(np.int32),
+                     "q": lambda: c.q.copy(),
+                     "cache_seqlens": lambda: c.cache_seqlens.copy()}[value]()
         arguments[name] = value
     before = [np.array(x, copy=True) for x in (c.k_cache, c.v_cache)]
     with pytest.raises(kind, match=message):
