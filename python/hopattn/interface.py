@@ -50,19 +50,23 @@ def _window(window_size):
     return int(window_size[0]), int(window_size[1])
 
 
+def _non_negative_int(name, value, meaning, zero):
+    # An int, not a bool (True would silently mean 1), >= 0. meaning: what the int counts; zero: what
+    # 0 means. No try/except: torch.compile traces this function.
+    if isinstance(value, bool) or not _is_int(value):
+        raise TypeError(f"{name}: expected an int ({meaning}), got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name}: {int(value)} is not allowed; it must be >= 0 ({zero})")
+    return int(value)
+
+
 def _attention_chunk(attention_chunk):
-    # An int as window_size's entries are, but not a bool: True would silently mean chunks of one
-    # key. A negative value is refused here as the library refuses it, so that
-    # flash_attn_with_kvcache refuses it before appending to the cache. Any chunk at least as long
-    # as a sequence's keys masks alike, so values past the C++ int's range are clamped, not refused.
-    # No try/except: torch.compile traces this function.
-    if isinstance(attention_chunk, bool) or not _is_int(attention_chunk):
-        raise TypeError(f"attention_chunk: expected an int (0 = off, else the chunk length in "
-                        f"keys), got {attention_chunk!r}")
-    if attention_chunk < 0:
-        raise ValueError(f"attention_chunk: {int(attention_chunk)} is not allowed; it must be >= 0 "
-                         "(0 = off: no chunks)")
-    return min(int(attention_chunk), _INT32_MAX)
+    # A negative value is refused here as the library refuses it, so that flash_attn_with_kvcache
+    # refuses it before appending to the cache. Any chunk at least as long as a sequence's keys
+    # masks alike, so values past the C++ int's range are clamped, not refused.
+    chunk = _non_negative_int("attention_chunk", attention_chunk,
+                              "0 = off, else the chunk length in keys", "0 = off: no chunks")
+    return min(chunk, _INT32_MAX)
 
 
 def _pack_gqa(pack_gqa):
@@ -75,20 +79,15 @@ def _pack_gqa(pack_gqa):
 
 
 def _sm_margin(sm_margin):
-    # flash-attention 3's SMs to leave idle for other work (communication kernels, say): an int as
-    # attention_chunk is, not a bool. hopattn's persistent kernels size their grid to the SM count
-    # and take no margin yet, so a margin is refused rather than ignored: the caller counts on
-    # those SMs being free. No try/except: torch.compile traces this function.
-    if isinstance(sm_margin, bool) or not _is_int(sm_margin):
-        raise TypeError(f"sm_margin: expected an int (the SMs to leave idle, 0 = none), got "
-                        f"{sm_margin!r}")
-    if sm_margin < 0:
-        raise ValueError(f"sm_margin: {int(sm_margin)} is not allowed; it must be >= 0 (0 = leave "
-                         "no SM idle)")
-    if sm_margin > 0:
-        raise NotImplementedError(f"sm_margin: {int(sm_margin)} is not supported (only "
-                                  "sm_margin=0); hopattn's persistent kernels size their grid to "
-                                  "the GPU's SM count and cannot leave SMs idle yet")
+    # flash-attention 3's SMs to leave idle for other work (communication kernels, say).
+    # hopattn's persistent kernels size their grid to the SM count and take no margin yet, so a
+    # margin is refused rather than ignored: the caller counts on those SMs being free.
+    margin = _non_negative_int("sm_margin", sm_margin, "the SMs to leave idle, 0 = none",
+                               "0 = leave no SM idle")
+    if margin > 0:
+        raise NotImplementedError(f"sm_margin: {margin} is not supported (only sm_margin=0); "
+                                  "hopattn's persistent kernels size their grid to the GPU's SM "
+                                  "count and cannot leave SMs idle yet")
 
 
 _NO_SCHEDULE = ("hopattn plans its schedule at launch and takes no precomputed one: pass None or "
