@@ -50,11 +50,7 @@ Status backward(const BwdArgs& args, const detail::Problem& pr) {
                       "cu_seqlens_k");
   // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
   // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
-  if (pr.attention_chunk > 0)
-    return Status(StatusCode::kUnsupported,
-                  "attention_chunk " + std::to_string(pr.attention_chunk) +
-                      " is not supported by the sm_90a backward kernels yet (0 = off is); the CPU reference "
-                      "backend takes it on host tensors");
+  if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);

@@ -110,11 +110,7 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                        "(16, 32, 64, 128, ...)");
   // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
   // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
-  if (pr.attention_chunk > 0)
-    return Status(StatusCode::kUnsupported,
-                  "attention_chunk " + std::to_string(pr.attention_chunk) +
-                      " is not supported by the sm_90a forward kernels yet (0 = off is); the CPU reference "
-                      "backend takes it on host tensors");
+  if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {

@@ -286,5 +286,14 @@ TEST_F(BackwardRefusals, DqDtypeMismatchIsInvalid) {
   }
 }
 
+// attention_chunk: refused by the kernels until their chunk masks have run on a GPU (branch
+// wip/attention-chunk-kernels), nothing written.
+TEST_F(BackwardRefusals, AttentionChunkIsUnsupported) {
+  const BackwardCall call(causal(bwd(kBf16, 1, 2, 2, 70, 130, 64)), run_seed());
+  BwdArgs args = call.args;
+  args.attention_chunk = 16;
+  EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "attention_chunk"), "");
+}
+
 }  // namespace
 }  // namespace hopattn::test
