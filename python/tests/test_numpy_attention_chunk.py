@@ -1,7 +1,8 @@
 """attention_chunk (flash-attention 3's chunked attention, Llama 4's local layers) on NumPy arrays
 (CPU reference backend) against the float64 oracle: the keys are cut into chunks [0, c), [c, 2c),
 ... and query i sees only the chunk of its diagonal key i + seqlen_k - seqlen_q, on top of causal
-and the window. Every output is poisoned (NaN) before the call, so each element must be written."""
+and the window. Every output is poisoned (NaN) before the call, so each element must be written.
+Variable-length batches with chunks: test_numpy_varlen_kvcache.py's test_varlen_matches_reference."""
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import hopattn
 from checks import assert_close, assert_lse_close
 from test_numpy_dense import DTYPES, random_inputs, random_options
 from test_numpy_kvcache_append import build_case, core_calls, run_and_check  # noqa: F401
-from test_numpy_varlen_kvcache import prefix_sums, random_paged_cache
+from test_numpy_varlen_kvcache import random_paged_cache
 
 # seqlen_q 37 over seqlen_k 101: chunks that cut the keys in uneven pieces (16, 7), one key each
 # (1), and one longer than all the keys (200: a single chunk).
@@ -79,34 +80,6 @@ def test_random_shapes_match_reference(rng, dtype, case):
                    attention_chunk=int(rng.integers(1, seqlen_k + 8)))
     print(q.shape, k.shape, options)
     check_dense(q, k, v, options, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", range(6))
-def test_varlen_chunks_count_from_each_sequences_first_key(rng, dtype, case):
-    batch = int(rng.integers(1, 5))
-    lengths_q = rng.choice([0, 1, 2, 17, 30], size=batch)
-    lengths_q[0] = max(lengths_q[0], 1)  # max_seqlen_q must be >= 1
-    lengths_k = rng.integers(0, 40, size=batch)
-    heads_kv = int(rng.integers(1, 3))
-    heads_q, head_dim = heads_kv * int(rng.choice([1, 3])), int(rng.choice([1, 16, 40]))
-    cu_q, cu_k = prefix_sums(lengths_q), prefix_sums(lengths_k)
-    q = rng.standard_normal((cu_q[-1], heads_q, head_dim)).astype(dtype)
-    k = rng.standard_normal((cu_k[-1], heads_kv, head_dim)).astype(dtype)
-    v = rng.standard_normal((cu_k[-1], heads_kv, head_dim)).astype(dtype)
-    seqused_k = rng.integers(0, lengths_k + 1).astype(np.int32) if rng.integers(2) else None
-    options = dict(random_options(rng, int(lengths_q.max()), int(lengths_k.max())),
-                   attention_chunk=int(rng.choice([1, 5, 8, 64])))
-    print(lengths_q, lengths_k, seqused_k, heads_q, heads_kv, head_dim, options)
-    out = np.full(q.shape, np.nan, dtype=dtype)
-    _, lse = hopattn.flash_attn_varlen_func(
-        q, k, v, cu_q, cu_k, int(lengths_q.max()), int(lengths_k.max()), seqused_k=seqused_k,
-        softmax_scale=options["softmax_scale"], causal=options["causal"],
-        window_size=options["window"], attention_chunk=options["attention_chunk"],
-        softcap=options["softcap"], return_attn_probs=True, out=out)
-    expected_out, expected_lse = reference.varlen(q, k, v, cu_q, cu_k, seqused_k=seqused_k, **options)
-    assert_close(out, expected_out, dtype)
-    assert_lse_close(lse, expected_lse)
 
 
 @pytest.mark.parametrize("layout", ["dense", "paged"])
