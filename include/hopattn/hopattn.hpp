@@ -130,6 +130,12 @@ struct FwdArgs {
   std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Tensor> seqused_k;  // int32 (batch): keys actually used per sequence
+  // int32 (batch): query rows actually used per sequence (flash-attention 3's seqused_q), dense or
+  // variable-length q: sequence b's first seqused_q[b] rows, in [0, its rows]. Causal, the window and
+  // chunks align to seqused_q[b]. The rows past it are not read, and their out and lse are not written
+  // (they keep what the caller's memory holds, as in flash-attention 3). The CPU reference backend
+  // takes it; the sm_90a kernels answer kUnsupported until theirs have run on a GPU.
+  std::optional<Tensor> seqused_q;
 
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v (num_pages, page_size,
   // heads_kv, head_dim); seqused_k gives each sequence's keys in use. The sm_90a kernel takes page sizes
@@ -187,10 +193,11 @@ struct BwdArgs {
   // q). On CUDA tensors the values are trusted as there; with cu_seqlens_k the backward also needs
   // every key length <= max_seqlen_k (its grid covers that many keys per sequence). Keys past
   // seqused_k[b] get dk = dv = 0; as in the forward, their k and v rows may hold anything, NaN and Inf
-  // included: they never reach dq, dk or dv.
+  // included: they never reach dq, dk or dv. Query rows past seqused_q[b] (as in FwdArgs) get dq = 0,
+  // and their q, out, dout and lse rows may hold anything likewise.
   std::optional<Tensor> cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
-  std::optional<Tensor> seqused_k;
+  std::optional<Tensor> seqused_k, seqused_q;
 
   // Bitwise reproducible gradients: dq, dk and dv come out identical across runs with the same inputs,
   // shapes and device (and build). The sm_90a kernel sums dq over key blocks by reductions that, by

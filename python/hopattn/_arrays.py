@@ -97,6 +97,9 @@ class _Torch(_Library):
     def int32_full(self, like, shape, value):
         return self.torch.full(shape, value, dtype=self.torch.int32, device=like.device)
 
+    def full(self, like, shape, dtype_name, value):
+        return self.torch.full(shape, value, dtype=getattr(self.torch, dtype_name), device=like.device)
+
     def stream(self, x):
         if not x.is_cuda:
             return 0
@@ -125,6 +128,9 @@ class _NumPy(_Library):
     def int32_full(self, like, shape, value):
         return self.np.full(shape, value, dtype=self.np.int32)
 
+    def full(self, like, shape, dtype_name, value):
+        return self.np.full(shape, value, dtype=self._dtype(dtype_name))
+
 
 class _CuPy(_Library):
     name = "cupy"
@@ -141,6 +147,10 @@ class _CuPy(_Library):
     def int32_full(self, like, shape, value):
         with like.device:
             return self.cupy.full(shape, value, dtype=self.cupy.int32)
+
+    def full(self, like, shape, dtype_name, value):
+        with like.device:
+            return self.cupy.full(shape, value, dtype=dtype_name)
 
     def stream(self, x):
         with x.device:
@@ -178,6 +188,9 @@ class _Jax(_Library):
 
     def int32_full(self, like, shape, value):
         return self.jnp.full(shape, value, dtype=self.jnp.int32, device=self._device(like))
+
+    def full(self, like, shape, dtype_name, value):
+        return self.jnp.full(shape, value, dtype=dtype_name, device=self._device(like)).block_until_ready()
 
     def empty_keys_contiguous(self, like, shape, dtype_name):
         raise NotImplementedError("v_keys_contiguous: JAX arrays are always stored row-major, so no "

@@ -45,25 +45,36 @@ def _call(function, lib, q, arrays, **scalars):
 
 def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=False, window_left=-1,
             window_right=-1, attention_chunk=0, softcap=0.0, learnable_sink=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, page_table=None,
+            cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, seqused_q=None,
+            page_table=None,
             num_splits=0, pack_gqa=None, q_descale=None, k_descale=None, v_descale=None,
             q_block_descale=None, k_block_descale=None, v_block_descale=None,
             descale_block_rows_q=128, descale_block_rows_kv=128):
     """Returns (out, lse); lse is None unless return_lse. pack_gqa None, True or False is
     hopattn::KernelOptions::pack_gqa's kAuto, kOn or kOff. learnable_sink: float32 (heads_q,), one
     logit per q head in every row's softmax (hopattn::FwdArgs); lse then includes it.
-    attention_chunk: hopattn::FwdArgs::attention_chunk (0 = off)."""
+    attention_chunk: hopattn::FwdArgs::attention_chunk (0 = off). seqused_q: int32 (batch,), the
+    query rows each sequence uses; the library writes no out or lse row past them, so the ones
+    allocated here start as a row that sees no key (out 0, lse -inf), never as uninitialized
+    memory; a given out keeps what it held there."""
     arrays = dict(q=q, k=k, v=v, learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
-                  cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, page_table=page_table,
+                  cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, seqused_q=seqused_q,
+                  page_table=page_table,
                   q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                   q_block_descale=q_block_descale, k_block_descale=k_block_descale,
                   v_block_descale=v_block_descale, out=out)
     lib = common_library(arrays)
     varlen = cu_seqlens_q is not None
     check_q_rank(q.shape, varlen)
-    if out is None:
-        out = arrays["out"] = lib.empty(q, tuple(q.shape), _out_dtype(lib, q))
-    lse = lib.empty(q, lse_shape(tuple(q.shape), varlen), "float32") if return_lse else None
+    if seqused_q is None:
+        if out is None:
+            out = arrays["out"] = lib.empty(q, tuple(q.shape), _out_dtype(lib, q))
+        lse = lib.empty(q, lse_shape(tuple(q.shape), varlen), "float32") if return_lse else None
+    else:
+        if out is None:
+            out = arrays["out"] = lib.full(q, tuple(q.shape), _out_dtype(lib, q), 0.0)
+        lse = (lib.full(q, lse_shape(tuple(q.shape), varlen), "float32", float("-inf"))
+               if return_lse else None)
     arrays["lse"] = lse
     _call(_C.forward, lib, q, arrays, softmax_scale=softmax_scale, causal=causal,
           window_left=window_left, window_right=window_right, attention_chunk=attention_chunk,
@@ -77,16 +88,17 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_left=-1,
              window_right=-1, attention_chunk=0, softcap=0.0, learnable_sink=None,
              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None,
-             deterministic=False):
+             seqused_q=None, deterministic=False):
     """Returns (dq, dk, dv, dsink), four values with or without a sink. dq, dk, dv are each in its
     input's shape and dtype, freshly allocated with the caller's library (contiguous, so on CUDA
     their strides are the 16-byte multiples the GPU kernel needs). learnable_sink is the forward's
     (lse includes it); dsink is its float32 (heads_q,) gradient, or None without a sink. Gradients
     do not flow through lse. deterministic: bitwise reproducible gradients (slower on CUDA; see
     hopattn::BwdArgs). The masking options (causal, window, attention_chunk, softcap) must be the
-    forward's."""
+    forward's, and so must seqused_q (dq rows past it come out 0)."""
     inputs = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, learnable_sink=learnable_sink,
-                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
+                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+                  seqused_q=seqused_q)
     lib = common_library(inputs)
     grads = {name: lib.empty(x, tuple(x.shape), lib.dtype_name(x))
              for name, x in (("dq", q), ("dk", k), ("dv", v))}

@@ -21,7 +21,8 @@ from ._arrays import library_of
 _INT32_MAX = 2**31 - 1
 
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, attention_chunk, softcap, "
-             "learnable_sink, GQA/MQA, variable lengths (cu_seqlens), seqused_k / cache_seqlens, "
+             "learnable_sink, GQA/MQA, variable lengths (cu_seqlens), seqused_q, seqused_k / "
+             "cache_seqlens, "
              "paged KV (page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
              "q/k/v_block_descale in flash_attn_func), deterministic backward passes, and in "
              "flash_attn_with_kvcache k/v appends, rotary embedding, cache_batch_idx and "
@@ -212,7 +213,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     (num_pages, page_size, heads_kv, head_dim) with block_table/page_table (batch, pages_per_seq).
     cu_seqlens_q/k: int32 (batch + 1) prefix sums; sequence b owns rows cu[b]..cu[b+1].
     seqused_k: int32 (batch), keys actually used per sequence; with a paged cache, cu_seqlens_k may
-    give those counts instead (flash-attention 2's convention). Returns out, or (out, lse) with lse
+    give those counts instead (flash-attention 2's convention).
+    seqused_q (flash-attention 3's): int32 (batch), query rows actually used per sequence, in [0,
+    that sequence's rows]: sequence b's first seqused_q[b] rows are its queries (causal, windows and
+    chunks align to them), and the rest are not read. Their out and lse rows are not written:
+    given out= keeps what it held there (as in flash-attention 3), while arrays hopattn allocates
+    hold what a row that sees no key gives (out 0, lse -inf), never uninitialized memory. The
+    backward gives them dq = 0. The CPU backend runs it; CUDA arrays raise NotImplementedError
+    naming seqused_q until the GPU kernels take it.
+    Returns out, or (out, lse) with lse
     float32 (heads_q, total_q) when return_attn_probs. attention_chunk, learnable_sink, pack_gqa,
     deterministic, qv and sm_margin: as in flash_attn_func (chunks count from each sequence's
     first key).
@@ -221,7 +230,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     its schedule at launch. Any other array raises ValueError (TypeError for one not int32 or no
     array at all), naming scheduler_metadata.
     """
-    _reject("seqused_q", seqused_q)
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
     _reject("qv", qv)
@@ -243,7 +251,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                     learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
-                    seqused_k=seqused_k, page_table=page_table,
+                    seqused_k=seqused_k, seqused_q=seqused_q, page_table=page_table,
                     num_splits=num_splits, pack_gqa=_pack_gqa(pack_gqa), q_descale=q_descale,
                     k_descale=k_descale, v_descale=v_descale)
 

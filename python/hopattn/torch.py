@@ -67,16 +67,17 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 descale_block_rows_q: int, descale_block_rows_kv: int,
                 deterministic: bool = False,
                 learnable_sink: Optional[torch.Tensor] = None,
-                attention_chunk: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
-    # deterministic only matters to the backward (the autograd formula reads it). learnable_sink
-    # and then attention_chunk come last, in the order they were added, so that calls made before
-    # they existed keep their positions.
+                attention_chunk: int = 0,
+                seqused_q: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    # deterministic only matters to the backward (the autograd formula reads it). learnable_sink,
+    # attention_chunk and seqused_q come last, in the order they were added, so that calls made
+    # before they existed keep their positions.
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
                          window_left=window_left, window_right=window_right,
                          attention_chunk=attention_chunk, softcap=softcap,
                          learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
                          cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                         max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+                         max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, seqused_q=seqused_q,
                          page_table=page_table, num_splits=num_splits, pack_gqa=pack_gqa,
                          q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                          q_block_descale=q_block_descale, k_block_descale=k_block_descale,
@@ -93,7 +94,7 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
               q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
               descale_block_rows_q, descale_block_rows_kv, deterministic=False,
-              learnable_sink=None, attention_chunk=0):
+              learnable_sink=None, attention_chunk=0, seqused_q=None):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     out = q.new_empty(q.shape, dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
@@ -101,8 +102,8 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
 
 
 # Returns [dq, dk, dv], and dsink after them when learnable_sink is given: a list, since a custom
-# op's schema cannot return an optional tensor. learnable_sink and attention_chunk come last, as in
-# fwd.
+# op's schema cannot return an optional tensor. learnable_sink, attention_chunk and seqused_q come
+# last, as in fwd.
 @torch.library.custom_op("hopattn::bwd", mutates_args=())
 def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
          lse: torch.Tensor, softmax_scale: Optional[float], causal: bool, window_left: int,
@@ -110,7 +111,8 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
          cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
          seqused_k: Optional[torch.Tensor], deterministic: bool = False,
          learnable_sink: Optional[torch.Tensor] = None,
-         attention_chunk: int = 0) -> List[torch.Tensor]:
+         attention_chunk: int = 0,
+         seqused_q: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     # dout is the one input that autograd, not hopattn's forward, lays out: .sum() hands over an
     # expanded tensor (stride 0 everywhere), a user's grad_outputs may be any view. The host backend
     # takes any strides with a contiguous last dimension; the GPU kernel reads dout through TMA, so
@@ -127,14 +129,15 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                                    learnable_sink=learnable_sink,
                                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                   seqused_k=seqused_k, deterministic=deterministic)
+                                   seqused_k=seqused_k, seqused_q=seqused_q,
+                                   deterministic=deterministic)
     return grads if dsink is None else grads + [dsink]
 
 
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
               cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-              deterministic=False, learnable_sink=None, attention_chunk=0):
+              deterministic=False, learnable_sink=None, attention_chunk=0, seqused_q=None):
     grads = [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)]
     if learnable_sink is None:
         return grads
@@ -144,9 +147,10 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, windo
 def _setup_context(ctx, inputs, output):
     (q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k,
      max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, _, q_descale, *_, deterministic,
-     learnable_sink, attention_chunk) = inputs
+     learnable_sink, attention_chunk, seqused_q) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink,
+                          seqused_q)
     ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
                   deterministic, attention_chunk)
     ctx.unsupported = None
@@ -163,7 +167,8 @@ def _backward(ctx, dout, dlse):
                                   "attention on host tensors and, on CUDA tensors, dense and "
                                   "varlen bfloat16/float16 attention at head dims that are "
                                   "multiples of 8 up to 256")
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink = ctx.saved_tensors
+    (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink,
+     seqused_q) = ctx.saved_tensors
     (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
      deterministic, attention_chunk) = ctx.params
     # The sink goes in even when it needs no gradient: lse includes it, and the CPU reference
@@ -171,7 +176,8 @@ def _backward(ctx, dout, dlse):
     dq, dk, dv, *dsink = torch.ops.hopattn.bwd(dout, q, k, v, out, lse, softmax_scale, causal,
                                                window_left, window_right, softcap, cu_seqlens_q,
                                                cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                                               deterministic, learnable_sink, attention_chunk)
+                                               deterministic, learnable_sink, attention_chunk,
+                                               seqused_q)
     # One gradient per input that autograd saw: q, k, v first, dsink at learnable_sink's place,
     # None for the others. Autograd may not see trailing inputs left at their defaults (the
     # dispatcher drops them): a given sink is never one of those, so its place is always there.
@@ -240,7 +246,7 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0,
             pack_gqa=None, q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
             k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
-            descale_block_rows_kv=128, deterministic=False, learnable_sink=None):
+            descale_block_rows_kv=128, deterministic=False, learnable_sink=None, seqused_q=None):
     """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs (pack_gqa
     None, True or False for its options.pack_gqa kAuto, kOn or kOff), and deterministic for the
     backward (hopattn::BwdArgs). With return_lse=False, lse may be None (plain eager calls then skip
@@ -254,7 +260,7 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
             q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
             descale_block_rows_q, descale_block_rows_kv, bool(deterministic), learnable_sink,
-            attention_chunk)
+            attention_chunk, seqused_q)
     if _only_the_kernel_would_run(args):
         # What the op would run, without its dispatch overhead, and computing lse only if asked to.
         options = dict(zip(_FWD_ARG_NAMES[3:], args[3:]))

@@ -74,7 +74,7 @@ template <class Args>
 void set_masking_and_lengths(Args& args, ArrayViews& views, std::optional<float> softmax_scale, bool causal,
                              int window_left, int window_right, int attention_chunk, float softcap,
                              nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-                             nb::handle seqused_k) {
+                             nb::handle seqused_k, nb::handle seqused_q) {
   args.softmax_scale = softmax_scale;
   args.causal = causal;
   args.window_left = window_left;
@@ -86,6 +86,7 @@ void set_masking_and_lengths(Args& args, ArrayViews& views, std::optional<float>
   args.max_seqlen_q = max_seqlen_q;
   args.max_seqlen_k = max_seqlen_k;
   args.seqused_k = views.optional_input(seqused_k, "seqused_k");
+  args.seqused_q = views.optional_input(seqused_q, "seqused_q");
 }
 
 // flash-attention 3's pack_gqa: None leaves the choice to the kernels, True forces packing, False
@@ -99,7 +100,7 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
              std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
              int attention_chunk, float softcap, nb::handle learnable_sink, nb::handle cu_seqlens_q,
              nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k,
-             nb::handle page_table, int num_splits, std::optional<bool> pack_gqa, nb::handle q_descale,
+             nb::handle seqused_q, nb::handle page_table, int num_splits, std::optional<bool> pack_gqa, nb::handle q_descale,
              nb::handle k_descale, nb::handle v_descale,
              nb::handle q_block_descale, nb::handle k_block_descale, nb::handle v_block_descale,
              int descale_block_rows_q, int descale_block_rows_kv, std::uintptr_t stream, bool raw_bits,
@@ -112,7 +113,7 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   args.out = views.output(out, "out");
   args.lse = views.optional_output(lse, "lse");
   set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, attention_chunk, softcap,
-                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, seqused_q);
   args.learnable_sink = views.optional_input(learnable_sink, "learnable_sink");
   args.page_table = views.optional_input(page_table, "page_table");
   args.num_splits = num_splits;
@@ -134,7 +135,7 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
               int window_left, int window_right, int attention_chunk, float softcap, nb::handle learnable_sink,
               nb::handle dsink,
               nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-              nb::handle seqused_k, bool deterministic, std::uintptr_t stream, bool raw_bits, bool synchronize) {
+              nb::handle seqused_k, nb::handle seqused_q, bool deterministic, std::uintptr_t stream, bool raw_bits, bool synchronize) {
   ArrayViews views(raw_bits);
   BwdArgs args;
   args.q = views.input(q, "q");
@@ -147,7 +148,7 @@ void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::hand
   args.dk = views.output(dk, "dk");
   args.dv = views.output(dv, "dv");
   set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, attention_chunk, softcap,
-                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k);
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, seqused_q);
   args.learnable_sink = views.optional_input(learnable_sink, "learnable_sink");
   args.dsink = views.optional_output(dsink, "dsink");
   args.deterministic = deterministic;
@@ -196,7 +197,7 @@ NB_MODULE(_C, m) {
         "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
         "attention_chunk"_a = 0, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(),
         "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
-        "seqused_k"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
+        "seqused_k"_a = nb::none(), "seqused_q"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
         "pack_gqa"_a = nb::none(), "q_descale"_a = nb::none(), "k_descale"_a = nb::none(),
         "v_descale"_a = nb::none(), "q_block_descale"_a = nb::none(), "k_block_descale"_a = nb::none(),
         "v_block_descale"_a = nb::none(),
@@ -208,7 +209,7 @@ NB_MODULE(_C, m) {
         "window_right"_a = -1, "attention_chunk"_a = 0, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(),
         "dsink"_a = nb::none(),
         "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
-        "seqused_k"_a = nb::none(), "deterministic"_a = false, "stream"_a = 0, "raw_bits"_a = false,
+        "seqused_k"_a = nb::none(), "seqused_q"_a = nb::none(), "deterministic"_a = false, "stream"_a = 0, "raw_bits"_a = false,
         "synchronize"_a = false,
         "Writes the gradients dq, dk, dv (and dsink, when given); see hopattn::BwdArgs.");
   m.def("quantize_fp8", &quantize_fp8, "q"_a, "k"_a, "v"_a, "q8"_a, "k8"_a, "v8"_a, "q_descale"_a, "k_descale"_a,

@@ -54,13 +54,17 @@ def dense(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap
     return out, lse
 
 
-def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, seqused_k=None, **options):
-    """q (total_q, hq, d), k, v (total_k, hk, d). Returns out like q, lse (hq, total_q)."""
+def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, seqused_k=None, seqused_q=None, **options):
+    """q (total_q, hq, d), k, v (total_k, hk, d). Returns out like q, lse (hq, total_q); with
+    seqused_q, sequence b's queries are its first seqused_q[b] rows, and the rows past them are 0
+    in both (their values are not defined)."""
     out = np.zeros(q.shape, dtype=np.float64)
     lse = np.zeros((q.shape[1], q.shape[0]), dtype=np.float64)
     for b in range(len(cu_seqlens_q) - 1):
         q0, q1 = cu_seqlens_q[b], cu_seqlens_q[b + 1]
         k0, k1 = cu_seqlens_k[b], cu_seqlens_k[b + 1]
+        if seqused_q is not None:
+            q1 = q0 + seqused_q[b]
         if seqused_k is not None:
             k1 = k0 + seqused_k[b]
         o, l = dense(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], **options)

@@ -202,16 +202,19 @@ def test_read_only_out_is_a_value_error(qkv):
     (lambda a: a.update(max_q=0), "^max_seqlen_q: 0"),
     (lambda a: a.update(seqused_k=np.array([5, 1], np.int32)), "^seqused_k: entry 0 is 5"),
     (lambda a: a.update(seqused_k=np.array([1, 1, 1], np.int32)), "^seqused_k: shape"),
+    (lambda a: a.update(seqused_q=np.array([1, 5], np.int32)), "^seqused_q: entry 1 is 5.*query rows"),
+    (lambda a: a.update(seqused_q=np.array([-1, 0], np.int32)), "^seqused_q: entry 0 is -1"),
+    (lambda a: a.update(seqused_q=np.array([1], np.int32)), "^seqused_q: shape"),
 ])
 def test_varlen_rejections_name_the_argument(rng, break_it, message):
     q, k, v, cu_q, cu_k = varlen_inputs(rng)
-    a = dict(cu_q=cu_q, cu_k=cu_k, max_q=4, seqused_k=None)
+    a = dict(cu_q=cu_q, cu_k=cu_k, max_q=4, seqused_k=None, seqused_q=None)
     if "max_seqlen_q 2" in message:
         a["max_q"] = 2
     break_it(a)
     with pytest.raises(ValueError, match=message):
         hopattn.flash_attn_varlen_func(q, k, v, a["cu_q"], a["cu_k"], a["max_q"], 5,
-                                       seqused_k=a["seqused_k"])
+                                       seqused_k=a["seqused_k"], seqused_q=a["seqused_q"])
 
 
 def paged_inputs(rng):
@@ -252,12 +255,6 @@ def test_kvcache_with_cu_seqlens_q_needs_max_seqlen_q(rng):
 def test_unsupported_options_raise_not_implemented(qkv, option, value):
     with pytest.raises(NotImplementedError, match=f"^{option}: .* is not supported .*hopattn supports"):
         hopattn.flash_attn_func(*qkv, **{option: value})
-
-
-def test_seqused_q_is_not_implemented(rng):
-    q, k, v, cu_q, cu_k = varlen_inputs(rng)
-    with pytest.raises(NotImplementedError, match="^seqused_q: "):
-        hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 5, seqused_q=np.array([1, 1], np.int32))
 
 
 def test_kvcache_leftpad_with_a_paged_cache_is_not_implemented(rng):

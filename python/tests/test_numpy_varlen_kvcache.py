@@ -20,8 +20,9 @@ def random_heads(rng):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("chunks", [False, True], ids=["", "chunks"])
+@pytest.mark.parametrize("rows_used", [False, True], ids=["", "seqused_q"])
 @pytest.mark.parametrize("case", range(8))
-def test_varlen_matches_reference(rng, dtype, chunks, case):
+def test_varlen_matches_reference(rng, dtype, chunks, rows_used, case):
     batch = int(rng.integers(1, 5))
     lengths_q = rng.choice([0, 1, 2, 17, 30], size=batch)
     lengths_q[0] = max(lengths_q[0], 1)  # max_seqlen_q must be >= 1
@@ -37,17 +38,26 @@ def test_varlen_matches_reference(rng, dtype, chunks, case):
     options = random_options(rng, int(lengths_q.max()), int(lengths_k.max()))
     # attention_chunk counts each sequence's chunks from its own first key (64: longer than any).
     options["attention_chunk"] = int(rng.choice([1, 5, 8, 64])) if chunks else 0
-    print(lengths_q, lengths_k, seqused_k, heads_q, heads_kv, head_dim, options)
+    # seqused_q: each sequence's first rows in use (causal aligns to them); q holds NaN past them,
+    # which must not be read, and out keeps its poison there (not written).
+    seqused_q, used = None, np.ones(cu_q[-1], bool)
+    if rows_used:
+        seqused_q = rng.integers(0, lengths_q + 1).astype(np.int32)
+        used = np.concatenate([np.arange(n) < u for n, u in zip(lengths_q, seqused_q)]).astype(bool)
+        q[~used] = np.nan
+    print(lengths_q, lengths_k, seqused_k, seqused_q, heads_q, heads_kv, head_dim, options)
     out = np.full(q.shape, np.nan, dtype=dtype)
     result, lse = hopattn.flash_attn_varlen_func(
         q, k, v, cu_q, cu_k, int(lengths_q.max()), int(lengths_k.max()), seqused_k=seqused_k,
-        softmax_scale=options["softmax_scale"], causal=options["causal"],
+        seqused_q=seqused_q, softmax_scale=options["softmax_scale"], causal=options["causal"],
         window_size=options["window"], attention_chunk=options["attention_chunk"],
         softcap=options["softcap"], return_attn_probs=True, out=out)
     assert result is out
-    expected_out, expected_lse = reference.varlen(q, k, v, cu_q, cu_k, seqused_k=seqused_k, **options)
-    assert_close(out, expected_out, dtype)
-    assert_lse_close(lse, expected_lse)
+    expected_out, expected_lse = reference.varlen(q, k, v, cu_q, cu_k, seqused_k=seqused_k,
+                                                  seqused_q=seqused_q, **options)
+    assert_close(out[used], expected_out[used], dtype)
+    assert_lse_close(lse[:, used], expected_lse[:, used])
+    assert np.isnan(out[~used]).all()
 
 
 

@@ -434,6 +434,65 @@ def test_cpu_attention_chunk_on_every_path_and_opcheck(rng):
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
 
 
+# ---- seqused_q on host tensors: flash-attention 3's query rows in use --------------------------
+
+def test_cpu_varlen_seqused_q_reads_and_differentiates_only_the_rows_in_use(rng):
+    # Sequence b's first seqused_q[b] rows are its queries (causal aligned to them); q and dout hold
+    # NaN past them, which must reach nothing. The out and lse hopattn allocates start there as rows
+    # that see no key (out 0, lse -inf), and dq there is 0.
+    generator = torch_generator(rng, "cpu")
+    cu_q, cu_k, used = [0, 13, 20, 40], [0, 30, 35, 53], [9, 0, 20]
+    q = torch.randn(40, 4, 8, generator=generator)
+    k, v = (torch.randn(53, 2, 8, generator=generator) for _ in range(2))
+    dout = torch.randn(q.shape, generator=generator)
+    past = torch.ones(40, dtype=torch.bool)
+    for b in range(3):
+        past[cu_q[b]:cu_q[b] + used[b]] = False
+    q[past] = float("nan")
+    dout[past] = float("nan")
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    out, lse = hopattn.flash_attn_varlen_func(q, k, v, torch.tensor(cu_q, dtype=torch.int32),
+                                              torch.tensor(cu_k, dtype=torch.int32), 20, 30,
+                                              seqused_q=torch.tensor(used, dtype=torch.int32),
+                                              causal=True, return_attn_probs=True)
+    grads = torch.autograd.grad(out, leaves, dout)
+    assert (out[past] == 0).all() and torch.isneginf(lse[:, past]).all()
+    assert (grads[0][past] == 0).all()
+    leaves64 = [x.detach().double().requires_grad_() for x in leaves]
+    q64, k64, v64 = leaves64
+    rows = [slice(cu_q[b], cu_q[b] + used[b]) for b in range(3)]
+    ref = [attention_math(q64[None, rows[b]], k64[None, cu_k[b]:cu_k[b + 1]],
+                          v64[None, cu_k[b]:cu_k[b + 1]], causal=True)[0][0] for b in range(3)]
+    ref_grads = torch.autograd.grad(torch.cat(ref), leaves64, torch.cat([dout[r] for r in rows]).double())
+    torch.testing.assert_close(torch.cat([out[r] for r in rows]).double(), torch.cat(ref),
+                               rtol=1e-5, atol=1e-6)
+    for name, actual, expected in zip("qkv", grads, ref_grads):
+        if name == "q":
+            actual, expected = actual[~past], expected[~past]
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+
+
+def test_cpu_seqused_q_through_the_operators_and_opcheck(rng):
+    # The last argument of hopattn::fwd and hopattn::bwd: eager shortcut, dispatcher and opcheck
+    # (the fake kernels, autograd) agree.
+    generator = torch_generator(rng, "cpu")
+    q, k, v = random_qkv((2, 9, 4, 16), (2, 21, 2, 16), torch.float32, "cpu", generator=generator)
+    used = torch.tensor([9, 4], dtype=torch.int32)
+    out, lse = hopattn.torch.forward(q, k, v, seqused_q=used)
+    op_out, op_lse = fwd_op(q, k, v, seqused_q=used)
+    torch.testing.assert_close(out, op_out, rtol=0, atol=0)
+    torch.testing.assert_close(lse, op_lse, rtol=0, atol=0)
+    assert (out[1, 4:] == 0).all() and torch.isneginf(lse[1, :, 4:]).all()
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    torch.library.opcheck(torch.ops.hopattn.fwd.default,
+                          (*leaves, *{**FWD_DEFAULTS, "seqused_q": used}.values()))
+    bwd_args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out, lse, None, False,
+                -1, -1, 0.0, None, None, 0, 0, None, False, None, 0, used)
+    torch.library.opcheck(torch.ops.hopattn.bwd.default, bwd_args)
+    dq = torch.ops.hopattn.bwd(*bwd_args)[0]
+    assert (dq[1, 4:] == 0).all() and dq[1, :4].abs().sum() > 0
+
+
 def dequantize_blocks(codes, descale, block_rows):
     """float64 code * scale of a (batch, seqlen, heads, d) tensor with (batch, heads, blocks) scales."""
     scale = descale.double().repeat_interleave(block_rows, dim=2)[:, :, :codes.shape[1]]
@@ -615,7 +674,7 @@ FWD_DEFAULTS = dict(softmax_scale=None, causal=False, window_left=-1, window_rig
                     seqused_k=None, page_table=None, num_splits=0, pack_gqa=None, q_descale=None,
                     k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
                     v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
-                    deterministic=False, learnable_sink=None, attention_chunk=0)
+                    deterministic=False, learnable_sink=None, attention_chunk=0, seqused_q=None)
 
 
 def fwd_op(q, k, v, **options):
@@ -1324,6 +1383,18 @@ def test_gpu_attention_chunk_is_refused_by_the_kernels_for_now(rng):
                          generator=torch_generator(rng, "cuda"))
     with pytest.raises(NotImplementedError, match="attention_chunk"):
         hopattn.flash_attn_func(q, k, v, causal=True, attention_chunk=16)
+
+
+# seqused_q on CUDA tensors: refused likewise (branch wip/seqused-q-kernels holds the kernel code).
+@needs_hopper
+def test_gpu_seqused_q_is_refused_by_the_kernels_for_now(rng):
+    q, k, v = (x[0] for x in random_qkv((1, 70, 2, 64), (1, 130, 2, 64), torch.bfloat16, "cuda",
+                                        generator=torch_generator(rng, "cuda")))
+    cu_q = torch.tensor([0, 70], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 130], dtype=torch.int32, device="cuda")
+    with pytest.raises(NotImplementedError, match="seqused_q"):
+        hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 70, 130, causal=True,
+                                       seqused_q=torch.tensor([50], dtype=torch.int32, device="cuda"))
 
 
 @needs_hopper

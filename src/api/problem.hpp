@@ -17,6 +17,7 @@ struct Problem {
   bool varlen_q = false;  // q, out are (total_q, heads, d), lengths from cu_seqlens_q
   bool varlen_k = false;  // k, v are (total_k, heads_kv, d), lengths from cu_seqlens_k
   bool has_seqused_k = false;
+  bool has_seqused_q = false;  // seqused_q given: sequence b uses its first seqused_q[b] query rows
   bool paged = false;  // k, v are (num_pages, page_size, heads_kv, d)
   int page_size = 0;
   int pages_per_seq = 0;

@@ -1,7 +1,7 @@
 // Every argument check of forward() and backward(), and the normalized Problem they produce. The
 // order is: each tensor well-formed, one device, dtypes, layout and shapes, scalars, what the CUDA
 // kernels need, then (host only) the values inside the int32 tensors. CUDA int32 tensors
-// (cu_seqlens, seqused_k, page_table) are trusted: checking their values would need a device sync.
+// (cu_seqlens, seqused_k, seqused_q, page_table) are trusted: checking their values would need a device sync.
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -21,7 +21,7 @@ constexpr const char* kQkvRule = "q, k and v must share one dtype";
 // The arguments forward and backward share.
 struct Common {
   Arg q, k, v;
-  std::optional<Arg> cu_seqlens_q, cu_seqlens_k, seqused_k, page_table;
+  std::optional<Arg> cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q, page_table;
   int max_seqlen_q, max_seqlen_k;
   std::optional<float> softmax_scale;
   bool causal;
@@ -40,7 +40,7 @@ std::vector<Arg> present(const Common& c, std::initializer_list<Arg> more,
                          std::initializer_list<std::optional<Arg>> optional_more) {
   std::vector<Arg> args = {c.q, c.k, c.v};
   args.insert(args.end(), more.begin(), more.end());
-  for (const auto& a : {c.cu_seqlens_q, c.cu_seqlens_k, c.seqused_k, c.page_table})
+  for (const auto& a : {c.cu_seqlens_q, c.cu_seqlens_k, c.seqused_k, c.seqused_q, c.page_table})
     if (a) args.push_back(*a);
   for (const auto& a : optional_more)
     if (a) args.push_back(*a);
@@ -78,7 +78,7 @@ Status check_input_dtypes(const Common& c, bool backward) {
   }
   HOPATTN_RETURN_IF_ERROR(check_same_dtype(c.k, c.q, kQkvRule));
   HOPATTN_RETURN_IF_ERROR(check_same_dtype(c.v, c.q, kQkvRule));
-  for (const auto& a : {c.cu_seqlens_q, c.cu_seqlens_k, c.seqused_k, c.page_table})
+  for (const auto& a : {c.cu_seqlens_q, c.cu_seqlens_k, c.seqused_k, c.seqused_q, c.page_table})
     if (a) HOPATTN_RETURN_IF_ERROR(check_dtype(*a, Dtype::kInt32));
   return Status::Ok();
 }
@@ -97,6 +97,13 @@ Status check_cu_seqlens_shape(const Arg& cu, std::int64_t batch) {
   return Status::Ok();
 }
 
+Status resolve_seqused_q(const Common& c, Problem* p) {
+  if (!c.seqused_q) return Status::Ok();
+  HOPATTN_RETURN_IF_ERROR(check_shape(*c.seqused_q, {p->batch}, "(batch)"));
+  p->has_seqused_q = true;
+  return Status::Ok();
+}
+
 // q (dense or varlen) fixes batch, heads_q, head_dim and seqlen_q.
 Status resolve_q(const Common& c, Problem* p) {
   const Tensor& q = *c.q.tensor;
@@ -112,7 +119,7 @@ Status resolve_q(const Common& c, Problem* p) {
     p->seqlen_q = c.max_seqlen_q;
     p->heads_q = static_cast<int>(q.shape[1]);
     p->head_dim = static_cast<int>(q.shape[2]);
-    return Status::Ok();
+    return resolve_seqused_q(c, p);
   }
   HOPATTN_RETURN_IF_ERROR(check_rank(c.q, 4, "(batch, seqlen_q, heads_q, head_dim)"));
   if (q.shape[0] < 1) return invalid("q: batch is 0; it must be >= 1");
@@ -120,7 +127,7 @@ Status resolve_q(const Common& c, Problem* p) {
   p->seqlen_q = static_cast<int>(q.shape[1]);
   p->heads_q = static_cast<int>(q.shape[2]);
   p->head_dim = static_cast<int>(q.shape[3]);
-  return Status::Ok();
+  return resolve_seqused_q(c, p);
 }
 
 // k and v (dense, varlen or paged) fix heads_kv, seqlen_k and the paging fields.
@@ -241,11 +248,11 @@ Status resolve_scalars(const Common& c, Problem* p) {
   // A row's diagonal lies in (-len_q, len_k): chunks of len_q + len_k or more put every such diagonal
   // in chunk 0 (keys [0, ...) cover all of the sequence's) or chunk -1 (no key), so the chunk is capped
   // there (no backend adds a huge chunk to a position). Where every sequence has exactly seqlen_q and
-  // seqlen_k (dense, no seqused_k), no diagonal is negative when seqlen_q <= seqlen_k, and a chunk of
+  // seqlen_k (dense, no seqused_k or seqused_q), no diagonal is negative when seqlen_q <= seqlen_k, and a chunk of
   // seqlen_k or more masks nothing: it is turned off.
   const long long chunk_cap = static_cast<long long>(p->seqlen_q) + p->seqlen_k;
   long long chunk = c.attention_chunk < chunk_cap ? c.attention_chunk : chunk_cap;
-  const bool exact_lengths = !p->varlen_q && !p->varlen_k && !p->has_seqused_k;
+  const bool exact_lengths = !p->varlen_q && !p->varlen_k && !p->has_seqused_k && !p->has_seqused_q;
   if (exact_lengths && p->seqlen_q <= p->seqlen_k && chunk >= p->seqlen_k) chunk = 0;
   p->attention_chunk = static_cast<int>(chunk);
   return Status::Ok();
@@ -270,7 +277,11 @@ Status check_host_values(const Common& c, const Problem& p) {
   if (c.cu_seqlens_k)
     HOPATTN_RETURN_IF_ERROR(check_cu_seqlens(*c.cu_seqlens_k, "k", c.k.tensor->shape[0], c.max_seqlen_k, "max_seqlen_k"));
   if (c.seqused_k)
-    HOPATTN_RETURN_IF_ERROR(check_seqused_k(*c.seqused_k, c.cu_seqlens_k ? c.cu_seqlens_k->tensor : nullptr, p.seqlen_k));
+    HOPATTN_RETURN_IF_ERROR(
+        check_seqused(*c.seqused_k, c.cu_seqlens_k ? c.cu_seqlens_k->tensor : nullptr, p.seqlen_k, "keys"));
+  if (c.seqused_q)
+    HOPATTN_RETURN_IF_ERROR(
+        check_seqused(*c.seqused_q, c.cu_seqlens_q ? c.cu_seqlens_q->tensor : nullptr, p.seqlen_q, "query rows"));
   if (c.page_table) HOPATTN_RETURN_IF_ERROR(check_page_table(*c.page_table, p.num_pages));
   return Status::Ok();
 }
@@ -308,6 +319,7 @@ Common common_of(const FwdArgs& a) {
           optional_arg("cu_seqlens_q", a.cu_seqlens_q),
           optional_arg("cu_seqlens_k", a.cu_seqlens_k),
           optional_arg("seqused_k", a.seqused_k),
+          optional_arg("seqused_q", a.seqused_q),
           optional_arg("page_table", a.page_table),
           a.max_seqlen_q,
           a.max_seqlen_k,
@@ -327,6 +339,7 @@ Common common_of(const BwdArgs& a) {
           optional_arg("cu_seqlens_q", a.cu_seqlens_q),
           optional_arg("cu_seqlens_k", a.cu_seqlens_k),
           optional_arg("seqused_k", a.seqused_k),
+          optional_arg("seqused_q", a.seqused_q),
           std::nullopt,
           a.max_seqlen_q,
           a.max_seqlen_k,

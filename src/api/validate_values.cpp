@@ -35,14 +35,14 @@ Status check_cu_seqlens(const Arg& cu_seqlens, const char* rows_name, std::int64
   return Status::Ok();
 }
 
-Status check_seqused_k(const Arg& seqused_k, const Tensor* cu_seqlens_k, int capacity) {
-  const Tensor& t = *seqused_k.tensor;
+Status check_seqused(const Arg& seqused, const Tensor* cu_seqlens, int capacity, const char* rows) {
+  const Tensor& t = *seqused.tensor;
   for (std::int64_t b = 0; b < t.shape[0]; ++b) {
-    const std::int64_t available = cu_seqlens_k ? at(*cu_seqlens_k, b + 1) - at(*cu_seqlens_k, b) : capacity;
+    const std::int64_t available = cu_seqlens ? at(*cu_seqlens, b + 1) - at(*cu_seqlens, b) : capacity;
     const std::int64_t used = at(t, b);
     if (used < 0 || used > available)
-      return invalid(std::string(seqused_k.name) + ": entry " + str(b) + " is " + str(used) + "; it must be in [0, " +
-                     str(available) + "], the keys sequence " + str(b) + " has");
+      return invalid(std::string(seqused.name) + ": entry " + str(b) + " is " + str(used) + "; it must be in [0, " +
+                     str(available) + "], the " + rows + " sequence " + str(b) + " has");
   }
   return Status::Ok();
 }

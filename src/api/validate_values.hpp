@@ -13,8 +13,9 @@ namespace hopattn::detail {
 Status check_cu_seqlens(const Arg& cu_seqlens, const char* rows_name, std::int64_t total_rows, int max_seqlen,
                         const char* max_name);
 
-// seqused_k[b] in [0, keys available to sequence b]: cu_seqlens_k's length when given, else `capacity`.
-Status check_seqused_k(const Arg& seqused_k, const Tensor* cu_seqlens_k, int capacity);
+// seqused_k[b] (seqused_q[b]) in [0, the keys (query rows) sequence b has]: its cu_seqlens length when
+// given, else `capacity`. `rows` names them in the message ("keys", "query rows").
+Status check_seqused(const Arg& seqused, const Tensor* cu_seqlens, int capacity, const char* rows);
 
 // Every entry of the (batch, pages_per_seq) table names a page of k/v: [0, num_pages).
 Status check_page_table(const Arg& page_table, std::int64_t num_pages);

@@ -5,7 +5,8 @@
 // With dP_ij = dout_i . v_j and D_i = sum_j P_ij dP_ij, the score gradient is dS_ij = P_ij (dP_ij - D_i),
 // times 1 - tanh^2 under softcap; then dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i,
 // dv_j = sum_i P_ij dout_i. A kv head's dk/dv sum over the q heads that read it (GQA). Masked entries
-// contribute nothing, and every gradient element no row reaches (empty rows, unused keys) is 0. A
+// contribute nothing, and every gradient element no row reaches (empty rows, unused keys, query rows
+// past seqused_q) is 0. A
 // learnable sink is a key with score sink_h and value 0: it joins P's normalization, and its own
 // gradient is dsink_h = sum_i P_i,sink (0 - D_i).
 #include <algorithm>
@@ -17,7 +18,8 @@
 namespace hopattn::reference {
 
 Status backward(const BwdArgs& args, const detail::Problem& problem) {
-  const SequenceLayout layout(problem, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, std::nullopt);
+  const SequenceLayout layout(problem, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.seqused_q,
+                              std::nullopt);
   const int d = problem.head_dim;
   const int group = problem.heads_q / problem.heads_kv;
   const int window_right = problem.causal ? 0 : problem.window_right;

@@ -1,6 +1,6 @@
 // Reference forward: out_i = sum_j P_ij v_j over the keys query i sees, LSE_i = log sum_j exp(s_ij)
 // (plus exp(sink) with a learnable sink), all in float64. Rows that see no key get out 0 and LSE -inf
-// (the sink with one).
+// (the sink with one). Rows past seqused_q[b] are not touched.
 #include <algorithm>
 #include <cmath>
 
@@ -24,7 +24,8 @@ double block_descale(const std::optional<Tensor>& factors, int b, int head, int 
 }  // namespace
 
 Status forward(const FwdArgs& args, const detail::Problem& problem) {
-  const SequenceLayout layout(problem, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table);
+  const SequenceLayout layout(problem, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.seqused_q,
+                              args.page_table);
   const int d = problem.head_dim;
   const int group = problem.heads_q / problem.heads_kv;
   const int window_right = problem.causal ? 0 : problem.window_right;

@@ -1,5 +1,5 @@
 // Strided element access for host tensors, and the row addressing of every layout the library accepts:
-// dense, varlen (cu_seqlens), seqused_k, and paged K/V. Rows are the head_dim vectors: contiguous,
+// dense, varlen (cu_seqlens), seqused_k / seqused_q, and paged K/V. Rows are the head_dim vectors: contiguous,
 // except in an fp8 v given with its keys contiguous (V^T in memory), hence the loads' element step.
 #pragma once
 
@@ -57,11 +57,13 @@ class SequenceLayout {
  public:
   SequenceLayout(const detail::Problem& problem, const std::optional<Tensor>& cu_seqlens_q,
                  const std::optional<Tensor>& cu_seqlens_k, const std::optional<Tensor>& seqused_k,
-                 const std::optional<Tensor>& page_table)
+                 const std::optional<Tensor>& seqused_q, const std::optional<Tensor>& page_table)
       : problem_(problem), page_table_(problem.paged ? page_table : std::nullopt) {
     for (int b = 0; b < problem.batch; ++b) {
       q_start_.push_back(problem.varlen_q ? read_int(*cu_seqlens_q, b) : 0);
-      len_q_.push_back(problem.varlen_q ? read_int(*cu_seqlens_q, b + 1) - q_start_.back() : problem.seqlen_q);
+      int len_q = problem.varlen_q ? read_int(*cu_seqlens_q, b + 1) - q_start_.back() : problem.seqlen_q;
+      if (problem.has_seqused_q) len_q = read_int(*seqused_q, b);
+      len_q_.push_back(len_q);
       k_start_.push_back(problem.varlen_k ? read_int(*cu_seqlens_k, b) : 0);
       int len_k = problem.varlen_k ? read_int(*cu_seqlens_k, b + 1) - k_start_.back() : problem.seqlen_k;
       if (problem.has_seqused_k) len_k = read_int(*seqused_k, b);
@@ -69,6 +71,7 @@ class SequenceLayout {
     }
   }
 
+  // The rows and keys sequence b uses (seqused_q / seqused_k when given).
   int len_q(int b) const { return len_q_[b]; }
   int len_k(int b) const { return len_k_[b]; }
 

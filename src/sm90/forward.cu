@@ -111,6 +111,8 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
   // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
   // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
   if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
+  // Likewise seqused_q: its kernel code (each sequence's seqlen_q) waits on branch wip/seqused-q-kernels.
+  if (pr.has_seqused_q) return unsupported("seqused_q");
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {

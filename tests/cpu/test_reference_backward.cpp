@@ -17,6 +17,7 @@ struct BwdCase {
   int batch, sq, sk;
   std::vector<int> varlen_q, varlen_k;
   std::vector<int> seqused_k;  // dense only; empty = all keys
+  std::vector<int> seqused_q;  // dense only; empty = all rows (past them: q, out, lse, dout hold NaN)
   bool causal = false;
   int window_left = -1, window_right = -1;
   int attention_chunk = 0;
@@ -32,6 +33,7 @@ Packing packing_of(const BwdCase& c) {
   if (is_varlen(c)) return Packing::varlen(c.varlen_q, c.varlen_k);
   Packing p = Packing::dense(c.batch, c.sq, c.sk);
   if (!c.seqused_k.empty()) p.k_len = c.seqused_k;
+  if (!c.seqused_q.empty()) p.q_len = c.seqused_q;
   return p;
 }
 
@@ -108,6 +110,20 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   k.fill_random(seed + 1, -1.5, 1.5);
   v.fill_random(seed + 2);
   dout.fill_random(seed + 3);
+  // Rows past seqused_q may hold anything: NaN in q, out, lse and (the backward's copy of) dout.
+  std::vector<int> seqused_q = c.seqused_q;
+  auto for_unused_rows = [&](auto&& visit) {
+    for (int b = 0; b < static_cast<int>(seqused_q.size()); ++b)
+      for (int i = seqused_q[b]; i < c.sq; ++i) visit(b, i);
+  };
+  auto poison_row = [&](HostTensor& t, int b, int i) {
+    for (int e = 0; e < c.hq * c.d; ++e) t.set((static_cast<std::int64_t>(b) * c.sq + i) * c.hq * c.d + e, NAN);
+  };
+  HostTensor dout_given = dout;
+  for_unused_rows([&](int b, int i) {
+    poison_row(q, b, i);
+    poison_row(dout_given, b, i);
+  });
   HostTensor out = q_side(Dtype::kFloat32);
   HostTensor lse = varlen ? HostTensor(Dtype::kFloat32, {c.hq, total_q}) : HostTensor(Dtype::kFloat32, {c.batch, c.hq, c.sq});
 
@@ -136,8 +152,13 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
     fwd.max_seqlen_k = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
   }
   if (!seqused.empty()) fwd.seqused_k = int_tensor(seqused);
+  if (!seqused_q.empty()) fwd.seqused_q = int_tensor(seqused_q);
   const Status forward_status = hopattn::forward(fwd);
   ASSERT_TRUE(forward_status.ok()) << forward_status.message();
+  for_unused_rows([&](int b, int i) {
+    poison_row(out, b, i);
+    for (int h = 0; h < c.hq; ++h) lse.set((static_cast<std::int64_t>(b) * c.hq + h) * c.sq + i, NAN);
+  });
 
   HostTensor dq = q_side(Dtype::kFloat32), dk = k_side(), dv = k_side();
   dq.poison();
@@ -149,7 +170,7 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   bwd.v = fwd.v;
   bwd.out = fwd.out;
   bwd.lse = *fwd.lse;
-  bwd.dout = dout.tensor();
+  bwd.dout = dout_given.tensor();
   bwd.dq = dq.tensor();
   bwd.dk = dk.tensor();
   bwd.dv = dv.tensor();
@@ -164,6 +185,7 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   bwd.max_seqlen_q = fwd.max_seqlen_q;
   bwd.max_seqlen_k = fwd.max_seqlen_k;
   bwd.seqused_k = fwd.seqused_k;
+  bwd.seqused_q = fwd.seqused_q;
   bwd.deterministic = c.deterministic;
   if (c.sinks) {
     dsink.poison();
@@ -232,6 +254,15 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   varlen_chunks.name = "varlen + chunks of 2 + window left";
   varlen_chunks.attention_chunk = 2;
   cases.push_back(varlen_chunks);
+  BwdCase rows_used{"seqused_q + causal + GQA: unused rows get zero dq, read nothing", 4, 2, 5, 3, 7, 5, {}, {}, {}};
+  rows_used.seqused_q = {7, 0, 3};
+  rows_used.causal = true;
+  cases.push_back(rows_used);
+  BwdCase rows_and_keys_used{"seqused_q + seqused_k + window", 2, 1, 4, 2, 6, 8, {}, {}, {5, 8}};
+  rows_and_keys_used.seqused_q = {2, 6};
+  rows_and_keys_used.window_left = 2;
+  rows_and_keys_used.window_right = 1;
+  cases.push_back(rows_and_keys_used);
   for (std::size_t i = 0; i < cases.size(); ++i) check_against_finite_differences(cases[i], seed + 10 * i);
 }
 

@@ -1,5 +1,5 @@
-// Layouts: varlen equals per-sequence dense calls, seqused_k equals truncated keys, paged K/V equals
-// contiguous K/V, and strided views equal contiguous tensors. All float32, compared bit for bit: the
+// Layouts: varlen equals per-sequence dense calls, seqused_k equals truncated keys, seqused_q equals
+// truncated query rows, paged K/V equals contiguous K/V, and strided views equal contiguous tensors. All float32, compared bit for bit: the
 // same math must come out whatever the addressing.
 #include <gtest/gtest.h>
 
@@ -131,6 +131,74 @@ TEST(ReferenceLayouts, SequsedKEqualsTruncatedKeys) {
     for (int h = 0; h < hq; ++h)
       for (int i = 0; i < sq; ++i)
         EXPECT_EQ(got.lse[static_cast<std::size_t>(h) * batch * sq + b * sq + i], want.lse[h * sq + i]);
+  }
+}
+
+// seqused_q, dense and variable-length q: sequence b's first used[b] rows equal a dense call on those
+// rows alone (causal aligned to them, seqused_k too); the rows past them are neither read (q holds NaN
+// there) nor written (out and lse keep a marker).
+TEST(ReferenceLayouts, SequsedQEqualsTruncatedRows) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int hq = 4, hkv = 2, d = 12;
+  const double marker = 1234.5;
+  for (const bool varlen : {false, true}) {
+    SCOPED_TRACE(varlen ? "variable-length q" : "dense q");
+    // Rows per sequence (dense: all 9), and the used ones: all, none, one, and random.
+    std::vector<int> rows = varlen ? std::vector<int>{7, 3, 9, 5} : std::vector<int>(4, 9);
+    std::vector<int> used = {rows[0], 0, 1, static_cast<int>(rng() % (rows[3] + 1))};
+    std::vector<int> used_k = {6, 11, 2, 1 + static_cast<int>(rng() % 11)};
+    std::vector<int> cu_q = prefix_sums(rows);
+    const int batch = 4, sk = 11;
+    HostTensor q = varlen ? random_tensor({cu_q.back(), hq, d}, rng()) : random_tensor({batch, 9, hq, d}, rng());
+    const HostTensor k = random_tensor({batch, sk, hkv, d}, rng());
+    const HostTensor v = random_tensor({batch, sk, hkv, d}, rng());
+    for (int b = 0; b < batch; ++b)
+      for (int i = used[b]; i < rows[b]; ++i)
+        for (int e = 0; e < hq * d; ++e) q.set((static_cast<std::int64_t>(cu_q[b]) + i) * hq * d + e, NAN);
+    HostTensor out(Dtype::kFloat32, q.shape()), lse(Dtype::kFloat32, {hq, cu_q.back()});
+    if (!varlen) lse = HostTensor(Dtype::kFloat32, {batch, hq, 9});
+    for (std::int64_t e = 0; e < out.numel(); ++e) out.set(e, marker);
+    for (std::int64_t e = 0; e < lse.numel(); ++e) lse.set(e, marker);
+    FwdArgs args;
+    args.q = q.tensor();
+    args.k = k.tensor();
+    args.v = v.tensor();
+    args.out = out.tensor();
+    args.lse = lse.tensor();
+    args.causal = true;
+    args.seqused_q = int_tensor(used);
+    args.seqused_k = int_tensor(used_k);
+    if (varlen) {
+      args.cu_seqlens_q = int_tensor(cu_q);
+      args.max_seqlen_q = 9;
+    }
+    const Status status = hopattn::forward(args);
+    ASSERT_TRUE(status.ok()) << status.message();
+    const std::vector<double> got_out = out.to_double();
+    const std::vector<double> got_lse = varlen ? lse.to_double() : dense_lse_to_packed(lse.to_double(), batch, hq, 9);
+
+    for (int b = 0; b < batch; ++b) {
+      SCOPED_TRACE("sequence " + std::to_string(b) + ", rows used " + std::to_string(used[b]));
+      for (int i = 0; i < rows[b]; ++i)
+        for (int h = 0; h < hq; ++h) {
+          const std::size_t row = static_cast<std::size_t>(cu_q[b]) + i;
+          const bool past = i >= used[b];
+          if (past) EXPECT_EQ(got_lse[h * cu_q.back() + row], marker) << "lse row " << i << " written";
+          for (int c = 0; c < d && past; ++c) ASSERT_EQ(got_out[(row * hq + h) * d + c], marker) << "out row " << i;
+        }
+      if (used[b] == 0) continue;
+      FwdArgs dense;
+      dense.causal = true;
+      const Output want = call_dense(take_rows(q, cu_q[b], used[b]), take_rows(k, b * sk, used_k[b]),
+                                     take_rows(v, b * sk, used_k[b]), dense);
+      const auto out_begin = got_out.begin() + static_cast<std::ptrdiff_t>(cu_q[b]) * hq * d;
+      EXPECT_EQ(std::vector<double>(out_begin, out_begin + static_cast<std::ptrdiff_t>(used[b]) * hq * d), want.out);
+      for (int h = 0; h < hq; ++h)
+        for (int i = 0; i < used[b]; ++i)
+          EXPECT_EQ(got_lse[h * cu_q.back() + cu_q[b] + i], want.lse[h * used[b] + i]);
+    }
   }
 }
 

@@ -23,6 +23,7 @@ TEST(Validation, ValidDenseCallFillsEveryProblemField) {
   EXPECT_FALSE(p.varlen_q);
   EXPECT_FALSE(p.varlen_k);
   EXPECT_FALSE(p.has_seqused_k);
+  EXPECT_FALSE(p.has_seqused_q);
   EXPECT_FALSE(p.paged);
   EXPECT_EQ(p.page_size, 0);
   EXPECT_EQ(p.pages_per_seq, 0);
@@ -120,15 +121,18 @@ TEST(Validation, EmptyHostSequencesPass) {
 
 TEST(Validation, NullDataOfEveryTensorIsRejected) {
   VarlenCall call;
-  HostTensor seqused(Dtype::kInt32, {2});
+  HostTensor seqused(Dtype::kInt32, {2}), seqused_q(Dtype::kInt32, {2});
   set_ints(seqused, {5, 7});
+  set_ints(seqused_q, {4, 0});
   call.args.seqused_k = seqused.tensor();
+  call.args.seqused_q = seqused_q.tensor();
   ASSERT_TRUE(call.validate().ok()) << call.validate().message();
   const std::pair<const char*, Tensor*> tensors[] = {
       {"q", &call.args.q},           {"k", &call.args.k},
       {"v", &call.args.v},           {"out", &call.args.out},
       {"lse", &*call.args.lse},      {"cu_seqlens_q", &*call.args.cu_seqlens_q},
-      {"cu_seqlens_k", &*call.args.cu_seqlens_k}, {"seqused_k", &*call.args.seqused_k}};
+      {"cu_seqlens_k", &*call.args.cu_seqlens_k}, {"seqused_k", &*call.args.seqused_k},
+      {"seqused_q", &*call.args.seqused_q}};
   for (auto [name, tensor] : tensors) {
     void* data = tensor->data;
     tensor->data = nullptr;
@@ -309,6 +313,13 @@ TEST(Validation, SequsedKMustBeInt32) {
   HostTensor used(Dtype::kFloat32, {2});
   call.args.seqused_k = used.tensor();
   EXPECT_TRUE(Invalid(call.validate(), "seqused_k", {"int32"}));
+}
+
+TEST(Validation, SequsedQMustBeInt32) {
+  VarlenCall call;
+  HostTensor used(Dtype::kFloat16, {2});
+  call.args.seqused_q = used.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "seqused_q", {"float16", "int32"}));
 }
 
 TEST(Validation, PageTableMustBeInt32) {

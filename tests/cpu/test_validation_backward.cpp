@@ -125,6 +125,9 @@ TEST(ValidationBackward, HostLengthsAreChecked) {
   set_ints(used, {7, 8});
   call.args.seqused_k = used.tensor();
   EXPECT_TRUE(Invalid(call.validate(), "seqused_k", {"entry 1 is 8", "[0, 7]"}));
+  call.args.seqused_k.reset();
+  call.args.seqused_q = used.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "seqused_q", {"entry 0 is 7"}));
 }
 
 TEST(ValidationBackward, MixedDevicesAreRejected) {

@@ -175,6 +175,18 @@ TEST(ValidationLayout, SequsedKShapeIsBatch) {
   EXPECT_TRUE(Invalid(call.validate(), "seqused_k", {"(batch)", "(2)"}));
 }
 
+TEST(ValidationLayout, SequsedQShapeIsBatch) {
+  for (const bool varlen : {false, true}) {
+    DenseCall dense;
+    VarlenCall packed;
+    FwdArgs& args = varlen ? packed.args : dense.args;
+    HostTensor used(Dtype::kInt32, {3});
+    set_ints(used, {1, 2, 3});
+    args.seqused_q = used.tensor();
+    EXPECT_TRUE(Invalid(varlen ? packed.validate() : dense.validate(), "seqused_q", {"(batch)", "(2)"})) << varlen;
+  }
+}
+
 TEST(ValidationLayout, HeadsQMustBePositive) {
   DenseCall call;
   call.args.q.shape[2] = call.args.out.shape[2] = 0;

@@ -79,6 +79,12 @@ TEST(ValidationScalars, AttentionChunksThatMaskNothingAreOffAndLongOnesCapped) {
   call.args.attention_chunk = INT_MAX;
   ASSERT_TRUE(call.validate(&p).ok());
   EXPECT_EQ(p.attention_chunk, 5 + 7);
+  // So with seqused_q (fewer rows move the diagonals left, before key 0).
+  const std::vector<std::int32_t> used_q = {5, 1};
+  call.args.seqused_k.reset();
+  call.args.seqused_q = make_tensor(const_cast<std::int32_t*>(used_q.data()), Dtype::kInt32, {2}, DeviceType::kHost);
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate().message();
+  EXPECT_EQ(p.attention_chunk, 5 + 7);
 }
 
 TEST(ValidationScalars, CausalWithPositiveWindowRightIsAContradiction) {

@@ -1,4 +1,4 @@
-// Validation of the values inside host int32 tensors: cu_seqlens, seqused_k, page_table.
+// Validation of the values inside host int32 tensors: cu_seqlens, seqused_k, seqused_q, page_table.
 #include "test_validation_fixture.hpp"
 
 namespace hopattn::test {
@@ -64,6 +64,27 @@ TEST(ValidationValues, SequsedKIsBoundedByEachVarlenSequence) {
   EXPECT_TRUE(Invalid(call.validate(), "seqused_k", {"entry 0 is 6", "[0, 5]"}));
   set_ints(used, {0, 7});
   EXPECT_TRUE(call.validate().ok()) << call.validate().message();
+}
+
+TEST(ValidationValues, SequsedQIsBoundedByEachSequencesRows) {
+  VarlenCall varlen;  // query lengths {4, 5}
+  HostTensor used(Dtype::kInt32, {2});
+  set_ints(used, {4, 6});
+  varlen.args.seqused_q = used.tensor();
+  EXPECT_TRUE(Invalid(varlen.validate(), "seqused_q", {"entry 1 is 6", "[0, 5]", "query rows"}));
+  set_ints(used, {-1, 5});
+  EXPECT_TRUE(Invalid(varlen.validate(), "seqused_q", {"entry 0 is -1"}));
+  set_ints(used, {0, 5});
+  Problem p;
+  ASSERT_TRUE(varlen.validate(&p).ok()) << varlen.validate().message();
+  EXPECT_TRUE(p.has_seqused_q);
+
+  DenseCall dense;  // seqlen_q 5
+  dense.args.seqused_q = used.tensor();
+  set_ints(used, {5, 6});
+  EXPECT_TRUE(Invalid(dense.validate(), "seqused_q", {"entry 1 is 6", "[0, 5]"}));
+  set_ints(used, {5, 2});
+  EXPECT_TRUE(dense.validate().ok()) << dense.validate().message();
 }
 
 TEST(ValidationValues, PageIndexOutOfRangeIsRejected) {
