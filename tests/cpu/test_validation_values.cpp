@@ -75,7 +75,7 @@ TEST(ValidationValues, SequsedQIsBoundedByEachSequencesRows) {
   set_ints(used, {-1, 5});
   EXPECT_TRUE(Invalid(varlen.validate(), "seqused_q", {"entry 0 is -1"}));
   set_ints(used, {0, 5});
-  Problem p;
+  detail::Problem p;
   ASSERT_TRUE(varlen.validate(&p).ok()) << varlen.validate().message();
   EXPECT_TRUE(p.has_seqused_q);
 
