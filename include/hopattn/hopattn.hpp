@@ -133,8 +133,8 @@ struct FwdArgs {
   // int32 (batch): query rows actually used per sequence (flash-attention 3's seqused_q), dense or
   // variable-length q: sequence b's first seqused_q[b] rows, in [0, its rows]. Causal, the window and
   // chunks align to seqused_q[b]. The rows past it are not read, and their out and lse are not written
-  // (they keep what the caller's memory holds, as in flash-attention 3). The CPU reference backend
-  // takes it; the sm_90a kernels answer kUnsupported until theirs have run on a GPU.
+  // (they keep what the caller's memory holds, as in flash-attention 3). The sm_90a forward takes it
+  // in its variable-length kernels (a dense q too; FP8 with v in the ordinary layout).
   std::optional<Tensor> seqused_q;
 
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v (num_pages, page_size,

@@ -1385,16 +1385,43 @@ def test_gpu_attention_chunk_is_refused_by_the_kernels_for_now(rng):
         hopattn.flash_attn_func(q, k, v, causal=True, attention_chunk=16)
 
 
-# seqused_q on CUDA tensors: refused likewise (branch wip/seqused-q-kernels holds the kernel code).
+# seqused_q on CUDA tensors: as on the CPU (test_cpu_varlen_seqused_q_...), q and dout hold NaN past
+# the rows in use; out, lse and the gradients match the CPU reference backend run on the same values
+# (float32), and the rows past them come out as rows that see no key (out 0, lse -inf, dq 0).
 @needs_hopper
-def test_gpu_seqused_q_is_refused_by_the_kernels_for_now(rng):
-    q, k, v = (x[0] for x in random_qkv((1, 70, 2, 64), (1, 130, 2, 64), torch.bfloat16, "cuda",
-                                        generator=torch_generator(rng, "cuda")))
-    cu_q = torch.tensor([0, 70], dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0, 130], dtype=torch.int32, device="cuda")
-    with pytest.raises(NotImplementedError, match="seqused_q"):
-        hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 70, 130, causal=True,
-                                       seqused_q=torch.tensor([50], dtype=torch.int32, device="cuda"))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_varlen_seqused_q_matches_the_cpu_reference(rng, dtype):
+    generator = torch_generator(rng, "cuda")
+    cu_q, cu_k, used = [0, 130, 200, 265], [0, 300, 365, 500], [129, 0, 64]
+    q = torch.randn(265, 6, 128, dtype=getattr(torch, dtype), device="cuda", generator=generator)
+    k, v = (torch.randn(500, 2, 128, dtype=q.dtype, device="cuda", generator=generator)
+            for _ in range(2))
+    dout = torch.randn(q.shape, dtype=q.dtype, device="cuda", generator=generator)
+    past = torch.ones(265, dtype=torch.bool, device="cuda")
+    for b in range(3):
+        past[cu_q[b]:cu_q[b] + used[b]] = False
+    q[past] = float("nan")
+    dout[past] = float("nan")
+    results = []
+    for device, operand in (("cuda", lambda x: x), ("cpu", lambda x: x.detach().float().cpu())):
+        leaves = [operand(x).requires_grad_() for x in (q, k, v)]
+        out, lse = hopattn.flash_attn_varlen_func(
+            *leaves, torch.tensor(cu_q, dtype=torch.int32, device=device),
+            torch.tensor(cu_k, dtype=torch.int32, device=device), 130, 300,
+            seqused_q=torch.tensor(used, dtype=torch.int32, device=device), causal=True,
+            return_attn_probs=True)
+        grads = torch.autograd.grad(out, leaves, operand(dout))
+        results.append([x.detach().float().cpu() for x in (out, lse, *grads)])
+    (out, lse, dq, dk, dv), (ref_out, ref_lse, *ref_grads) = results
+    past = past.cpu()
+    assert (out[past] == 0).all() and torch.isneginf(lse[:, past]).all() and (dq[past] == 0).all()
+    torch.testing.assert_close(lse[:, ~past], ref_lse[:, ~past], rtol=0, atol=1e-3)
+    for name, actual, expected in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), (ref_out, *ref_grads)):
+        if name in ("out", "dq"):
+            actual, expected = actual[~past], expected[~past]
+        assert actual.isfinite().all(), name
+        error = (actual - expected).abs().max() / expected.abs().max()
+        assert error < 2e-2, f"{name}: max error {error:.3g} of the largest reference value"
 
 
 @needs_hopper

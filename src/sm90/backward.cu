@@ -15,9 +15,9 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a backward kernel yet; it supports bf16/fp16 q/k/v, dense "
                        "(batch, seqlen, heads, head_dim) or variable-length (cu_seqlens_q, cu_seqlens_k, "
-                       "seqused_k), with head dim up to 256 (a multiple of 8), causal or not, sliding window, "
-                       "softcap, GQA/MQA and softmax_scale (the CPU reference backend supports every feature on host "
-                       "tensors)");
+                       "seqused_k, seqused_q), with head dim up to 256 (a multiple of 8), causal or not, sliding "
+                       "window, softcap, GQA/MQA and softmax_scale (the CPU reference backend supports every feature "
+                       "on host tensors)");
 }
 
 template <int kHeadDim, typename Element>
@@ -51,9 +51,6 @@ Status backward(const BwdArgs& args, const detail::Problem& pr) {
   // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
   // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
   if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
-  // Likewise seqused_q: its kernel code (each sequence's seqlen_q, dq rows past it) waits on branch
-  // wip/seqused-q-kernels.
-  if (pr.has_seqused_q) return unsupported("seqused_q");
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);

@@ -16,7 +16,7 @@ namespace {
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
-                       "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k) or with a paged KV "
+                       "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q) or with a paged KV "
                        "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v likewise, "
                        "with head dim 64, 128 "
                        "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, softcap, "
@@ -51,11 +51,13 @@ bool decodes(const FwdArgs& args, const detail::Problem& pr) {
   return has_decoding_kernels(args, pr) && pr.seqlen_q <= kTileRows / 2;
 }
 
-// Batches whose sequences differ in length or location take the variable-length kernels, and so do
+// Batches whose sequences differ in length or location (seqused_q: a dense q's too) take the
+// variable-length kernels, and so do
 // launches that pack GQA heads into tiles (only those kernels pack; a dense batch is a special case)
 // and decoding steps.
 bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
-  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged || packs(args, pr) || decodes(args, pr);
+  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.has_seqused_q || pr.paged || packs(args, pr) ||
+         decodes(args, pr);
 }
 
 // A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
@@ -85,7 +87,7 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
   const bool varlen = takes_varlen_kernels(args, pr);
   if (varlen && !args.options.warp_specialized)
-    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k) or a paged KV cache with "
+    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q) or a paged KV cache with "
                        "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "
                        "warp-specialized)");
   if (args.options.pack_gqa == KernelOptions::PackGqa::kOn) {
@@ -111,8 +113,6 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
   // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
   // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
   if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
-  // Likewise seqused_q: its kernel code (each sequence's seqlen_q) waits on branch wip/seqused-q-kernels.
-  if (pr.has_seqused_q) return unsupported("seqused_q");
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {

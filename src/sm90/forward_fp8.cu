@@ -17,7 +17,7 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
   if (varlen && vt)
     return Status(StatusCode::kUnsupported,
                   "v keys-contiguous (V^T in memory) with variable-length input (cu_seqlens_q, cu_seqlens_k, "
-                  "seqused_k) or pack_gqa = kOn is not supported by the sm_90a fp8 forward kernel; with those it "
+                  "seqused_k, seqused_q) or pack_gqa = kOn is not supported by the sm_90a fp8 forward kernel; with those it "
                   "takes v with its head dim contiguous (stride[-1] == 1)");
   switch (pr.head_dim) {
     case 64:

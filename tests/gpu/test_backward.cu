@@ -14,7 +14,6 @@
 
 #include "gpu/backward_case.cuh"
 #include "gpu/gpu_test_util.cuh"
-#include "gpu/sequence_checks.cuh"
 
 namespace hopattn::test {
 namespace {
@@ -294,15 +293,6 @@ TEST_F(BackwardRefusals, AttentionChunkIsUnsupported) {
   BwdArgs args = call.args;
   args.attention_chunk = 16;
   EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "attention_chunk"), "");
-}
-
-// seqused_q: likewise until its kernel code has run on a GPU (branch wip/seqused-q-kernels).
-TEST_F(BackwardRefusals, SequsedQIsUnsupported) {
-  const BackwardCall call(causal(bwd(kBf16, 1, 2, 2, 70, 130, 64)), run_seed());
-  const DeviceBuffer rows_used = upload(std::vector<int>{50});
-  BwdArgs args = call.args;
-  args.seqused_q = make_tensor(rows_used.data(), Dtype::kInt32, {1}, DeviceType::kCuda);
-  EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "seqused_q"), "");
 }
 
 }  // namespace

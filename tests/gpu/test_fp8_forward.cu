@@ -499,8 +499,10 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
 // be. dense_q / dense_k pass equal-length q or k/v as (batch, seqlen, heads, d) without cu_seqlens
 // instead; page_size > 0 passes k/v as a paged cache of that page size instead (shuffled pages of
 // max(lens_k) keys per sequence, spare pages, everything but the keys in use NaN; seqused_k given).
+// used_q (seqused_q; empty: all): the queries each sequence uses; its q rows past them are NaN, and
+// its out and lse rows there must keep their poison.
 struct Fp8VarlenCase {
-  std::vector<int> lens_q, lens_k, used_k;
+  std::vector<int> lens_q, lens_k, used_k, used_q;
   bool dense_q = false, dense_k = false;
   int page_size = 0;
   int heads_q = 4, heads_kv = 2, head_dim = 128;
@@ -521,6 +523,7 @@ struct Fp8VarlenCase {
     std::ostringstream s;
     s << "varlen sq {" << list(lens_q) << "} sk {" << list(lens_k) << "}";
     if (!used_k.empty()) s << " seqused_k {" << list(used_k) << "}";
+    if (!used_q.empty()) s << " seqused_q {" << list(used_q) << "}";
     if (dense_q) s << " dense q";
     if (dense_k) s << " dense k/v";
     if (page_size > 0) s << " paged " << page_size;
@@ -543,6 +546,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const int batch = static_cast<int>(c.lens_q.size()), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
   const std::vector<int> starts_q = prefix_sums(c.lens_q), starts_k = prefix_sums(c.lens_k);
   const std::vector<int>& used = c.used_k.empty() ? c.lens_k : c.used_k;
+  const std::vector<int>& used_q = c.used_q.empty() ? c.lens_q : c.used_q;
   const int total_q = starts_q.back(), total_k = starts_k.back();
   const int max_q = *std::max_element(c.lens_q.begin(), c.lens_q.end());
   const int max_k = *std::max_element(c.lens_k.begin(), c.lens_k.end());
@@ -557,6 +561,9 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
     const std::size_t bytes = std::size_t(c.lens_k[b] - used[b]) * row_bytes;
     HOPATTN_CUDA_CHECK(cudaMemset(k.as<std::uint8_t>() + first, 0x7f, bytes));
     HOPATTN_CUDA_CHECK(cudaMemset(v.as<std::uint8_t>() + first, 0x7f, bytes));
+    const std::size_t q_row_bytes = std::size_t(hq) * d;  // and the query rows past those in use
+    HOPATTN_CUDA_CHECK(cudaMemset(q.as<std::uint8_t>() + (starts_q[b] + used_q[b]) * q_row_bytes, 0x7f,
+                                  (c.lens_q[b] - used_q[b]) * q_row_bytes));
   }
   const Fp8Descales scales(batch, hq, hkv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
   const std::int64_t nq = std::int64_t(total_q) * hq * d, nlse = std::int64_t(total_q) * hq;
@@ -610,6 +617,8 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const DeviceBuffer used_all = upload(used);  // a paged cache takes its key counts from seqused_k
   if (!c.used_k.empty() || c.page_size > 0)
     args.seqused_k = make_tensor(used_all.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+  const DeviceBuffer used_q_all = upload(used_q);
+  if (!c.used_q.empty()) args.seqused_q = make_tensor(used_q_all.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
   args.max_seqlen_q = max_q;
   args.max_seqlen_k = max_k;
   scales.attach(args, c.rows_q, c.rows_kv);
@@ -617,13 +626,16 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != nq) return "out not written exactly (NaN left)";
-  if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
+  // Exactly the rows in use written (all of them without seqused_q).
+  const std::int64_t rows_used = std::int64_t(prefix_sums(used_q).back()) * hq;
+  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != rows_used * d) return "out not written exactly";
+  if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != rows_used)
+    return "lse not written exactly";
 
   const auto out_h = out.to_host<std::uint16_t>();
   const auto lse_h = lse.to_host<float>();
   for (int b = 0; b < batch; ++b) {
-    const int len_q = c.lens_q[b];
+    const int len_q = used_q[b];
     if (len_q == 0) continue;
     const std::size_t q_row = starts_q[b], k_row = starts_k[b];
     OracleArgs o{q.as<std::uint8_t>() + q_row * hq * d, k.as<std::uint8_t>() + k_row * hkv * d,
@@ -1029,12 +1041,14 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   }
   // At least one query row: CUDA tensors must not be empty (validation refuses them).
   if (*std::max_element(c.lens_q.begin(), c.lens_q.end()) == 0) c.lens_q[0] = 1;
+  if (rng() % 5 == 0)  // seqused_q: the queries in use, none to all
+    for (int len : c.lens_q) c.used_q.push_back(int(rng() % (len + 1)));
   return c;
 }
 
-// Variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) against the oracle run on each
-// sequence alone: random lengths (empty query sequences, keys in use from none to all, the unused rows
-// NaN), every head dim, masks, softcap, GQA, per-head and per-block descales, the kernel options.
+// Variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k / seqused_q) against the oracle run
+// on each sequence alone: random lengths (empty query sequences, keys and queries in use from none to
+// all, the unused rows NaN), every head dim, masks, softcap, GQA, per-head and per-block descales, the kernel options.
 TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
   const std::uint64_t seed = run_seed();
   std::mt19937_64 rng(seed);
@@ -1068,6 +1082,15 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.softcap = 2.5f, c.window_left = 37, c.window_right = 5;
     cases.push_back(c);
     c.softcap = 0.0f, c.window_left = c.window_right = -1, c.block_scales = true, c.rows_q = 64;
+    cases.push_back(c);
+  }
+  for (int d : {64, 128, 256}) {  // seqused_q: none, one, a block edge, all
+    Fp8VarlenCase c;
+    c.head_dim = d, c.causal = true, c.lens_q = {200, 129, 64, 7}, c.lens_k = {300, 129, 64, 7};
+    c.used_q = {129, 0, 63, 7};
+    cases.push_back(c);
+    c.causal = false, c.dense_q = c.dense_k = true, c.lens_q = {4, 4}, c.lens_k = {900, 900}, c.used_q = {1, 3};
+    c.used_k = {899, 64}, c.block_scales = true, c.rows_q = 64;
     cases.push_back(c);
   }
   Fp8VarlenCase c;

@@ -1,14 +1,12 @@
 // Features that the CPU reference backend has and the sm_90a forward kernels refuse (kUnsupported
 // naming the argument) until their kernel code has run on a GPU, writing nothing: attention_chunk
-// (branch wip/attention-chunk-kernels) and seqused_q (branch wip/seqused-q-kernels). Left at their
-// defaults (chunk 0, no seqused_q) they run as before (every other GPU test). The backward's refusals
+// (branch wip/attention-chunk-kernels). Left at its default (chunk 0) it runs as before (every other
+// GPU test). The backward's refusals
 // are checked beside its others (BackwardRefusals, test_backward.cu).
 #include <functional>
 #include <string>
-#include <vector>
 
 #include "gpu/gpu_test_util.cuh"
-#include "gpu/sequence_checks.cuh"
 
 namespace hopattn::test {
 namespace {
@@ -25,11 +23,8 @@ struct Refusal {
 
 TEST_F(NotYetOnGpu, ForwardRefusesAndWritesNothing) {
   const std::uint64_t seed = run_seed();
-  const DeviceBuffer rows_used = upload(std::vector<int>{50});
-  const Tensor seqused_q = make_tensor(rows_used.data(), Dtype::kInt32, {1}, DeviceType::kCuda);
   const Refusal refusals[] = {
       {"attention_chunk", [](FwdArgs& a) { a.attention_chunk = 16; }},
-      {"seqused_q", [&](FwdArgs& a) { a.seqused_q = seqused_q; }},
   };
   for (const Refusal& refusal : refusals) {
     for (const Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat8E4M3}) {

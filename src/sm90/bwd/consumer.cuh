@@ -15,7 +15,8 @@
 //      accumulators instead: Traits::kDqFromRegisters).
 // The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
 // first, each zeroes its share of the K and V rows past the sequence's keys, if the block has any
-// (key_tail.cuh).
+// (key_tail.cuh); before a step's first, with seqused_q, its share of the Q and dO rows past the
+// sequence's q rows in use, if the step's q block has any (query_tail.cuh).
 // dK and dV (at d 192 and 256 one of them per consumer) stay in registers for the whole CTA and are
 // stored at the end (dK times softmax_scale), through shared memory by TMA (store_gradient_tiles).
 #pragma once
@@ -35,6 +36,7 @@
 #include "sm90/bwd/key_tail.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/producer.cuh"
+#include "sm90/bwd/query_tail.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
@@ -182,6 +184,7 @@ class BwdConsumer {
                            float (&dk)[kG], float (&dv)[kG]) {
     const int stage = ring.index();
     mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
+    clear_query_tail(stage, m0);
     float s[kS], dp[kS];
     if (pending.head >= 0) {
       float dq_own[kDq];
@@ -285,6 +288,7 @@ class BwdConsumer {
     const int stage = ring.index();
     const bool scores = warpgroup_ == 0;
     mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
+    clear_query_tail(stage, m0);
     const std::uint32_t keys_tile = smem_address(scores ? s_.k : s_.v);
     const std::uint32_t rows_tile = smem_address(scores ? s_.q[stage] : s_.dout[stage]);
     float acc[kS];  // S^T (consumer 0) or dP^T (consumer 1)
@@ -421,6 +425,16 @@ class BwdConsumer {
     wait_key_rows_cleared<Traits>(warpgroup_);
   }
 
+  // With seqused_q, the stage's Q and dO rows past the sequence's q rows in use, zeroed before any GEMM
+  // reads them (query_tail.cuh); the test is uniform over both consumers, which take the same steps, so
+  // both reach the clear's barrier. No stores in a step whose q block lies within the rows.
+  __device__ void clear_query_tail(int stage, int m0) {
+    const int first_row = bounds().seqlen_q - m0;
+    if (p_.seqused_q != nullptr && first_row < Traits::kBlockM) {
+      clear_query_rows<Traits>(s_, stage, first_row, warpgroup_, thread_);
+    }
+  }
+
   // This consumer's first key row in the K and V tiles.
   __device__ int first_key_in_tile() const {
     return Traits::kSplitsRoles ? 0 : warpgroup_ * Traits::kKeysPerWarpgroup;
@@ -435,8 +449,9 @@ class BwdConsumer {
   __device__ int key_of(int i) const { return key0_ + accumulator_row(thread_, i); }
 
   // Keys past seqlen_k (the sequence's keys in use) are hidden; q rows past its seqlen_q need no mask
-  // (their P is 0 through the row statistics). The three tests are combined bitwise, not by early
-  // returns: ptxas compiled those into branches around every element of a masked step (perf-notes v96).
+  // (their P is 0 through the row statistics, their scores finite: query_tail.cuh). The three tests are
+  // combined bitwise, not by early returns: ptxas compiled those into branches around every element of
+  // a masked step (perf-notes v96).
   __device__ bool visible(int i, int m0) const {
     const SequenceBounds& b = bounds();
     // A window side that is off: no key is further than this from the diagonal (|key - diagonal| <

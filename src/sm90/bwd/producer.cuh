@@ -55,8 +55,10 @@ struct StepList {
 };
 
 // Tiles start at the sequence's first rows (rows.q_row0, rows.k_row0; 0 in a dense batch). A tile that
-// runs past its sequence loads the next one's rows (or TMA's zero fill past the tensor's end): keys
-// there are masked, q rows there have P = 0 (their row statistics say lse = +inf).
+// runs past the rows its sequence uses loads whatever lies there (the next sequence's rows, TMA's zero
+// fill past the tensor's end, or past seqused_k / seqused_q anything, NaN included): keys there are
+// masked and q rows there have P = 0 (their row statistics say lse = +inf), and the consumers zero the
+// rows past seqused_k / seqused_q before any GEMM reads them (key_tail.cuh, query_tail.cuh).
 template <class Traits>
 __device__ void run_backward_producer(typename Traits::SharedStorage& s, const BwdTensorMaps& maps,
                                       const BwdParams& p, const KeyBlock& block, const BwdSequence& seq) {

@@ -14,7 +14,7 @@
 // memory) and dK += dS^T Q; each keeps one gradient (64 keys x d: d/2 registers) and issues about half
 // of dQ's columns (kDqPieceCols below).
 //
-// Dense and variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) take the same kernels:
+// Dense and variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k / seqused_q) take the same kernels:
 // each CTA reads its sequence's lengths and first rows (bwd/sequence.cuh). Dense batches ran 2-6%
 // faster on them than on kernels of their own (perf-notes v57).
 //
@@ -151,13 +151,15 @@ struct BwdTraits {
   // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6;
   // id 5 for both consumers where they share the keys), and consumer 0's P^T handed to consumer 1
   // (kSplitsRoles; id 7), and the gradients' TMA stores at the end (consumer.cuh, store_gradient_tiles):
-  // both consumers done with K and V (id 8), each consumer's rows written (ids 9, 10).
+  // both consumers done with K and V (id 8), each consumer's rows written (ids 9, 10), and both
+  // consumers' zeroed Q and dO rows past the sequence's seqused_q (query_tail.cuh; id 11).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
   static constexpr int kKeyTailBarrierBase = 5;
   static constexpr int kPReadyBarrier = 7;
   static constexpr int kKvFreeBarrier = 8;
   static constexpr int kGradRowsBarrierBase = 9;
+  static constexpr int kQueryTailBarrier = 11;
   // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
   // warpgroup: element i of thread t's share at ((i / 4) * kWarpgroupThreads + t) * 4 + i % 4, so each
   // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one

@@ -76,11 +76,13 @@ struct FwdParams {
 
   // Variable-length batches (read only by FwdTraits::kVarlen kernels; sequence.cuh): int32 device
   // arrays, nullptr when absent. Sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
-  // of the packed q and out, its keys likewise of k and v, of which it uses the first seqused_k[b].
+  // of the packed q and out, its keys likewise of k and v, of which it uses the first seqused_k[b],
+  // and of its queries the first seqused_q[b] (the rows past them are neither read nor written).
   // seqlen_q / seqlen_k then hold the longest sequence's lengths (max_seqlen_q / max_seqlen_k).
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   const int* seqused_k;
+  const int* seqused_q;
   // Paged KV cache (kVarlen kernels): k and v are (num_pages, page_size, heads_kv, d) and key j of
   // sequence b is row j % page_size of page page_table[b * batch stride + j / page_size * page stride];
   // seqlen_k is pages_per_seq * page_size (seqused_k gives the keys in use). nullptr: not paged.

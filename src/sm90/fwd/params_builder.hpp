@@ -121,6 +121,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.cu_seqlens_q = int_array_or_null(args.cu_seqlens_q);
   p.cu_seqlens_k = int_array_or_null(args.cu_seqlens_k);
   p.seqused_k = int_array_or_null(args.seqused_k);
+  p.seqused_q = int_array_or_null(args.seqused_q);
   if (pr.paged) {
     p.page_table = int_array_or_null(args.page_table);
     p.page_table_batch_stride = args.page_table->stride[0];

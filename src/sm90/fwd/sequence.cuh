@@ -5,7 +5,9 @@
 // the same field names as SequenceBounds, so masks and block ranges take either (a template
 // parameter; the dense kernels' code is what it was before variable lengths). Variable-length
 // batches (FwdTraits::kVarlen) read each tile's lengths and first rows from the cu_seqlens_q,
-// cu_seqlens_k and seqused_k arrays.
+// cu_seqlens_k, seqused_k and seqused_q arrays. Every row bound (tiles past the sequence, masks, the
+// rows the epilogue stores) reads seqlen_q from here, so rows past seqused_q are neither computed
+// nor stored: their out and lse keep what the caller's memory held.
 #pragma once
 
 #include "sm90/fwd/params.hpp"
@@ -65,6 +67,7 @@ __device__ __forceinline__ VarlenSequence varlen_sequence(const Params& p, int b
   locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.bounds.seqlen_q);
   locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &s.rows.k_row0, &s.rows.k_batch, &s.bounds.seqlen_k);
   if (p.seqused_k != nullptr) s.bounds.seqlen_k = __ldg(p.seqused_k + batch);
+  if (p.seqused_q != nullptr) s.bounds.seqlen_q = __ldg(p.seqused_q + batch);
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
   return s;
