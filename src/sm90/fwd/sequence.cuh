@@ -12,12 +12,13 @@
 
 namespace hopattn::sm90 {
 
-// One sequence's lengths and the window (bottom-right aligned to those lengths).
+// One sequence's lengths, the window (bottom-right aligned to those lengths) and the chunk.
 struct SequenceBounds {
   int seqlen_q;
   int seqlen_k;
   int window_left;
   int window_right;
+  int attention_chunk;
 };
 
 // Row offsets and TMA batch coordinates of a tile's sequence. A dense tensor has the sequence at batch
@@ -67,6 +68,7 @@ __device__ __forceinline__ VarlenSequence varlen_sequence(const Params& p, int b
   if (p.seqused_k != nullptr) s.bounds.seqlen_k = __ldg(p.seqused_k + batch);
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
+  s.bounds.attention_chunk = p.attention_chunk;
   return s;
 }
 
