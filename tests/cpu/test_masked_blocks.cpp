@@ -2,7 +2,9 @@
 // descriptor shortcut of smem_layout.hpp (advance_descriptor) against rebuilding the descriptor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
 
 #include "sm90/fwd/masked_blocks.hpp"
 #include "sm90/tile/smem_layout.hpp"
@@ -72,6 +74,51 @@ TEST(MaskedBlocks, ChunkedBlocksWithHiddenPairsAreMasked) {
           ASSERT_TRUE((block_needs_mask<kBlockM, kBlockN>(p, divisor, m0, n0)))
               << "sq " << p.seqlen_q << " sk " << p.seqlen_k << " chunk " << chunk << " m0 " << m0 << " n0 " << n0;
       }
+  }
+}
+
+// The K/V blocks a tile visits against its rows' visible keys (the window's, the chunk's and
+// seqlen_k's), rows past seqlen_q included as the kernels count them: from the block of the first key
+// some row sees to the block of the last, nothing when no row sees a key.
+TEST(KvBlockRange, CoversExactlyTheBlocksTheTileRowsSee) {
+  constexpr int kBlockM = 128, kBlockN = 176;
+  std::mt19937 rng(20261207);
+  for (int trial = 0; trial < 3000; ++trial) {
+    FwdParams p{};
+    p.seqlen_q = 1 + int(rng() % 700);
+    p.seqlen_k = 1 + int(rng() % 700);
+    p.window_left = rng() % 3 == 0 ? int(rng() % 300) : -1;
+    p.window_right = rng() % 3 == 0 ? -1 : (rng() % 2 ? 0 : int(rng() % 100));
+    p.attention_chunk = rng() % 4 == 0 ? 0 : 1 + int(rng() % 400);
+    const int chunk = p.attention_chunk;
+    const ChunkDivisor divisor(chunk, p.seqlen_q);
+    const auto floor_div = [](int x, int y) { return x >= 0 ? x / y : -((-x + y - 1) / y); };
+    for (int m0 = 0; m0 < p.seqlen_q; m0 += kBlockM) {
+      int first_key = -1, last_key = -1;  // over the rows of the tile that see a key
+      for (int row = m0; row < m0 + kBlockM; ++row) {
+        const int diagonal = row + p.seqlen_k - p.seqlen_q;
+        int begin = p.window_left >= 0 ? std::max(0, diagonal - p.window_left) : 0;
+        int end = p.window_right >= 0 ? std::min(p.seqlen_k, diagonal + p.window_right + 1) : p.seqlen_k;
+        if (chunk > 0) {
+          begin = std::max(begin, floor_div(diagonal, chunk) * chunk);
+          end = std::min(end, floor_div(diagonal, chunk) * chunk + chunk);
+        }
+        if (begin >= end) continue;
+        if (first_key < 0 || begin < first_key) first_key = begin;
+        last_key = std::max(last_key, end - 1);
+      }
+      int got_begin = 0, got_end = 0;
+      kv_block_range_from_row<kBlockM, kBlockN>(p, divisor, m0, &got_begin, &got_end);
+      const std::string where = "sq " + std::to_string(p.seqlen_q) + " sk " + std::to_string(p.seqlen_k) +
+                                " window (" + std::to_string(p.window_left) + ", " + std::to_string(p.window_right) +
+                                ") chunk " + std::to_string(chunk) + " m0 " + std::to_string(m0);
+      if (first_key < 0) {
+        ASSERT_EQ(got_begin, got_end) << where << ": no row sees a key";
+      } else {
+        ASSERT_EQ(got_begin, first_key / kBlockN) << where;
+        ASSERT_EQ(got_end, last_key / kBlockN + 1) << where;
+      }
+    }
   }
 }
 

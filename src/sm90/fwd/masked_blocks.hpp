@@ -73,6 +73,37 @@ HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const Bounds& seq, cons
   return {top, bottom};
 }
 
+// K/V blocks [begin, end) that rows [m0, m0 + kBlockM) can see (window, causal and chunk limits are
+// bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q); tests/cpu/test_masked_blocks.cpp
+// checks it against the rows' visible keys. A packed GQA tile (packed_gqa.cuh) has fewer query rows
+// than kBlockM: the range of kBlockM rows from its first is a superset, which the per-element mask
+// makes exact.
+template <int kBlockM, int kBlockN, class Bounds>
+HOPATTN_HOST_DEVICE inline void kv_block_range_from_row(const Bounds& p, const ChunkDivisor& chunk, int m0, int* begin,
+                                                        int* end) {
+  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;  // diagonal key of the first row
+  *begin = 0;
+  *end = n_blocks;
+  if (p.window_right >= 0) {
+    const int last_visible = diagonal0 + kBlockM - 1 + p.window_right;
+    *end = last_visible < 0 ? 0 : (last_visible / kBlockN + 1 < n_blocks ? last_visible / kBlockN + 1 : n_blocks);
+  }
+  if (p.window_left >= 0) {
+    const int first_visible = diagonal0 - p.window_left;
+    *begin = first_visible <= 0 ? 0 : (first_visible / kBlockN < *end ? first_visible / kBlockN : *end);
+  }
+  if (p.attention_chunk > 0) {
+    // The last row sees no key past its chunk, the first row none before its own.
+    const int last_visible = chunk.first_key(diagonal0 + kBlockM - 1) + chunk.size() - 1;
+    if (last_visible < 0) *end = 0;
+    else if (last_visible / kBlockN + 1 < *end) *end = last_visible / kBlockN + 1;
+    const int first_visible = chunk.first_key(diagonal0);
+    if (first_visible > 0 && first_visible / kBlockN > *begin) *begin = first_visible / kBlockN;
+    if (*begin > *end) *begin = *end;
+  }
+}
+
 // What a kernel tests per K block n: the tile's bounds (kPerTileBounds, Traits::kLeanAddressing) or
 // the definition, where under chunks every block counts as masked: the chunk bounds tested block by
 // block spilled the d 64 variable-length kernel's registers (2026-12-05), and masking a block whose

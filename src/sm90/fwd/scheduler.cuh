@@ -13,6 +13,7 @@
 #pragma once
 
 #include "sm90/fwd/attention_chunk.hpp"
+#include "sm90/fwd/masked_blocks.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/sequence.cuh"
 
@@ -62,35 +63,7 @@ __device__ __forceinline__ void finish_schedule(const FwdParams& p) {
 __device__ __forceinline__ void publish_visit(int* slot, int id) { atomicExch(slot, id); }
 __device__ __forceinline__ int read_visit(int* slot) { return atomicOr(slot, 0); }
 
-// K/V blocks [begin, end) that rows [m0, m0 + kBlockM) can see (window, causal and chunk limits are
-// bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q). Bounds: FwdParams or a
-// variable-length tile's SequenceBounds (sequence.cuh); chunk: FwdParams::chunk_divisor. A packed GQA tile (packed_gqa.cuh) has fewer
-// query rows than kBlockM: the range of kBlockM rows from its first is a superset, which the
-// per-element mask makes exact.
-template <int kBlockM, int kBlockN, class Bounds>
-__device__ __forceinline__ void kv_block_range_from_row(const Bounds& p, const ChunkDivisor& chunk, int m0, int* begin,
-                                                        int* end) {
-  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;  // diagonal key of the first row
-  *begin = 0;
-  *end = n_blocks;
-  if (p.window_right >= 0) {
-    const int last_visible = diagonal0 + kBlockM - 1 + p.window_right;
-    *end = last_visible < 0 ? 0 : min(n_blocks, last_visible / kBlockN + 1);
-  }
-  if (p.window_left >= 0) {
-    const int first_visible = diagonal0 - p.window_left;
-    *begin = first_visible <= 0 ? 0 : min(*end, first_visible / kBlockN);
-  }
-  if (p.attention_chunk > 0) {
-    // The last row sees no key past its chunk, the first row none before its own.
-    const int last_visible = chunk.first_key(diagonal0 + kBlockM - 1) + chunk.size() - 1;
-    *end = last_visible < 0 ? 0 : min(*end, last_visible / kBlockN + 1);
-    const int first_visible = chunk.first_key(diagonal0);
-    *begin = first_visible <= 0 ? min(*begin, *end) : min(*end, max(*begin, first_visible / kBlockN));
-  }
-}
-
+// kv_block_range_from_row (masked_blocks.hpp) of tile m_block's first row.
 template <int kBlockM, int kBlockN, class Bounds>
 __device__ __forceinline__ void kv_block_range(const Bounds& p, const ChunkDivisor& chunk, int m_block, int* begin,
                                                int* end) {
