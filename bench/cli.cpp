@@ -47,7 +47,8 @@ bool parse_fp8_scales(const std::string& text, Fp8BlockScales* scales, std::stri
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--fp8-scales", "--num-splits",
-                            "--page-size", "--cache-seqlen", "--window-left", "--chunk", "--iters", "--warmup", "--json"}) {
+                            "--page-size", "--cache-seqlen", "--window-left", "--chunk", "--iters", "--warmup",
+                            "--json"}) {
     if (flag == known) return true;
   }
   return false;

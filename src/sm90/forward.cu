@@ -20,8 +20,8 @@ Status unsupported(const std::string& what) {
                        "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v likewise, "
                        "with head dim 64, 128 "
                        "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, "
-                       "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE (the CPU reference backend supports every feature on host "
-                       "tensors)");
+                       "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE (the CPU reference backend "
+                       "supports every feature on host tensors)");
 }
 
 // The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).

@@ -76,7 +76,8 @@ void check_inverse(int sq, int sk, int wl, int wr, int chunk = 0) {
     for (int n = 0; n < n_blocks; ++n) seeing += sees(n, m);
     int seen_before = 0;
     for (int n = 0; n <= n_blocks; ++n) {
-      ASSERT_EQ((key_blocks_before_seeing<kM, kN>(n, m, sq, sk, wl, wr, chunk)), seen_before) << "q block " << m << ", key block " << n;
+      ASSERT_EQ((key_blocks_before_seeing<kM, kN>(n, m, sq, sk, wl, wr, chunk)), seen_before)
+          << "q block " << m << ", key block " << n;
       if (n == n_blocks) break;
       const bool n_sees = sees(n, m);
       ASSERT_EQ((key_blocks_after_seeing<kM, kN>(n, m, sq, sk, wl, wr, chunk)), seeing - seen_before - n_sees)

@@ -208,7 +208,8 @@ class BwdConsumer {
     }
     const SequenceBounds& b = bounds();
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
-        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right, kernel_chunk<Traits>(b));
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right,
+        kernel_chunk<Traits>(b));
     if (p_.softcap > 0.0f) {
       wgmma_wait<1>();
       pin_registers(s);
@@ -307,7 +308,8 @@ class BwdConsumer {
     }
     const SequenceBounds& b = bounds();
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
-        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right, kernel_chunk<Traits>(b));
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right,
+        kernel_chunk<Traits>(b));
     Fragments frag;
     const PendingDq this_step{head, m0, pending.uses + 1};
     if (scores) {

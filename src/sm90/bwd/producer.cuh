@@ -53,8 +53,8 @@ struct StepList {
 
   __device__ StepList(const BwdParams& p, const KeyBlock& block, const SequenceBounds& b) {
     const int n0 = block.n_block * Traits::kBlockN;
-    QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, b.seqlen_q, b.seqlen_k,
-                                                                         b.window_left, b.window_right, kernel_chunk<Traits>(b));
+    QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(
+        n0, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right, kernel_chunk<Traits>(b));
     if (n0 >= b.seqlen_k) range = QBlockRange{0, 0};
     first_head = block.kv_head * p.head_ratio;
     m_begin = range.begin;

@@ -1,6 +1,7 @@
 // Masking of one S block: keys past seqlen_k (the zero-filled tail of the last K tile) and keys
-// outside the bottom-right-aligned window (causal is the window (-1, 0)) or the diagonal's chunk. Only blocks that straddle
-// a boundary are masked (masked_blocks.hpp); the consumer skips this for interior blocks.
+// outside the bottom-right-aligned window (causal is the window (-1, 0)) or the diagonal's chunk. Only
+// blocks that straddle a boundary are masked (masked_blocks.hpp); the consumer skips this for interior
+// blocks.
 #pragma once
 
 #include <cmath>

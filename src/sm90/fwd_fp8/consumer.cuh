@@ -147,7 +147,8 @@ class Fp8Consumer {
   // last row).
   __device__ TileCoord this_visit(int id, TileVisit* v) const {
     if constexpr (Traits::kVarlen) {
-      const VarlenVisit varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunks>(b_, id);
+      const VarlenVisit varlen =
+          decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunks>(b_, id);
       *v = varlen.visit;
       return varlen.coord;
     } else if constexpr (Traits::kTailSplit) {
