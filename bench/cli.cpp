@@ -47,7 +47,8 @@ bool parse_fp8_scales(const std::string& text, Fp8BlockScales* scales, std::stri
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--fp8-scales", "--num-splits",
-                            "--page-size", "--cache-seqlen", "--window-left", "--iters", "--warmup", "--json"}) {
+                            "--page-size", "--cache-seqlen", "--window-left", "--chunk", "--iters", "--warmup",
+                            "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -116,6 +117,8 @@ std::string usage_text() {
          "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
          "    --window-left N (a sliding window: each query sees N keys before its diagonal; with --causal,\n"
          "      gpt-oss's and Mistral's local layers; FLOPs count the visible pairs)\n"
+         "    --chunk N (attention_chunk: each query sees only the keys of its diagonal's N-key chunk; with\n"
+         "      --causal, Llama 4's chunked local layers; FLOPs count the visible pairs)\n"
          "    --page-size N (k and v as a paged cache of N-key pages in shuffled order)\n"
          "    --cache-seqlen N (k and v a cache of N >= seqlen_k keys per sequence, of which\n"
          "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
@@ -257,6 +260,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--page-size") shape_int = &single.page_size;
     else if (flag == "--cache-seqlen") shape_int = &single.cache_seqlen_k;
     else if (flag == "--window-left") shape_int = &single.window_left;
+    else if (flag == "--chunk") shape_int = &single.attention_chunk;
     if (shape_int != nullptr) {
       if (!parse_positive_int(flag, value, shape_int, error)) return false;
       single_given = true;
@@ -266,6 +270,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       if (shape_int == &single.page_size) single.variant = "paged_" + value;
       if (shape_int == &single.cache_seqlen_k) single.variant = "seqused_k";
       if (shape_int == &single.window_left) single.variant = "window_" + value;
+      if (shape_int == &single.attention_chunk) single.variant = "chunk_" + value;
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;

@@ -203,6 +203,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   if (s.learnable_sink) args.learnable_sink = make_tensor(set.sink.get(), Dtype::kFloat32, {s.heads_q}, cuda, options.device);
   args.causal = s.causal;
   args.window_left = s.window_left;
+  args.attention_chunk = s.attention_chunk;
   args.softcap = s.softcap;
   args.options = s.options;
   args.num_splits = s.num_splits;
@@ -233,6 +234,7 @@ BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, c
   args.max_seqlen_k = fwd.max_seqlen_k;
   args.causal = s.causal;
   args.window_left = s.window_left;
+  args.attention_chunk = s.attention_chunk;
   args.softcap = s.softcap;
   args.deterministic = s.deterministic;
   if (s.learnable_sink) {

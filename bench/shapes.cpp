@@ -269,15 +269,22 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
 double forward_flops(const Shape& shape) {
   const double per_pair = 4.0 * shape.batch * shape.heads_q * shape.hdim;
   const double sq = shape.seqlen_q, sk = shape.seqlen_k;
-  if (!shape.causal && shape.window_left < 0) return per_pair * sq * sk;
-  if (shape.causal && shape.window_left < 0 && shape.seqlen_q == shape.seqlen_k) return per_pair * sq * sk / 2.0;
+  const bool plain = shape.window_left < 0 && shape.attention_chunk <= 0;
+  if (!shape.causal && plain) return per_pair * sq * sk;
+  if (shape.causal && plain && shape.seqlen_q == shape.seqlen_k) return per_pair * sq * sk / 2.0;
   // Query i sees keys [i + sk - sq - window_left, i + sk - sq] (bottom-right aligned; each side
-  // unbounded without causal / a window), clipped to [0, sk).
+  // unbounded without causal / a window) of its diagonal's chunk, clipped to [0, sk).
   double pairs = 0.0;
+  const std::int64_t chunk = shape.attention_chunk;
   for (std::int64_t i = 0; i < shape.seqlen_q; ++i) {
     const std::int64_t diagonal = i + shape.seqlen_k - shape.seqlen_q;
-    const std::int64_t last = shape.causal ? std::min<std::int64_t>(diagonal, shape.seqlen_k - 1) : shape.seqlen_k - 1;
-    const std::int64_t first = shape.window_left >= 0 ? std::max<std::int64_t>(diagonal - shape.window_left, 0) : 0;
+    std::int64_t last = shape.causal ? std::min<std::int64_t>(diagonal, shape.seqlen_k - 1) : shape.seqlen_k - 1;
+    std::int64_t first = shape.window_left >= 0 ? std::max<std::int64_t>(diagonal - shape.window_left, 0) : 0;
+    if (chunk > 0) {
+      const std::int64_t chunk_first = (diagonal >= 0 ? diagonal / chunk : -((-diagonal + chunk - 1) / chunk)) * chunk;
+      first = std::max(first, chunk_first);
+      last = std::min(last, chunk_first + chunk - 1);
+    }
     pairs += static_cast<double>(std::max<std::int64_t>(last - first + 1, 0));
   }
   return per_pair * pairs;

@@ -28,6 +28,7 @@ struct Shape {
   int hdim = 128;
   bool causal = false;
   int window_left = -1;  // FwdArgs::window_left (-1: unbounded); a sliding window with causal
+  int attention_chunk = 0;  // FwdArgs::attention_chunk (0: off): Llama 4's chunked local attention
   KernelOptions options;
   // FP8 only: > 0 passes per-block descales (q, k and v, as fp8_block_scales says) of this many rows,
   // the block quantization path; 0 passes none (per-head factors of 1).

@@ -115,8 +115,7 @@ struct FwdArgs {
   // Chunked attention (Llama 4's local layers; flash-attention 3's attention_chunk): 0 = off; else the
   // keys are cut into chunks of attention_chunk ([0, c), [c, 2c), ...) and query i sees only keys of
   // the chunk that holds its diagonal key i + seqlen_k - seqlen_q, on top of causal and the window (a
-  // row whose diagonal lies before key 0 sees no key). Must be >= 0. The CPU reference backend takes
-  // it; the sm_90a kernels answer kUnsupported for chunks > 0 until theirs have run on a GPU.
+  // row whose diagonal lies before key 0 sees no key). Must be >= 0.
   int attention_chunk = 0;
   // Attention sinks (gpt-oss; flash-attention's learnable_sink): float32 (heads_q), one logit per q
   // head that joins every row's softmax as a key with a zero value: out_i = sum_j exp(s_ij - lse_i) v_j

@@ -1375,14 +1375,55 @@ def test_gpu_varlen_gradients_at_padded_head_dims_within_flash_attention_rule(rn
     check_varlen_gradients(rng, getattr(torch, dtype), head_dim, 6, 2, GRADIENT_FEATURES[feature])
 
 
-# attention_chunk on CUDA tensors: refused (NotImplementedError naming it) until the sm_90a kernels'
-# chunk masks have run on a GPU (branch wip/attention-chunk-kernels holds them and their GPU tests).
+# attention_chunk on the sm_90a kernels, forward and backward: chunks on and off the kernels' 64-
+# and 128-key block edges, chunks of one key, alone and on top of causal and a window; with more
+# queries than keys the first rows' diagonals lie before key 0 (no key: out 0, dq 0).
+GPU_CHUNK_FEATURES = {
+    "chunk 128": dict(attention_chunk=128),
+    "causal chunk 100": dict(attention_chunk=100, causal=True),
+    "window chunk 48": dict(attention_chunk=48, window_size=(64, 16)),
+    "causal chunk 1": dict(attention_chunk=1, causal=True),
+}
+
+
 @needs_hopper
-def test_gpu_attention_chunk_is_refused_by_the_kernels_for_now(rng):
-    q, k, v = random_qkv((1, 70, 2, 64), (1, 130, 2, 64), torch.bfloat16, "cuda",
-                         generator=torch_generator(rng, "cuda"))
-    with pytest.raises(NotImplementedError, match="attention_chunk"):
-        hopattn.flash_attn_func(q, k, v, causal=True, attention_chunk=16)
+@pytest.mark.parametrize("feature", GPU_CHUNK_FEATURES)
+@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(100, 300), (300, 100), (1, 239)],
+                         ids=["100x300", "300x100", "1x239"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gpu_attention_chunk_gradients_match_float64_within_flash_attention_rule(
+        rng, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv, feature):
+    check_gradients(rng, "cuda", torch.bfloat16, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv,
+                    GPU_CHUNK_FEATURES[feature])
+
+
+@needs_hopper
+@pytest.mark.parametrize("feature", GPU_CHUNK_FEATURES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_varlen_attention_chunk_gradients_match_float64_within_flash_attention_rule(
+        rng, dtype, head_dim, feature):
+    # Each sequence's chunks count from its own first key (VARLEN_LENGTHS: 65 and 129 rows, empty
+    # sequences on either side).
+    check_varlen_gradients(rng, getattr(torch, dtype), head_dim, 6, 2, GPU_CHUNK_FEATURES[feature])
+
+
+@needs_hopper
+@pytest.mark.parametrize("pack_gqa", [None, True, False])
+@pytest.mark.parametrize("num_splits", [0, 1, 3])
+def test_gpu_attention_chunk_decoding_on_every_route_matches_float64(rng, num_splits, pack_gqa):
+    # Decoding steps (1 and 3 query rows) over 2000 keys, GQA 32 over 8: the routes a decode takes
+    # (split-KV pieces, GQA packing) must each keep to the chunk of the diagonal.
+    generator = torch_generator(rng, "cuda")
+    for seqlen_q, options in ((1, dict(attention_chunk=700)),
+                              (3, dict(attention_chunk=512, causal=True))):
+        q, k, v = random_qkv((2, seqlen_q, 32, 128), (2, 2000, 8, 128), torch.bfloat16, "cuda",
+                             generator=generator)
+        out = hopattn.flash_attn_func(q, k, v, num_splits=num_splits, pack_gqa=pack_gqa, **options)
+        ref, _ = attention_math(q.double(), k.double(), v.double(), **math_options(**options))
+        naive, _ = attention_math(q, k, v, **math_options(**options))
+        assert_within_rule(out, ref, naive, what=f"out, seqlen_q {seqlen_q}")
 
 
 # seqused_q on CUDA tensors: as on the CPU (test_cpu_varlen_seqused_q_...), q and dout hold NaN past
@@ -1864,6 +1905,20 @@ def test_gpu_kvcache_cache_batch_idx_bf16_matches_float64(rng, seqlen_cache, rou
     c = kvcache_case(rng, "cuda", torch.bfloat16, seqlen_cache=seqlen_cache, batch_cache=5,
                      batch_idx=True)
     kvcache_check(c, interleaved=bool(rng.integers(2)))
+
+
+@needs_hopper
+@pytest.mark.parametrize("layout", ["dense", "paged", "cache_batch_idx", "cache_leftpad"])
+@pytest.mark.parametrize("seqlen_new", [1, 3])
+def test_gpu_kvcache_append_with_attention_chunk_bf16_matches_float64(rng, seqlen_new, layout):
+    # A chunk is a local mask: q rotated at cache_seqlens + i (flash-attention 3's rule); with
+    # cache_leftpad the chunks start at each sequence's pad.
+    c = kvcache_case(rng, "cuda", torch.bfloat16, layout="paged" if layout == "paged" else "dense",
+                     seqlen_q=seqlen_new, seqlen_new=seqlen_new,
+                     batch_cache=5 if layout == "cache_batch_idx" else None,
+                     batch_idx=layout == "cache_batch_idx", leftpad=layout == "cache_leftpad")
+    kvcache_check(c, interleaved=bool(rng.integers(2)), causal=bool(rng.integers(2)),
+                  attention_chunk=int(rng.choice([64, 100])))
 
 
 @needs_hopper

@@ -16,8 +16,8 @@ Status unsupported(const std::string& what) {
                 what + " is not supported by the sm_90a backward kernel yet; it supports bf16/fp16 q/k/v, dense "
                        "(batch, seqlen, heads, head_dim) or variable-length (cu_seqlens_q, cu_seqlens_k, "
                        "seqused_k, seqused_q), with head dim up to 256 (a multiple of 8), causal or not, sliding "
-                       "window, softcap, GQA/MQA and softmax_scale (the CPU reference backend supports every feature "
-                       "on host tensors)");
+                       "window, attention_chunk, softcap, GQA/MQA and softmax_scale (the CPU reference backend "
+                       "supports every feature on host tensors)");
 }
 
 template <int kHeadDim, typename Element>
@@ -48,9 +48,12 @@ Status backward(const BwdArgs& args, const detail::Problem& pr) {
                   "max_seqlen_k: " + std::to_string(pr.seqlen_k) +
                       "; the backward on CUDA tensors needs the length of the longest key sequence (>= 1) with "
                       "cu_seqlens_k");
-  // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
-  // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
-  if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
+  if (args.deterministic && pr.attention_chunk > 0)
+    return Status(StatusCode::kUnsupported,
+                  "attention_chunk: " + std::to_string(args.attention_chunk) +
+                      " with deterministic = true is not supported by the sm_90a backward kernel yet; chunked "
+                      "attention runs with deterministic = false (dk and dv are reproducible there, dq to its last "
+                      "bits), and the CPU reference backend takes both on host tensors");
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);

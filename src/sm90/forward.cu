@@ -19,9 +19,9 @@ Status unsupported(const std::string& what) {
                        "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q) or with a paged KV "
                        "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v likewise, "
                        "with head dim 64, 128 "
-                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, softcap, "
-                       "GQA/MQA, softmax_scale and LSE (the CPU reference backend supports every feature on host "
-                       "tensors)");
+                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, "
+                       "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE (the CPU reference backend "
+                       "supports every feature on host tensors)");
 }
 
 // The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).
@@ -110,9 +110,6 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
     return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) +
                        " (k.shape[1]); the sm_90a kernel takes page sizes that are powers of two from 16 "
                        "(16, 32, 64, 128, ...)");
-  // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
-  // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
-  if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {

@@ -85,6 +85,7 @@ class VarlenBackwardCall {
     args.causal = c.causal;
     args.window_left = c.window_left;
     args.window_right = c.window_right;
+    args.attention_chunk = c.attention_chunk;
     args.softcap = c.softcap;
     args.deterministic = c.deterministic;
     poison_gradients();
@@ -181,6 +182,7 @@ class VarlenBackwardCall {
       a.causal = c_.causal;
       a.window_left = c_.window_left;
       a.window_right = c_.window_right;
+      a.attention_chunk = c_.attention_chunk;
       a.softcap = c_.softcap;
       a.dq = dq.buffers(), a.dk = dk.buffers(), a.dv = dv.buffers();
       if (const Status s = gpu_reference_backward(a); !s.ok()) throw std::runtime_error("reference: " + s.message());

@@ -264,6 +264,7 @@ struct CallSettings {
   Dtype dtype = kBf16;
   bool causal = false;
   int window_left = -1, window_right = -1;
+  int attention_chunk = 0;
   float softcap = 0.0f;
   std::optional<float> softmax_scale;
   bool with_lse = true;
@@ -278,6 +279,7 @@ struct CallSettings {
     s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim << " " << dtype_name(dtype)
       << (causal ? " causal" : "");
     if (window_left >= 0 || window_right >= 0) s << " window (" << window_left << ", " << window_right << ")";
+    if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (softmax_scale) s << " scale " << *softmax_scale;
     s << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << (padded_rows ? " padded-rows" : "");
@@ -296,6 +298,7 @@ struct CallSettings {
     args.causal = causal;
     args.window_left = window_left;
     args.window_right = window_right;
+    args.attention_chunk = attention_chunk;
     args.softcap = softcap;
   }
 };
@@ -362,6 +365,7 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
     ra.causal = s.causal;
     ra.window_left = s.window_left;
     ra.window_right = s.window_right;
+    ra.attention_chunk = s.attention_chunk;
     ra.softcap = s.softcap;
     const std::int64_t first = std::int64_t(starts_q[b]) * hq;  // sequence b's first (row, head)
     ra.out = ref.as<float>() + first * d;
@@ -418,7 +422,7 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
 // The random part of a random case that is not about lengths, drawn in this order: heads_kv 1-4 with a
 // GQA ratio of 1, 2, 4 or 8, a head dim up to max_head_dim (draw_head_dim: padded ones too) and either
 // 16-bit dtype; causal, windows (left up to the longest key length `max_len_k`), softcap, scale, LSE,
-// amplitude and padded rows at random.
+// amplitude, padded rows and chunks at random.
 inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k, int max_head_dim = 256) {
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
@@ -437,6 +441,7 @@ inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k, 
   c.with_lse = chance(0.85);
   c.amplitude = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng);
   c.padded_rows = chance(0.2);
+  if (chance(0.15)) c.attention_chunk = pick(1, max_len_k + 64);  // chunked attention
 }
 
 // A variable-length case (the forward's VarlenCase, the backward's VarlenBackwardCase) of these

@@ -286,12 +286,14 @@ TEST_F(BackwardRefusals, DqDtypeMismatchIsInvalid) {
   }
 }
 
-// attention_chunk: refused by the kernels until their chunk masks have run on a GPU (branch
-// wip/attention-chunk-kernels), nothing written.
-TEST_F(BackwardRefusals, AttentionChunkIsUnsupported) {
-  const BackwardCall call(causal(bwd(kBf16, 1, 2, 2, 70, 130, 64)), run_seed());
+// The deterministic kernels take no chunks (the chunk arithmetic spilled their registers): refused,
+// nothing written.
+TEST_F(BackwardRefusals, DeterministicWithChunksIsUnsupported) {
+  BackwardCase c = causal(bwd(kBf16, 1, 2, 2, 300, 300, 64));
+  c.attention_chunk = 128;
+  const BackwardCall call(c, run_seed());
   BwdArgs args = call.args;
-  args.attention_chunk = 16;
+  args.deterministic = true;
   EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "attention_chunk"), "");
 }
 

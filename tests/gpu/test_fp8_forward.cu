@@ -54,6 +54,7 @@ struct Fp8Case {
   int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 128;
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;  // -1: unbounded; causal is window_right 0
+  int attention_chunk = 0;                   // 0: off
   float softcap = 0.0f;                      // 0: off
   int out_pad = 0;  // > 0: out rows padded by this many elements (a multiple of 8: 16-byte strides)
   float q_amplitude = 1.0f;  // larger: peakier softmax
@@ -75,6 +76,7 @@ struct Fp8Case {
       << " d " << head_dim << (causal ? " causal" : "") << (with_lse ? " lse" : "") << " qamp " << q_amplitude
       << " window (" << window_left << ", " << window_right << ")"
       << (head_scales ? " head-scales" : "");
+    if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (out_pad > 0) s << " out-pad " << out_pad;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
@@ -98,6 +100,7 @@ struct OracleArgs {
   float *ref = nullptr, *emul = nullptr, *lse = nullptr;  // dense (b, sq, hq, d) and (b, hq, sq)
   float* bound = nullptr;          // dense (b, sq, hq, d): how far out may be from ref (the header)
   float* lse_tolerance = nullptr;  // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
+  int attention_chunk = 0;  // 0 = off; else only keys in the chunk of the row's diagonal (floor division)
 };
 
 __device__ float e4m3_value(std::uint8_t code) {
@@ -155,8 +158,14 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
     return e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
   };
   const int diagonal = i + a.seqlen_k - a.seqlen_q;
-  const int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
-  const int key_begin = a.window_left >= 0 ? max(0, diagonal - a.window_left) : 0;
+  int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
+  int key_begin = a.window_left >= 0 ? max(0, diagonal - a.window_left) : 0;
+  if (a.attention_chunk > 0) {
+    const int c = a.attention_chunk;
+    const int first = (diagonal >= 0 ? diagonal / c : -((-diagonal + c - 1) / c)) * c;
+    key_begin = max(key_begin, first);
+    key_end = min(key_end, first + c);
+  }
   float local_max = -INFINITY, local_max8 = -INFINITY, local_magnitude = 0.0f;
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
     float s = -INFINITY, s_approx = -INFINITY;
@@ -486,6 +495,7 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
                c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
                blocks_q, blocks_kv, c.window_left, c.causal ? 0 : c.window_right,
                1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.softcap};
+  o.attention_chunk = c.attention_chunk;
   const auto out_h = out.to_host<std::uint16_t>();
   const auto lse_h = lse.to_host<float>();
   return check_against_oracle(
@@ -508,6 +518,7 @@ struct Fp8VarlenCase {
   int heads_q = 4, heads_kv = 2, head_dim = 128;
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;
+  int attention_chunk = 0;
   float softcap = 0.0f, q_amplitude = 2.0f;
   bool head_scales = true, block_scales = false;
   int rows_q = 128, rows_kv = 128;
@@ -530,6 +541,7 @@ struct Fp8VarlenCase {
     s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim << (causal ? " causal" : "")
       << (with_lse ? " lse" : "") << " qamp " << q_amplitude << " window (" << window_left << ", " << window_right
       << ")" << (head_scales ? " head-scales" : "");
+    if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     if (num_splits != 0) s << " num_splits " << num_splits;
@@ -645,6 +657,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
                  scales.per_block(scales.v_block, b, hkv, blocks_kv),
                  1, hq, hkv, len_q, used[b], d, c.rows_q, c.rows_kv, blocks_q, blocks_kv,
                  c.window_left, c.causal ? 0 : c.window_right, 1.0f / std::sqrt(static_cast<float>(d)), c.softcap};
+    o.attention_chunk = c.attention_chunk;
     const std::string why = check_against_oracle(
         o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[q_row * hq * d + i])); },
         c.with_lse ? [&](std::int64_t r) {
@@ -703,6 +716,7 @@ void draw_mask_scales_and_options(std::mt19937_64& rng, Case& c, int block_scale
     c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
     if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
   }
+  if (rng() % 6 == 0) c.attention_chunk = 1 + int(rng() % 300);  // chunked attention, on top of the rest
   // A softcap from 1 (nearly every score capped) to 30 (only the peaks of q amplitude 4).
   if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
   c.with_lse = rng() % 4 != 0;
@@ -783,6 +797,15 @@ TEST_F(Fp8Forward, CornerCases) {
     cases.push_back(c);
     c.softcap = 0.0f, c.block_scales = false, c.out_pad = 8;  // the O store must leave the padding alone
     cases.push_back(c);
+    // Chunked attention: causal chunks of 100 (a tile spans two), chunks of 7 with a window and block
+    // descales, and chunks of 64 where diagonals fall before key 0 (those rows see no key).
+    c.out_pad = 0, c.attention_chunk = 100;
+    cases.push_back(c);
+    c.causal = false, c.attention_chunk = 7, c.window_left = 20, c.block_scales = true;
+    cases.push_back(c);
+    c.seqlen_q = 500, c.seqlen_k = 300, c.window_left = -1, c.attention_chunk = 64, c.block_scales = false;
+    cases.push_back(c);
+    c.attention_chunk = 0, c.seqlen_q = 259, c.seqlen_k = 391;
   }
   // 192-row k/v descales at head dim 128: the 192-key block-descale kernel at a short length (also
   // under the device script's sanitizers), v in both layouts; at head dim 64 (ordinary v layout) the

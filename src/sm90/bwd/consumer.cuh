@@ -211,7 +211,8 @@ class BwdConsumer {
     }
     const SequenceBounds& b = bounds();
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
-        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right);
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right,
+        kernel_chunk<Traits>(b));
     if (p_.softcap > 0.0f) {
       wgmma_wait<1>();
       pin_registers(s);
@@ -311,7 +312,8 @@ class BwdConsumer {
     }
     const SequenceBounds& b = bounds();
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
-        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right);
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right,
+        kernel_chunk<Traits>(b));
     Fragments frag;
     const PendingDq this_step{head, m0, pending.uses + 1};
     if (scores) {
@@ -448,10 +450,10 @@ class BwdConsumer {
   // Key of accumulator i of this thread (its q row within the block is accumulator_col(thread_, i)).
   __device__ int key_of(int i) const { return key0_ + accumulator_row(thread_, i); }
 
-  // Keys past seqlen_k (the sequence's keys in use) are hidden; q rows past its seqlen_q need no mask
-  // (their P is 0 through the row statistics, their scores finite: query_tail.cuh). The three tests are
-  // combined bitwise, not by early returns: ptxas compiled those into branches around every element of
-  // a masked step (perf-notes v96).
+  // Keys past seqlen_k (the sequence's keys in use), outside the window or outside the row's chunk are
+  // hidden; q rows past its seqlen_q need no mask (their P is 0 through the row statistics, their
+  // scores finite: query_tail.cuh). The tests are combined bitwise, not by early returns: ptxas compiled
+  // those into branches around every element of a masked step (perf-notes v96).
   __device__ bool visible(int i, int m0) const {
     const SequenceBounds& b = bounds();
     // A window side that is off: no key is further than this from the diagonal (|key - diagonal| <
@@ -460,8 +462,14 @@ class BwdConsumer {
     const int right = b.window_right >= 0 ? b.window_right : kUnbounded;
     const int left = b.window_left >= 0 ? b.window_left : kUnbounded;
     const int key = key_of(i);
-    const int past_diagonal = key - (m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q);
-    return (key < b.seqlen_k) & (past_diagonal <= right) & (past_diagonal >= -left);
+    const int diagonal = m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q;
+    const int past_diagonal = key - diagonal;
+    bool in_chunk = true;
+    if (const int chunk = kernel_chunk<Traits>(b); chunk > 0) {
+      const int first = chunk_first_key(diagonal, chunk);
+      in_chunk = (key >= first) & (key < first + chunk);
+    }
+    return (key < b.seqlen_k) & (past_diagonal <= right) & (past_diagonal >= -left) & in_chunk;
   }
 
   // A row statistic of each q row (accumulator column) this thread holds: accumulator i's is

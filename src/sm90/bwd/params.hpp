@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "sm90/fwd/attention_chunk.hpp"
+
 namespace hopattn::sm90 {
 
 struct BwdParams {
@@ -27,6 +29,7 @@ struct BwdParams {
   // window_right], -1 = unbounded on that side (causal is window_right = 0).
   int window_left;
   int window_right;
+  int attention_chunk;  // 0 = off; else also only the keys of the diagonal's chunk (fwd/attention_chunk.hpp)
 
   // Inputs of the row statistics (bwd/row_stats.cuh).
   const void* out;

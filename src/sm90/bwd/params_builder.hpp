@@ -32,6 +32,7 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   p.softmax_scale = pr.softmax_scale;
   p.window_left = pr.window_left;
   p.window_right = pr.window_right;
+  p.attention_chunk = pr.attention_chunk;
 
   // A packed side, (total, heads, d) with an LSE of (heads_q, total_q), is addressed by row from each
   // sequence's first (bwd/sequence.cuh): batch strides 0.

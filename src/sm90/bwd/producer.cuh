@@ -39,14 +39,22 @@ struct KeyBlock {
 // The CTA's steps: every q block that sees one of its keys (block_range.hpp), for each q head that
 // reads its K/V head, head by head. Producer and consumers walk the same list. b: the sequence's
 // bounds; a key block past the keys its sequence uses (seqused_k) is seen by no row.
+// The chunk (attention_chunk) a backward kernel masks with. The deterministic kernels take none: the
+// chunk arithmetic of their dQ turns and masks spilled registers there, and the API refuses
+// deterministic calls with chunks.
+template <class Traits>
+__device__ __forceinline__ int kernel_chunk(const SequenceBounds& b) {
+  return Traits::kDeterministic ? 0 : b.attention_chunk;
+}
+
 template <class Traits>
 struct StepList {
   int first_head, m_begin, m_blocks;
 
   __device__ StepList(const BwdParams& p, const KeyBlock& block, const SequenceBounds& b) {
     const int n0 = block.n_block * Traits::kBlockN;
-    QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, b.seqlen_q, b.seqlen_k,
-                                                                         b.window_left, b.window_right);
+    QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(
+        n0, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right, kernel_chunk<Traits>(b));
     if (n0 >= b.seqlen_k) range = QBlockRange{0, 0};
     first_head = block.kv_head * p.head_ratio;
     m_begin = range.begin;

@@ -32,6 +32,7 @@ __device__ __forceinline__ BwdSequence backward_sequence(const BwdParams& p, int
   s.bounds.seqlen_k = p.seqused_k != nullptr ? __ldg(p.seqused_k + batch) : s.key_rows;
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
+  s.bounds.attention_chunk = p.attention_chunk;
   // A dense q (cu_seqlens_q absent) is addressed as if packed: batch entry b from row b * seqlen_q.
   s.q_block0 = first_q_block<kBlockM>(s.rows.q_batch * p.seqlen_q + s.rows.q_row0, batch);
   return s;

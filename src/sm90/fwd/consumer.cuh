@@ -98,7 +98,7 @@ class Consumer {
       // warpgroup's first row, a packed index in a packed GQA tile (packed_gqa.cuh).
       const int m0 = c.m_block * (Traits::kPacksGqa ? p_.tile_q_rows : Traits::kBlockM);
       const int row0 = (Traits::kPacksGqa ? c.m_block * p_.packed_rows : m0) + warpgroup_ * Traits::kRowsPerWarpgroup;
-      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(seq, m0);
+      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(seq, p_.chunk_divisor, m0);
 
       // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle); a
       // decoding tile's first warpgroup computes transposed (mainloop_transposed).
@@ -318,7 +318,7 @@ class Consumer {
     const int n0 = n_block * Traits::kBlockN;
     if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, seq, m0, n_block)) {
       if (Traits::kPacksGqa && p_.pack_gqa) apply_mask_packed(s, thread_, row0, n0, seq, p_);
-      else apply_mask(s, thread_, row0, n0, seq);
+      else apply_mask(s, thread_, row0, n0, seq, p_.chunk_divisor);
     }
   }
 

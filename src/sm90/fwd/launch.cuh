@@ -51,7 +51,7 @@ template <class Traits>
 Status begin_schedule(const FwdArgs& args, const detail::Problem& pr, FwdParams* p, Schedule* schedule) {
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
   const int tile_blocks = (pr.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const bool uniform = p->window_left < 0 && p->window_right < 0;
+  const bool uniform = p->window_left < 0 && p->window_right < 0 && p->attention_chunk == 0;
   if (!args.options.persistent) {
     p->split = no_split_plan(p->num_tiles);
   } else if constexpr (Traits::kVarlenSplit) {

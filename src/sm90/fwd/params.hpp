@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "sm90/fwd/attention_chunk.hpp"
 #include "sm90/fwd/split_plan.hpp"
 #include "sm90/tile/fast_divisor.hpp"
 
@@ -41,6 +42,8 @@ struct FwdParams {
   // window_right], -1 = unbounded on that side (causal is window_right = 0).
   int window_left;
   int window_right;
+  int attention_chunk;  // 0 = off; else also only the keys of the diagonal's chunk (attention_chunk.hpp)
+  ChunkDivisor chunk_divisor;  // the per-element masks' division by attention_chunk
   bool causal;  // window_right >= 0: later rows see more keys (the scheduler puts them first)
   bool pingpong;
   bool intra_wg_overlap;

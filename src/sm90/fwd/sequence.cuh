@@ -14,12 +14,13 @@
 
 namespace hopattn::sm90 {
 
-// One sequence's lengths and the window (bottom-right aligned to those lengths).
+// One sequence's lengths, the window (bottom-right aligned to those lengths) and the chunk.
 struct SequenceBounds {
   int seqlen_q;
   int seqlen_k;
   int window_left;
   int window_right;
+  int attention_chunk;
 };
 
 // Row offsets and TMA batch coordinates of a tile's sequence. A dense tensor has the sequence at batch
@@ -70,6 +71,7 @@ __device__ __forceinline__ VarlenSequence varlen_sequence(const Params& p, int b
   if (p.seqused_q != nullptr) s.bounds.seqlen_q = __ldg(p.seqused_q + batch);
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
+  s.bounds.attention_chunk = p.attention_chunk;
   return s;
 }
 

@@ -19,6 +19,7 @@
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/wgmma.cuh"
+#include "sm90/fwd/attention_chunk.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/tile/fragment.hpp"
@@ -96,7 +97,12 @@ class TransposedTile {
       const int diagonal = row + seq.seqlen_k - seq.seqlen_q;
       int key_end = seq.seqlen_k;
       if (seq.window_right >= 0) key_end = min(key_end, diagonal + seq.window_right + 1);
-      const int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
+      int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
+      if (seq.attention_chunk > 0) {
+        const int first = p.chunk_divisor.first_key(diagonal);
+        key_begin = max(key_begin, first);
+        key_end = min(key_end, first + p.chunk_divisor.size());
+      }
 #pragma unroll
       for (int j = 0; j < kKeyTiles; ++j) {
         const int key = n0 + 64 * j + row_in_tile(i);

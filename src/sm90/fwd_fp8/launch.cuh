@@ -57,13 +57,23 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.paged && !Traits::kPagedKv)  // launch_forward_fp8 never picks these (192- or 96-key blocks)
     return Status(StatusCode::kUnsupported,
                   "internal error in the sm_90a fp8 forward launch: a paged cache needs power-of-two key blocks");
+  // launch_forward_fp8 picks a kernel without chunk arithmetic for chunks only where no other takes v.
+  if (pr.attention_chunk > 0 && !Traits::kChunks) {
+    return Status(StatusCode::kUnsupported,
+                  "attention_chunk with FP8 inputs is not supported by the sm_90a fp8 forward kernel at head dim " +
+                      std::to_string(Traits::kHeadDim) +
+                      " with keys-contiguous v (v.stride[1] == 1); pass v in the ordinary layout");
+  }
   if (Traits::kBlockDescales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
                        args.descale_block_rows_kv % Traits::kDescaleGroupKeys != 0)) {
     return Status(StatusCode::kUnsupported,
                   "descale_block_rows_q " + std::to_string(args.descale_block_rows_q) + " / descale_block_rows_kv " +
                       std::to_string(args.descale_block_rows_kv) +
                       " is not supported by the sm_90a fp8 forward kernel; it needs multiples of " +
-                      std::to_string(Traits::kRowsPerWarpgroup) + " and " + std::to_string(Traits::kDescaleGroupKeys));
+                      std::to_string(Traits::kRowsPerWarpgroup) + " and " + std::to_string(Traits::kDescaleGroupKeys) +
+                      (pr.attention_chunk > 0 ? " with attention_chunk (the 192-key kernels that take other k/v rows "
+                                                "run without chunks in variable-length batches and 64-key groups)"
+                                              : ""));
   }
   // GQA packing (variable-length kernels up to d 128): where packs_gqa says it pays, as in the 16-bit
   // launch, but not over a q block descale, whose entries are per query head.
@@ -192,17 +202,22 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal, kVarlen>>(args, pr);
   }
   const bool wide_blocks_fit = !pr.paged;
+  // A wide kernel without chunk arithmetic (Fp8FwdTraits::kChunks) leaves chunked calls to the 128-key
+  // kernel.
+  const auto takes = [&](auto traits) { return pr.attention_chunk == 0 || decltype(traits)::kChunks; };
   // Every FP8 kernel's tiles are kBlockM rows high: the keys one of them sees pick the wide blocks.
   const long long tile_keys = keys_per_tile(pr, Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>::kBlockM);
   if (block_descales) {
     if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
       if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys, kVarlen)) {
-        if (args.descale_block_rows_kv % kFp8WideBlockN == 0)
-          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(
-              args, pr);
+        using OneGroup = Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>;
+        if (args.descale_block_rows_kv % kFp8WideBlockN == 0 && takes(OneGroup{}))
+          return launch_fp8_kernel<OneGroup>(args, pr);
         if constexpr (!kVarlen) {
-          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, false,
-                                                kFp8WideDescaleGroupKeys>>(args, pr);
+          using Grouped =
+              Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, false, kFp8WideDescaleGroupKeys>;
+          if (args.descale_block_rows_kv % kFp8WideBlockN != 0 && takes(Grouped{}))
+            return launch_fp8_kernel<Grouped>(args, pr);
         }
       }
     }
@@ -218,8 +233,8 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen>>(args, pr);
   }
   if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
-    if (wide_blocks_fit && tile_keys >= kFp8WideBlockMinKeys)
-      return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
+    using Wide = Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>;
+    if (wide_blocks_fit && tile_keys >= kFp8WideBlockMinKeys && takes(Wide{})) return launch_fp8_kernel<Wide>(args, pr);
   }
   return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>>(args, pr);
 }
