@@ -62,7 +62,9 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
     return Status(StatusCode::kUnsupported,
                   "attention_chunk with FP8 inputs is not supported by the sm_90a fp8 forward kernel at head dim " +
                       std::to_string(Traits::kHeadDim) +
-                      " with keys-contiguous v (v.stride[1] == 1); pass v in the ordinary layout");
+                      " with keys-contiguous v (v.stride[1] == 1) or variable lengths (cu_seqlens, seqused_k, "
+                      "seqused_q, a paged cache); it takes chunks there on dense batches with v in the ordinary "
+                      "layout");
   }
   if (Traits::kBlockDescales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
                        args.descale_block_rows_kv % Traits::kDescaleGroupKeys != 0)) {
