@@ -127,12 +127,7 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   HostTensor out = q_side(Dtype::kFloat32);
   HostTensor lse = varlen ? HostTensor(Dtype::kFloat32, {c.hq, total_q}) : HostTensor(Dtype::kFloat32, {c.batch, c.hq, c.sq});
 
-  FwdArgs fwd;
-  fwd.q = q.tensor();
-  fwd.k = k.tensor();
-  fwd.v = v.tensor();
-  fwd.out = out.tensor();
-  fwd.lse = lse.tensor();
+  FwdArgs fwd = forward_args(q, k, v, out, lse);
   fwd.softmax_scale = c.scale;
   fwd.causal = c.causal;
   fwd.window_left = c.window_left;

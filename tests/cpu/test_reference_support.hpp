@@ -161,6 +161,18 @@ inline double worst_ratio(const std::vector<double>& a, const std::vector<double
 #define EXPECT_ALL_CLOSE(actual, expected, atol, rtol) \
   EXPECT_LE(::hopattn::test::worst_ratio((actual), (expected), (atol), (rtol)), 1.0) << "tolerance atol=" << (atol) << " rtol=" << (rtol)
 
+// Forward arguments over these host tensors; the caller sets the rest.
+inline FwdArgs forward_args(const HostTensor& q, const HostTensor& k, const HostTensor& v, const HostTensor& out,
+                            const HostTensor& lse) {
+  FwdArgs args;
+  args.q = q.tensor();
+  args.k = k.tensor();
+  args.v = v.tensor();
+  args.out = out.tensor();
+  args.lse = lse.tensor();
+  return args;
+}
+
 inline Tensor int_tensor(std::vector<int>& values) {
   return make_tensor(values.data(), Dtype::kInt32, {static_cast<std::int64_t>(values.size())});
 }
