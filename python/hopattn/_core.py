@@ -15,6 +15,11 @@ def _out_dtype(lib, q):
     return "bfloat16" if lib.dtype_name(q).startswith("float8") else lib.dtype_name(q)
 
 
+def out_shape(q_shape, v_shape):
+    """q's shape with v's head dim last (v may have a head dim of its own, FA3's headdim_v)."""
+    return tuple(q_shape[:-1]) + (v_shape[-1],)
+
+
 def lse_shape(q_shape, varlen):
     """float32 LSE: (batch, heads_q, seqlen_q), or (heads_q, total_q) when q is varlen."""
     if varlen:
@@ -68,11 +73,11 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
     check_q_rank(q.shape, varlen)
     if seqused_q is None:
         if out is None:
-            out = arrays["out"] = lib.empty(q, tuple(q.shape), _out_dtype(lib, q))
+            out = arrays["out"] = lib.empty(q, out_shape(q.shape, v.shape), _out_dtype(lib, q))
         lse = lib.empty(q, lse_shape(tuple(q.shape), varlen), "float32") if return_lse else None
     else:
         if out is None:
-            out = arrays["out"] = lib.full(q, tuple(q.shape), _out_dtype(lib, q), 0.0)
+            out = arrays["out"] = lib.full(q, out_shape(q.shape, v.shape), _out_dtype(lib, q), 0.0)
         lse = (lib.full(q, lse_shape(tuple(q.shape), varlen), "float32", float("-inf"))
                if return_lse else None)
     arrays["lse"] = lse
