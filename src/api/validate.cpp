@@ -1,7 +1,7 @@
 // Every argument check of forward() and backward(), and the normalized Problem they produce. The
 // order is: each tensor well-formed, one device, dtypes, layout and shapes, scalars, what the CUDA
-// kernels need, then (host only) the values inside the int32 tensors. CUDA int32 tensors
-// (cu_seqlens, seqused_k, seqused_q, page_table) are trusted: checking their values would need a device sync.
+// kernels need, then (host only) the values inside the int32 tensors. CUDA int32 tensors (cu_seqlens,
+// seqused_k, seqused_q, page_table) are trusted: checking their values would need a device sync.
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -97,6 +97,7 @@ Status check_cu_seqlens_shape(const Arg& cu, std::int64_t batch) {
   return Status::Ok();
 }
 
+// seqused_q: int32 (batch), the query rows each sequence uses (its values: check_host_values).
 Status resolve_seqused_q(const Common& c, Problem* p) {
   if (!c.seqused_q) return Status::Ok();
   HOPATTN_RETURN_IF_ERROR(check_shape(*c.seqused_q, {p->batch}, "(batch)"));
@@ -255,8 +256,8 @@ Status resolve_scalars(const Common& c, Problem* p) {
   // A row's diagonal lies in (-len_q, len_k): chunks of len_q + len_k or more put every such diagonal
   // in chunk 0 (keys [0, ...) cover all of the sequence's) or chunk -1 (no key), so the chunk is capped
   // there (no backend adds a huge chunk to a position). Where every sequence has exactly seqlen_q and
-  // seqlen_k (dense, no seqused_k or seqused_q), no diagonal is negative when seqlen_q <= seqlen_k, and a chunk of
-  // seqlen_k or more masks nothing: it is turned off.
+  // seqlen_k (dense, no seqused_k or seqused_q), no diagonal is negative when seqlen_q <= seqlen_k, and
+  // a chunk of seqlen_k or more masks nothing: it is turned off.
   const long long chunk_cap = static_cast<long long>(p->seqlen_q) + p->seqlen_k;
   long long chunk = c.attention_chunk < chunk_cap ? c.attention_chunk : chunk_cap;
   const bool exact_lengths = !p->varlen_q && !p->varlen_k && !p->has_seqused_k && !p->has_seqused_q;

@@ -133,7 +133,7 @@ Status check_v_shape(const Arg& v, const Tensor& k) {
   bool same = t.rank == k.rank;
   for (int d = 0; same && d + 1 < k.rank; ++d) same = t.shape[d] == k.shape[d];
   if (!same)
-    return invalid("v: shape " + shape_string(t) + " does not match k's " + shape_string(k) +
+    return invalid(prefix(v) + "shape " + shape_string(t) + " does not match k's " + shape_string(k) +
                    "; v must have k's shape, but for its head dim (the last), which may differ");
   return Status::Ok();
 }
@@ -143,7 +143,7 @@ Status check_out_shape(const Arg& out, const Arg& q, int head_dim_v) {
   Tensor want = *q.tensor;
   want.shape[want.rank - 1] = head_dim_v;
   if (same_shape(*out.tensor, want)) return Status::Ok();
-  return invalid(std::string(out.name) + ": shape " + shape_string(*out.tensor) + " does not match q's " +
+  return invalid(prefix(out) + "shape " + shape_string(*out.tensor) + " does not match q's " +
                  shape_string(*q.tensor) + " with v's head_dim " + std::to_string(head_dim_v) + " last; " + out.name +
                  " must be " + shape_string(want));
 }
