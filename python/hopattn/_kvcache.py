@@ -494,7 +494,8 @@ def _left_padded(a, arguments):
     seqlen_q = int(q.shape[1])
     rows_q = (batch * seqlen_q,) + _shape(q)[2:]
     user_out = arguments["out"]
-    core_out = None if user_out is None else ops.view(user_out, (batch * seqlen_q,) + _shape(user_out)[2:])
+    rows_out = (batch * seqlen_q,) + _shape(user_out)[2:] if user_out is not None else None
+    core_out = None if user_out is None else ops.view(user_out, rows_out)
     arguments.update(q=_packed(ops, q, rows_q), out=core_out, max_seqlen_q=max(seqlen_q, 1),
                      cu_seqlens_q=ops.concat([zero, ops.int32(ops.arange(batch + 1) * seqlen_q)]))
 
