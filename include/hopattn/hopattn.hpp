@@ -5,6 +5,9 @@
 //   varlen  q (total_q, heads_q, d)           k, v (total_k, heads_kv, d)           out like q
 //   paged   k, v (num_pages, page_size, heads_kv, d) indexed through page_table (batch, pages_per_seq)
 //   lse     float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen q; natural log.
+// v may have a head dim d_v of its own (flash-attention 3's headdim_v; DeepSeek's attention: q/k 192,
+// v 128): then out (and dout) end in d_v instead of d. The CPU reference backend takes any d_v in
+// 1..512; the sm_90a kernels take d_v == d only (kUnsupported otherwise).
 // Every tensor may have any strides as long as its last dimension is contiguous (one exception: an
 // fp8 v may have its keys contiguous instead, see FwdArgs::v). Tensors on the host
 // run on the CPU reference backend (float64 accumulation, d 1..512); tensors on a CUDA device run on

@@ -98,7 +98,8 @@ class _Torch(_Library):
         return self.torch.full(shape, value, dtype=self.torch.int32, device=like.device)
 
     def full(self, like, shape, dtype_name, value):
-        return self.torch.full(shape, value, dtype=getattr(self.torch, dtype_name), device=like.device)
+        dtype = getattr(self.torch, dtype_name)
+        return self.torch.full(shape, value, dtype=dtype, device=like.device)
 
     def stream(self, x):
         if not x.is_cuda:
@@ -190,7 +191,8 @@ class _Jax(_Library):
         return self.jnp.full(shape, value, dtype=self.jnp.int32, device=self._device(like))
 
     def full(self, like, shape, dtype_name, value):
-        return self.jnp.full(shape, value, dtype=dtype_name, device=self._device(like)).block_until_ready()
+        array = self.jnp.full(shape, value, dtype=dtype_name, device=self._device(like))
+        return array.block_until_ready()
 
     def empty_keys_contiguous(self, like, shape, dtype_name):
         raise NotImplementedError("v_keys_contiguous: JAX arrays are always stored row-major, so no "

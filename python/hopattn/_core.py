@@ -15,6 +15,11 @@ def _out_dtype(lib, q):
     return "bfloat16" if lib.dtype_name(q).startswith("float8") else lib.dtype_name(q)
 
 
+def out_shape(q_shape, v_shape):
+    """q's shape with v's head dim last (v may have a head dim of its own, FA3's headdim_v)."""
+    return tuple(q_shape[:-1]) + (v_shape[-1],)
+
+
 def lse_shape(q_shape, varlen):
     """float32 LSE: (batch, heads_q, seqlen_q), or (heads_q, total_q) when q is varlen."""
     if varlen:
@@ -66,15 +71,18 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
     lib = common_library(arrays)
     varlen = cu_seqlens_q is not None
     check_q_rank(q.shape, varlen)
-    if seqused_q is None:
-        if out is None:
-            out = arrays["out"] = lib.empty(q, tuple(q.shape), _out_dtype(lib, q))
-        lse = lib.empty(q, lse_shape(tuple(q.shape), varlen), "float32") if return_lse else None
-    else:
-        if out is None:
-            out = arrays["out"] = lib.full(q, tuple(q.shape), _out_dtype(lib, q), 0.0)
-        lse = (lib.full(q, lse_shape(tuple(q.shape), varlen), "float32", float("-inf"))
-               if return_lse else None)
+
+    def allocate(shape, dtype_name, unwritten):
+        # The library writes no row past seqused_q: there, arrays start as a row that sees no key.
+        if seqused_q is None:
+            return lib.empty(q, shape, dtype_name)
+        return lib.full(q, shape, dtype_name, unwritten)
+
+    if out is None:
+        out = arrays["out"] = allocate(out_shape(q.shape, v.shape), _out_dtype(lib, q), 0.0)
+    lse = None
+    if return_lse:
+        lse = allocate(lse_shape(tuple(q.shape), varlen), "float32", float("-inf"))
     arrays["lse"] = lse
     _call(_C.forward, lib, q, arrays, softmax_scale=softmax_scale, causal=causal,
           window_left=window_left, window_right=window_right, attention_chunk=attention_chunk,

@@ -263,10 +263,11 @@ def _check_shapes(a):
             layout = "(num_pages, page_size, heads_kv, head_dim)" if paged \
                 else "(batch_cache, seqlen_cache, heads_kv, head_dim)"
             raise ValueError(f"{name}: expected shape {layout}, got {_shape(cache)}")
-    if _shape(a.v_cache) != _shape(a.k_cache):
+    if _shape(a.v_cache)[:-1] != _shape(a.k_cache)[:-1]:
         raise ValueError(f"v_cache: shape {_shape(a.v_cache)} differs from k_cache's "
-                         f"{_shape(a.k_cache)}")
+                         f"{_shape(a.k_cache)}; only their head dims may differ")
     a.slots, a.rows, heads_kv, head_dim = _shape(a.k_cache)
+    head_dim_v = _shape(a.v_cache)[-1]
     heads_q, q_dim = int(a.q.shape[-2]), int(a.q.shape[-1])
     if q_dim != head_dim or heads_q % heads_kv:
         raise ValueError(f"q: heads_q {heads_q} and head_dim {q_dim} do not fit the cache's "
@@ -287,11 +288,12 @@ def _check_shapes(a):
                              "without cache_batch_idx sequence b uses cache row b")
     a.seqlen_new = int(a.k.shape[1]) if a.k is not None and len(a.k.shape) == 4 else 0
     if a.k is not None:
-        expected = (a.batch, a.seqlen_new, heads_kv, head_dim)
-        for name, new, cache in (("k", a.k, a.k_cache), ("v", a.v, a.v_cache)):
+        for name, new, cache, dim in (("k", a.k, a.k_cache, head_dim),
+                                      ("v", a.v, a.v_cache, head_dim_v)):
+            expected = (a.batch, a.seqlen_new, heads_kv, dim)
             if _shape(new) != expected:
                 raise ValueError(f"{name}: expected shape (batch, seqlen_new, heads_kv, head_dim) "
-                                 f"= {expected}, got {_shape(new)}")
+                                 f"= {expected} ({name}_cache's head_dim), got {_shape(new)}")
             if a.lib.dtype_name(new) != a.lib.dtype_name(cache):
                 raise ValueError(f"{name}: dtype {a.lib.dtype_name(new)} differs from "
                                  f"{name}_cache's {a.lib.dtype_name(cache)}; new rows are written "
@@ -492,7 +494,8 @@ def _left_padded(a, arguments):
     seqlen_q = int(q.shape[1])
     rows_q = (batch * seqlen_q,) + _shape(q)[2:]
     user_out = arguments["out"]
-    core_out = None if user_out is None else ops.view(user_out, rows_q)
+    rows_out = (batch * seqlen_q,) + _shape(user_out)[2:] if user_out is not None else None
+    core_out = None if user_out is None else ops.view(user_out, rows_out)
     arguments.update(q=_packed(ops, q, rows_q), out=core_out, max_seqlen_q=max(seqlen_q, 1),
                      cu_seqlens_q=ops.concat([zero, ops.int32(ops.arange(batch + 1) * seqlen_q)]))
 

@@ -144,7 +144,10 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
 
     head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256, forward and backward
     (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 64, 128 or 256; host
-    arrays any head dim from 1 to 512. The same holds for every function here.
+    arrays any head dim from 1 to 512. v (and v_cache) may have a head dim of its own
+    (flash-attention 3's headdim_v, e.g. DeepSeek's q/k 192 and v 128): out then ends in it. Host
+    arrays take any (1 to 512); the CUDA kernels raise NotImplementedError naming v for now. The
+    same holds for every function here.
 
     attention_chunk (flash-attention 3's; Llama 4's chunked local attention): 0 (default) is off;
     c > 0 cuts the keys into chunks [0, c), [c, 2c), ... and query i sees only the keys of the

@@ -96,7 +96,7 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
               descale_block_rows_q, descale_block_rows_kv, deterministic=False,
               learnable_sink=None, attention_chunk=0, seqused_q=None):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
-    out = q.new_empty(q.shape, dtype=out_dtype)
+    out = q.new_empty(_core.out_shape(q.shape, v.shape), dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
     return out, lse
 

@@ -58,7 +58,7 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, seqused_k=None, seqused_q=Non
     """q (total_q, hq, d), k, v (total_k, hk, d). Returns out like q, lse (hq, total_q); with
     seqused_q, sequence b's queries are its first seqused_q[b] rows, and the rows past them are 0
     in both (their values are not defined)."""
-    out = np.zeros(q.shape, dtype=np.float64)
+    out = np.zeros(q.shape[:-1] + v.shape[-1:], dtype=np.float64)
     lse = np.zeros((q.shape[1], q.shape[0]), dtype=np.float64)
     for b in range(len(cu_seqlens_q) - 1):
         q0, q1 = cu_seqlens_q[b], cu_seqlens_q[b + 1]
@@ -82,7 +82,7 @@ def gather_pages(cache, page_table, seqlen):
 
 def kvcache(q, k_cache, v_cache, *, cache_seqlens, page_table=None, **options):
     """q (b, sq, hq, d) over the first cache_seqlens[b] keys of a dense or paged cache."""
-    out = np.zeros(q.shape, dtype=np.float64)
+    out = np.zeros(q.shape[:-1] + v_cache.shape[-1:], dtype=np.float64)
     lse = np.zeros((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float64)
     for b in range(q.shape[0]):
         used = int(cache_seqlens[b])

@@ -434,6 +434,32 @@ def test_cpu_attention_chunk_on_every_path_and_opcheck(rng):
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
 
 
+# ---- v with a head dim of its own (FA3's headdim_v) on host tensors ------------------------------
+
+@pytest.mark.parametrize("head_dims", [(48, 16), (8, 40)], ids=["narrower-v", "wider-v"])
+def test_cpu_v_head_dim_of_its_own_through_autograd_and_opcheck(rng, head_dims):
+    # out (and dout, dv) end in v's head dim; gradients against float64 math; the operators' fake
+    # kernels give out that shape (opcheck).
+    head_dim, head_dim_v = head_dims
+    generator = torch_generator(rng, "cpu")
+    q = torch.randn(2, 9, 4, head_dim, generator=generator, requires_grad=True)
+    k = torch.randn(2, 21, 2, head_dim, generator=generator, requires_grad=True)
+    v = torch.randn(2, 21, 2, head_dim_v, generator=generator, requires_grad=True)
+    out, lse = hopattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == (2, 9, 4, head_dim_v)
+    dout = torch.randn(out.shape, generator=generator)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    leaves64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref, ref_lse = attention_math(*leaves64, causal=True)
+    ref_grads = torch.autograd.grad(ref, leaves64, dout.double())
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+    for name, actual, expected in zip("qkv", grads, ref_grads):
+        torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+    torch.library.opcheck(torch.ops.hopattn.fwd.default,
+                          (q, k, v, *{**FWD_DEFAULTS, "causal": True}.values()))
+
+
 # ---- seqused_q on host tensors: flash-attention 3's query rows in use --------------------------
 
 def test_cpu_varlen_seqused_q_reads_and_differentiates_only_the_rows_in_use(rng):

@@ -11,7 +11,8 @@ struct Problem {
   int batch = 0;
   int heads_q = 0;
   int heads_kv = 0;
-  int head_dim = 0;
+  int head_dim = 0;    // q and k
+  int head_dim_v = 0;  // v, out (and dout, dv): head_dim unless v has its own
   int seqlen_q = 0;  // dense: q.shape[1]; varlen: max_seqlen_q
   int seqlen_k = 0;  // dense: k.shape[1]; varlen: max_seqlen_k; paged: pages_per_seq * page_size
   bool varlen_q = false;  // q, out are (total_q, heads, d), lengths from cu_seqlens_q

@@ -1,7 +1,7 @@
 // Every argument check of forward() and backward(), and the normalized Problem they produce. The
 // order is: each tensor well-formed, one device, dtypes, layout and shapes, scalars, what the CUDA
-// kernels need, then (host only) the values inside the int32 tensors. CUDA int32 tensors
-// (cu_seqlens, seqused_k, seqused_q, page_table) are trusted: checking their values would need a device sync.
+// kernels need, then (host only) the values inside the int32 tensors. CUDA int32 tensors (cu_seqlens,
+// seqused_k, seqused_q, page_table) are trusted: checking their values would need a device sync.
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -97,6 +97,7 @@ Status check_cu_seqlens_shape(const Arg& cu, std::int64_t batch) {
   return Status::Ok();
 }
 
+// seqused_q: int32 (batch), the query rows each sequence uses (its values: check_host_values).
 Status resolve_seqused_q(const Common& c, Problem* p) {
   if (!c.seqused_q) return Status::Ok();
   HOPATTN_RETURN_IF_ERROR(check_shape(*c.seqused_q, {p->batch}, "(batch)"));
@@ -167,12 +168,13 @@ Status resolve_kv(const Common& c, Problem* p) {
                      "; k and v need one entry per sequence");
     p->seqlen_k = static_cast<int>(k.shape[1]);
   }
-  HOPATTN_RETURN_IF_ERROR(check_same_shape(c.v, c.k));
+  HOPATTN_RETURN_IF_ERROR(check_v_shape(c.v, k));
   p->heads_kv = static_cast<int>(k.shape[k.rank - 2]);
   const std::int64_t k_dim = k.shape[k.rank - 1];
   if (k_dim != p->head_dim)
     return invalid("k: head_dim " + str(k_dim) + " does not match q's " + str(p->head_dim) +
-                   "; q, k and v share one head_dim");
+                   "; q and k share one head_dim (v may have its own)");
+  p->head_dim_v = static_cast<int>(c.v.tensor->shape[k.rank - 1]);
   if (c.seqused_k) {
     HOPATTN_RETURN_IF_ERROR(check_shape(*c.seqused_k, {p->batch}, "(batch)"));
     p->has_seqused_k = true;
@@ -198,7 +200,13 @@ Status check_heads_and_head_dim(const Problem& p) {
                    "; heads_q must be a multiple of heads_kv (GQA/MQA)");
   if (p.head_dim < 1 || p.head_dim > kHostMaxHeadDim)
     return invalid("q: head_dim " + str(p.head_dim) + " is not allowed; head_dim must be in 1..512");
+  if (p.head_dim_v < 1 || p.head_dim_v > kHostMaxHeadDim)
+    return invalid("v: head_dim " + str(p.head_dim_v) + " is not allowed; v's head_dim must be in 1..512");
   if (p.device != DeviceType::kCuda) return Status::Ok();
+  // The kernels' tiles carry one head dim for Q, K and V (and O).
+  if (p.head_dim_v != p.head_dim)
+    return unsupported("v: head_dim " + str(p.head_dim_v) + " differs from q's and k's " + str(p.head_dim) +
+                       "; the sm_90a kernels take v with q's head_dim (host tensors may differ)");
   // FP8 kernels exist at their tile widths only; the 16-bit ones run any other head dim in the next
   // wider kernel, whose TMA loads zero-fill the columns past it: rows of a multiple of 8 columns are
   // what keeps every stride a multiple of the 16 bytes TMA requires.
@@ -248,8 +256,8 @@ Status resolve_scalars(const Common& c, Problem* p) {
   // A row's diagonal lies in (-len_q, len_k): chunks of len_q + len_k or more put every such diagonal
   // in chunk 0 (keys [0, ...) cover all of the sequence's) or chunk -1 (no key), so the chunk is capped
   // there (no backend adds a huge chunk to a position). Where every sequence has exactly seqlen_q and
-  // seqlen_k (dense, no seqused_k or seqused_q), no diagonal is negative when seqlen_q <= seqlen_k, and a chunk of
-  // seqlen_k or more masks nothing: it is turned off.
+  // seqlen_k (dense, no seqused_k or seqused_q), no diagonal is negative when seqlen_q <= seqlen_k, and
+  // a chunk of seqlen_k or more masks nothing: it is turned off.
   const long long chunk_cap = static_cast<long long>(p->seqlen_q) + p->seqlen_k;
   long long chunk = c.attention_chunk < chunk_cap ? c.attention_chunk : chunk_cap;
   const bool exact_lengths = !p->varlen_q && !p->varlen_k && !p->has_seqused_k && !p->has_seqused_q;
@@ -423,7 +431,7 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
     HOPATTN_RETURN_IF_ERROR(check_same_dtype(out, c.q, "out must have q's dtype (bfloat16 for float8_e4m3 inputs)"));
   }
   HOPATTN_RETURN_IF_ERROR(resolve_common(c, &p));
-  HOPATTN_RETURN_IF_ERROR(check_same_shape(out, c.q));
+  HOPATTN_RETURN_IF_ERROR(check_out_shape(out, c.q, p.head_dim_v));
   if (lse) HOPATTN_RETURN_IF_ERROR(check_lse(*lse, c, p));
   if (sink) HOPATTN_RETURN_IF_ERROR(check_sink(*sink, p));
   HOPATTN_RETURN_IF_ERROR(check_descales(a, p));
@@ -450,7 +458,8 @@ Status validate_backward(const BwdArgs& a, Problem* problem) {
   for (const Arg& t : {out, dout, dq, dk, dv})
     HOPATTN_RETURN_IF_ERROR(check_same_dtype(t, c.q, "out, dout, dq, dk and dv must have q's dtype"));
   HOPATTN_RETURN_IF_ERROR(resolve_common(c, &p));
-  for (const Arg& t : {out, dout, dq}) HOPATTN_RETURN_IF_ERROR(check_same_shape(t, c.q));
+  for (const Arg& t : {out, dout}) HOPATTN_RETURN_IF_ERROR(check_out_shape(t, c.q, p.head_dim_v));
+  HOPATTN_RETURN_IF_ERROR(check_same_shape(dq, c.q));
   HOPATTN_RETURN_IF_ERROR(check_same_shape(dk, c.k));
   HOPATTN_RETURN_IF_ERROR(check_same_shape(dv, c.v));
   HOPATTN_RETURN_IF_ERROR(check_lse(lse, c, p));

@@ -127,6 +127,27 @@ Status check_same_shape(const Arg& arg, const Arg& model) {
                  shape_string(*model.tensor) + "; " + arg.name + " must have " + model.name + "'s shape");
 }
 
+// v has k's shape but for its head dim, which may differ (flash-attention 3's headdim_v).
+Status check_v_shape(const Arg& v, const Tensor& k) {
+  const Tensor& t = *v.tensor;
+  bool same = t.rank == k.rank;
+  for (int d = 0; same && d + 1 < k.rank; ++d) same = t.shape[d] == k.shape[d];
+  if (!same)
+    return invalid(prefix(v) + "shape " + shape_string(t) + " does not match k's " + shape_string(k) +
+                   "; v must have k's shape, but for its head dim (the last), which may differ");
+  return Status::Ok();
+}
+
+// out (and dout) have q's shape with v's head dim last.
+Status check_out_shape(const Arg& out, const Arg& q, int head_dim_v) {
+  Tensor want = *q.tensor;
+  want.shape[want.rank - 1] = head_dim_v;
+  if (same_shape(*out.tensor, want)) return Status::Ok();
+  return invalid(prefix(out) + "shape " + shape_string(*out.tensor) + " does not match q's " +
+                 shape_string(*q.tensor) + " with v's head_dim " + std::to_string(head_dim_v) + " last; " + out.name +
+                 " must be " + shape_string(want));
+}
+
 Status check_same_dtype(const Arg& arg, const Arg& model, const char* rule) {
   if (arg.tensor->dtype == model.tensor->dtype) return Status::Ok();
   return invalid(prefix(arg) + "dtype " + dtype_name(arg.tensor->dtype) + " does not match " + model.name + "'s " +

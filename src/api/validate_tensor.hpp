@@ -45,6 +45,10 @@ Status check_rank(const Arg& arg, int rank, const char* layout);
 Status check_shape(const Arg& arg, std::initializer_list<std::int64_t> expected, const char* layout);
 // Same shape and dtype as `model` (e.g. out like q, v like k).
 Status check_same_shape(const Arg& arg, const Arg& model);
+// v: k's shape but for its head dim (the last), which may differ (flash-attention 3's headdim_v).
+Status check_v_shape(const Arg& v, const Tensor& k);
+// out (or dout): q's shape with v's head dim last.
+Status check_out_shape(const Arg& out, const Arg& q, int head_dim_v);
 Status check_same_dtype(const Arg& arg, const Arg& model, const char* rule);
 Status check_same_device(const Arg& arg, const Arg& model);
 

@@ -20,7 +20,7 @@ namespace hopattn::reference {
 Status backward(const BwdArgs& args, const detail::Problem& problem) {
   const SequenceLayout layout(problem, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.seqused_q,
                               std::nullopt);
-  const int d = problem.head_dim;
+  const int d = problem.head_dim, dv_dim = problem.head_dim_v;
   const int group = problem.heads_q / problem.heads_kv;
   const int window_right = problem.causal ? 0 : problem.window_right;
   const double scale = problem.softmax_scale;
@@ -32,17 +32,17 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
   for (int b = 0; b < problem.batch; ++b) {
     const int len_q = layout.len_q(b), len_k = layout.len_k(b);
     for (int kv_head = 0; kv_head < problem.heads_kv; ++kv_head) {
-      Matrix k(len_k, d), v(len_k, d), dk(len_k, d), dv(len_k, d);
+      Matrix k(len_k, d), v(len_k, dv_dim), dk(len_k, d), dv(len_k, dv_dim);
       for (int j = 0; j < len_k; ++j) {
         load_row(args.k, layout.k_row(args.k, b, j, kv_head), d, 1.0, k.row(j));
-        load_row(args.v, layout.k_row(args.v, b, j, kv_head), d, 1.0, v.row(j));
+        load_row(args.v, layout.k_row(args.v, b, j, kv_head), dv_dim, 1.0, v.row(j));
       }
-      std::vector<double> q(d), dout(d), dq(d), ds;
+      std::vector<double> q(d), dout(dv_dim), dq(d), ds;
       for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
         const double sink = learnable_sink(args.learnable_sink, h);
         for (int i = 0; i < len_q; ++i) {
           load_row(args.q, layout.q_row(args.q, b, i, h), d, 1.0, q.data());
-          load_row(args.dout, layout.q_row(args.dout, b, i, h), d, 1.0, dout.data());
+          load_row(args.dout, layout.q_row(args.dout, b, i, h), dv_dim, 1.0, dout.data());
           const KeyRange keys =
               visible_keys(i, len_q, len_k, problem.window_left, window_right, problem.attention_chunk);
           const RowSoftmax row = row_softmax(q.data(), k, keys, scale, problem.softcap, sink);
@@ -51,7 +51,7 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
           for (int j = keys.begin; j < keys.end; ++j) {
             const double* vj = v.row(j);
             double dp = 0.0;
-            for (int c = 0; c < d; ++c) dp += dout[c] * vj[c];
+            for (int c = 0; c < dv_dim; ++c) dp += dout[c] * vj[c];
             ds[j - keys.begin] = dp;
             row_dot += row.probs[j - keys.begin] * dp;
           }
@@ -66,15 +66,15 @@ Status backward(const BwdArgs& args, const detail::Problem& problem) {
             for (int c = 0; c < d; ++c) {
               dq[c] += dscore * kj[c];
               dkj[c] += dscore * q[c];
-              dvj[c] += p * dout[c];
             }
+            for (int c = 0; c < dv_dim; ++c) dvj[c] += p * dout[c];
           }
           store_row(layout.q_row(args.dq, b, i, h), args.dq.dtype, d, dq.data());
         }
       }
       for (int j = 0; j < len_k; ++j) {
         store_row(layout.k_row(args.dk, b, j, kv_head), args.dk.dtype, d, dk.row(j));
-        store_row(layout.k_row(args.dv, b, j, kv_head), args.dv.dtype, d, dv.row(j));
+        store_row(layout.k_row(args.dv, b, j, kv_head), args.dv.dtype, dv_dim, dv.row(j));
       }
     }
   }

@@ -26,22 +26,22 @@ double block_descale(const std::optional<Tensor>& factors, int b, int head, int 
 Status forward(const FwdArgs& args, const detail::Problem& problem) {
   const SequenceLayout layout(problem, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.seqused_q,
                               args.page_table);
-  const int d = problem.head_dim;
+  const int d = problem.head_dim, dv = problem.head_dim_v;
   const int group = problem.heads_q / problem.heads_kv;
   const int window_right = problem.causal ? 0 : problem.window_right;
-  std::vector<double> q(d), out_row(d);
+  std::vector<double> q(d), out_row(dv);
 
   for (int b = 0; b < problem.batch; ++b) {
     const int len_q = layout.len_q(b), len_k = layout.len_k(b);
     for (int kv_head = 0; kv_head < problem.heads_kv; ++kv_head) {
-      Matrix k(len_k, d), v(len_k, d);
+      Matrix k(len_k, d), v(len_k, dv);
       const double k_scale = descale(args.k_descale, b, kv_head);
       const double v_scale = descale(args.v_descale, b, kv_head);
       for (int j = 0; j < len_k; ++j) {
         const int rows = args.descale_block_rows_kv;
         load_row(args.k, layout.k_row(args.k, b, j, kv_head), d,
                  k_scale * block_descale(args.k_block_descale, b, kv_head, j, rows), k.row(j));
-        load_row(args.v, layout.k_row(args.v, b, j, kv_head), d,
+        load_row(args.v, layout.k_row(args.v, b, j, kv_head), dv,
                  v_scale * block_descale(args.v_block_descale, b, kv_head, j, rows), v.row(j));
       }
       // q's descale is indexed by the kv head its q head reads, as in flash-attention.
@@ -58,9 +58,9 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
           for (int j = keys.begin; j < keys.end; ++j) {
             const double p = row.probs[j - keys.begin];
             const double* vj = v.row(j);
-            for (int c = 0; c < d; ++c) out_row[c] += p * vj[c];
+            for (int c = 0; c < dv; ++c) out_row[c] += p * vj[c];
           }
-          store_row(layout.q_row(args.out, b, i, h), args.out.dtype, d, out_row.data());
+          store_row(layout.q_row(args.out, b, i, h), args.out.dtype, dv, out_row.data());
           if (args.lse) store_scalar(layout.lse_entry(*args.lse, b, h, i), args.lse->dtype, row.lse);
         }
       }

@@ -23,6 +23,7 @@ struct BwdCase {
   int attention_chunk = 0;
   float softcap = 0.0f;
   std::optional<float> scale;
+  int dv = 0;  // v's head dim (FA3's headdim_v; out, dout and dv have it too); 0: d
   bool deterministic = false;  // accepted by the CPU backend, deterministic either way
   bool sinks = false;          // random learnable sinks (the last head's -inf), and dsink checked
 };
@@ -57,7 +58,7 @@ struct LossInputs {
 // sum(out * dout) of the float64 materialized attention.
 double loss(const BwdCase& c, const Packing& pack, const LossInputs& in) {
   std::vector<double> out, lse;
-  naive_batch(pack, in.q, in.k, in.v, c.hq, c.hkv, c.d, mask_of(c, in.sinks), &out, &lse);
+  naive_batch(pack, in.q, in.k, in.v, c.hq, c.hkv, c.d, mask_of(c, in.sinks), &out, &lse, c.dv);
   double total = 0;
   for (std::size_t i = 0; i < out.size(); ++i) total += out[i] * in.dout[i];
   return total;
@@ -98,14 +99,16 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
   const bool varlen = is_varlen(c);
   std::vector<int> cu_q = prefix_sums(c.varlen_q), cu_k = prefix_sums(c.varlen_k), seqused = c.seqused_k;
   const std::int64_t total_q = varlen ? cu_q.back() : c.batch * c.sq, total_k = varlen ? cu_k.back() : c.batch * c.sk;
-  auto q_side = [&](Dtype dtype) {
-    return varlen ? HostTensor(dtype, {total_q, c.hq, c.d}) : HostTensor(dtype, {c.batch, c.sq, c.hq, c.d});
+  const int dv_dim = c.dv > 0 ? c.dv : c.d;
+  auto q_side = [&](int dim) {
+    return varlen ? HostTensor(Dtype::kFloat32, {total_q, c.hq, dim})
+                  : HostTensor(Dtype::kFloat32, {c.batch, c.sq, c.hq, dim});
   };
-  auto k_side = [&] {
-    return varlen ? HostTensor(Dtype::kFloat32, {total_k, c.hkv, c.d})
-                  : HostTensor(Dtype::kFloat32, {c.batch, c.sk, c.hkv, c.d});
+  auto k_side = [&](int dim) {
+    return varlen ? HostTensor(Dtype::kFloat32, {total_k, c.hkv, dim})
+                  : HostTensor(Dtype::kFloat32, {c.batch, c.sk, c.hkv, dim});
   };
-  HostTensor q = q_side(Dtype::kFloat32), k = k_side(), v = k_side(), dout = q_side(Dtype::kFloat32);
+  HostTensor q = q_side(c.d), k = k_side(c.d), v = k_side(dv_dim), dout = q_side(dv_dim);
   q.fill_random(seed, -1.5, 1.5);
   k.fill_random(seed + 1, -1.5, 1.5);
   v.fill_random(seed + 2);
@@ -117,22 +120,18 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
       for (int i = seqused_q[b]; i < c.sq; ++i) visit(b, i);
   };
   auto poison_row = [&](HostTensor& t, int b, int i) {
-    for (int e = 0; e < c.hq * c.d; ++e) t.set((static_cast<std::int64_t>(b) * c.sq + i) * c.hq * c.d + e, NAN);
+    const std::int64_t row = std::int64_t{c.hq} * t.shape().back();
+    for (std::int64_t e = 0; e < row; ++e) t.set((static_cast<std::int64_t>(b) * c.sq + i) * row + e, NAN);
   };
   HostTensor dout_given = dout;
   for_unused_rows([&](int b, int i) {
     poison_row(q, b, i);
     poison_row(dout_given, b, i);
   });
-  HostTensor out = q_side(Dtype::kFloat32);
+  HostTensor out = q_side(dv_dim);
   HostTensor lse = varlen ? HostTensor(Dtype::kFloat32, {c.hq, total_q}) : HostTensor(Dtype::kFloat32, {c.batch, c.hq, c.sq});
 
-  FwdArgs fwd;
-  fwd.q = q.tensor();
-  fwd.k = k.tensor();
-  fwd.v = v.tensor();
-  fwd.out = out.tensor();
-  fwd.lse = lse.tensor();
+  FwdArgs fwd = forward_args(q, k, v, out, lse);
   fwd.softmax_scale = c.scale;
   fwd.causal = c.causal;
   fwd.window_left = c.window_left;
@@ -160,7 +159,7 @@ void check_against_finite_differences(const BwdCase& c, std::uint64_t seed) {
     for (int h = 0; h < c.hq; ++h) lse.set((static_cast<std::int64_t>(b) * c.hq + h) * c.sq + i, NAN);
   });
 
-  HostTensor dq = q_side(Dtype::kFloat32), dk = k_side(), dv = k_side();
+  HostTensor dq = q_side(c.d), dk = k_side(c.d), dv = k_side(dv_dim);
   dq.poison();
   dk.poison();
   dv.poison();
@@ -263,6 +262,14 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   rows_and_keys_used.window_left = 2;
   rows_and_keys_used.window_right = 1;
   cases.push_back(rows_and_keys_used);
+  BwdCase narrow_v{"v's head dim of its own, narrower (FA3's headdim_v) + causal + GQA", 4, 2, 7, 2, 6, 8, {}, {}, {}};
+  narrow_v.dv = 3;
+  narrow_v.causal = true;
+  cases.push_back(narrow_v);
+  BwdCase wide_v{"v's head dim of its own, wider + varlen + softcap", 2, 1, 3, 0, 0, 0, {4, 1, 6}, {5, 3, 6}};
+  wide_v.dv = 9;
+  wide_v.softcap = 0.9f;
+  cases.push_back(wide_v);
   for (std::size_t i = 0; i < cases.size(); ++i) check_against_finite_differences(cases[i], seed + 10 * i);
 }
 

@@ -37,12 +37,7 @@ TEST(ReferenceDtypes, SixteenBitInputsGiveCorrectlyRoundedFloat64Math) {
     HostTensor out(dtype, {batch, sq, hq, d}), lse(Dtype::kFloat32, {batch, hq, sq});
     out.poison();
     lse.poison();
-    FwdArgs args;
-    args.q = q.tensor();
-    args.k = k.tensor();
-    args.v = v.tensor();
-    args.out = out.tensor();
-    args.lse = lse.tensor();
+    FwdArgs args = forward_args(q, k, v, out, lse);
     args.causal = true;
     args.softcap = 2.0f;
     const Status status = hopattn::forward(args);
@@ -80,12 +75,7 @@ TEST(ReferenceDtypes, E4m3InputsUseDescalesPerKvHeadAndGiveBf16) {
     HostTensor out(Dtype::kBFloat16, {batch, sq, hq, d}), lse(Dtype::kFloat32, {batch, hq, sq});
     out.poison();
     lse.poison();
-    FwdArgs args;
-    args.q = q.tensor();
-    args.k = k.tensor();
-    args.v = v.tensor();
-    args.out = out.tensor();
-    args.lse = lse.tensor();
+    FwdArgs args = forward_args(q, k, v, out, lse);
     args.window_left = 10;
     if (with_descales) {
       args.q_descale = q_descale.tensor();

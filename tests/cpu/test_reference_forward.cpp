@@ -8,11 +8,14 @@ namespace {
 
 struct Dims {
   int batch, sq, sk, hq, hkv, d;
+  int dv = 0;  // v's head dim; 0: d
+  int v_dim() const { return dv > 0 ? dv : d; }
 };
 
 std::string describe(const Dims& s) {
   return "batch=" + std::to_string(s.batch) + " sq=" + std::to_string(s.sq) + " sk=" + std::to_string(s.sk) +
-         " hq=" + std::to_string(s.hq) + " hkv=" + std::to_string(s.hkv) + " d=" + std::to_string(s.d);
+         " hq=" + std::to_string(s.hq) + " hkv=" + std::to_string(s.hkv) + " d=" + std::to_string(s.d) +
+         " dv=" + std::to_string(s.v_dim());
 }
 
 struct Inputs {
@@ -22,21 +25,21 @@ struct Inputs {
 Inputs random_inputs(const Dims& s, std::uint64_t seed) {
   Inputs in{HostTensor(Dtype::kFloat32, {s.batch, s.sq, s.hq, s.d}),
             HostTensor(Dtype::kFloat32, {s.batch, s.sk, s.hkv, s.d}),
-            HostTensor(Dtype::kFloat32, {s.batch, s.sk, s.hkv, s.d})};
+            HostTensor(Dtype::kFloat32, {s.batch, s.sk, s.hkv, s.v_dim()})};
   in.q.fill_random(seed, -2.0, 2.0);  // wide enough that the softmax is far from uniform
   in.k.fill_random(seed + 1, -2.0, 2.0);
   in.v.fill_random(seed + 2);
   return in;
 }
 
-// Packed out (batch * sq, hq, d) and lse (hq, batch * sq).
+// Packed out (batch * sq, hq, dv) and lse (hq, batch * sq).
 struct Result {
   std::vector<double> out, lse;
 };
 
 // Public forward on dense float32 tensors with options' mask fields; out and lse poisoned first.
 Result run_dense(const Dims& s, const Inputs& in, FwdArgs options) {
-  HostTensor out(Dtype::kFloat32, {s.batch, s.sq, s.hq, s.d});
+  HostTensor out(Dtype::kFloat32, {s.batch, s.sq, s.hq, s.v_dim()});
   HostTensor lse(Dtype::kFloat32, {s.batch, s.hq, s.sq});
   out.poison();
   lse.poison();
@@ -65,7 +68,7 @@ MaskSpec mask_of(const FwdArgs& options, int d) {
 Result naive_dense(const Dims& s, const Inputs& in, const FwdArgs& options) {
   Result r;
   naive_batch(Packing::dense(s.batch, s.sq, s.sk), in.q.to_double(), in.k.to_double(), in.v.to_double(), s.hq,
-              s.hkv, s.d, mask_of(options, s.d), &r.out, &r.lse);
+              s.hkv, s.d, mask_of(options, s.d), &r.out, &r.lse, s.v_dim());
   return r;
 }
 
@@ -86,9 +89,11 @@ TEST(ReferenceForward, RandomShapesMatchMaterializedSoftmax) {
   const int dims[] = {1, 8, 33, 64};
   const int heads[][2] = {{1, 1}, {2, 1}, {3, 3}, {4, 2}};
   auto pick = [&](const auto& options) { return options[rng() % std::size(options)]; };
-  for (int trial = 0; trial < 12; ++trial) {
+  for (int trial = 0; trial < 16; ++trial) {
     const auto h = pick(heads);
-    const Dims s{1 + static_cast<int>(rng() % 3), pick(lengths), pick(lengths), h[0], h[1], pick(dims)};
+    // v's head dim: q's, or (every other trial) one of its own (FA3's headdim_v), smaller or larger.
+    const Dims s{1 + static_cast<int>(rng() % 3), pick(lengths), pick(lengths), h[0], h[1], pick(dims),
+                 trial % 2 ? pick(dims) + 3 : 0};
     SCOPED_TRACE(describe(s));
     expect_matches_naive(s, FwdArgs{}, rng());
   }
@@ -166,6 +171,38 @@ TEST(ReferenceForward, SoftcapAndExplicitScaleMatchMaterializedSoftmax) {
   options.causal = true;
   options.window_left = 6;
   expect_matches_naive(Dims{1, 21, 13, 3, 1, 8}, options, seed + 1);
+}
+
+// v with a head dim of its own (FA3's headdim_v) is exact: out's columns depend on v's alone, so a
+// narrower v gives the first columns of a wider one's out, and a wider v equals q and k padded with
+// zero columns (their scores unchanged).
+TEST(ReferenceForward, VHeadDimOfItsOwnIsExact) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  FwdArgs options;
+  options.causal = true;
+  options.softmax_scale = 0.3f;  // the default depends on d, which the padding below changes
+  const Dims narrow{2, 9, 13, 4, 2, 40, 24}, wide{2, 9, 13, 4, 2, 40, 40};
+  const Inputs wide_in = random_inputs(wide, seed);
+  Inputs narrow_in{wide_in.q, wide_in.k, HostTensor(Dtype::kFloat32, {2, 13, 2, 24})};
+  for (std::int64_t e = 0; e < narrow_in.v.numel(); ++e) narrow_in.v.set(e, wide_in.v.get(e / 24 * 40 + e % 24));
+  const Result got = run_dense(narrow, narrow_in, options), want = run_dense(wide, wide_in, options);
+  for (std::size_t e = 0; e < got.out.size(); ++e) ASSERT_EQ(got.out[e], want.out[e / 24 * 40 + e % 24]) << e;
+  EXPECT_EQ(got.lse, want.lse);
+
+  const Dims small_qk{2, 9, 13, 4, 2, 16, 40}, padded_qk{2, 9, 13, 4, 2, 40, 40};
+  Inputs small_in{HostTensor(Dtype::kFloat32, {2, 9, 4, 16}), HostTensor(Dtype::kFloat32, {2, 13, 2, 16}),
+                  wide_in.v};
+  Inputs padded_in{HostTensor(Dtype::kFloat32, {2, 9, 4, 40}), HostTensor(Dtype::kFloat32, {2, 13, 2, 40}),
+                   wide_in.v};
+  for (auto [small, padded] : {std::pair{&small_in.q, &padded_in.q}, std::pair{&small_in.k, &padded_in.k}}) {
+    small->fill_random(seed + 7, -2.0, 2.0);
+    for (std::int64_t e = 0; e < padded->numel(); ++e)
+      padded->set(e, e % 40 < 16 ? small->get(e / 40 * 16 + e % 40) : 0.0);
+  }
+  const Result got_wide_v = run_dense(small_qk, small_in, options), want_padded = run_dense(padded_qk, padded_in, options);
+  EXPECT_EQ(got_wide_v.out, want_padded.out);
+  EXPECT_EQ(got_wide_v.lse, want_padded.lse);
 }
 
 TEST(ReferenceForward, GqaEqualsRepeatedKvHeads) {

@@ -70,12 +70,7 @@ TEST(ReferenceLayouts, VarlenEqualsPerSequenceDenseCalls) {
     HostTensor out(Dtype::kFloat32, {cu_q.back(), hq, d}), lse(Dtype::kFloat32, {hq, cu_q.back()});
     out.poison();
     lse.poison();
-    FwdArgs args;
-    args.q = q.tensor();
-    args.k = k.tensor();
-    args.v = v.tensor();
-    args.out = out.tensor();
-    args.lse = lse.tensor();
+    FwdArgs args = forward_args(q, k, v, out, lse);
     args.cu_seqlens_q = int_tensor(cu_q);
     args.cu_seqlens_k = int_tensor(cu_k);
     args.max_seqlen_q = *std::max_element(len_q.begin(), len_q.end());
@@ -161,12 +156,7 @@ TEST(ReferenceLayouts, SequsedQEqualsTruncatedRows) {
     if (!varlen) lse = HostTensor(Dtype::kFloat32, {batch, hq, 9});
     for (std::int64_t e = 0; e < out.numel(); ++e) out.set(e, marker);
     for (std::int64_t e = 0; e < lse.numel(); ++e) lse.set(e, marker);
-    FwdArgs args;
-    args.q = q.tensor();
-    args.k = k.tensor();
-    args.v = v.tensor();
-    args.out = out.tensor();
-    args.lse = lse.tensor();
+    FwdArgs args = forward_args(q, k, v, out, lse);
     args.causal = true;
     args.seqused_q = int_tensor(used);
     args.seqused_k = int_tensor(used_k);

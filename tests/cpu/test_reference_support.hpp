@@ -72,10 +72,12 @@ struct Packing {
 };
 
 // Attention of one sequence, straight from the definition: build the full score matrix, set masked
-// entries to -inf, softmax each row. q (sq, hq, d), k/v (sk, hkv, d), out (sq, hq, d), lse (hq, sq).
+// entries to -inf, softmax each row. q, k (s, heads, d), v (sk, hkv, dv), out (sq, hq, dv), lse (hq, sq);
+// dv 0: d.
 inline void naive_attention(const double* q, const double* k, const double* v, int sq, int sk, int hq, int hkv,
-                            int d, const MaskSpec& mask, double* out, double* lse) {
+                            int d, const MaskSpec& mask, double* out, double* lse, int dv = 0) {
   const double inf = std::numeric_limits<double>::infinity();
+  if (dv == 0) dv = d;
   for (int h = 0; h < hq; ++h) {
     const int hk = h / (hq / hkv);
     for (int i = 0; i < sq; ++i) {
@@ -100,8 +102,8 @@ inline void naive_attention(const double* q, const double* k, const double* v, i
       if (!mask.sinks.empty()) s.push_back(mask.sinks[h]);
       double m = -inf;
       for (double x : s) m = std::max(m, x);
-      double* o = out + (i * hq + h) * d;
-      for (int c = 0; c < d; ++c) o[c] = 0;
+      double* o = out + (i * hq + h) * dv;
+      for (int c = 0; c < dv; ++c) o[c] = 0;
       if (m == -inf) {
         lse[h * sq + i] = -inf;
         continue;
@@ -109,27 +111,28 @@ inline void naive_attention(const double* q, const double* k, const double* v, i
       double z = 0;
       for (double x : s) z += std::exp(x - m);
       for (int j = 0; j < sk; ++j)
-        for (int c = 0; c < d; ++c) o[c] += std::exp(s[j] - m) / z * v[(j * hkv + hk) * d + c];
+        for (int c = 0; c < dv; ++c) o[c] += std::exp(s[j] - m) / z * v[(j * hkv + hk) * dv + c];
       lse[h * sq + i] = m + std::log(z);
     }
   }
 }
 
-// naive_attention over every sequence of a packed batch. out (total_q, hq, d); lse (hq, total_q).
+// naive_attention over every sequence of a packed batch. out (total_q, hq, dv); lse (hq, total_q); dv 0: d.
 inline void naive_batch(const Packing& pack, const std::vector<double>& q, const std::vector<double>& k,
                         const std::vector<double>& v, int hq, int hkv, int d, const MaskSpec& mask,
-                        std::vector<double>* out, std::vector<double>* lse) {
+                        std::vector<double>* out, std::vector<double>* lse, int dv = 0) {
+  if (dv == 0) dv = d;
   const int total_q = static_cast<int>(q.size() / (static_cast<std::size_t>(hq) * d));
-  out->assign(q.size(), 0.0);
+  out->assign(static_cast<std::size_t>(total_q) * hq * dv, 0.0);
   lse->assign(static_cast<std::size_t>(hq) * total_q, 0.0);
   for (int b = 0; b < pack.batch(); ++b) {
     const int sq = pack.q_len[b], sk = pack.k_len[b];
-    std::vector<double> o(static_cast<std::size_t>(sq) * hq * d), l(static_cast<std::size_t>(hq) * sq);
+    std::vector<double> o(static_cast<std::size_t>(sq) * hq * dv), l(static_cast<std::size_t>(hq) * sq);
     naive_attention(q.data() + static_cast<std::size_t>(pack.q_start[b]) * hq * d,
                     k.data() + static_cast<std::size_t>(pack.k_start[b]) * hkv * d,
-                    v.data() + static_cast<std::size_t>(pack.k_start[b]) * hkv * d, sq, sk, hq, hkv, d, mask,
-                    o.data(), l.data());
-    std::copy(o.begin(), o.end(), out->begin() + static_cast<std::ptrdiff_t>(pack.q_start[b]) * hq * d);
+                    v.data() + static_cast<std::size_t>(pack.k_start[b]) * hkv * dv, sq, sk, hq, hkv, d, mask,
+                    o.data(), l.data(), dv);
+    std::copy(o.begin(), o.end(), out->begin() + static_cast<std::ptrdiff_t>(pack.q_start[b]) * hq * dv);
     for (int h = 0; h < hq; ++h)
       for (int i = 0; i < sq; ++i) (*lse)[static_cast<std::size_t>(h) * total_q + pack.q_start[b] + i] = l[h * sq + i];
   }
@@ -160,6 +163,18 @@ inline double worst_ratio(const std::vector<double>& a, const std::vector<double
 
 #define EXPECT_ALL_CLOSE(actual, expected, atol, rtol) \
   EXPECT_LE(::hopattn::test::worst_ratio((actual), (expected), (atol), (rtol)), 1.0) << "tolerance atol=" << (atol) << " rtol=" << (rtol)
+
+// Forward arguments over these host tensors; the caller sets the rest.
+inline FwdArgs forward_args(const HostTensor& q, const HostTensor& k, const HostTensor& v, const HostTensor& out,
+                            const HostTensor& lse) {
+  FwdArgs args;
+  args.q = q.tensor();
+  args.k = k.tensor();
+  args.v = v.tensor();
+  args.out = out.tensor();
+  args.lse = lse.tensor();
+  return args;
+}
 
 inline Tensor int_tensor(std::vector<int>& values) {
   return make_tensor(values.data(), Dtype::kInt32, {static_cast<std::int64_t>(values.size())});

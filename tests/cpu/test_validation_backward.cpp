@@ -119,6 +119,20 @@ TEST(ValidationBackward, ScalarsAreChecked) {
   EXPECT_TRUE(Invalid(call.validate(), "causal", {"window_right 1"}));
 }
 
+// v's own head dim (FA3's headdim_v): out and dout end in it, dv has v's shape, dq q's.
+TEST(ValidationBackward, VHeadDimOfItsOwnShapesOutDoutAndDv) {
+  BackwardCall call;  // head_dim 24
+  HostTensor v(Dtype::kFloat32, {2, 7, 2, 8}), out(Dtype::kFloat32, {2, 5, 4, 8});
+  HostTensor dout(Dtype::kFloat32, {2, 5, 4, 8}), dv(Dtype::kFloat32, {2, 7, 2, 8});
+  call.args.v = v.tensor();
+  call.args.out = out.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "dout", {"v's head_dim 8", "(2, 5, 4, 8)"}));
+  call.args.dout = dout.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "dv", {"v's (2, 7, 2, 8)"}));
+  call.args.dv = dv.tensor();
+  EXPECT_TRUE(call.validate().ok()) << call.validate().message();
+}
+
 TEST(ValidationBackward, HostLengthsAreChecked) {
   BackwardCall call;
   HostTensor used(Dtype::kInt32, {2});

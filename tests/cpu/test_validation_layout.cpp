@@ -37,6 +37,29 @@ TEST(ValidationLayout, VMustHaveKShape) {
   EXPECT_TRUE(Invalid(call.validate(), "v", {"(2, 6, 2, 33)", "k's (2, 7, 2, 33)"}));
 }
 
+// flash-attention 3's headdim_v: v's last extent may differ from k's (host tensors: 1..512), and out
+// then ends in it; the sm_90a kernels refuse it, naming v.
+TEST(ValidationLayout, VMayHaveAHeadDimOfItsOwn) {
+  DenseCall call;  // q, k head_dim 33
+  HostTensor v(Dtype::kBFloat16, {2, 7, 2, 20}), out(Dtype::kBFloat16, {2, 5, 4, 20});
+  call.args.v = v.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "out", {"q's (2, 5, 4, 33)", "v's head_dim 20", "(2, 5, 4, 20)"}));
+  call.args.out = out.tensor();
+  detail::Problem p;
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate().message();
+  EXPECT_EQ(p.head_dim, 33);
+  EXPECT_EQ(p.head_dim_v, 20);
+  call.args.v.shape[3] = 513;
+  EXPECT_TRUE(Invalid(call.validate(), "v", {"head_dim 513", "1..512"}));
+
+  DenseCall cuda(64);
+  HostTensor v_cuda(Dtype::kBFloat16, {2, 7, 2, 128}), out_cuda(Dtype::kBFloat16, {2, 5, 4, 128});
+  cuda.args.v = v_cuda.tensor();
+  cuda.args.out = out_cuda.tensor();
+  cuda.to_cuda();
+  EXPECT_TRUE(Fails(cuda.validate(), StatusCode::kUnsupported, "v", {"head_dim 128", "q's and k's 64", "sm_90a"}));
+}
+
 TEST(ValidationLayout, OutMustHaveQShape) {
   DenseCall call;
   call.args.out.shape[1] = 4;
