@@ -178,11 +178,12 @@ struct Fp8FwdTraits {
   static constexpr int kDescaleGroups = kBlockN / kDescaleGroupKeys;
   static constexpr bool kPackedRowSums = kBlockN == 192 && kDescaleGroups == 1;
   // Chunked attention (FwdParams::attention_chunk): the kernels whose registers hold its arithmetic. The
-  // 192-key d 128 kernels of variable-length batches and of 64-key descale groups, and the d 256
-  // kernels of keys-contiguous v and (with seqused_q's read beside it) of variable-length batches,
-  // spilled with it (2026-12-05): launch_forward_fp8 takes other kernels for chunks where the
-  // descales allow, and launch_fp8_kernel refuses chunks on these.
-  static constexpr bool kChunks = !(kHeadDim == 128 && kBlockN == 192 && (kVarlen || kDescaleGroups > 1)) &&
+  // 192-key kernels of variable-length batches (d 64 and 128) and the d 128 one of 64-key descale
+  // groups, and the d 256 kernels of keys-contiguous v and of variable-length batches, spilled with it
+  // (2026-12-05; the d 64 and d 256 variable-length ones once seqused_q's read joined it):
+  // launch_forward_fp8 takes other kernels for chunks where the descales allow, and launch_fp8_kernel
+  // refuses chunks on these.
+  static constexpr bool kChunks = !(kBlockN == 192 && (kVarlen || (kHeadDim == 128 && kDescaleGroups > 1))) &&
                                   !(kHeadDim == 256 && (kVtFromGlobal || kVarlen));
   static_assert(kBlockN % kDescaleGroupKeys == 0 && kDescaleGroupKeys % 32 == 0,
                 "descale groups must be whole k32 steps of a block");
