@@ -61,6 +61,23 @@ def test_varlen_matches_reference(rng, dtype, chunks, rows_used, case):
 
 
 
+def test_seqused_q_rows_past_the_queries_in_use_come_back_as_rows_that_see_no_key(rng):
+    # Arrays hopattn allocates (no out=) hold out 0 and lse -inf in the rows past seqused_q (the
+    # library writes none of them), never uninitialized memory; the rows in use match the oracle.
+    cu_q, cu_k, used = np.array([0, 7, 9], np.int32), np.array([0, 5, 16], np.int32), [3, 2]
+    q = rng.standard_normal((9, 2, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((16, 1, 16)).astype(np.float32) for _ in range(2))
+    out, lse = hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 7, 11, causal=True,
+                                              seqused_q=np.array(used, np.int32),
+                                              return_attn_probs=True)
+    rows = np.zeros(9, bool)
+    rows[[0, 1, 2, 7, 8]] = True
+    assert (out[~rows] == 0).all() and np.isneginf(lse[:, ~rows]).all()
+    expected_out, expected_lse = reference.varlen(q, k, v, cu_q, cu_k, seqused_q=used, causal=True)
+    assert_close(out[rows], expected_out[rows], "float32")
+    assert_lse_close(lse[:, rows], expected_lse[:, rows])
+
+
 def test_varlen_without_any_key(rng):
     # total_k = 0: k and v are empty arrays (NumPy >= 2.4 gives them all-zero strides).
     q = rng.standard_normal((3, 2, 40)).astype(np.float16)
