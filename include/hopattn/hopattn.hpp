@@ -125,6 +125,12 @@ struct FwdArgs {
   // with lse_i = log(exp(sink_h) + sum_j exp(s_ij)), s_ij the scaled (and softcapped) scores. A row
   // that sees no key gets out 0 and lse sink_h. -inf for a head is no sink.
   std::optional<Tensor> learnable_sink;
+  // flash-attention 3's qv (DeepSeek's multi-head latent attention, decoding with the projections
+  // absorbed): a second query of v's head dim, in out's shape and q's dtype. The scores become
+  // softmax_scale * (q_i . k_j + qv_i . v_j), and the default softmax_scale 1/sqrt(d + d_v). Forward
+  // only (as in FA3: no backward takes it). The CPU reference backend takes it on 16/32-bit tensors;
+  // float8_e4m3 inputs and the sm_90a kernels answer kUnsupported.
+  std::optional<Tensor> qv;
 
   // Variable-length batches: int32 prefix sums of length batch + 1. On CUDA tensors their values (and
   // seqused_k's) are trusted, as in flash-attention (checking them would need a device sync): the

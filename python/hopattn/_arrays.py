@@ -40,6 +40,10 @@ class _Library:
     def stream(self, x):
         return 0
 
+    def on_host(self, x):
+        """Whether x lives in host memory (what the CPU reference backend runs on)."""
+        return True
+
     def synchronize(self, x):
         """True when the library exposes no CUDA stream for x: _C then waits for its own work."""
         return False
@@ -101,6 +105,9 @@ class _Torch(_Library):
         dtype = getattr(self.torch, dtype_name)
         return self.torch.full(shape, value, dtype=dtype, device=like.device)
 
+    def on_host(self, x):
+        return not x.is_cuda
+
     def stream(self, x):
         if not x.is_cuda:
             return 0
@@ -153,6 +160,9 @@ class _CuPy(_Library):
         with like.device:
             return self.cupy.full(shape, value, dtype=dtype_name)
 
+    def on_host(self, x):
+        return False
+
     def stream(self, x):
         with x.device:
             return self.cupy.cuda.get_current_stream().ptr
@@ -177,6 +187,9 @@ class _Jax(_Library):
     def operand(self, x):
         x.block_until_ready()
         return x, False  # JAX exports bfloat16 and float8 through DLPack itself
+
+    def on_host(self, x):
+        return self._device(x).platform == "cpu"
 
     def synchronize(self, x):
         return self._device(x).platform != "cpu"

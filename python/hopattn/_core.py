@@ -49,9 +49,9 @@ def _call(function, lib, q, arrays, **scalars):
 
 
 def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=False, window_left=-1,
-            window_right=-1, attention_chunk=0, softcap=0.0, learnable_sink=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, seqused_q=None,
-            page_table=None,
+            window_right=-1, attention_chunk=0, softcap=0.0, learnable_sink=None, qv=None,
+            cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_k=None,
+            seqused_q=None, page_table=None,
             num_splits=0, pack_gqa=None, q_descale=None, k_descale=None, v_descale=None,
             q_block_descale=None, k_block_descale=None, v_block_descale=None,
             descale_block_rows_q=128, descale_block_rows_kv=128):
@@ -61,8 +61,8 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
     attention_chunk: hopattn::FwdArgs::attention_chunk (0 = off). seqused_q: int32 (batch,), the
     query rows each sequence uses; the library writes no out or lse row past them, so the ones
     allocated here start as a row that sees no key (out 0, lse -inf), never as uninitialized
-    memory; a given out keeps what it held there."""
-    arrays = dict(q=q, k=k, v=v, learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
+    memory; a given out keeps what it held there. qv: hopattn::FwdArgs::qv (forward only)."""
+    arrays = dict(q=q, k=k, v=v, learnable_sink=learnable_sink, qv=qv, cu_seqlens_q=cu_seqlens_q,
                   cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, seqused_q=seqused_q,
                   page_table=page_table,
                   q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,

@@ -450,8 +450,8 @@ def _indexed_rows(a, seqused):
     page = a.rows & -a.rows  # the largest power of two dividing seqlen_cache
     if page >= _MIN_GPU_PAGE:
         per_row = a.rows // page
-        shape = (a.slots * per_row, page) + _shape(a.k_cache)[2:]
-        k_pages, v_pages = ops.view(a.k_cache, shape), ops.view(a.v_cache, shape)
+        k_pages, v_pages = (ops.view(cache, (a.slots * per_row, page) + _shape(cache)[2:])
+                            for cache in (a.k_cache, a.v_cache))
         if k_pages is not None and v_pages is not None:
             first = ops.index(a.cache_batch_idx)[:, None] * per_row
             table = ops.int32(first + ops.arange(per_row)[None, :])  # (batch, per_row)
@@ -477,13 +477,15 @@ def _left_padded(a, arguments):
     k_cache, v_cache = arguments["k"], arguments["v"]
     if a.cache_batch_idx is not None:  # the rows in sequence order first
         k_cache, v_cache = _gathered(a, k_cache), _gathered(a, v_cache)
-    packed = (batch * rows,) + _shape(k_cache)[2:]
+    def packed(cache):  # v's head dim may differ from k's
+        return _packed(ops, cache, (batch * rows,) + _shape(cache)[2:])
+
     leftpad = ops.index(a.cache_leftpad)
     zero = a.lib.int32_full(q, (1,), 0)
     starts = ops.int32(ops.arange(batch) * rows + leftpad)
     end = rows if arguments["seqused_k"] is None else ops.index(arguments["seqused_k"])
     arguments.update(
-        k=_packed(ops, k_cache, packed), v=_packed(ops, v_cache, packed),
+        k=packed(k_cache), v=packed(v_cache),
         cu_seqlens_k=ops.concat([zero, starts, a.lib.int32_full(q, (1,), batch * rows)]),
         seqused_k=ops.concat([zero, ops.int32(end - leftpad)]),
         # A packed sequence runs to the next one's start: up to 2 * seqlen_cache keys.

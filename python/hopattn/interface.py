@@ -8,9 +8,10 @@ torch tensors go through the torch operators of hopattn.torch (autograd, torch.c
 arrays (NumPy, CuPy, JAX) go straight to the core. Passing `out=` writes into that array and, for
 torch, bypasses autograd.
 
-flash-attention 3's qv, sm_margin, scheduler_metadata (get_scheduler_metadata makes an empty one),
-cu_seqlens_k_new and rotary_seqlens are taken, with its names and defaults, so that its callers run
-unchanged; values other than the defaults (and that empty schedule) are refused, never ignored.
+flash-attention 3's qv (forward only, host arrays for now), sm_margin, scheduler_metadata
+(get_scheduler_metadata makes an empty one), cu_seqlens_k_new and rotary_seqlens are taken, with its
+names and defaults, so that its callers run unchanged; values other than the defaults (and that
+empty schedule) that hopattn does not implement are refused, never ignored.
 """
 
 import numbers
@@ -22,7 +23,7 @@ _INT32_MAX = 2**31 - 1
 
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, attention_chunk, softcap, "
              "learnable_sink, GQA/MQA, variable lengths (cu_seqlens), seqused_q, seqused_k / "
-             "cache_seqlens, "
+             "cache_seqlens, qv and v's own head dim (host arrays), "
              "paged KV (page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
              "q/k/v_block_descale in flash_attn_func), deterministic backward passes, and in "
              "flash_attn_with_kvcache k/v appends, rotary embedding, cache_batch_idx and "
@@ -36,6 +37,24 @@ def _reject(name, value, default=None):
         shown = f"an array of shape {tuple(value.shape)}" if hasattr(value, "shape") else repr(value)
         raise NotImplementedError(f"{name}: {shown} is not supported (only {name}={default!r}); "
                                   f"{_FEATURES}")
+
+
+def _check_kvcache_qv(qv, q, v_cache):
+    """flash_attn_with_kvcache's qv, before the cache is written (the library checks it again):
+    out's shape (q's with v_cache's head dim), q's dtype, host arrays of 16/32-bit floats."""
+    if qv is None:
+        return
+    expected = tuple(q.shape[:-1]) + (int(v_cache.shape[-1]),)
+    if tuple(qv.shape) != expected:
+        raise ValueError(f"qv: shape {tuple(qv.shape)} is not allowed; it must be q's with "
+                         f"v_cache's head dim last, {expected}")
+    lib = library_of(q, "q")
+    if library_of(qv, "qv").dtype_name(qv) != lib.dtype_name(q):
+        raise ValueError(f"qv: dtype {library_of(qv, 'qv').dtype_name(qv)} is not q's "
+                         f"{lib.dtype_name(q)}; qv must have q's dtype")
+    if not lib.on_host(q) or lib.dtype_name(q).startswith("float8"):
+        raise NotImplementedError("qv: supported on host arrays of float32, float16 and bfloat16 "
+                                  "(the CPU reference); not by the sm_90a kernels or FP8 yet")
 
 
 def _is_int(w):
@@ -179,22 +198,26 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     deterministic: torch's backward gives bitwise reproducible dq, dk, dv (the CUDA kernel then
     sums dq in a fixed order, which is slower; see hopattn::BwdArgs).
 
-    flash-attention 3's qv and sm_margin are taken so that its callers run unchanged, not
-    implemented: qv (a second, value-side query for MLA-style attention) must be None, and
-    sm_margin (SMs to leave idle for other work) 0, which runs as without it. sm_margin must be an
-    int (TypeError otherwise, bools included) and >= 0 (ValueError); above 0 it raises
-    NotImplementedError, as qv does: hopattn's persistent kernels size their grid to the GPU's SM
-    count and cannot leave SMs idle yet. The same holds for every function here that takes them.
+    qv (flash-attention 3's; DeepSeek's multi-head latent attention, decoding with the projections
+    absorbed): a second query of v's head dim, in out's shape: the scores become softmax_scale *
+    (q . k + qv . v), and the default softmax_scale 1/sqrt(head_dim + v's head_dim). Forward only,
+    as in FA3 (torch's backward raises NotImplementedError naming qv); host arrays of float32,
+    float16 or bfloat16 (CUDA arrays and FP8 raise NotImplementedError naming qv, for now).
+
+    flash-attention 3's sm_margin (SMs to leave idle for other work) is taken so that its callers
+    run unchanged: 0 runs as without it. It must be an int (TypeError otherwise, bools included)
+    and >= 0 (ValueError); above 0 it raises NotImplementedError: hopattn's persistent kernels size
+    their grid to the GPU's SM count and cannot leave SMs idle yet. The same holds for every
+    function here that takes qv and sm_margin.
     """
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
-    _reject("qv", qv)
     _sm_margin(sm_margin)
     left, right = _window(window_size)
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
                     causal=causal, window_left=left, window_right=right,
                     attention_chunk=_attention_chunk(attention_chunk), softcap=softcap,
-                    learnable_sink=learnable_sink, num_splits=num_splits,
+                    learnable_sink=learnable_sink, qv=qv, num_splits=num_splits,
                     pack_gqa=_pack_gqa(pack_gqa),
                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                     q_block_descale=q_block_descale, k_block_descale=k_block_descale,
@@ -234,7 +257,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """
     _reject("dropout_p", dropout_p, 0.0)
     _reject("alibi_slopes", alibi_slopes)
-    _reject("qv", qv)
     _scheduler_metadata(scheduler_metadata)
     _sm_margin(sm_margin)
     if block_table is not None and page_table is not None:
@@ -250,7 +272,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return _forward(q, k, v, out, return_attn_probs, deterministic, softmax_scale=softmax_scale,
                     causal=causal, window_left=left, window_right=right,
                     attention_chunk=_attention_chunk(attention_chunk), softcap=softcap,
-                    learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
+                    learnable_sink=learnable_sink, qv=qv, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
                     seqused_k=seqused_k, seqused_q=seqused_q, page_table=page_table,
@@ -318,12 +340,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     and v_cache as they were.
     """
     _reject("alibi_slopes", alibi_slopes)
-    _reject("qv", qv)
     _reject("cu_seqlens_k_new", cu_seqlens_k_new)
     _reject("rotary_seqlens", rotary_seqlens)
     _scheduler_metadata(scheduler_metadata)
     _sm_margin(sm_margin)
     pack_gqa = _pack_gqa(pack_gqa)  # before the append, as every check of the arguments alone
+    _check_kvcache_qv(qv, q, v_cache)
     if block_table is not None and page_table is not None:
         raise ValueError("block_table and page_table name the same argument; pass one of them")
     if page_table is None:
@@ -350,11 +372,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
             max_seqlen_q=arguments["max_seqlen_q"], out=out, descaled=descaled)
     elif isinstance(cache_seqlens, int):
         arguments["seqused_k"] = library_of(q, "q").int32_full(q, (batch,), cache_seqlens)
+    if qv is not None and len(arguments["q"].shape) != len(qv.shape):
+        qv = qv.reshape((-1,) + tuple(qv.shape[2:]))  # q went to the core as packed rows: qv too
     q, k_cache, v_cache, out = (arguments.pop(name) for name in ("q", "k", "v", "out"))
     result = _forward(q, k_cache, v_cache, out, return_softmax_lse,
                       softmax_scale=softmax_scale, causal=causal, window_left=left,
                       window_right=right, attention_chunk=chunk, softcap=softcap,
-                      learnable_sink=learnable_sink,
+                      learnable_sink=learnable_sink, qv=qv,
                       num_splits=num_splits, pack_gqa=pack_gqa, q_descale=q_descale,
                       k_descale=k_descale, v_descale=v_descale, **arguments)
     if finish is None:

@@ -68,14 +68,15 @@ def _fwd_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 deterministic: bool = False,
                 learnable_sink: Optional[torch.Tensor] = None,
                 attention_chunk: int = 0,
-                seqused_q: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                seqused_q: Optional[torch.Tensor] = None,
+                qv: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     # deterministic only matters to the backward (the autograd formula reads it). learnable_sink,
-    # attention_chunk and seqused_q come last, in the order they were added, so that calls made
+    # attention_chunk, seqused_q and qv come last, in the order they were added, so that calls made
     # before they existed keep their positions.
     return _core.forward(q, k, v, return_lse=True, softmax_scale=softmax_scale, causal=causal,
                          window_left=window_left, window_right=window_right,
                          attention_chunk=attention_chunk, softcap=softcap,
-                         learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q,
+                         learnable_sink=learnable_sink, qv=qv, cu_seqlens_q=cu_seqlens_q,
                          cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                          max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, seqused_q=seqused_q,
                          page_table=page_table, num_splits=num_splits, pack_gqa=pack_gqa,
@@ -94,7 +95,7 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
               q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
               descale_block_rows_q, descale_block_rows_kv, deterministic=False,
-              learnable_sink=None, attention_chunk=0, seqused_q=None):
+              learnable_sink=None, attention_chunk=0, seqused_q=None, qv=None):
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     out = q.new_empty(_core.out_shape(q.shape, v.shape), dtype=out_dtype)
     lse = q.new_empty(_core.lse_shape(tuple(q.shape), cu_seqlens_q is not None), dtype=torch.float32)
@@ -147,14 +148,16 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, windo
 def _setup_context(ctx, inputs, output):
     (q, k, v, softmax_scale, causal, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k,
      max_seqlen_q, max_seqlen_k, seqused_k, page_table, _, _, q_descale, *_, deterministic,
-     learnable_sink, attention_chunk, seqused_q) = inputs
+     learnable_sink, attention_chunk, seqused_q, qv) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, learnable_sink,
                           seqused_q)
     ctx.params = (softmax_scale, causal, window_left, window_right, softcap, max_seqlen_q, max_seqlen_k,
                   deterministic, attention_chunk)
     ctx.unsupported = None
-    if page_table is not None:
+    if qv is not None:
+        ctx.unsupported = "qv (flash-attention 3 has none either)"
+    elif page_table is not None:
         ctx.unsupported = "a paged KV cache (page_table)"
     elif q.dtype == torch.float8_e4m3fn or q_descale is not None:
         ctx.unsupported = "FP8 inputs"
@@ -246,7 +249,8 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, page_table=None, num_splits=0,
             pack_gqa=None, q_descale=None, k_descale=None, v_descale=None, q_block_descale=None,
             k_block_descale=None, v_block_descale=None, descale_block_rows_q=128,
-            descale_block_rows_kv=128, deterministic=False, learnable_sink=None, seqused_q=None):
+            descale_block_rows_kv=128, deterministic=False, learnable_sink=None, seqused_q=None,
+            qv=None):
     """(out, lse) through torch.ops.hopattn.fwd; keyword arguments as in hopattn::FwdArgs (pack_gqa
     None, True or False for its options.pack_gqa kAuto, kOn or kOff), and deterministic for the
     backward (hopattn::BwdArgs). With return_lse=False, lse may be None (plain eager calls then skip
@@ -260,7 +264,7 @@ def forward(q, k, v, *, return_lse=True, softmax_scale=None, causal=False, windo
             cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, num_splits, pack_gqa,
             q_descale, k_descale, v_descale, q_block_descale, k_block_descale, v_block_descale,
             descale_block_rows_q, descale_block_rows_kv, bool(deterministic), learnable_sink,
-            attention_chunk, seqused_q)
+            attention_chunk, seqused_q, _last_dim_contiguous(qv))
     if _only_the_kernel_would_run(args):
         # What the op would run, without its dispatch overhead, and computing lse only if asked to.
         options = dict(zip(_FWD_ARG_NAMES[3:], args[3:]))

@@ -98,7 +98,7 @@ KernelOptions::PackGqa pack_gqa_option(std::optional<bool> pack_gqa) {
 
 void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
              std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
-             int attention_chunk, float softcap, nb::handle learnable_sink, nb::handle cu_seqlens_q,
+             int attention_chunk, float softcap, nb::handle learnable_sink, nb::handle qv, nb::handle cu_seqlens_q,
              nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k,
              nb::handle seqused_q, nb::handle page_table, int num_splits, std::optional<bool> pack_gqa, nb::handle q_descale,
              nb::handle k_descale, nb::handle v_descale,
@@ -115,6 +115,7 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   set_masking_and_lengths(args, views, softmax_scale, causal, window_left, window_right, attention_chunk, softcap,
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, seqused_q);
   args.learnable_sink = views.optional_input(learnable_sink, "learnable_sink");
+  args.qv = views.optional_input(qv, "qv");
   args.page_table = views.optional_input(page_table, "page_table");
   args.num_splits = num_splits;
   args.options.pack_gqa = pack_gqa_option(pack_gqa);
@@ -195,7 +196,7 @@ NB_MODULE(_C, m) {
   m.doc() = "hopattn native binding; use the functions of the hopattn package instead.";
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(),
         "softmax_scale"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-        "attention_chunk"_a = 0, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(),
+        "attention_chunk"_a = 0, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(), "qv"_a = nb::none(),
         "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "seqused_k"_a = nb::none(), "seqused_q"_a = nb::none(), "page_table"_a = nb::none(), "num_splits"_a = 0,
         "pack_gqa"_a = nb::none(), "q_descale"_a = nb::none(), "k_descale"_a = nb::none(),

@@ -418,13 +418,14 @@ def test_sm_margin_other_than_0_is_refused(rng, function, value, error, message)
 
 @pytest.mark.parametrize("function", ["flash_attn_func", "flash_attn_varlen_func",
                                       "flash_attn_with_kvcache"])
-def test_qv_is_not_implemented(rng, function):
+def test_qv_must_have_outs_shape_and_qs_dtype(rng, function):
     q = varlen_inputs(rng)[0]
     qv = q if function == "flash_attn_varlen_func" else q[None]
-    shape = re.escape(str(qv.shape))
-    with pytest.raises(NotImplementedError, match=f"^qv: an array of shape {shape} is not "
-                                                  r"supported \(only qv=None\); hopattn supports"):
-        call_with(rng, function, qv=qv)
+    with pytest.raises(ValueError, match="^qv: shape"):
+        call_with(rng, function, qv=qv[..., :7])
+    with pytest.raises(ValueError, match="^qv: dtype float16"):
+        call_with(rng, function, qv=qv.astype(np.float16))
+    call_with(rng, function, qv=qv)  # out's shape (q's, here: v has q's head dim) runs
     call_with(rng, function, qv=None)
 
 

@@ -1,5 +1,5 @@
 """flash-attention 3's arguments that hopattn takes so that FA3's callers run unchanged, without
-implementing them: qv, sm_margin, scheduler_metadata (and get_scheduler_metadata, which makes one),
+implementing them (qv is implemented on host arrays: test_numpy_qv.py; here, its default): qv, sm_margin, scheduler_metadata (and get_scheduler_metadata, which makes one),
 and flash_attn_with_kvcache's cu_seqlens_k_new and rotary_seqlens. On NumPy arrays: their
 defaults, and the empty schedule get_scheduler_metadata returns, give what a call without them
 gives, bit for bit (the cache after an append included). Other values are refused: test_errors.py,

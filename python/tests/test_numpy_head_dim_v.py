@@ -54,6 +54,19 @@ def test_varlen_matches_reference(rng, head_dims):
     assert_lse_close(lse, expected_lse)
 
 
+def test_kvcache_cache_batch_idx_with_v_of_its_own_head_dim(rng):
+    # cache_batch_idx reads cache rows through pages (or a gathered copy) of each cache's own head dim.
+    k_cache = rng.standard_normal((3, 32, 1, 8)).astype(np.float32)
+    v_cache = rng.standard_normal((3, 32, 1, 24)).astype(np.float32)
+    q = rng.standard_normal((2, 1, 2, 8)).astype(np.float32)
+    index, seqlens = np.array([2, 0], np.int32), np.array([9, 32], np.int32)
+    out = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                          cache_batch_idx=index)
+    assert out.shape == (2, 1, 2, 24)
+    expected, _ = reference.kvcache(q, k_cache[index], v_cache[index], cache_seqlens=seqlens)
+    assert_close(out, expected, "float32")
+
+
 @pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
 def test_kvcache_appends_and_attends_with_v_of_its_own_head_dim(rng, paged):
     # MLA-style decoding: a v cache of another head dim than the k cache; new keys and values are

@@ -388,7 +388,8 @@ ERRORS = {
     "bool attention_chunk": (dict(attention_chunk=True), TypeError, "^attention_chunk: expected an int"),
     "int pack_gqa": (dict(pack_gqa=1), TypeError, r"^pack_gqa: expected None \(automatic\)"),
     # flash-attention 3's arguments that hopattn takes without implementing them.
-    "qv": (dict(qv="q"), NotImplementedError, r"^qv: an array of shape \(2, 1, 2, 8\) is not supported"),
+    "qv of another shape": (dict(qv="q wider"), ValueError, r"^qv: shape \(2, 1, 2, 16\) is not allowed"),
+    "qv of another dtype": (dict(qv="q float16"), ValueError, "^qv: dtype float16 is not q's float32"),
     "cu_seqlens_k_new": (dict(cu_seqlens_k_new=np.array([0, 2, 4], np.int32)), NotImplementedError,
                          r"^cu_seqlens_k_new: an array of shape \(3,\) is not supported"),
     "rotary_seqlens": (dict(rotary_seqlens="cache_seqlens"), NotImplementedError,
@@ -423,6 +424,8 @@ def test_rejections_name_the_argument_and_leave_the_cache(rng, error):
                      "wider": lambda: np.concatenate([c.k, c.k], axis=2),
                      "past": lambda: (c.cache_seqlens + 1).astype(np.int32),
                      "q": lambda: c.q.copy(),
+                     "q float16": lambda: c.q.astype(np.float16),
+                     "q wider": lambda: np.concatenate([c.q, c.q], axis=-1),
                      "cache_seqlens": lambda: c.cache_seqlens.copy()}[value]()
         arguments[name] = value
     before = [np.array(x, copy=True) for x in (c.k_cache, c.v_cache)]

@@ -460,6 +460,26 @@ def test_cpu_v_head_dim_of_its_own_through_autograd_and_opcheck(rng, head_dims):
                           (q, k, v, *{**FWD_DEFAULTS, "causal": True}.values()))
 
 
+# ---- qv (FA3's; MLA decoding) on host tensors: forward only --------------------------------------
+
+def test_cpu_qv_forward_matches_float64_and_its_backward_is_refused(rng):
+    # The scores take qv . v beside q . k (attention over q | qv and k | v, scale 1/sqrt(d + d_v)); as
+    # in FA3 there is no backward: asking for one raises NotImplementedError naming qv.
+    generator = torch_generator(rng, "cpu")
+    q, k = random_qkv((2, 5, 4, 8), (2, 11, 2, 8), torch.float32, "cpu", generator=generator)[:2]
+    qv = torch.randn(2, 5, 4, 24, generator=generator)
+    v = torch.randn(2, 11, 2, 24, generator=generator, requires_grad=True)
+    out = hopattn.flash_attn_func(q, k, v, qv=qv, causal=True)
+    ref, _ = attention_math(torch.cat([q, qv], -1).double(), torch.cat([k, v.detach()], -1).double(),
+                            v.detach().double(), causal=True, softmax_scale=32 ** -0.5)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(NotImplementedError, match="qv"):
+        out.sum().backward()
+    torch.library.opcheck(torch.ops.hopattn.fwd.default,
+                          (q, k, v.detach(), *{**FWD_DEFAULTS, "causal": True, "qv": qv}.values()),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
 # ---- seqused_q on host tensors: flash-attention 3's query rows in use --------------------------
 
 def test_cpu_varlen_seqused_q_reads_and_differentiates_only_the_rows_in_use(rng):
@@ -700,7 +720,8 @@ FWD_DEFAULTS = dict(softmax_scale=None, causal=False, window_left=-1, window_rig
                     seqused_k=None, page_table=None, num_splits=0, pack_gqa=None, q_descale=None,
                     k_descale=None, v_descale=None, q_block_descale=None, k_block_descale=None,
                     v_block_descale=None, descale_block_rows_q=128, descale_block_rows_kv=128,
-                    deterministic=False, learnable_sink=None, attention_chunk=0, seqused_q=None)
+                    deterministic=False, learnable_sink=None, attention_chunk=0, seqused_q=None,
+                    qv=None)
 
 
 def fwd_op(q, k, v, **options):
@@ -956,7 +977,7 @@ def test_compile_fullgraph_with_fa3_arguments(rng):
 
 
 @pytest.mark.parametrize("option,value,error,message", [
-    ("qv", "q", NotImplementedError, r"^qv: an array of shape \(3, 3, 8, 16\) is not supported"),
+    ("qv", "q wider", ValueError, r"^qv: shape \(3, 3, 8, 32\) is not allowed"),
     ("sm_margin", 16, NotImplementedError, "^sm_margin: 16 is not supported"),
     ("cu_seqlens_k_new", "cu", NotImplementedError, r"^cu_seqlens_k_new: an array of shape \(4,\)"),
     ("rotary_seqlens", "seqlens", NotImplementedError,
@@ -968,7 +989,7 @@ def test_compile_fullgraph_with_fa3_arguments(rng):
 ])
 def test_cpu_kvcache_fa3_refusals_leave_the_cache(rng, option, value, error, message):
     c = kvcache_case(rng, "cpu", torch.float32, head_dim=16, rotary_dim=8, seqlen_cache=20)
-    value = {"q": c["q"].clone(), "cu": torch.tensor([0, 3, 6, 9], dtype=torch.int32),
+    value = {"q wider": torch.cat([c["q"], c["q"]], dim=-1), "cu": torch.tensor([0, 3, 6, 9], dtype=torch.int32),
              "seqlens": c["cache_seqlens"].clone(), "schedule": c["cache_seqlens"].clone(),
              "int64": torch.zeros(0, dtype=torch.int64)}.get(value, value)
     before = [x.clone() for x in (c["k_cache"], c["v_cache"])]

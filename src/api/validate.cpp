@@ -408,6 +408,22 @@ Status check_block_descales(const FwdArgs& a, const Problem& p) {
   return Status::Ok();
 }
 
+// qv (flash-attention 3's): out's shape and q's dtype, 16/32-bit host tensors only; without an explicit
+// softmax_scale the default becomes 1/sqrt(d + d_v), as in FA3 (the scores sum over both head dims).
+Status resolve_qv(const FwdArgs& a, const Arg& qv, const Arg& q, Problem* p) {
+  if (p->in_dtype == Dtype::kFloat8E4M3)
+    return unsupported("qv: given with float8_e4m3 inputs; qv is supported with float32, float16 and bfloat16 "
+                       "host tensors");
+  HOPATTN_RETURN_IF_ERROR(check_same_dtype(qv, q, "qv must have q's dtype"));
+  HOPATTN_RETURN_IF_ERROR(check_out_shape(qv, q, p->head_dim_v));
+  if (p->device == DeviceType::kCuda)
+    return unsupported("qv: not supported by the sm_90a kernels yet; the CPU reference backend takes it on host "
+                       "tensors");
+  if (!a.softmax_scale) p->softmax_scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim + p->head_dim_v));
+  p->has_qv = true;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status validate_forward(const FwdArgs& a, Problem* problem) {
@@ -416,9 +432,11 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   const Arg out{"out", &a.out};
   const std::optional<Arg> lse = optional_arg("lse", a.lse);
   const std::optional<Arg> sink = optional_arg("learnable_sink", a.learnable_sink);
+  const std::optional<Arg> qv = optional_arg("qv", a.qv);
   const std::vector<Arg> tensors =
-      present(c, {out}, {lse, sink, optional_arg("q_descale", a.q_descale), optional_arg("k_descale", a.k_descale),
-                         optional_arg("v_descale", a.v_descale), optional_arg("q_block_descale", a.q_block_descale),
+      present(c, {out}, {lse, sink, qv, optional_arg("q_descale", a.q_descale),
+                         optional_arg("k_descale", a.k_descale), optional_arg("v_descale", a.v_descale),
+                         optional_arg("q_block_descale", a.q_block_descale),
                          optional_arg("k_block_descale", a.k_block_descale),
                          optional_arg("v_block_descale", a.v_block_descale)});
   HOPATTN_RETURN_IF_ERROR(check_tensors(tensors, c.v));
@@ -432,6 +450,7 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   }
   HOPATTN_RETURN_IF_ERROR(resolve_common(c, &p));
   HOPATTN_RETURN_IF_ERROR(check_out_shape(out, c.q, p.head_dim_v));
+  if (qv) HOPATTN_RETURN_IF_ERROR(resolve_qv(a, *qv, c.q, &p));
   if (lse) HOPATTN_RETURN_IF_ERROR(check_lse(*lse, c, p));
   if (sink) HOPATTN_RETURN_IF_ERROR(check_sink(*sink, p));
   HOPATTN_RETURN_IF_ERROR(check_descales(a, p));

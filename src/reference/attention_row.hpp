@@ -31,8 +31,9 @@ struct RowSoftmax {
   double sink_prob = 0.0;        // exp(sink - lse)
 };
 
+// qv (FwdArgs::qv), when given: its row, whose dot products with v's rows join q's with k's.
 inline RowSoftmax row_softmax(const double* q, const Matrix& k, KeyRange keys, double scale, double softcap,
-                              double sink) {
+                              double sink, const double* qv = nullptr, const Matrix* v = nullptr) {
   RowSoftmax row;
   row.keys = keys;
   row.probs.resize(keys.size());
@@ -43,6 +44,8 @@ inline RowSoftmax row_softmax(const double* q, const Matrix& k, KeyRange keys, d
     const double* kj = k.row(j);
     double dot = 0.0;
     for (int c = 0; c < k.cols; ++c) dot += q[c] * kj[c];
+    if (qv != nullptr)
+      for (int c = 0; c < v->cols; ++c) dot += qv[c] * v->row(j)[c];
     double score = scale * dot;
     if (softcap > 0.0) {
       const double t = std::tanh(score / softcap);

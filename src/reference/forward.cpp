@@ -1,6 +1,6 @@
 // Reference forward: out_i = sum_j P_ij v_j over the keys query i sees, LSE_i = log sum_j exp(s_ij)
 // (plus exp(sink) with a learnable sink), all in float64. Rows that see no key get out 0 and LSE -inf
-// (the sink with one). Rows past seqused_q[b] are not touched.
+// (the sink with one). Rows past seqused_q[b] are not touched. With qv, s_ij takes qv_i . v_j too.
 #include <algorithm>
 #include <cmath>
 
@@ -29,7 +29,7 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
   const int d = problem.head_dim, dv = problem.head_dim_v;
   const int group = problem.heads_q / problem.heads_kv;
   const int window_right = problem.causal ? 0 : problem.window_right;
-  std::vector<double> q(d), out_row(dv);
+  std::vector<double> q(d), qv(dv), out_row(dv);
 
   for (int b = 0; b < problem.batch; ++b) {
     const int len_q = layout.len_q(b), len_k = layout.len_k(b);
@@ -51,9 +51,11 @@ Status forward(const FwdArgs& args, const detail::Problem& problem) {
         for (int i = 0; i < len_q; ++i) {
           load_row(args.q, layout.q_row(args.q, b, i, h), d,
                    q_scale * block_descale(args.q_block_descale, b, h, i, args.descale_block_rows_q), q.data());
+          if (args.qv) load_row(*args.qv, layout.q_row(*args.qv, b, i, h), dv, 1.0, qv.data());
           const KeyRange keys =
               visible_keys(i, len_q, len_k, problem.window_left, window_right, problem.attention_chunk);
-          const RowSoftmax row = row_softmax(q.data(), k, keys, problem.softmax_scale, problem.softcap, sink);
+          const RowSoftmax row = row_softmax(q.data(), k, keys, problem.softmax_scale, problem.softcap, sink,
+                                             args.qv ? qv.data() : nullptr, &v);
           std::fill(out_row.begin(), out_row.end(), 0.0);
           for (int j = keys.begin; j < keys.end; ++j) {
             const double p = row.probs[j - keys.begin];

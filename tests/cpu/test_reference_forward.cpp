@@ -205,6 +205,38 @@ TEST(ReferenceForward, VHeadDimOfItsOwnIsExact) {
   EXPECT_EQ(got_wide_v.lse, want_padded.lse);
 }
 
+// qv (FA3's; MLA decoding): the scores take qv_i . v_j beside q_i . k_j, which is attention with q and qv
+// concatenated over k and v concatenated (same summation order: bit for bit); the default scale is
+// then 1/sqrt(d + d_v).
+TEST(ReferenceForward, QvEqualsConcatenatedQueriesAndKeys) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const int d = 12, dv = 20;
+  const Dims with_qv{2, 7, 11, 4, 2, d, dv}, joined{2, 7, 11, 4, 2, d + dv, dv};
+  const Inputs in = random_inputs(with_qv, seed);
+  HostTensor qv(Dtype::kFloat32, {2, 7, 4, dv});
+  qv.fill_random(seed + 9, -2.0, 2.0);
+  Inputs cat{HostTensor(Dtype::kFloat32, {2, 7, 4, d + dv}), HostTensor(Dtype::kFloat32, {2, 11, 2, d + dv}), in.v};
+  for (std::int64_t e = 0; e < cat.q.numel(); ++e) {
+    const std::int64_t row = e / (d + dv), c = e % (d + dv);
+    cat.q.set(e, c < d ? in.q.get(row * d + c) : qv.get(row * dv + c - d));
+  }
+  for (std::int64_t e = 0; e < cat.k.numel(); ++e) {
+    const std::int64_t row = e / (d + dv), c = e % (d + dv);
+    cat.k.set(e, c < d ? in.k.get(row * d + c) : in.v.get(row * dv + c - d));
+  }
+  FwdArgs options;
+  options.causal = true;
+  options.qv = qv.tensor();
+  FwdArgs joined_options;  // its default scale is 1/sqrt(d + dv) already
+  joined_options.causal = true;
+  const Result got = run_dense(with_qv, in, options), want = run_dense(joined, cat, joined_options);
+  EXPECT_EQ(got.out, want.out);
+  EXPECT_EQ(got.lse, want.lse);
+  options.softmax_scale = joined_options.softmax_scale = 0.4f;  // an explicit scale is taken as given
+  EXPECT_EQ(run_dense(with_qv, in, options).out, run_dense(joined, cat, joined_options).out);
+}
+
 TEST(ReferenceForward, GqaEqualsRepeatedKvHeads) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));

@@ -1,4 +1,6 @@
 // Validation of ranks and shapes for the dense, varlen and paged layouts, heads and head_dim.
+#include <cmath>
+
 #include "test_validation_fixture.hpp"
 
 namespace hopattn::test {
@@ -58,6 +60,36 @@ TEST(ValidationLayout, VMayHaveAHeadDimOfItsOwn) {
   cuda.args.out = out_cuda.tensor();
   cuda.to_cuda();
   EXPECT_TRUE(Fails(cuda.validate(), StatusCode::kUnsupported, "v", {"head_dim 128", "q's and k's 64", "sm_90a"}));
+}
+
+// qv (FA3's): out's shape, q's dtype, 16/32-bit host tensors; its default scale is 1/sqrt(d + d_v).
+TEST(ValidationLayout, QvHasOutsShapeAndQsDtypeOnHostTensors) {
+  DenseCall call;  // bf16, head_dim 33
+  HostTensor qv(Dtype::kBFloat16, {2, 5, 4, 33}), wrong_shape(Dtype::kBFloat16, {2, 5, 4, 32});
+  HostTensor wrong_dtype(Dtype::kFloat16, {2, 5, 4, 33});
+  call.args.qv = wrong_shape.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "qv", {"v's head_dim 33", "(2, 5, 4, 33)"}));
+  call.args.qv = wrong_dtype.tensor();
+  EXPECT_TRUE(Invalid(call.validate(), "qv", {"float16", "q's dtype"}));
+  call.args.qv = qv.tensor();
+  detail::Problem p;
+  ASSERT_TRUE(call.validate(&p).ok()) << call.validate().message();
+  EXPECT_TRUE(p.has_qv);
+  EXPECT_FLOAT_EQ(p.softmax_scale, 1.0f / std::sqrt(66.0f));
+  call.args.softmax_scale = 0.25f;
+  ASSERT_TRUE(call.validate(&p).ok());
+  EXPECT_EQ(p.softmax_scale, 0.25f);
+  DenseCall cuda(64);
+  HostTensor qv64(Dtype::kBFloat16, {2, 5, 4, 64});
+  cuda.args.qv = qv64.tensor();
+  cuda.to_cuda();
+  move_to_cuda({&*cuda.args.qv});
+  EXPECT_TRUE(Fails(cuda.validate(), StatusCode::kUnsupported, "qv", {"sm_90a", "host tensors"}));
+
+  DenseCall fp8(64, Dtype::kFloat8E4M3);
+  HostTensor qv8(Dtype::kFloat8E4M3, {2, 5, 4, 64});
+  fp8.args.qv = qv8.tensor();
+  EXPECT_TRUE(Fails(fp8.validate(), StatusCode::kUnsupported, "qv", {"float8_e4m3"}));
 }
 
 TEST(ValidationLayout, OutMustHaveQShape) {

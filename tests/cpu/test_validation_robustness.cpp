@@ -13,7 +13,7 @@ namespace {
 const std::set<std::string> kArgumentNames = {
     "q",          "k",          "v",         "out",       "lse",           "cu_seqlens_q", "cu_seqlens_k",
     "seqused_k",  "seqused_q",  "page_table", "q_descale", "k_descale", "v_descale",     "max_seqlen_q", "max_seqlen_k",
-    "softmax_scale", "softcap", "window_left", "window_right", "causal",   "num_splits", "learnable_sink"};
+    "softmax_scale", "softcap", "window_left", "window_right", "causal",   "num_splits", "learnable_sink", "qv"};
 
 std::int64_t pick(std::mt19937_64& rng, std::initializer_list<std::int64_t> values) {
   return *(values.begin() + std::uniform_int_distribution<std::size_t>(0, values.size() - 1)(rng));
