@@ -477,6 +477,7 @@ def _left_padded(a, arguments):
     k_cache, v_cache = arguments["k"], arguments["v"]
     if a.cache_batch_idx is not None:  # the rows in sequence order first
         k_cache, v_cache = _gathered(a, k_cache), _gathered(a, v_cache)
+
     def packed(cache):  # v's head dim may differ from k's
         return _packed(ops, cache, (batch * rows,) + _shape(cache)[2:])
 
