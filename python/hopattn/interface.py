@@ -49,9 +49,10 @@ def _check_kvcache_qv(qv, q, v_cache):
         raise ValueError(f"qv: shape {tuple(qv.shape)} is not allowed; it must be q's with "
                          f"v_cache's head dim last, {expected}")
     lib = library_of(q, "q")
-    if library_of(qv, "qv").dtype_name(qv) != lib.dtype_name(q):
-        raise ValueError(f"qv: dtype {library_of(qv, 'qv').dtype_name(qv)} is not q's "
-                         f"{lib.dtype_name(q)}; qv must have q's dtype")
+    qv_dtype = library_of(qv, "qv").dtype_name(qv)
+    if qv_dtype != lib.dtype_name(q):
+        raise ValueError(f"qv: dtype {qv_dtype} is not q's {lib.dtype_name(q)}; qv must have q's "
+                         "dtype")
     if not lib.on_host(q) or lib.dtype_name(q).startswith("float8"):
         raise NotImplementedError("qv: supported on host arrays of float32, float16 and bfloat16 "
                                   "(the CPU reference); not by the sm_90a kernels or FP8 yet")
@@ -71,8 +72,8 @@ def _window(window_size):
 
 
 def _non_negative_int(name, value, meaning, zero):
-    # An int, not a bool (True would silently mean 1), >= 0. meaning: what the int counts; zero: what
-    # 0 means. No try/except: torch.compile traces this function.
+    # An int, not a bool (True would silently mean 1), >= 0. meaning: what the int counts; zero:
+    # what 0 means. No try/except: torch.compile traces this function.
     if isinstance(value, bool) or not _is_int(value):
         raise TypeError(f"{name}: expected an int ({meaning}), got {value!r}")
     if value < 0:
@@ -246,10 +247,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     given out= keeps what it held there (as in flash-attention 3), while arrays hopattn allocates
     hold what a row that sees no key gives (out 0, lse -inf), never uninitialized memory. The
     backward gives them dq = 0.
-    Returns out, or (out, lse) with lse
-    float32 (heads_q, total_q) when return_attn_probs. attention_chunk, learnable_sink, pack_gqa,
-    deterministic, qv and sm_margin: as in flash_attn_func (chunks count from each sequence's
-    first key).
+    Returns out, or (out, lse) with lse float32 (heads_q, total_q) when return_attn_probs.
+    attention_chunk, learnable_sink, pack_gqa, deterministic, qv and sm_margin: as in
+    flash_attn_func (chunks count from each sequence's first key).
     scheduler_metadata (flash-attention 3's precomputed schedule): None, or what
     get_scheduler_metadata returns, an empty int32 array, which runs as None does: hopattn plans
     its schedule at launch. Any other array raises ValueError (TypeError for one not int32 or no

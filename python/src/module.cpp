@@ -98,10 +98,10 @@ KernelOptions::PackGqa pack_gqa_option(std::optional<bool> pack_gqa) {
 
 void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
              std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
-             int attention_chunk, float softcap, nb::handle learnable_sink, nb::handle qv, nb::handle cu_seqlens_q,
-             nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, nb::handle seqused_k,
-             nb::handle seqused_q, nb::handle page_table, int num_splits, std::optional<bool> pack_gqa, nb::handle q_descale,
-             nb::handle k_descale, nb::handle v_descale,
+             int attention_chunk, float softcap, nb::handle learnable_sink, nb::handle qv,
+             nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
+             nb::handle seqused_k, nb::handle seqused_q, nb::handle page_table, int num_splits,
+             std::optional<bool> pack_gqa, nb::handle q_descale, nb::handle k_descale, nb::handle v_descale,
              nb::handle q_block_descale, nb::handle k_block_descale, nb::handle v_block_descale,
              int descale_block_rows_q, int descale_block_rows_kv, std::uintptr_t stream, bool raw_bits,
              bool synchronize) {
@@ -134,9 +134,9 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
 void backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle dout, nb::handle lse,
               nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> softmax_scale, bool causal,
               int window_left, int window_right, int attention_chunk, float softcap, nb::handle learnable_sink,
-              nb::handle dsink,
-              nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-              nb::handle seqused_k, nb::handle seqused_q, bool deterministic, std::uintptr_t stream, bool raw_bits, bool synchronize) {
+              nb::handle dsink, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q,
+              int max_seqlen_k, nb::handle seqused_k, nb::handle seqused_q, bool deterministic, std::uintptr_t stream,
+              bool raw_bits, bool synchronize) {
   ArrayViews views(raw_bits);
   BwdArgs args;
   args.q = views.input(q, "q");
@@ -210,8 +210,8 @@ NB_MODULE(_C, m) {
         "window_right"_a = -1, "attention_chunk"_a = 0, "softcap"_a = 0.0f, "learnable_sink"_a = nb::none(),
         "dsink"_a = nb::none(),
         "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
-        "seqused_k"_a = nb::none(), "seqused_q"_a = nb::none(), "deterministic"_a = false, "stream"_a = 0, "raw_bits"_a = false,
-        "synchronize"_a = false,
+        "seqused_k"_a = nb::none(), "seqused_q"_a = nb::none(), "deterministic"_a = false, "stream"_a = 0,
+        "raw_bits"_a = false, "synchronize"_a = false,
         "Writes the gradients dq, dk, dv (and dsink, when given); see hopattn::BwdArgs.");
   m.def("quantize_fp8", &quantize_fp8, "q"_a, "k"_a, "v"_a, "q8"_a, "k8"_a, "v8"_a, "q_descale"_a, "k_descale"_a,
         "v_descale"_a, nb::kw_only(), "granularity"_a = "block", "block_rows_q"_a = 128, "block_rows_kv"_a = 128,

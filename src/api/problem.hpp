@@ -41,7 +41,6 @@ struct Problem {
   Dtype in_dtype = Dtype::kBFloat16;   // q, k, v
   Dtype out_dtype = Dtype::kBFloat16;  // out (bf16 for fp8 inputs)
   bool has_lse = false;
-  bool has_qv = false;  // FwdArgs::qv: the scores take qv_i . v_j too (forward only)
   DeviceType device = DeviceType::kHost;
   int device_index = 0;
 };

@@ -420,7 +420,6 @@ Status resolve_qv(const FwdArgs& a, const Arg& qv, const Arg& q, Problem* p) {
     return unsupported("qv: not supported by the sm_90a kernels yet; the CPU reference backend takes it on host "
                        "tensors");
   if (!a.softmax_scale) p->softmax_scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim + p->head_dim_v));
-  p->has_qv = true;
   return Status::Ok();
 }
 

@@ -6,9 +6,8 @@
 // times 1 - tanh^2 under softcap; then dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i,
 // dv_j = sum_i P_ij dout_i. A kv head's dk/dv sum over the q heads that read it (GQA). Masked entries
 // contribute nothing, and every gradient element no row reaches (empty rows, unused keys, query rows
-// past seqused_q) is 0. A
-// learnable sink is a key with score sink_h and value 0: it joins P's normalization, and its own
-// gradient is dsink_h = sum_i P_i,sink (0 - D_i).
+// past seqused_q) is 0. A learnable sink is a key with score sink_h and value 0: it joins P's
+// normalization, and its own gradient is dsink_h = sum_i P_i,sink (0 - D_i).
 #include <algorithm>
 
 #include "reference/attention_row.hpp"

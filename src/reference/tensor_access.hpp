@@ -1,6 +1,7 @@
 // Strided element access for host tensors, and the row addressing of every layout the library accepts:
-// dense, varlen (cu_seqlens), seqused_k / seqused_q, and paged K/V. Rows are the head_dim vectors: contiguous,
-// except in an fp8 v given with its keys contiguous (V^T in memory), hence the loads' element step.
+// dense, varlen (cu_seqlens), seqused_k / seqused_q, and paged K/V. Rows are the head_dim vectors:
+// contiguous, except in an fp8 v given with its keys contiguous (V^T in memory), hence the loads'
+// element step.
 #pragma once
 
 #include <cstdint>

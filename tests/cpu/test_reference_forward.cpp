@@ -200,7 +200,8 @@ TEST(ReferenceForward, VHeadDimOfItsOwnIsExact) {
     for (std::int64_t e = 0; e < padded->numel(); ++e)
       padded->set(e, e % 40 < 16 ? small->get(e / 40 * 16 + e % 40) : 0.0);
   }
-  const Result got_wide_v = run_dense(small_qk, small_in, options), want_padded = run_dense(padded_qk, padded_in, options);
+  const Result got_wide_v = run_dense(small_qk, small_in, options);
+  const Result want_padded = run_dense(padded_qk, padded_in, options);
   EXPECT_EQ(got_wide_v.out, want_padded.out);
   EXPECT_EQ(got_wide_v.lse, want_padded.lse);
 }

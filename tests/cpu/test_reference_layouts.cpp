@@ -1,6 +1,6 @@
 // Layouts: varlen equals per-sequence dense calls, seqused_k equals truncated keys, seqused_q equals
-// truncated query rows, paged K/V equals contiguous K/V, and strided views equal contiguous tensors. All float32, compared bit for bit: the
-// same math must come out whatever the addressing.
+// truncated query rows, paged K/V equals contiguous K/V, and strided views equal contiguous tensors.
+// All float32, compared bit for bit: the same math must come out whatever the addressing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
