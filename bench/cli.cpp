@@ -47,7 +47,7 @@ bool parse_fp8_scales(const std::string& text, Fp8BlockScales* scales, std::stri
 bool takes_value(const std::string& flag) {
   for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--fp8-scales", "--num-splits",
-                            "--page-size", "--cache-seqlen", "--window-left", "--chunk", "--iters", "--warmup",
+                            "--page-size", "--cache-seqlen", "--padded-seqlen-q", "--window-left", "--chunk", "--iters", "--warmup",
                             "--json"}) {
     if (flag == known) return true;
   }
@@ -87,6 +87,14 @@ bool check_cache_shape(const Shape& s, std::string* error) {
   return true;
 }
 
+// --padded-seqlen-q: at least the rows in use.
+bool check_padded_q_shape(const Shape& s, std::string* error) {
+  if (s.padded_seqlen_q >= s.seqlen_q) return true;
+  *error = "--padded-seqlen-q " + std::to_string(s.padded_seqlen_q) + " must be at least seqlen_q " +
+           std::to_string(s.seqlen_q) + " (the rows in use)";
+  return false;
+}
+
 }  // namespace
 
 std::string usage_text() {
@@ -122,6 +130,9 @@ std::string usage_text() {
          "    --page-size N (k and v as a paged cache of N-key pages in shuffled order)\n"
          "    --cache-seqlen N (k and v a cache of N >= seqlen_k keys per sequence, of which\n"
          "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
+         "    --padded-seqlen-q N (q, out, lse, dout and dq of N >= seqlen_q rows per sequence, of which\n"
+         "               seqlen_q are used: passed as seqused_q, a static batch padded for CUDA graphs;\n"
+         "               forward and --backward, dense or --varlen)\n"
          "    --backward (bf16/fp16, dense or --varlen: time hopattn::backward (dq, dk, dv) after one forward\n"
          "               that writes out and the LSE; FLOPs 2.5x the forward's; not with fp8, --page-size,\n"
          "               --no-lse, --num-splits or the --no-* switches)\n"
@@ -259,6 +270,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--hdim") shape_int = &single.hdim;
     else if (flag == "--page-size") shape_int = &single.page_size;
     else if (flag == "--cache-seqlen") shape_int = &single.cache_seqlen_k;
+    else if (flag == "--padded-seqlen-q") shape_int = &single.padded_seqlen_q;
     else if (flag == "--window-left") shape_int = &single.window_left;
     else if (flag == "--chunk") shape_int = &single.attention_chunk;
     if (shape_int != nullptr) {
@@ -269,6 +281,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       if (shape_int == &single.fp8_block_rows) single.variant = "block_scales";
       if (shape_int == &single.page_size) single.variant = "paged_" + value;
       if (shape_int == &single.cache_seqlen_k) single.variant = "seqused_k";
+      if (shape_int == &single.padded_seqlen_q) single.variant = "seqused_q";
       if (shape_int == &single.window_left) single.variant = "window_" + value;
       if (shape_int == &single.attention_chunk) single.variant = "chunk_" + value;
     } else if (flag == "--dtype") {
@@ -335,6 +348,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       single.variant = backward_variant(single.variant);
     }
     if (single.cache_seqlen_k > 0 && !check_cache_shape(single, error)) return false;
+    if (single.padded_seqlen_q > 0 && !check_padded_q_shape(single, error)) return false;
     if (fp8_scales_given) {
       if (single.fp8_block_rows == 0) {
         *error = "--fp8-scales sets the values of per-block descales: add --fp8-block-rows N";

@@ -31,6 +31,7 @@ struct InputSet {
   DeviceBuffer cu_seqlens_q, cu_seqlens_k;                           // Shape::varlen
   DeviceBuffer page_table;                                           // Shape::page_size > 0
   DeviceBuffer seqused_k;                                            // Shape::cache_seqlen_k > 0
+  DeviceBuffer seqused_q;                                            // Shape::padded_seqlen_q > 0
   DeviceBuffer dout, dq, dk, dv;                                     // Shape::backward
   DeviceBuffer sink, dsink;                                          // Shape::learnable_sink
 };
@@ -68,7 +69,8 @@ Status make_cu_seqlens(int batch, int seqlen, DeviceBuffer* buffer) {
 }
 
 struct Extents {
-  std::int64_t q, kv, lse;  // elements; out has q's; kv: k's storage, allocated_keys per sequence
+  std::int64_t q, kv, lse;  // elements; out has q's; q: allocated_rows_q per sequence; kv: allocated_keys
+  std::int64_t q_used;      // elements of q in use: seqlen_q rows per sequence (q unless padded_seqlen_q)
   std::int64_t kv_used;     // elements of k in use: seqlen_k keys per sequence (kv unless cache_seqlen_k)
   std::int64_t v;           // v's storage: kv, or with v keys-contiguous its keys padded to 16
   std::int64_t v_used;      // elements of v's storage a call reads
@@ -78,10 +80,11 @@ struct Extents {
 
 Extents extents_of(const Shape& s) {
   Extents e;
-  e.q = std::int64_t{s.batch} * s.seqlen_q * s.heads_q * s.hdim;
+  e.q = std::int64_t{s.batch} * allocated_rows_q(s) * s.heads_q * s.hdim;
+  e.q_used = std::int64_t{s.batch} * s.seqlen_q * s.heads_q * s.hdim;
   e.kv = std::int64_t{s.batch} * allocated_keys(s) * s.heads_kv * s.hdim;
   e.kv_used = std::int64_t{s.batch} * s.seqlen_k * s.heads_kv * s.hdim;
-  e.lse = std::int64_t{s.batch} * s.heads_q * s.seqlen_q;
+  e.lse = std::int64_t{s.batch} * s.heads_q * allocated_rows_q(s);
   e.v_row_keys = ceil_div(s.seqlen_k, 16) * 16;  // TMA: the V^T rows' stride a multiple of 16 bytes
   e.v = s.v_keys_contiguous ? std::int64_t{s.batch} * s.heads_kv * s.hdim * e.v_row_keys : e.kv;
   e.v_used = s.v_keys_contiguous ? e.v : e.kv_used;
@@ -89,13 +92,14 @@ Extents extents_of(const Shape& s) {
   return e;
 }
 
-// The bytes of one input set that a call reads and writes (of a cache, the keys in use). A backward
-// (write_lse true) also has dout and dq like q, dk and dv like k and v, all in the inputs' dtype.
+// The bytes of one input set that a call reads and writes (of a cache, the keys in use; of padded q,
+// the rows in use). A backward (write_lse true) also has dout and dq like q, dk and dv like k and v,
+// all in the inputs' dtype.
 std::size_t set_bytes(const Extents& e, Dtype in, bool write_lse, bool backward) {
-  const std::size_t forward = static_cast<std::size_t>(e.q + e.kv_used + e.v_used) * dtype_size(in) +
-                              static_cast<std::size_t>(e.q) * dtype_size(e.out_dtype) +
+  const std::size_t forward = static_cast<std::size_t>(e.q_used + e.kv_used + e.v_used) * dtype_size(in) +
+                              static_cast<std::size_t>(e.q_used) * dtype_size(e.out_dtype) +
                               (write_lse ? static_cast<std::size_t>(e.lse) * 4 : 0);
-  return backward ? forward + static_cast<std::size_t>(2 * e.q + 2 * e.kv) * dtype_size(in) : forward;
+  return backward ? forward + static_cast<std::size_t>(2 * e.q_used + 2 * e.kv) * dtype_size(in) : forward;
 }
 
 // q, k, v random; out and lse poisoned with all-ones bytes (NaN in every float dtype), so output the
@@ -116,7 +120,7 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     HOPATTN_BENCH_CHECK_CUDA(cudaMemset(set->lse.get(), 0xFF, set->lse.bytes()));
   }
   if (s.fp8_block_rows > 0) {
-    const std::int64_t q_blocks = std::int64_t{s.batch} * s.heads_q * ceil_div(s.seqlen_q, s.fp8_block_rows);
+    const std::int64_t q_blocks = std::int64_t{s.batch} * s.heads_q * ceil_div(allocated_rows_q(s), s.fp8_block_rows);
     const std::int64_t kv_blocks = std::int64_t{s.batch} * s.heads_kv * ceil_div(s.seqlen_k, s.fp8_block_rows);
     const Fp8BlockScales kind = s.fp8_block_scales;
     if (Status st = make_block_descales(q_blocks, kind, false, seed + 4, &set->q_block_descale); !st.ok()) return st;
@@ -124,7 +128,7 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     if (Status st = make_block_descales(kv_blocks, kind, true, seed + 6, &set->v_block_descale); !st.ok()) return st;
   }
   if (s.varlen) {
-    if (Status st = make_cu_seqlens(s.batch, s.seqlen_q, &set->cu_seqlens_q); !st.ok()) return st;
+    if (Status st = make_cu_seqlens(s.batch, allocated_rows_q(s), &set->cu_seqlens_q); !st.ok()) return st;
     if (Status st = make_cu_seqlens(s.batch, s.seqlen_k, &set->cu_seqlens_k); !st.ok()) return st;
   }
   if (s.page_size > 0) {
@@ -133,6 +137,9 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
   }
   if (s.cache_seqlen_k > 0) {
     if (Status st = upload(std::vector<int>(s.batch, s.seqlen_k), &set->seqused_k); !st.ok()) return st;
+  }
+  if (s.padded_seqlen_q > 0) {
+    if (Status st = upload(std::vector<int>(s.batch, s.seqlen_q), &set->seqused_q); !st.ok()) return st;
   }
   if (s.learnable_sink) {
     if (Status st = upload(std::vector<float>(s.heads_q, 0.5f), &set->sink); !st.ok()) return st;
@@ -152,26 +159,30 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
 FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, const TimingOptions& options) {
   const DeviceType cuda = DeviceType::kCuda;
   FwdArgs args;
-  args.q = make_tensor(set.q.get(), s.dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
+  const int q_rows = allocated_rows_q(s);
+  args.q = make_tensor(set.q.get(), s.dtype, {s.batch, q_rows, s.heads_q, s.hdim}, cuda, options.device);
   const int kv_keys = allocated_keys(s);
   args.k = make_tensor(set.k.get(), s.dtype, {s.batch, kv_keys, s.heads_kv, s.hdim}, cuda, options.device);
   args.v = make_tensor(set.v.get(), s.dtype, {s.batch, kv_keys, s.heads_kv, s.hdim}, cuda, options.device);
   if (s.cache_seqlen_k > 0) {
     args.seqused_k = make_tensor(set.seqused_k.get(), Dtype::kInt32, {s.batch}, cuda, options.device);
   }
+  if (s.padded_seqlen_q > 0) {
+    args.seqused_q = make_tensor(set.seqused_q.get(), Dtype::kInt32, {s.batch}, cuda, options.device);
+  }
   if (s.v_keys_contiguous) {  // (batch, heads_kv, hdim, row keys) storage viewed as (batch, keys, heads_kv, hdim)
     const std::int64_t row = e.v_row_keys;
     const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * s.hdim * row, 1, std::int64_t{s.hdim} * row, row};
     std::copy(strides, strides + 4, args.v.stride);
   }
-  args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, s.seqlen_q, s.heads_q, s.hdim}, cuda, options.device);
+  args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, q_rows, s.heads_q, s.hdim}, cuda, options.device);
   if (options.write_lse) {
-    args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.batch, s.heads_q, s.seqlen_q}, cuda, options.device);
+    args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.batch, s.heads_q, q_rows}, cuda, options.device);
   }
   if (s.fp8_block_rows > 0) {
     const int rows = s.fp8_block_rows;
     args.q_block_descale = make_tensor(set.q_block_descale.get(), Dtype::kFloat32,
-                                       {s.batch, s.heads_q, ceil_div(s.seqlen_q, rows)}, cuda, options.device);
+                                       {s.batch, s.heads_q, ceil_div(q_rows, rows)}, cuda, options.device);
     args.k_block_descale = make_tensor(set.k_block_descale.get(), Dtype::kFloat32,
                                        {s.batch, s.heads_kv, ceil_div(s.seqlen_k, rows)}, cuda, options.device);
     args.v_block_descale = make_tensor(set.v_block_descale.get(), Dtype::kFloat32,
@@ -180,7 +191,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     args.descale_block_rows_kv = rows;
   }
   if (s.varlen) {  // the same buffers, packed: (batch * seqlen, heads, d) and LSE (heads, batch * seqlen_q)
-    const std::int64_t total_q = std::int64_t{s.batch} * s.seqlen_q, total_k = std::int64_t{s.batch} * s.seqlen_k;
+    const std::int64_t total_q = std::int64_t{s.batch} * q_rows, total_k = std::int64_t{s.batch} * s.seqlen_k;
     args.q = make_tensor(set.q.get(), s.dtype, {total_q, s.heads_q, s.hdim}, cuda, options.device);
     args.k = make_tensor(set.k.get(), s.dtype, {total_k, s.heads_kv, s.hdim}, cuda, options.device);
     args.v = make_tensor(set.v.get(), s.dtype, {total_k, s.heads_kv, s.hdim}, cuda, options.device);
@@ -190,7 +201,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     }
     args.cu_seqlens_q = make_tensor(set.cu_seqlens_q.get(), Dtype::kInt32, {s.batch + 1}, cuda, options.device);
     args.cu_seqlens_k = make_tensor(set.cu_seqlens_k.get(), Dtype::kInt32, {s.batch + 1}, cuda, options.device);
-    args.max_seqlen_q = s.seqlen_q;
+    args.max_seqlen_q = q_rows;
     args.max_seqlen_k = s.seqlen_k;
   }
   if (s.page_size > 0) {  // the same k and v storage as pages: (batch * kv_keys / page_size, page_size, ...)
@@ -232,6 +243,7 @@ BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, c
   args.cu_seqlens_k = fwd.cu_seqlens_k;
   args.max_seqlen_q = fwd.max_seqlen_q;
   args.max_seqlen_k = fwd.max_seqlen_k;
+  args.seqused_q = fwd.seqused_q;
   args.causal = s.causal;
   args.window_left = s.window_left;
   args.attention_chunk = s.attention_chunk;
@@ -245,37 +257,59 @@ BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, c
   return args;
 }
 
-// A 16-bit float buffer (`dtype`: float16 or bfloat16) with every element finite, else an error
-// naming `name` and the first bad flat index. The 0xFF poison bytes count as bad: unwritten.
-Status check_finite_16bit(const DeviceBuffer& buffer, Dtype dtype, const char* name) {
+// Which elements of a buffer with query rows a call writes: with padded q (Shape::padded_seqlen_q)
+// the rows past seqlen_q in each sequence are never written, so they keep the poison. Element i lies
+// in query row (i / row_elements) % rows_per_sequence of its sequence, for q-shaped buffers, dense or
+// packed, (row_elements = heads * d) and for the LSE, dense (batch, heads, rows) or packed (heads,
+// batch * rows) (row_elements = 1).
+struct RowsInUse {
+  std::int64_t row_elements = 1;
+  std::int64_t rows_per_sequence = 1;
+  std::int64_t used_rows = 1;
+  bool contains(std::int64_t i) const { return (i / row_elements) % rows_per_sequence < used_rows; }
+};
+
+RowsInUse rows_in_use(const Shape& s, std::int64_t row_elements) {
+  return {row_elements, allocated_rows_q(s), s.seqlen_q};
+}
+
+// A 16-bit float buffer (`dtype`: float16 or bfloat16) with every element in `rows` finite, else an
+// error naming `name` and the first bad flat index. The 0xFF poison bytes count as bad: unwritten.
+Status check_finite_16bit(const DeviceBuffer& buffer, Dtype dtype, const char* name, const RowsInUse& rows = {}) {
   std::vector<std::uint16_t> codes(buffer.bytes() / 2);
   HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(codes.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost));
   const std::uint16_t exponent_mask = dtype == Dtype::kFloat16 ? 0x7C00 : 0x7F80;  // all ones: inf/NaN
-  const auto bad = std::find_if(codes.begin(), codes.end(),
-                                [&](std::uint16_t code) { return (code & exponent_mask) == exponent_mask; });
-  if (bad != codes.end()) {
-    return Status(StatusCode::kCudaError, std::string(name) + " has a NaN/Inf (or unwritten element) at flat index " +
-                                              std::to_string(bad - codes.begin()));
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    if ((codes[i] & exponent_mask) == exponent_mask && rows.contains(static_cast<std::int64_t>(i))) {
+      return Status(StatusCode::kCudaError,
+                    std::string(name) + " has a NaN/Inf (or unwritten element) at flat index " + std::to_string(i));
+    }
   }
   return Status::Ok();
 }
 
-// The first set's output after the warm-up: every element finite; LSE may be -inf (a row that sees no
-// key) but never NaN or +inf. A time measured on a kernel that writes garbage is not reported.
-Status check_outputs(const InputSet& set, Dtype out_dtype) {
-  if (Status st = check_finite_16bit(set.out, out_dtype, "out"); !st.ok()) return st;
+// The first set's output after the warm-up: every element of the rows in use finite; LSE may be -inf
+// (a row that sees no key) but never NaN or +inf. A time measured on a kernel that writes garbage is
+// not reported.
+Status check_outputs(const Shape& s, const InputSet& set, Dtype out_dtype) {
+  if (Status st = check_finite_16bit(set.out, out_dtype, "out", rows_in_use(s, std::int64_t{s.heads_q} * s.hdim));
+      !st.ok())
+    return st;
   if (set.lse.get() == nullptr) return Status::Ok();
   std::vector<float> lse(set.lse.bytes() / sizeof(float));
   HOPATTN_BENCH_CHECK_CUDA(cudaMemcpy(lse.data(), set.lse.get(), set.lse.bytes(), cudaMemcpyDeviceToHost));
-  const auto bad_lse = std::find_if(lse.begin(), lse.end(), [](float x) { return std::isnan(x) || x == INFINITY; });
-  if (bad_lse != lse.end()) {
-    return Status(StatusCode::kCudaError, "lse has a NaN/+Inf (or unwritten element) at flat index " +
-                                              std::to_string(bad_lse - lse.begin()));
+  const RowsInUse rows = rows_in_use(s, 1);
+  for (std::size_t i = 0; i < lse.size(); ++i) {
+    if ((std::isnan(lse[i]) || lse[i] == INFINITY) && rows.contains(static_cast<std::int64_t>(i))) {
+      return Status(StatusCode::kCudaError,
+                    "lse has a NaN/+Inf (or unwritten element) at flat index " + std::to_string(i));
+    }
   }
   return Status::Ok();
 }
 
-// The first set's gradients after the backward's warm-up: dq, dk and dv finite (and written).
+// The first set's gradients after the backward's warm-up: dq, dk and dv finite (and written; dq's rows
+// past seqused_q too, as zeros).
 Status check_gradients(const InputSet& set, Dtype dtype) {
   if (Status st = check_finite_16bit(set.dq, dtype, "dq"); !st.ok()) return st;
   if (Status st = check_finite_16bit(set.dk, dtype, "dk"); !st.ok()) return st;
@@ -369,14 +403,14 @@ Status warm_up_and_time(int n_sets, const Call& call, const Check& check_warmed_
 
 // One forward per set writes the out and LSE its backward reads; the first set's are checked as
 // after a forward's warm-up. A failure says it came from this forward.
-Status forward_before_backward(const std::vector<FwdArgs>& args, const InputSet& first_set, Dtype out_dtype,
-                               const TimingOptions& options) {
+Status forward_before_backward(const Shape& s, const std::vector<FwdArgs>& args, const InputSet& first_set,
+                               Dtype out_dtype, const TimingOptions& options) {
   Status status;
   for (std::size_t i = 0; i < args.size() && status.ok(); ++i) status = forward(args[i]);
   if (status.ok()) {
     status = cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(options.stream)), "cudaStreamSynchronize");
   }
-  if (status.ok()) status = check_outputs(first_set, out_dtype);
+  if (status.ok()) status = check_outputs(s, first_set, out_dtype);
   if (status.ok()) return status;
   return Status(status.code(), "the forward before the backward: " + status.message());
 }
@@ -425,7 +459,7 @@ Measurement time_forward(const Shape& shape, const TimingOptions& options, std::
   if (status.ok()) {
     status = warm_up_and_time(
         m.input_sets, [&](int set) { return forward(args[set]); },
-        [&] { return check_outputs(sets[0], extents.out_dtype); }, options, &m);
+        [&] { return check_outputs(shape, sets[0], extents.out_dtype); }, options, &m);
   }
   set_outcome(status, &m);
   return m;
@@ -447,7 +481,7 @@ Measurement time_backward(const Shape& shape, const TimingOptions& options_in, s
     fwd_args.push_back(forward_args(shape, extents, sets[i], options));
     bwd_args.push_back(backward_args(shape, fwd_args.back(), sets[i], options));
   }
-  if (status.ok()) status = forward_before_backward(fwd_args, sets[0], extents.out_dtype, options);
+  if (status.ok()) status = forward_before_backward(shape, fwd_args, sets[0], extents.out_dtype, options);
   if (status.ok()) {
     status = warm_up_and_time(
         m.input_sets, [&](int set) { return backward(bwd_args[set]); },

@@ -296,6 +296,8 @@ double timed_flops(const Shape& shape) { return shape.backward ? backward_flops(
 
 int allocated_keys(const Shape& shape) { return shape.cache_seqlen_k > 0 ? shape.cache_seqlen_k : shape.seqlen_k; }
 
+int allocated_rows_q(const Shape& shape) { return shape.padded_seqlen_q > 0 ? shape.padded_seqlen_q : shape.seqlen_q; }
+
 double forward_bytes(const Shape& shape) {
   const double in = dtype_size(shape.dtype);
   const double out = shape.dtype == Dtype::kFloat8E4M3 ? 2.0 : in;  // fp8 attention writes bf16

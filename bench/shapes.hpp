@@ -49,6 +49,10 @@ struct Shape {
   // seqlen_k are in use, passed as seqused_k (flash-attention's cache_seqlens): the decoding call of a
   // serving engine whose cache has room to grow. FLOPs and bytes count the seqlen_k keys in use.
   int cache_seqlen_k = 0;
+  // > 0: q, out, lse (and a backward's dout and dq) allocated with this many rows per sequence (>=
+  // seqlen_q) of which seqlen_q are in use, passed as seqused_q: a serving engine's static, CUDA-graph
+  // friendly batch whose tail rows are padding. FLOPs and bytes count the seqlen_q rows in use.
+  int padded_seqlen_q = 0;
   // Times hopattn::backward (dq, dk, dv from q, k, v, out, dout and the forward's LSE) instead of the
   // forward: bf16/fp16, dense or varlen; KernelOptions and num_splits do not apply to it.
   bool backward = false;
@@ -82,6 +86,9 @@ double backward_flops(const Shape& shape);
 
 // Keys allocated per sequence in k and v: cache_seqlen_k when given, else seqlen_k.
 int allocated_keys(const Shape& shape);
+
+// Query rows allocated per sequence in q, out and the LSE: padded_seqlen_q when given, else seqlen_q.
+int allocated_rows_q(const Shape& shape);
 
 // The FLOPs of the pass the shape times: backward_flops when shape.backward, else forward_flops.
 double timed_flops(const Shape& shape);
