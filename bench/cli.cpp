@@ -45,7 +45,7 @@ bool parse_fp8_scales(const std::string& text, Fp8BlockScales* scales, std::stri
 }
 
 bool takes_value(const std::string& flag) {
-  for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
+  for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim", "--hdim-v",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--fp8-scales", "--num-splits",
                             "--page-size", "--cache-seqlen", "--padded-seqlen-q", "--window-left", "--chunk", "--iters", "--warmup",
                             "--json"}) {
@@ -114,6 +114,8 @@ std::string usage_text() {
          "                   headdims: the forward at head dims 80, 96, 160 and 192)\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
+         "    --hdim-v N (v, out, dout and dv of head dim N, flash-attention 3's headdim_v; DeepSeek: --hdim 192\n"
+         "      --hdim-v 128; FLOPs count QK^T at hdim and P V at N; bf16/fp16)\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
          "    --fp8-scales quantized|amax|straddle|ones (with --fp8-block-rows: the descales' values;\n"
@@ -268,6 +270,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--seqlen-q") shape_int = &single.seqlen_q;
     else if (flag == "--seqlen-k") shape_int = &single.seqlen_k;
     else if (flag == "--hdim") shape_int = &single.hdim;
+    else if (flag == "--hdim-v") shape_int = &single.hdim_v;
     else if (flag == "--page-size") shape_int = &single.page_size;
     else if (flag == "--cache-seqlen") shape_int = &single.cache_seqlen_k;
     else if (flag == "--padded-seqlen-q") shape_int = &single.padded_seqlen_q;
@@ -282,6 +285,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       if (shape_int == &single.page_size) single.variant = "paged_" + value;
       if (shape_int == &single.cache_seqlen_k) single.variant = "seqused_k";
       if (shape_int == &single.padded_seqlen_q) single.variant = "seqused_q";
+      if (shape_int == &single.hdim_v) single.variant = "hdim_v_" + value;
       if (shape_int == &single.window_left) single.variant = "window_" + value;
       if (shape_int == &single.attention_chunk) single.variant = "chunk_" + value;
     } else if (flag == "--dtype") {
@@ -349,6 +353,10 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
     if (single.cache_seqlen_k > 0 && !check_cache_shape(single, error)) return false;
     if (single.padded_seqlen_q > 0 && !check_padded_q_shape(single, error)) return false;
+    if (single.hdim_v > 0 && single.dtype == Dtype::kFloat8E4M3) {
+      *error = "--hdim-v is not supported with --dtype fp8 (the FP8 kernels take v with q's head dim)";
+      return false;
+    }
     if (fp8_scales_given) {
       if (single.fp8_block_rows == 0) {
         *error = "--fp8-scales sets the values of per-block descales: add --fp8-block-rows N";

@@ -72,8 +72,9 @@ struct Extents {
   std::int64_t q, kv, lse;  // elements; out has q's; q: allocated_rows_q per sequence; kv: allocated_keys
   std::int64_t q_used;      // elements of q in use: seqlen_q rows per sequence (q unless padded_seqlen_q)
   std::int64_t kv_used;     // elements of k in use: seqlen_k keys per sequence (kv unless cache_seqlen_k)
-  std::int64_t v;           // v's storage: kv, or with v keys-contiguous its keys padded to 16
+  std::int64_t v;           // v's storage: kv's rows of v's head dim, or keys-contiguous its keys padded to 16
   std::int64_t v_used;      // elements of v's storage a call reads
+  std::int64_t out, out_used;  // out's (and dout's): q's rows of v's head dim
   int v_row_keys;           // v keys-contiguous: keys per (batch, head, dim) row of storage
   Dtype out_dtype;
 };
@@ -86,20 +87,25 @@ Extents extents_of(const Shape& s) {
   e.kv_used = std::int64_t{s.batch} * s.seqlen_k * s.heads_kv * s.hdim;
   e.lse = std::int64_t{s.batch} * s.heads_q * allocated_rows_q(s);
   e.v_row_keys = ceil_div(s.seqlen_k, 16) * 16;  // TMA: the V^T rows' stride a multiple of 16 bytes
-  e.v = s.v_keys_contiguous ? std::int64_t{s.batch} * s.heads_kv * s.hdim * e.v_row_keys : e.kv;
-  e.v_used = s.v_keys_contiguous ? e.v : e.kv_used;
+  const int d_v = head_dim_v(s);
+  e.v = s.v_keys_contiguous ? std::int64_t{s.batch} * s.heads_kv * d_v * e.v_row_keys
+                            : std::int64_t{s.batch} * allocated_keys(s) * s.heads_kv * d_v;
+  e.v_used = s.v_keys_contiguous ? e.v : std::int64_t{s.batch} * s.seqlen_k * s.heads_kv * d_v;
+  e.out = std::int64_t{s.batch} * allocated_rows_q(s) * s.heads_q * d_v;
+  e.out_used = std::int64_t{s.batch} * s.seqlen_q * s.heads_q * d_v;
   e.out_dtype = s.dtype == Dtype::kFloat8E4M3 ? Dtype::kBFloat16 : s.dtype;  // fp8 attention writes bf16
   return e;
 }
 
 // The bytes of one input set that a call reads and writes (of a cache, the keys in use; of padded q,
-// the rows in use). A backward (write_lse true) also has dout and dq like q, dk and dv like k and v,
-// all in the inputs' dtype.
+// the rows in use). A backward (write_lse true) also has dout like out, dq like q, dk like k and dv
+// like v, all in the inputs' dtype.
 std::size_t set_bytes(const Extents& e, Dtype in, bool write_lse, bool backward) {
   const std::size_t forward = static_cast<std::size_t>(e.q_used + e.kv_used + e.v_used) * dtype_size(in) +
-                              static_cast<std::size_t>(e.q_used) * dtype_size(e.out_dtype) +
+                              static_cast<std::size_t>(e.out_used) * dtype_size(e.out_dtype) +
                               (write_lse ? static_cast<std::size_t>(e.lse) * 4 : 0);
-  return backward ? forward + static_cast<std::size_t>(2 * e.q_used + 2 * e.kv) * dtype_size(in) : forward;
+  const std::int64_t gradients = e.out_used + e.q_used + e.kv + e.v;
+  return backward ? forward + static_cast<std::size_t>(gradients) * dtype_size(in) : forward;
 }
 
 // q, k, v random; out and lse poisoned with all-ones bytes (NaN in every float dtype), so output the
@@ -110,7 +116,7 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
   if (Status st = set->q.allocate(e.q * in_size); !st.ok()) return st;
   if (Status st = set->k.allocate(e.kv * in_size); !st.ok()) return st;
   if (Status st = set->v.allocate(e.v * in_size); !st.ok()) return st;
-  if (Status st = set->out.allocate(e.q * dtype_size(e.out_dtype)); !st.ok()) return st;
+  if (Status st = set->out.allocate(e.out * dtype_size(e.out_dtype)); !st.ok()) return st;
   if (Status st = fill_random_device(set->q.get(), s.dtype, e.q, seed); !st.ok()) return st;
   if (Status st = fill_random_device(set->k.get(), s.dtype, e.kv, seed + 1); !st.ok()) return st;
   if (Status st = fill_random_device(set->v.get(), s.dtype, e.v, seed + 2); !st.ok()) return st;
@@ -146,10 +152,11 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     if (Status st = set->dsink.allocate(s.heads_q * sizeof(float)); !st.ok()) return st;
   }
   if (s.backward) {
-    if (Status st = set->dout.allocate(e.q * in_size); !st.ok()) return st;
-    if (Status st = fill_random_device(set->dout.get(), s.dtype, e.q, seed + 3); !st.ok()) return st;
+    if (Status st = set->dout.allocate(e.out * in_size); !st.ok()) return st;
+    if (Status st = fill_random_device(set->dout.get(), s.dtype, e.out, seed + 3); !st.ok()) return st;
     for (DeviceBuffer* grad : {&set->dq, &set->dk, &set->dv}) {
-      if (Status st = grad->allocate((grad == &set->dq ? e.q : e.kv) * in_size); !st.ok()) return st;
+      const std::int64_t elements = grad == &set->dq ? e.q : grad == &set->dk ? e.kv : e.v;
+      if (Status st = grad->allocate(elements * in_size); !st.ok()) return st;
       HOPATTN_BENCH_CHECK_CUDA(cudaMemset(grad->get(), 0xFF, grad->bytes()));
     }
   }
@@ -163,7 +170,8 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   args.q = make_tensor(set.q.get(), s.dtype, {s.batch, q_rows, s.heads_q, s.hdim}, cuda, options.device);
   const int kv_keys = allocated_keys(s);
   args.k = make_tensor(set.k.get(), s.dtype, {s.batch, kv_keys, s.heads_kv, s.hdim}, cuda, options.device);
-  args.v = make_tensor(set.v.get(), s.dtype, {s.batch, kv_keys, s.heads_kv, s.hdim}, cuda, options.device);
+  const int d_v = head_dim_v(s);
+  args.v = make_tensor(set.v.get(), s.dtype, {s.batch, kv_keys, s.heads_kv, d_v}, cuda, options.device);
   if (s.cache_seqlen_k > 0) {
     args.seqused_k = make_tensor(set.seqused_k.get(), Dtype::kInt32, {s.batch}, cuda, options.device);
   }
@@ -175,7 +183,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * s.hdim * row, 1, std::int64_t{s.hdim} * row, row};
     std::copy(strides, strides + 4, args.v.stride);
   }
-  args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, q_rows, s.heads_q, s.hdim}, cuda, options.device);
+  args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, q_rows, s.heads_q, d_v}, cuda, options.device);
   if (options.write_lse) {
     args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.batch, s.heads_q, q_rows}, cuda, options.device);
   }
@@ -194,8 +202,8 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     const std::int64_t total_q = std::int64_t{s.batch} * q_rows, total_k = std::int64_t{s.batch} * s.seqlen_k;
     args.q = make_tensor(set.q.get(), s.dtype, {total_q, s.heads_q, s.hdim}, cuda, options.device);
     args.k = make_tensor(set.k.get(), s.dtype, {total_k, s.heads_kv, s.hdim}, cuda, options.device);
-    args.v = make_tensor(set.v.get(), s.dtype, {total_k, s.heads_kv, s.hdim}, cuda, options.device);
-    args.out = make_tensor(set.out.get(), e.out_dtype, {total_q, s.heads_q, s.hdim}, cuda, options.device);
+    args.v = make_tensor(set.v.get(), s.dtype, {total_k, s.heads_kv, d_v}, cuda, options.device);
+    args.out = make_tensor(set.out.get(), e.out_dtype, {total_q, s.heads_q, d_v}, cuda, options.device);
     if (options.write_lse) {
       args.lse = make_tensor(set.lse.get(), Dtype::kFloat32, {s.heads_q, total_q}, cuda, options.device);
     }
@@ -208,7 +216,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     const int pages_per_seq = kv_keys / s.page_size;
     const std::int64_t pages = std::int64_t{s.batch} * pages_per_seq;
     args.k = make_tensor(set.k.get(), s.dtype, {pages, s.page_size, s.heads_kv, s.hdim}, cuda, options.device);
-    args.v = make_tensor(set.v.get(), s.dtype, {pages, s.page_size, s.heads_kv, s.hdim}, cuda, options.device);
+    args.v = make_tensor(set.v.get(), s.dtype, {pages, s.page_size, s.heads_kv, d_v}, cuda, options.device);
     args.page_table = make_tensor(set.page_table.get(), Dtype::kInt32, {s.batch, pages_per_seq}, cuda, options.device);
   }
   if (s.learnable_sink) args.learnable_sink = make_tensor(set.sink.get(), Dtype::kFloat32, {s.heads_q}, cuda, options.device);
@@ -223,7 +231,8 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
 }
 
 // BwdArgs over the set's buffers: q, k, v, out, lse and (--varlen) the sequence arrays as the forward
-// pre-pass saw them (`fwd`), dout and dq shaped like q, dk and dv like k (packed with --varlen).
+// pre-pass saw them (`fwd`), dout shaped like out, dq like q, dk like k and dv like v (packed with
+// --varlen).
 BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, const TimingOptions& options) {
   BwdArgs args;
   args.q = fwd.q;
@@ -235,10 +244,10 @@ BwdArgs backward_args(const Shape& s, const FwdArgs& fwd, const InputSet& set, c
     t.data = buffer.get();
     return t;
   };
-  args.dout = like(fwd.q, set.dout);
+  args.dout = like(fwd.out, set.dout);
   args.dq = like(fwd.q, set.dq);
   args.dk = like(fwd.k, set.dk);
-  args.dv = like(fwd.k, set.dv);
+  args.dv = like(fwd.v, set.dv);
   args.cu_seqlens_q = fwd.cu_seqlens_q;
   args.cu_seqlens_k = fwd.cu_seqlens_k;
   args.max_seqlen_q = fwd.max_seqlen_q;
@@ -292,7 +301,7 @@ Status check_finite_16bit(const DeviceBuffer& buffer, Dtype dtype, const char* n
 // (a row that sees no key) but never NaN or +inf. A time measured on a kernel that writes garbage is
 // not reported.
 Status check_outputs(const Shape& s, const InputSet& set, Dtype out_dtype) {
-  if (Status st = check_finite_16bit(set.out, out_dtype, "out", rows_in_use(s, std::int64_t{s.heads_q} * s.hdim));
+  if (Status st = check_finite_16bit(set.out, out_dtype, "out", rows_in_use(s, std::int64_t{s.heads_q} * head_dim_v(s)));
       !st.ok())
     return st;
   if (set.lse.get() == nullptr) return Status::Ok();

@@ -178,6 +178,23 @@ TEST(BenchCli, PaddedSeqlenQIsSequsedQ) {
   EXPECT_EQ(backward.shapes[0].seqlen_k, 1000);  // follows the rows in use, as without padding
 }
 
+// --hdim-v: v's own head dim; FLOPs count QK^T at hdim and P V at hdim_v, bytes v and out at hdim_v.
+TEST(BenchCli, HdimVCountsPVAtItsOwnHeadDim) {
+  const CliOptions options = parsed({"--hdim", "192", "--hdim-v", "128", "--seqlen-q", "1000", "--heads", "3"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  const Shape& s = options.shapes[0];
+  EXPECT_EQ(head_dim_v(s), 128);
+  EXPECT_EQ(s.variant, "hdim_v_128");
+  EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * 2 * 3 * (192 + 128) * 1000.0 * 1000.0);
+  const double rows_q = 2.0 * 1000 * 3, rows_kv = 2.0 * 1000 * 3;
+  EXPECT_DOUBLE_EQ(forward_bytes(s), rows_q * (192 + 128) * 2 + rows_kv * (192 + 128) * 2);
+  Shape same = s;
+  same.hdim_v = 0;
+  EXPECT_EQ(head_dim_v(same), 192);
+  EXPECT_DOUBLE_EQ(forward_flops(same), 4.0 * 2 * 3 * 192 * 1000.0 * 1000.0);
+  EXPECT_NE(parse_error({"--hdim-v", "64", "--dtype", "fp8"}).find("--dtype fp8"), std::string::npos);
+}
+
 TEST(BenchCli, PaddedSeqlenQRefusals) {
   EXPECT_NE(parse_error({"--seqlen-q", "1000", "--padded-seqlen-q", "999"}).find("at least seqlen_q"),
             std::string::npos);
