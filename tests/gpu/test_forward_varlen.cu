@@ -141,7 +141,7 @@ std::vector<NamedCase<VarlenCase>> corner_cases() {
     add("SequsedQ_SequsedK_d256_causal_softcap30", c);
   }
   {
-    VarlenCase c = varlen({4, 4, 4}, {900, 33, 500}, 16, 2, 64, kBf16);  // speculative decoding steps
+    VarlenCase c = varlen({4, 4, 4}, {900, 900, 900}, 16, 2, 64, kBf16);  // speculative decoding steps
     c.varlen_q = false, c.varlen_k = false, c.seqused_q = {{1, 0, 3}}, c.causal = true;
     c.seqused_k = {{900, 20, 499}};
     add("SequsedQ_DecodingSteps_causal", c);

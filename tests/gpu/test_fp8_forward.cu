@@ -1271,8 +1271,9 @@ TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
 // keys-contiguous v and of variable lengths carry no chunk arithmetic (it spilled their registers):
 // refused, naming attention_chunk and what takes it.
 TEST_F(Fp8Forward, ChunksAtHeadDim256OutsideDenseOrdinaryVAreRefused) {
-  Fp8Case dense;
-  dense.head_dim = 256, dense.attention_chunk = 64, dense.v_keys_contiguous = true;
+  Fp8Case dense;  // lengths past the chunk: a chunk that masks nothing is turned off before the kernels
+  dense.head_dim = 256, dense.seqlen_q = 100, dense.seqlen_k = 200, dense.attention_chunk = 64;
+  dense.v_keys_contiguous = true;
   std::string why = run_fp8_case(dense, run_seed());
   EXPECT_NE(why.find("attention_chunk"), std::string::npos) << why;
   EXPECT_NE(why.find("dense batches with v in the ordinary layout"), std::string::npos) << why;
