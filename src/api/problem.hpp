@@ -45,6 +45,10 @@ struct Problem {
   int device_index = 0;
 };
 
+// The wider of q/k's and v's head dims: the tile width a kernel needs (columns past either's in its
+// tiles are zeros, which add nothing to q.k or to P V).
+inline int widest_head_dim(const Problem& p) { return p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v; }
+
 Status validate_forward(const FwdArgs& args, Problem* problem);
 Status validate_backward(const BwdArgs& args, Problem* problem);
 

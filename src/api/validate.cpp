@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "api/problem.hpp"
@@ -203,22 +204,27 @@ Status check_heads_and_head_dim(const Problem& p) {
   if (p.head_dim_v < 1 || p.head_dim_v > kHostMaxHeadDim)
     return invalid("v: head_dim " + str(p.head_dim_v) + " is not allowed; v's head_dim must be in 1..512");
   if (p.device != DeviceType::kCuda) return Status::Ok();
-  // The kernels' tiles carry one head dim for Q, K and V (and O).
-  if (p.head_dim_v != p.head_dim)
-    return unsupported("v: head_dim " + str(p.head_dim_v) + " differs from q's and k's " + str(p.head_dim) +
-                       "; the sm_90a kernels take v with q's head_dim (host tensors may differ)");
-  // FP8 kernels exist at their tile widths only; the 16-bit ones run any other head dim in the next
-  // wider kernel, whose TMA loads zero-fill the columns past it: rows of a multiple of 8 columns are
-  // what keeps every stride a multiple of the 16 bytes TMA requires.
+  // FP8 kernels exist at their tile widths only, with one head dim for Q, K and V (V is transposed in
+  // shared memory at the tile's width). The 16-bit ones run any other head dim in the next wider
+  // kernel, whose TMA loads zero-fill the columns past it, and a v of its own head dim in the kernel of
+  // the wider: rows of a multiple of 8 columns are what keeps every stride a multiple of the 16 bytes
+  // TMA requires.
   if (p.in_dtype == Dtype::kFloat8E4M3) {
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
       return unsupported("q: head_dim " + str(p.head_dim) +
                          " is not supported for FP8 CUDA tensors; the sm_90a FP8 kernels take head_dim 64, 128 or "
                          "256 (bf16/fp16 take any multiple of 8 from 8 to 256; host tensors 1..512)");
-  } else if (p.head_dim % 8 != 0 || p.head_dim > kMaxCudaHeadDim) {
-    return unsupported("q: head_dim " + str(p.head_dim) +
-                       " is not supported on CUDA tensors; the sm_90a kernels take a head_dim that is a multiple "
-                       "of 8 from 8 to 256 (host tensors take 1..512)");
+    if (p.head_dim_v != p.head_dim)
+      return unsupported("v: head_dim " + str(p.head_dim_v) + " differs from q's and k's " + str(p.head_dim) +
+                         "; the sm_90a FP8 kernels take v with q's head_dim (bf16/fp16 CUDA tensors and host "
+                         "tensors may differ)");
+    return Status::Ok();
+  }
+  for (const auto& [name, head_dim] : {std::pair{"q", p.head_dim}, std::pair{"v", p.head_dim_v}}) {
+    if (head_dim % 8 != 0 || head_dim > kMaxCudaHeadDim)
+      return unsupported(std::string(name) + ": head_dim " + str(head_dim) +
+                         " is not supported on CUDA tensors; the sm_90a kernels take a head_dim that is a multiple "
+                         "of 8 from 8 to 256, for q and k and for v (host tensors take 1..512)");
   }
   return Status::Ok();
 }

@@ -28,14 +28,16 @@ Status launch(const BwdArgs& args, const detail::Problem& pr) {
 
 // The kernel whose tile width is the head dim, or the next wider one, as in the forward: TMA
 // zero-fills the columns past head_dim of q, k, v and dout, and the stores leave them out
-// (BwdParams::head_dim).
+// (BwdParams::head_dim, head_dim_v). A v with a head dim of its own runs in the kernel of the wider of
+// the two, its columns or q's and k's zero-filled past theirs.
 template <typename Element>
 Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
-  if (pr.head_dim <= 64) return launch<64, Element>(args, pr);
-  if (pr.head_dim <= 128) return launch<128, Element>(args, pr);
-  if (pr.head_dim <= 192) return launch<192, Element>(args, pr);
-  if (pr.head_dim <= 256) return launch<256, Element>(args, pr);
-  return unsupported("head dim " + std::to_string(pr.head_dim));
+  const int head_dim = detail::widest_head_dim(pr);
+  if (head_dim <= 64) return launch<64, Element>(args, pr);
+  if (head_dim <= 128) return launch<128, Element>(args, pr);
+  if (head_dim <= 192) return launch<192, Element>(args, pr);
+  if (head_dim <= 256) return launch<256, Element>(args, pr);
+  return unsupported("head dim " + std::to_string(head_dim));
 }
 
 }  // namespace

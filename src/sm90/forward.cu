@@ -32,14 +32,14 @@ constexpr int kTileRows = 128;
 // ones take v in the ordinary layout only: a keys-contiguous v keeps the dense FP8 kernels.
 bool has_decoding_kernels(const FwdArgs& args, const detail::Problem& pr) {
   const bool fp8 = pr.in_dtype == Dtype::kFloat8E4M3;
-  return pr.head_dim <= 128 && args.options.warp_specialized && !(fp8 && pr.v_keys_contiguous);
+  return detail::widest_head_dim(pr) <= 128 && args.options.warp_specialized && !(fp8 && pr.v_keys_contiguous);
 }
 
 // GQA packing (packs_gqa decides where it pays). pack_gqa = kOn over a keys-contiguous FP8 v still
 // takes the variable-length kernels, whose launch refuses it by name.
 bool packs(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.in_dtype == Dtype::kFloat8E4M3 && args.options.pack_gqa == KernelOptions::PackGqa::kOn)
-    return pr.head_dim <= 128;
+    return detail::widest_head_dim(pr) <= 128;
   return has_decoding_kernels(args, pr) && packs_gqa(args.options.pack_gqa, pr, kTileRows);
 }
 
@@ -70,14 +70,16 @@ Status launch(const FwdArgs& args, const detail::Problem& pr) {
 
 // The kernel whose tile width is the head dim, or the next wider one: its TMA loads zero-fill the
 // columns past head_dim (adding nothing to q.k and to P V) and its stores leave them out
-// (FwdParams::head_dim). Validation let through multiples of 8 up to 256.
+// (FwdParams::head_dim_v). A v with a head dim of its own runs in the kernel of the wider of the two:
+// q and k zero-filled past theirs, or v and O past its. Validation let through multiples of 8 up to 256.
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
-  if (pr.head_dim <= 64) return launch<64, Element>(args, pr);
-  if (pr.head_dim <= 128) return launch<128, Element>(args, pr);
-  if (pr.head_dim <= 192) return launch<192, Element>(args, pr);
-  if (pr.head_dim <= 256) return launch<256, Element>(args, pr);
-  return unsupported("head dim " + std::to_string(pr.head_dim));
+  const int head_dim = detail::widest_head_dim(pr);
+  if (head_dim <= 64) return launch<64, Element>(args, pr);
+  if (head_dim <= 128) return launch<128, Element>(args, pr);
+  if (head_dim <= 192) return launch<192, Element>(args, pr);
+  if (head_dim <= 256) return launch<256, Element>(args, pr);
+  return unsupported("head dim " + std::to_string(head_dim));
 }
 
 }  // namespace
@@ -89,8 +91,8 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                        "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "
                        "warp-specialized)");
   if (args.options.pack_gqa == KernelOptions::PackGqa::kOn) {
-    if (pr.head_dim > 128)
-      return unsupported("KernelOptions::pack_gqa = kOn at head dim " + std::to_string(pr.head_dim) +
+    if (const int head_dim = detail::widest_head_dim(pr); head_dim > 128)
+      return unsupported("KernelOptions::pack_gqa = kOn at head dim " + std::to_string(head_dim) +
                          " (head dims up to 128 pack)");
     if (!args.options.warp_specialized)
       return unsupported("KernelOptions::pack_gqa = kOn with warp_specialized = false (the packing kernels are "
@@ -101,7 +103,7 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                          std::to_string(kTileRows) + " query heads per K/V head)");
   }
   if (args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads &&
-      (!varlen || pr.in_dtype == Dtype::kFloat8E4M3 || pr.head_dim > 128))
+      (!varlen || pr.in_dtype == Dtype::kFloat8E4M3 || detail::widest_head_dim(pr) > 128))
     return unsupported("KernelOptions::kv_loads = kCopyThreads here (K/V copies exist in the bf16/fp16 "
                        "variable-length, paged and decoding kernels at head dims up to 128)");
   if (pr.paged && !page_size_supported(pr.page_size))

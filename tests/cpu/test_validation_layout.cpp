@@ -1,5 +1,7 @@
 // Validation of ranks and shapes for the dense, varlen and paged layouts, heads and head_dim.
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "test_validation_fixture.hpp"
 
@@ -40,7 +42,8 @@ TEST(ValidationLayout, VMustHaveKShape) {
 }
 
 // flash-attention 3's headdim_v: v's last extent may differ from k's (host tensors: 1..512), and out
-// then ends in it; the sm_90a kernels refuse it, naming v.
+// then ends in it. On CUDA tensors the 16-bit kernels take it under their head-dim rule (a multiple of
+// 8 up to 256); the FP8 ones refuse it, naming v.
 TEST(ValidationLayout, VMayHaveAHeadDimOfItsOwn) {
   DenseCall call;  // q, k head_dim 33
   HostTensor v(Dtype::kBFloat16, {2, 7, 2, 20}), out(Dtype::kBFloat16, {2, 5, 4, 20});
@@ -54,12 +57,32 @@ TEST(ValidationLayout, VMayHaveAHeadDimOfItsOwn) {
   call.args.v.shape[3] = 513;
   EXPECT_TRUE(Invalid(call.validate(), "v", {"head_dim 513", "1..512"}));
 
-  DenseCall cuda(64);
-  HostTensor v_cuda(Dtype::kBFloat16, {2, 7, 2, 128}), out_cuda(Dtype::kBFloat16, {2, 5, 4, 128});
-  cuda.args.v = v_cuda.tensor();
-  cuda.args.out = out_cuda.tensor();
-  cuda.to_cuda();
-  EXPECT_TRUE(Fails(cuda.validate(), StatusCode::kUnsupported, "v", {"head_dim 128", "q's and k's 64", "sm_90a"}));
+  for (int head_dim_v : {128, 24, 256}) {
+    DenseCall cuda(64);
+    HostTensor v_cuda(Dtype::kBFloat16, {2, 7, 2, head_dim_v}), out_cuda(Dtype::kBFloat16, {2, 5, 4, head_dim_v});
+    cuda.args.v = v_cuda.tensor();
+    cuda.args.out = out_cuda.tensor();
+    cuda.to_cuda();
+    ASSERT_TRUE(cuda.validate(&p).ok()) << head_dim_v << ": " << cuda.validate().message();
+    EXPECT_EQ(p.head_dim_v, head_dim_v);
+    EXPECT_EQ(detail::widest_head_dim(p), std::max(64, head_dim_v));
+  }
+  for (int head_dim_v : {20, 264}) {
+    DenseCall cuda(64);
+    HostTensor v_cuda(Dtype::kBFloat16, {2, 7, 2, head_dim_v}), out_cuda(Dtype::kBFloat16, {2, 5, 4, head_dim_v});
+    cuda.args.v = v_cuda.tensor();
+    cuda.args.out = out_cuda.tensor();
+    cuda.to_cuda();
+    const std::string named = "head_dim " + std::to_string(head_dim_v);
+    EXPECT_TRUE(Fails(cuda.validate(), StatusCode::kUnsupported, "v",
+                      {named.c_str(), "multiple of 8 from 8 to 256", "for v"}));
+  }
+  DenseCall fp8(128, Dtype::kFloat8E4M3);
+  HostTensor v_fp8(Dtype::kFloat8E4M3, {2, 7, 2, 64}), out_fp8(Dtype::kBFloat16, {2, 5, 4, 64});
+  fp8.args.v = v_fp8.tensor();
+  fp8.args.out = out_fp8.tensor();
+  fp8.to_cuda();
+  EXPECT_TRUE(Fails(fp8.validate(), StatusCode::kUnsupported, "v", {"head_dim 64", "q's and k's 128", "FP8"}));
 }
 
 // qv (FA3's): out's shape, q's dtype, 16/32-bit host tensors; its default scale is 1/sqrt(d + d_v).

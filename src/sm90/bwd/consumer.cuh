@@ -717,13 +717,15 @@ class BwdConsumer {
 
   // dK (times softmax_scale) and dV of this warpgroup's keys that exist, through registers: every key
   // row stored for the sequence (key_rows), so those past the keys it uses get their 0; no column past
-  // head_dim (a pair never straddles it: head_dim is even).
+  // k's head dim in dk or v's in dv (a pair never straddles one: both are even).
   __device__ void store_gradients(const float (&dk)[kG], const float (&dv)[kG]) const {
     Element* dk_out = gradient_rows(p_.dk, p_.dk_batch_stride, p_.dk_row_stride, p_.dk_head_stride);
     Element* dv_out = gradient_rows(p_.dv, p_.dv_batch_stride, p_.dv_row_stride, p_.dv_head_stride);
-    for_each_stored_pair([&](int i, int key, int col) {
+    for_each_stored_pair(p_.head_dim, [&](int i, int key, int col) {
       *reinterpret_cast<std::uint32_t*>(dk_out + key * p_.dk_row_stride + col) =
           pack_pair<Traits::kIsBf16>(dk[i] * p_.softmax_scale, dk[i + 1] * p_.softmax_scale);
+    });
+    for_each_stored_pair(p_.head_dim_v, [&](int i, int key, int col) {
       *reinterpret_cast<std::uint32_t*>(dv_out + key * p_.dv_row_stride + col) =
           pack_pair<Traits::kIsBf16>(dv[i], dv[i + 1]);
     });
@@ -736,7 +738,7 @@ class BwdConsumer {
     Element* out = is_dk ? gradient_rows(p_.dk, p_.dk_batch_stride, row_stride, p_.dk_head_stride)
                          : gradient_rows(p_.dv, p_.dv_batch_stride, row_stride, p_.dv_head_stride);
     const float scale = is_dk ? p_.softmax_scale : 1.0f;
-    for_each_stored_pair([&](int i, int key, int col) {
+    for_each_stored_pair(is_dk ? p_.head_dim : p_.head_dim_v, [&](int i, int key, int col) {
       *reinterpret_cast<std::uint32_t*>(out + key * row_stride + col) =
           pack_pair<Traits::kIsBf16>(grad[i] * scale, grad[i + 1] * scale);
     });
@@ -750,15 +752,16 @@ class BwdConsumer {
            block_.kv_head * head_stride;
   }
 
-  // store(i, key, col) for each accumulator pair (i, i + 1) of a gradient that has a place in the output.
+  // store(i, key, col) for each accumulator pair (i, i + 1) of a gradient that has a place in the output
+  // (whose rows have `cols` columns).
   template <class Store>
-  __device__ void for_each_stored_pair(Store&& store) const {
+  __device__ void for_each_stored_pair(int cols, Store&& store) const {
 #pragma unroll
     for (int i = 0; i < kG; i += 2) {
       const int key = key_of(i);
       if (key >= seq_.key_rows) continue;
       const int col = accumulator_col(thread_, i);
-      if (col >= p_.head_dim) continue;
+      if (col >= cols) continue;
       store(i, key, col);
     }
   }

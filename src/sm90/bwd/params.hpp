@@ -13,9 +13,11 @@ struct BwdParams {
   int head_ratio;  // heads_q / heads_kv: the q heads whose gradients a K/V head sums
   int seqlen_q;  // variable lengths: the longest sequence's (max_seqlen_q, max_seqlen_k)
   int seqlen_k;
-  // Columns of q, k, v, out and their gradients: the kernel's kHeadDim or fewer (backward.cu runs a
-  // head dim in the next wider kernel); the row statistics read and the stores write only these.
+  // Columns of q and k (and dq, dk), and of v (and out, dout, dv): the kernel's kHeadDim or fewer
+  // (backward.cu runs a head dim in the next wider kernel, and q/k and v of different head dims in the
+  // kernel of the wider); the row statistics read and the stores write only these.
   int head_dim;
+  int head_dim_v;
 
   // Scores: raw q.k, or t = tanh(q.k * softcap_input_scale) when softcap > 0. P = exp2(score *
   // score_scale_log2 - lse_log2) with score_scale_log2 = softmax_scale * log2(e), or softcap * log2(e).

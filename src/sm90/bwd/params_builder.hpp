@@ -25,6 +25,7 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   p.seqlen_q = pr.seqlen_q;
   p.seqlen_k = pr.seqlen_k;
   p.head_dim = pr.head_dim;
+  p.head_dim_v = pr.head_dim_v;
   constexpr float kLog2e = 1.4426950408889634f;
   p.softcap = pr.softcap;
   p.softcap_input_scale = pr.softcap > 0.0f ? pr.softmax_scale / pr.softcap : 0.0f;

@@ -72,11 +72,11 @@ __global__ void __launch_bounds__(kRowStatsThreads, kRowStatsCtasPerSm) backward
     uint4 a[kChunksPerLane], b[kChunksPerLane];
 #pragma unroll
     for (int c = 0; c < kChunksPerLane; ++c) {
-      // Columns past head_dim (a head dim the next wider kernel runs) are not in memory; head_dim is a
-      // multiple of 8, so a chunk is wholly in or out.
+      // Columns past v's head dim (one the next wider kernel runs) are not in memory; it is a multiple
+      // of 8, so a chunk is wholly in or out.
       const int col = (c * kLanes + lane_in_row) * 8;
       a[c] = b[c] = make_uint4(0, 0, 0, 0);
-      if (col < p.head_dim && m0 + row < seqlen_q) {
+      if (col < p.head_dim_v && m0 + row < seqlen_q) {
         a[c] = __ldg(reinterpret_cast<const uint4*>(out + row * p.out_row_stride + col));
         b[c] = __ldg(reinterpret_cast<const uint4*>(dout + row * p.dout_row_stride + col));
       }

@@ -38,8 +38,8 @@ __device__ __forceinline__ void store_lse_rows(const FwdParams& p, const RowEnd&
 
 // Stores O registers [first, first + kRegisters) of a warpgroup's 64 rows (o[i] is register first + i;
 // first a multiple of 4), scaled per row by out_scale, as 16-bit pairs straight from the accumulator
-// registers; rows at or past rows.seqlen_q and columns past p.head_dim are dropped (a pair never
-// straddles it: head_dim is even).
+// registers; rows at or past rows.seqlen_q and columns past p.head_dim_v are dropped (a pair never
+// straddles it: head_dim_v is even).
 template <bool kBf16, typename Element, int kRegisters, class RowEnd>
 __device__ __forceinline__ void store_row_registers(const FwdParams& p, const RowEnd& rows, const TileCoord& c,
                                                     int row0, int thread, int first, const float (&o)[kRegisters],
@@ -50,7 +50,7 @@ __device__ __forceinline__ void store_row_registers(const FwdParams& p, const Ro
     const int r = fragment_row_half(i);
     const int row = row0 + accumulator_row(thread, first + i);
     const int col = accumulator_col(thread, first + i);
-    if (row < rows.seqlen_q && col < p.head_dim) {
+    if (row < rows.seqlen_q && col < p.head_dim_v) {
       *reinterpret_cast<std::uint32_t*>(out + row * p.out_row_stride + col) =
           pack_pair<kBf16>(o[i] * out_scale[r], o[i + 1] * out_scale[r]);
     }

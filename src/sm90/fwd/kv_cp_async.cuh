@@ -100,7 +100,7 @@ class CpAsyncKvLoader {
                              int head, int batch) const {
     const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
     const int row_limit =
-        (chunk * 16 < p.head_dim * Traits::kElementBytes ? min(row_end, view.rows) : 0) - row0 - first_row;
+        (chunk * 16 < view.row_bytes ? min(row_end, view.rows) : 0) - row0 - first_row;
     const std::uint8_t* src = view.data + batch * view.batch_stride + head * view.head_stride +
                               (row0 + first_row) * view.row_stride + chunk * 16;
     copy_rows(chunk_address(tile, chunk, first_row), src, kRowsPerPass * view.row_stride, row_limit, 0,
@@ -156,7 +156,7 @@ class CpAsyncKvLoader {
     // A copy whose row in the block (from this thread's first) reaches row_limit reads nothing: at or past
     // the keys, or every row where this thread's column is past the head dim.
     const int row_limit =
-        (chunk * 16 < p.head_dim * Traits::kElementBytes ? keys : 0) - n * Traits::kBlockN - first_row;
+        (chunk * 16 < view.row_bytes ? keys : 0) - n * Traits::kBlockN - first_row;
     // This thread's first row in each of the block's pages: the block starts a page, or lies inside one.
     const std::uint32_t row_in_page = (n * Traits::kBlockN + first_row) & (p.page_size - 1);
     const std::uint8_t* page_src = view.data + head * view.head_stride + chunk * 16 + row_in_page * view.row_stride;

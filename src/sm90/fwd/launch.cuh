@@ -29,7 +29,7 @@ namespace hopattn::sm90 {
 // GQA grid's heads are the K/V heads.
 inline int heads_per_group(const detail::Problem& pr, int device, bool pack_gqa) {
   const std::int64_t l2_budget = device_attribute(cudaDevAttrL2CacheSize, device, 50 << 20) / 2;
-  const std::int64_t kv_bytes = std::int64_t(pr.seqlen_k) * pr.head_dim * 2 /*K and V*/ * 2 /*bytes*/;
+  const std::int64_t kv_bytes = std::int64_t(pr.seqlen_k) * (pr.head_dim + pr.head_dim_v) * 2 /*bytes*/;
   const std::int64_t kv_heads = kv_bytes > 0 ? std::max<std::int64_t>(1, l2_budget / kv_bytes) : 1;
   const int q_heads_per_kv_head = pack_gqa ? 1 : pr.heads_q / pr.heads_kv;
   const std::int64_t total = std::int64_t(pr.batch) * (pack_gqa ? pr.heads_kv : pr.heads_q);

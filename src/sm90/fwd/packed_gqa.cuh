@@ -123,7 +123,7 @@ __device__ __forceinline__ void store_tile_registers(const FwdParams& p, const V
 #pragma unroll
     for (int i = 0; i < kRegisters; i += 2) {
       const int col = accumulator_col(thread, first + i);
-      if (fragment_row_half(i) != half || col >= p.head_dim) continue;  // past head_dim: see store_row_registers
+      if (fragment_row_half(i) != half || col >= p.head_dim_v) continue;  // past it: see store_row_registers
       *reinterpret_cast<std::uint32_t*>(out + col) =
           pack_pair<kBf16>(o[i] * out_scale[half], o[i + 1] * out_scale[half]);
     }

@@ -10,14 +10,16 @@
 namespace hopattn::sm90 {
 
 // One of k, v by bytes: row r of head h of batch entry b starts at data + b * batch_stride + r *
-// row_stride + h * head_stride; a batch entry holds `rows` rows (a packed variable-length tensor is
-// one entry of all its rows), and loads of rows past them read zeros, as TMA's do.
+// row_stride + h * head_stride and holds row_bytes (its head dim's); a batch entry holds `rows` rows (a
+// packed variable-length tensor is one entry of all its rows), and loads of rows or columns past them
+// read zeros, as TMA's do.
 struct KvRowsView {
   const std::uint8_t* data;
   std::int64_t batch_stride;
   std::int64_t row_stride;
   std::int64_t head_stride;
   int rows;
+  int row_bytes;
 };
 
 struct FwdParams {
@@ -27,9 +29,10 @@ struct FwdParams {
   int seqlen_q;
   int seqlen_k;
   int head_ratio;  // heads_q / heads_kv
-  // Columns of q, k, v and out: the kernel's kHeadDim or fewer (forward.cu runs a head dim in the
-  // next wider kernel); the register stores leave out the columns past it.
-  int head_dim;
+  // Columns of out (v's head dim): the kernel's kHeadDim or fewer (forward.cu runs a head dim in the
+  // next wider kernel, and q/k and v of different head dims in the kernel of the wider); the register
+  // stores leave out the columns past it.
+  int head_dim_v;
   // Scores reach the softmax as raw q.k, or as softcap * tanh(q.k * softmax_scale / softcap) when
   // softcap > 0; logit_scale turns them into logits (softmax_scale, or 1 after the softcap) and
   // scale_log2 = logit_scale * log2(e) is what the exp2 softmax multiplies by.

@@ -63,13 +63,15 @@ inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m
 // 32, d 64 pages of 64) TMA was 2-8% faster (H200, 2026-12-03, causal and not; perf-notes v82).
 constexpr int kMaxCopiedPageBytes = 4096;
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
-  if (pr.head_dim > 128) return false;
+  const int head_dim = detail::widest_head_dim(pr);
+  if (head_dim > 128) return false;
   if (args.options.kv_loads != KernelOptions::KvLoads::kAuto)
     return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
-  if (pr.paged && static_cast<long long>(pr.page_size) * pr.head_dim * dtype_size(pr.in_dtype) <= kMaxCopiedPageBytes)
-    return true;
+  const long long page_bytes = static_cast<long long>(pr.page_size) * head_dim * dtype_size(pr.in_dtype);
+  if (pr.paged && page_bytes <= kMaxCopiedPageBytes) return true;
   const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
-  const double kv_bytes = 2.0 * pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim * dtype_size(pr.in_dtype);
+  const double kv_bytes =
+      1.0 * pr.batch * pr.seqlen_k * pr.heads_kv * (pr.head_dim + pr.head_dim_v) * dtype_size(pr.in_dtype);
   return is_decoding_step(pr.seqlen_q, rows_per_query, block_m) && kv_bytes >= 64.0 * (1 << 20);
 }
 
@@ -79,7 +81,8 @@ inline KvRowsView kv_rows_view(const Tensor& t) {
   const std::int64_t bytes = static_cast<std::int64_t>(dtype_size(t.dtype));
   const int dense = t.rank == 4 ? 1 : 0;
   return KvRowsView{static_cast<const std::uint8_t*>(t.data), dense ? t.stride[0] * bytes : 0,
-                    t.stride[dense] * bytes, t.stride[dense + 1] * bytes, static_cast<int>(t.shape[dense])};
+                    t.stride[dense] * bytes, t.stride[dense + 1] * bytes, static_cast<int>(t.shape[dense]),
+                    static_cast<int>(t.shape[t.rank - 1] * bytes)};
 }
 
 // Every field but the hand-out's (tile_counter, split and its memory), which the launch sets (fwd/launch.cuh
@@ -89,7 +92,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
                                  bool pack_gqa = false) {
   FwdParams p{};
   p.batch = pr.batch;
-  p.head_dim = pr.head_dim;
+  p.head_dim_v = pr.head_dim_v;
   p.heads_q = pr.heads_q;
   p.heads_kv = pr.heads_kv;
   p.seqlen_q = pr.seqlen_q;

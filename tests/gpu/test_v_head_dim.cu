@@ -1,0 +1,342 @@
+// v with a head dim of its own (flash-attention 3's headdim_v, e.g. DeepSeek's q/k 192 and v 128) on
+// the 16-bit kernels, forward and backward. Such a call runs in the kernel of the wider of the two head
+// dims, with the narrower tensors' columns past theirs zero-filled by TMA (or by the cp.async copies),
+// and the stores cut to each output's own columns. So it must equal, bit for bit, the same call with q,
+// k, v and dout zero-padded in memory to the wider head dim, whose outputs are then cut: the two run
+// the same kernel on the same shared-memory contents (the kernels are deterministic; the backward runs
+// deterministic here). The padded calls are ordinary ones that the rest of the suite checks against the
+// reference. Outputs live in rows 8 columns longer than they need, poisoned: a store past an output's
+// own head dim shows there.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_util.cuh"
+
+namespace hopattn::test {
+namespace {
+
+struct OwnVCase {
+  const char* name;
+  int head_dim, head_dim_v;
+  std::vector<int> len_q, len_k;  // one per sequence; with varlen, packed, else all equal
+  int heads_q = 4, heads_kv = 2;
+  Dtype dtype = Dtype::kBFloat16;
+  bool causal = false;
+  bool varlen = false;
+  int page_size = 0;   // > 0: k and v a paged cache (varlen q), len_k as seqused_k
+  int num_splits = 0;  // FwdArgs::num_splits
+  KernelOptions options{};
+};
+
+constexpr int kSlack = 8;  // extra columns of every output row, poisoned
+
+// A CUDA tensor over rows of `storage_cols` elements of which the view takes `cols`; the other extents
+// (outer first) contiguous.
+Tensor columns_view(void* data, Dtype dtype, std::vector<std::int64_t> extents, int cols, int storage_cols) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = DeviceType::kCuda;
+  t.rank = static_cast<int>(extents.size()) + 1;
+  std::int64_t stride = storage_cols;
+  t.shape[t.rank - 1] = cols;
+  t.stride[t.rank - 1] = 1;
+  for (int i = t.rank - 2; i >= 0; --i) {
+    t.shape[i] = extents[i];
+    t.stride[i] = stride;
+    stride *= extents[i];
+  }
+  return t;
+}
+
+// `rows` rows of `storage_cols` elements: N(0, 1) in the first `cols`, zeros past them.
+DeviceBuffer random_rows(std::int64_t rows, int cols, int storage_cols, Dtype dtype, std::uint64_t seed) {
+  const std::size_t element = dtype_size(dtype);
+  DeviceBuffer buffer(rows * storage_cols * element);
+  fill_normal(buffer.data(), dtype, rows * storage_cols, seed);
+  if (cols < storage_cols) {
+    HOPATTN_CUDA_CHECK(cudaMemset2D(static_cast<char*>(buffer.data()) + cols * element, storage_cols * element, 0,
+                                    (storage_cols - cols) * element, rows));
+  }
+  return buffer;
+}
+
+DeviceBuffer poisoned(std::int64_t elements, Dtype dtype) {
+  DeviceBuffer buffer(elements * dtype_size(dtype));
+  poison_nan(buffer.data(), dtype, elements);
+  return buffer;
+}
+
+// What differs between rows of `own` (cols wide in rows of cols + kSlack, the slack still poisoned) and
+// the first cols of `padded`'s rows (padded_cols wide); empty when nothing does.
+std::string compare_rows(const char* what, const DeviceBuffer& own, const DeviceBuffer& padded, std::int64_t rows,
+                         int cols, int padded_cols, Dtype dtype) {
+  const std::vector<std::uint16_t> a = own.to_host<std::uint16_t>(), b = padded.to_host<std::uint16_t>();
+  const auto poison = static_cast<std::uint16_t>(nan_bits(dtype));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols + kSlack; ++c) {
+      const std::uint16_t got = a[r * (cols + kSlack) + c];
+      if (c >= cols && got != poison) return std::string(what) + ": written past its columns, row " + std::to_string(r);
+      if (c < cols && got != b[r * padded_cols + c]) {
+        std::ostringstream s;
+        s << what << " row " << r << " column " << c << ": 0x" << std::hex << got << " where the padded call has 0x"
+          << b[r * padded_cols + c];
+        return s.str();
+      }
+      if (c < cols && (got & 0x7F80) == 0x7F80 && dtype == Dtype::kBFloat16) return std::string(what) + ": NaN/Inf";
+      if (c < cols && (got & 0x7C00) == 0x7C00 && dtype == Dtype::kFloat16) return std::string(what) + ": NaN/Inf";
+    }
+  }
+  return "";
+}
+
+// One set of buffers for a case: q and k `head_dim` wide and v `head_dim_v` wide inside rows of
+// `storage` columns (zeros past their own), outputs in rows of their own width + kSlack (own) or of
+// `storage` (padded).
+struct Inputs {
+  DeviceBuffer q, k, v, dout;
+  std::vector<int> cu_q, cu_k;
+  DeviceBuffer cu_seqlens_q, cu_seqlens_k, seqused_k, page_table;
+  std::int64_t rows_q = 0, rows_kv = 0;  // (batch x) rows of q, of k and v (varlen: packed; paged: pool)
+  int batch = 0, max_q = 0, max_k = 0, pages_per_seq = 0;
+};
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& values) {
+  DeviceBuffer buffer(values.size() * sizeof(T));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+Inputs make_inputs(const OwnVCase& c, int storage, std::uint64_t seed) {
+  Inputs in;
+  in.batch = static_cast<int>(c.len_q.size());
+  in.max_q = *std::max_element(c.len_q.begin(), c.len_q.end());
+  in.max_k = *std::max_element(c.len_k.begin(), c.len_k.end());
+  in.cu_q.assign(1, 0);
+  in.cu_k.assign(1, 0);
+  for (int b = 0; b < in.batch; ++b) {
+    in.cu_q.push_back(in.cu_q.back() + c.len_q[b]);
+    in.cu_k.push_back(in.cu_k.back() + c.len_k[b]);
+  }
+  in.rows_q = c.varlen || c.page_size > 0 ? in.cu_q.back() : std::int64_t{in.batch} * in.max_q;
+  if (c.page_size > 0) {
+    in.pages_per_seq = (in.max_k + c.page_size - 1) / c.page_size;
+    std::vector<int> table(static_cast<std::size_t>(in.batch) * in.pages_per_seq);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937_64(seed));
+    in.page_table = upload(table);
+    in.seqused_k = upload(c.len_k);
+    in.rows_kv = static_cast<std::int64_t>(table.size()) * c.page_size;
+  } else {
+    in.rows_kv = c.varlen ? in.cu_k.back() : std::int64_t{in.batch} * in.max_k;
+  }
+  if (c.varlen || c.page_size > 0) in.cu_seqlens_q = upload(in.cu_q);
+  if (c.varlen) in.cu_seqlens_k = upload(in.cu_k);
+  in.q = random_rows(in.rows_q * c.heads_q, c.head_dim, storage, c.dtype, seed + 1);
+  in.k = random_rows(in.rows_kv * c.heads_kv, c.head_dim, storage, c.dtype, seed + 2);
+  in.v = random_rows(in.rows_kv * c.heads_kv, c.head_dim_v, storage, c.dtype, seed + 3);
+  in.dout = random_rows(in.rows_q * c.heads_q, c.head_dim_v, storage, c.dtype, seed + 4);
+  return in;
+}
+
+// A q-like (rows_q, heads_q) or k-like (rows_kv, heads_kv) tensor in the case's layout.
+Tensor layout_view(const OwnVCase& c, const Inputs& in, void* data, bool q_like, int cols, int storage) {
+  const std::int64_t heads = q_like ? c.heads_q : c.heads_kv;
+  if (q_like ? (c.varlen || c.page_size > 0) : c.varlen)
+    return columns_view(data, c.dtype, {q_like ? in.rows_q : in.rows_kv, heads}, cols, storage);
+  if (!q_like && c.page_size > 0)
+    return columns_view(data, c.dtype, {in.rows_kv / c.page_size, c.page_size, heads}, cols, storage);
+  return columns_view(data, c.dtype, {in.batch, q_like ? in.max_q : in.max_k, heads}, cols, storage);
+}
+
+FwdArgs forward_args(const OwnVCase& c, const Inputs& in, int qk_cols, int v_cols, int storage, void* out,
+                     int out_storage, void* lse) {
+  FwdArgs a;
+  a.q = layout_view(c, in, in.q.data(), true, qk_cols, storage);
+  a.k = layout_view(c, in, in.k.data(), false, qk_cols, storage);
+  a.v = layout_view(c, in, in.v.data(), false, v_cols, storage);
+  a.out = layout_view(c, in, out, true, v_cols, out_storage);
+  const bool packed_q = c.varlen || c.page_size > 0;
+  a.lse = packed_q ? make_tensor(lse, Dtype::kFloat32, {c.heads_q, in.rows_q}, DeviceType::kCuda)
+                   : make_tensor(lse, Dtype::kFloat32, {in.batch, c.heads_q, in.max_q}, DeviceType::kCuda);
+  if (packed_q) {
+    a.cu_seqlens_q = make_tensor(in.cu_seqlens_q.data(), Dtype::kInt32, {in.batch + 1}, DeviceType::kCuda);
+    a.max_seqlen_q = in.max_q;
+  }
+  if (c.varlen) {
+    a.cu_seqlens_k = make_tensor(in.cu_seqlens_k.data(), Dtype::kInt32, {in.batch + 1}, DeviceType::kCuda);
+    a.max_seqlen_k = in.max_k;
+  }
+  if (c.page_size > 0) {
+    a.page_table = make_tensor(in.page_table.data(), Dtype::kInt32, {in.batch, in.pages_per_seq}, DeviceType::kCuda);
+    a.seqused_k = make_tensor(in.seqused_k.data(), Dtype::kInt32, {in.batch}, DeviceType::kCuda);
+  }
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));  // the padded call's default would differ
+  a.causal = c.causal;
+  a.num_splits = c.num_splits;
+  a.options = c.options;
+  return a;
+}
+
+// The wider head dim: the storage rows of every input, and the padded call's head dim.
+int storage_of(const OwnVCase& c) { return std::max(c.head_dim, c.head_dim_v); }
+
+std::string describe(const OwnVCase& c, std::uint64_t seed) {
+  return std::string(c.name) + " (d " + std::to_string(c.head_dim) + ", d_v " + std::to_string(c.head_dim_v) + ", " +
+         dtype_name(c.dtype) + ", HOPATTN_TEST_SEED=" + std::to_string(seed) + ")";
+}
+
+// The forward of `c` into own outputs and padded ones: out and the LSE bit for bit alike.
+std::string forward_mismatch(const OwnVCase& c, std::uint64_t seed) {
+  const int storage = storage_of(c);
+  const Inputs in = make_inputs(c, storage, seed);
+  const std::int64_t rows = in.rows_q * c.heads_q, lse_n = std::int64_t{c.heads_q} * in.rows_q;
+  DeviceBuffer out_own = poisoned(rows * (c.head_dim_v + kSlack), c.dtype), lse_own = poisoned(lse_n, Dtype::kFloat32);
+  DeviceBuffer out_pad = poisoned(rows * storage, c.dtype), lse_pad = poisoned(lse_n, Dtype::kFloat32);
+  const FwdArgs own =
+      forward_args(c, in, c.head_dim, c.head_dim_v, storage, out_own.data(), c.head_dim_v + kSlack, lse_own.data());
+  const FwdArgs pad = forward_args(c, in, storage, storage, storage, out_pad.data(), storage, lse_pad.data());
+  if (Status st = forward(own); !st.ok()) return "own head dims: " + st.message();
+  if (Status st = forward(pad); !st.ok()) return "padded: " + st.message();
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::string problem = compare_rows("out", out_own, out_pad, rows, c.head_dim_v, storage, c.dtype);
+  if (problem.empty() && lse_own.to_host<std::uint32_t>() != lse_pad.to_host<std::uint32_t>())
+    problem = "lse differs from the padded call's";
+  return problem;
+}
+
+// The backward of `c` (dense or varlen; deterministic) after each call's own forward: dq, dk and dv
+// bit for bit alike.
+std::string backward_mismatch(const OwnVCase& c, std::uint64_t seed) {
+  const int storage = storage_of(c);
+  const Inputs in = make_inputs(c, storage, seed);
+  const std::int64_t rows_q = in.rows_q * c.heads_q, rows_kv = in.rows_kv * c.heads_kv;
+  const std::int64_t lse_n = std::int64_t{c.heads_q} * in.rows_q;
+  const int d = c.head_dim, dv = c.head_dim_v;
+  DeviceBuffer out_own = poisoned(rows_q * (dv + kSlack), c.dtype), lse_own = poisoned(lse_n, Dtype::kFloat32);
+  DeviceBuffer out_pad = poisoned(rows_q * storage, c.dtype), lse_pad = poisoned(lse_n, Dtype::kFloat32);
+  const FwdArgs own = forward_args(c, in, d, dv, storage, out_own.data(), dv + kSlack, lse_own.data());
+  const FwdArgs pad = forward_args(c, in, storage, storage, storage, out_pad.data(), storage, lse_pad.data());
+  if (Status st = forward(own); !st.ok()) return "own head dims, forward: " + st.message();
+  if (Status st = forward(pad); !st.ok()) return "padded, forward: " + st.message();
+
+  DeviceBuffer dq_own = poisoned(rows_q * (d + kSlack), c.dtype), dk_own = poisoned(rows_kv * (d + kSlack), c.dtype);
+  DeviceBuffer dv_own = poisoned(rows_kv * (dv + kSlack), c.dtype);
+  DeviceBuffer dq_pad = poisoned(rows_q * storage, c.dtype), dk_pad = poisoned(rows_kv * storage, c.dtype);
+  DeviceBuffer dv_pad = poisoned(rows_kv * storage, c.dtype);
+  const auto backward_args = [&](const FwdArgs& f, int qk_cols, int v_cols, void* dq, void* dk, void* dv_data,
+                                 bool padded) {
+    BwdArgs b;
+    b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = *f.lse;
+    b.dout = layout_view(c, in, in.dout.data(), true, v_cols, storage);
+    b.dq = layout_view(c, in, dq, true, qk_cols, padded ? storage : qk_cols + kSlack);
+    b.dk = layout_view(c, in, dk, false, qk_cols, padded ? storage : qk_cols + kSlack);
+    b.dv = layout_view(c, in, dv_data, false, v_cols, padded ? storage : v_cols + kSlack);
+    b.cu_seqlens_q = f.cu_seqlens_q, b.cu_seqlens_k = f.cu_seqlens_k;
+    b.max_seqlen_q = f.max_seqlen_q, b.max_seqlen_k = f.max_seqlen_k;
+    b.softmax_scale = f.softmax_scale;
+    b.causal = c.causal;
+    b.deterministic = true;
+    return b;
+  };
+  if (Status st = backward(backward_args(own, d, dv, dq_own.data(), dk_own.data(), dv_own.data(), false)); !st.ok())
+    return "own head dims, backward: " + st.message();
+  if (Status st = backward(backward_args(pad, storage, storage, dq_pad.data(), dk_pad.data(), dv_pad.data(), true));
+      !st.ok())
+    return "padded, backward: " + st.message();
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::string problem = compare_rows("out", out_own, out_pad, rows_q, dv, storage, c.dtype);
+  if (problem.empty()) problem = compare_rows("dq", dq_own, dq_pad, rows_q, d, storage, c.dtype);
+  if (problem.empty()) problem = compare_rows("dk", dk_own, dk_pad, rows_kv, d, storage, c.dtype);
+  if (problem.empty()) problem = compare_rows("dv", dv_own, dv_pad, rows_kv, dv, storage, c.dtype);
+  return problem;
+}
+
+class VHeadDimOfItsOwn : public HopperTest {};
+
+// Narrower v (DeepSeek's 192/128, and within one tile width) and wider v, dense and variable-length,
+// causal or not, GQA; decoding steps packed and split; a paged cache of pages small enough for the
+// cp.async copies (whose V rows end at v's head dim) and one loaded by TMA.
+TEST_F(VHeadDimOfItsOwn, ForwardEqualsTheZeroPaddedCall) {
+  const std::uint64_t seed = run_seed();
+  KernelOptions copies;
+  copies.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+  const OwnVCase cases[] = {
+      {"deepseek dense causal", 192, 128, {77, 77}, {300, 300}, 4, 2, Dtype::kBFloat16, true},
+      {"narrower v, one tile width", 128, 72, {129}, {129}, 4, 4, Dtype::kFloat16, false},
+      {"wider v", 64, 128, {65, 65, 65}, {200, 200, 200}, 8, 2, Dtype::kBFloat16, true},
+      {"wider v at 256", 136, 256, {100}, {77}, 2, 1, Dtype::kFloat16, true},
+      {"varlen", 128, 64, {1, 127, 0, 300}, {300, 1, 65, 129}, 4, 2, Dtype::kBFloat16, true, true},
+      {"varlen wider v", 32, 96, {1, 127, 300}, {300, 1, 129}, 4, 2, Dtype::kFloat16, false, true},
+      {"decode packed, split", 128, 64, {1, 1, 1}, {3000, 1, 700}, 28, 4, Dtype::kBFloat16, true, true, 0, 5},
+      {"decode cp.async", 96, 128, {1, 1}, {1000, 77}, 8, 2, Dtype::kFloat16, true, true, 0, 0, copies},
+      {"paged 16 (copies)", 64, 32, {1, 77}, {300, 1000}, 4, 2, Dtype::kBFloat16, true, false, 16},
+      {"paged 64 (TMA)", 192, 128, {33, 1}, {500, 64}, 4, 2, Dtype::kFloat16, true, false, 64},
+  };
+  int index = 0;
+  for (const OwnVCase& c : cases) {
+    const std::uint64_t case_seed = splitmix64(seed + index++);
+    const std::string problem = forward_mismatch(c, case_seed);
+    EXPECT_TRUE(problem.empty()) << describe(c, seed) << "\n  " << problem;
+  }
+}
+
+TEST_F(VHeadDimOfItsOwn, BackwardEqualsTheZeroPaddedCall) {
+  const std::uint64_t seed = run_seed();
+  const OwnVCase cases[] = {
+      {"deepseek dense causal", 192, 128, {77, 77}, {300, 300}, 4, 2, Dtype::kBFloat16, true},
+      {"narrower v, one tile width", 128, 72, {129}, {129}, 2, 1, Dtype::kFloat16, false},
+      {"wider v", 64, 128, {65, 65}, {200, 200}, 4, 2, Dtype::kBFloat16, true},
+      {"varlen", 128, 64, {1, 127, 0, 300}, {300, 1, 65, 129}, 4, 2, Dtype::kBFloat16, true, true},
+      {"varlen wider v", 40, 256, {127, 65}, {1, 129}, 2, 2, Dtype::kFloat16, false, true},
+  };
+  int index = 0;
+  for (const OwnVCase& c : cases) {
+    const std::uint64_t case_seed = splitmix64(seed + index++);
+    const std::string problem = backward_mismatch(c, case_seed);
+    EXPECT_TRUE(problem.empty()) << describe(c, seed) << "\n  " << problem;
+  }
+}
+
+// What has no kernel is refused naming v, before anything is written: FP8 with v's own head dim, and
+// a 16-bit one that is no multiple of 8.
+TEST_F(VHeadDimOfItsOwn, VHeadDimsWithoutAKernelAreRefused) {
+  struct Refused {
+    Dtype dtype;
+    int head_dim, head_dim_v;
+    const char* rule;
+  };
+  for (const Refused& r : {Refused{Dtype::kFloat8E4M3, 128, 64, "FP8"},
+                           Refused{Dtype::kBFloat16, 128, 60, "multiple of 8"}}) {
+    const bool fp8 = r.dtype == Dtype::kFloat8E4M3;
+    const Dtype out_dtype = fp8 ? Dtype::kBFloat16 : r.dtype;
+    const int batch = 1, heads = 2, rows = 65;
+    const std::size_t in_size = dtype_size(r.dtype);
+    DeviceBuffer q(std::size_t{1} * rows * heads * r.head_dim * in_size), k(q.bytes());
+    DeviceBuffer v(std::size_t{1} * rows * heads * r.head_dim_v * in_size);
+    for (const DeviceBuffer* t : {&q, &k, &v}) HOPATTN_CUDA_CHECK(cudaMemset(t->data(), 0x38, t->bytes()));
+    const std::int64_t out_n = std::int64_t{rows} * heads * r.head_dim_v;
+    DeviceBuffer out = poisoned(out_n, out_dtype);
+    FwdArgs a;
+    a.q = make_tensor(q.data(), r.dtype, {batch, rows, heads, r.head_dim}, DeviceType::kCuda);
+    a.k = make_tensor(k.data(), r.dtype, {batch, rows, heads, r.head_dim}, DeviceType::kCuda);
+    a.v = make_tensor(v.data(), r.dtype, {batch, rows, heads, r.head_dim_v}, DeviceType::kCuda);
+    a.out = make_tensor(out.data(), out_dtype, {batch, rows, heads, r.head_dim_v}, DeviceType::kCuda);
+    const Status status = forward(a);
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(status.code(), StatusCode::kUnsupported) << status.message();
+    EXPECT_EQ(status.message().rfind("v: ", 0), 0u) << status.message();
+    EXPECT_NE(status.message().find(r.rule), std::string::npos) << status.message();
+    EXPECT_EQ(count_unpoisoned(out.data(), out_dtype, out_n), 0) << "out written";
+  }
+}
+
+}  // namespace
+}  // namespace hopattn::test
