@@ -23,7 +23,7 @@ _INT32_MAX = 2**31 - 1
 
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, attention_chunk, softcap, "
              "learnable_sink, GQA/MQA, variable lengths (cu_seqlens), seqused_q, seqused_k / "
-             "cache_seqlens, qv and v's own head dim (host arrays), "
+             "cache_seqlens, qv (host arrays), v's own head dim (not FP8), "
              "paged KV (page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
              "q/k/v_block_descale in flash_attn_func), deterministic backward passes, and in "
              "flash_attn_with_kvcache k/v appends, rotary embedding, cache_batch_idx and "
@@ -166,8 +166,9 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 64, 128 or 256; host
     arrays any head dim from 1 to 512. v (and v_cache) may have a head dim of its own
     (flash-attention 3's headdim_v, e.g. DeepSeek's q/k 192 and v 128): out then ends in it. Host
-    arrays take any (1 to 512); the CUDA kernels raise NotImplementedError naming v for now. The
-    same holds for every function here.
+    arrays take any (1 to 512), bfloat16/float16 CUDA arrays any multiple of 8 up to 256 (forward
+    and backward), FP8 none for now (NotImplementedError naming v). The same holds for every
+    function here.
 
     attention_chunk (flash-attention 3's; Llama 4's chunked local attention): 0 (default) is off;
     c > 0 cuts the keys into chunks [0, c), [c, 2c), ... and query i sees only the keys of the

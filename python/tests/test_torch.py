@@ -691,13 +691,17 @@ def bend_for_softcap(q, options):
     return q * 3
 
 
-def check_gradients(rng, device, dtype, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv, options):
+def check_gradients(rng, device, dtype, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv, options,
+                    head_dim_v=None):
     """flash_attn_func's forward and backward on fresh random inputs against float64 math with
-    flash-attention's rule (assert_gradients_within_rule)."""
+    flash-attention's rule (assert_gradients_within_rule); v of head_dim_v (None: head_dim)."""
     generator = torch_generator(rng, device)
     batch = 2
     q, k, v = random_qkv((batch, seqlen_q, heads_q, head_dim), (batch, seqlen_k, heads_kv, head_dim),
                          dtype, device, generator=generator)
+    if head_dim_v is not None:
+        v = torch.randn(batch, seqlen_k, heads_kv, head_dim_v, dtype=dtype, device=device,
+                        generator=generator)
     q = bend_for_softcap(q, options)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = hopattn.flash_attn_func(q, k, v, **options)
@@ -1100,6 +1104,31 @@ def test_gpu_padded_head_dim_gradients_match_float64_within_flash_attention_rule
                                                                               head_dim, feature):
     check_gradients(rng, "cuda", getattr(torch, dtype), head_dim, 100, 300, 6, 2,
                     GRADIENT_FEATURES[feature])
+
+
+# v with a head dim of its own (FA3's headdim_v) runs in the kernel of the wider head dim, the
+# narrower tensors zero-filled past theirs: DeepSeek's 192/128, a narrower v within one kernel width,
+# wider ones (up to 256).
+@needs_hopper
+@pytest.mark.parametrize("feature", ["plain", "causal", "softcap"])
+@pytest.mark.parametrize("head_dims", [(192, 128), (128, 72), (64, 128), (136, 256)],
+                         ids=["192-128", "128-72", "64-128", "136-256"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_v_head_dim_of_its_own_gradients_match_float64_within_flash_attention_rule(
+        rng, dtype, head_dims, feature):
+    head_dim, head_dim_v = head_dims
+    check_gradients(rng, "cuda", getattr(torch, dtype), head_dim, 100, 300, 6, 2,
+                    GRADIENT_FEATURES[feature], head_dim_v=head_dim_v)
+
+
+# FP8 kernels take v with q's head dim only: NotImplementedError naming v.
+@needs_hopper
+def test_gpu_fp8_v_head_dim_of_its_own_is_not_implemented():
+    q, k = (x.to(torch.float8_e4m3fn) for x in random_qkv((1, 64, 4, 128), (1, 64, 2, 128),
+                                                          torch.bfloat16, "cuda")[:2])
+    v = torch.randn(1, 64, 2, 64, device="cuda").to(torch.float8_e4m3fn)
+    with pytest.raises(NotImplementedError, match="^v: head_dim 64 .*FP8"):
+        hopattn.flash_attn_func(q, k, v)
 
 
 # Head dims no kernel runs: the library's kUnsupported, as NotImplementedError naming head_dim.
