@@ -44,8 +44,10 @@ inline RowSoftmax row_softmax(const double* q, const Matrix& k, KeyRange keys, d
     const double* kj = k.row(j);
     double dot = 0.0;
     for (int c = 0; c < k.cols; ++c) dot += q[c] * kj[c];
-    if (qv != nullptr)
-      for (int c = 0; c < v->cols; ++c) dot += qv[c] * v->row(j)[c];
+    if (qv != nullptr) {
+      const double* vj = v->row(j);
+      for (int c = 0; c < v->cols; ++c) dot += qv[c] * vj[c];
+    }
     double score = scale * dot;
     if (softcap > 0.0) {
       const double t = std::tanh(score / softcap);

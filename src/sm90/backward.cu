@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sm90/bwd/launch.hpp"
+#include "sm90/host/tile_width.hpp"
 #include "sm90/sm90.hpp"
 
 namespace hopattn::sm90 {
@@ -26,18 +27,14 @@ Status launch(const BwdArgs& args, const detail::Problem& pr) {
                             : launch_backward<kHeadDim, Element>(args, pr);
 }
 
-// The kernel whose tile width is the head dim, or the next wider one, as in the forward: TMA
-// zero-fills the columns past head_dim of q, k, v and dout, and the stores leave them out
-// (BwdParams::head_dim, head_dim_v). A v with a head dim of its own runs in the kernel of the wider of
-// the two, its columns or q's and k's zero-filled past theirs.
+// The kernel of the head dim's tile width (launch_at_tile_width), as in the forward: q, k, v and dout
+// zero-filled past their columns, the stores cut at each gradient's (BwdParams::head_dim,
+// head_dim_v). A v with a head dim of its own runs in the kernel of the wider of the two.
 template <typename Element>
 Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
-  if (head_dim <= 64) return launch<64, Element>(args, pr);
-  if (head_dim <= 128) return launch<128, Element>(args, pr);
-  if (head_dim <= 192) return launch<192, Element>(args, pr);
-  if (head_dim <= 256) return launch<256, Element>(args, pr);
-  return unsupported("head dim " + std::to_string(head_dim));
+  if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
+  return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
 }
 
 }  // namespace

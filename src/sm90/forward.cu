@@ -8,6 +8,7 @@
 #include "sm90/fwd/launch.hpp"
 #include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd_fp8/dispatch.hpp"
+#include "sm90/host/tile_width.hpp"
 #include "sm90/sm90.hpp"
 
 namespace hopattn::sm90 {
@@ -70,18 +71,14 @@ Status launch(const FwdArgs& args, const detail::Problem& pr) {
                                         : launch_shipped_forward<kHeadDim, Element>(args, pr);
 }
 
-// The kernel whose tile width is the head dim, or the next wider one: its TMA loads zero-fill the
-// columns past head_dim (adding nothing to q.k and to P V) and its stores leave them out
+// The kernel of the head dim's tile width (launch_at_tile_width), its stores cut at out's columns
 // (FwdParams::head_dim_v). A v with a head dim of its own runs in the kernel of the wider of the two:
-// q and k zero-filled past theirs, or v and O past its. Validation let through multiples of 8 up to 256.
+// q and k zero-filled past theirs, or v and O past its.
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
-  if (head_dim <= 64) return launch<64, Element>(args, pr);
-  if (head_dim <= 128) return launch<128, Element>(args, pr);
-  if (head_dim <= 192) return launch<192, Element>(args, pr);
-  if (head_dim <= 256) return launch<256, Element>(args, pr);
-  return unsupported("head dim " + std::to_string(head_dim));
+  if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
+  return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // own head dim shows there.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -193,70 +194,101 @@ std::string describe(const OwnVCase& c, std::uint64_t seed) {
          dtype_name(c.dtype) + ", HOPATTN_TEST_SEED=" + std::to_string(seed) + ")";
 }
 
-// The forward of `c` into own outputs and padded ones: out and the LSE bit for bit alike.
-std::string forward_mismatch(const OwnVCase& c, std::uint64_t seed) {
-  const int storage = storage_of(c);
-  const Inputs in = make_inputs(c, storage, seed);
-  const std::int64_t rows = in.rows_q * c.heads_q, lse_n = std::int64_t{c.heads_q} * in.rows_q;
-  DeviceBuffer out_own = poisoned(rows * (c.head_dim_v + kSlack), c.dtype), lse_own = poisoned(lse_n, Dtype::kFloat32);
-  DeviceBuffer out_pad = poisoned(rows * storage, c.dtype), lse_pad = poisoned(lse_n, Dtype::kFloat32);
-  const FwdArgs own =
-      forward_args(c, in, c.head_dim, c.head_dim_v, storage, out_own.data(), c.head_dim_v + kSlack, lse_own.data());
-  const FwdArgs pad = forward_args(c, in, storage, storage, storage, out_pad.data(), storage, lse_pad.data());
-  if (Status st = forward(own); !st.ok()) return "own head dims: " + st.message();
-  if (Status st = forward(pad); !st.ok()) return "padded: " + st.message();
-  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-  std::string problem = compare_rows("out", out_own, out_pad, rows, c.head_dim_v, storage, c.dtype);
-  if (problem.empty() && lse_own.to_host<std::uint32_t>() != lse_pad.to_host<std::uint32_t>())
+// Both forwards of `c` on the same inputs: with its own head dims into outputs of their own width +
+// kSlack, and zero-padded into outputs `storage` wide; each set poisoned first.
+struct ForwardPair {
+  DeviceBuffer out_own, lse_own, out_pad, lse_pad;
+  FwdArgs own, pad;
+  std::int64_t rows = 0;  // rows of out: (batch x) query rows x heads_q
+};
+
+// Runs both forwards into `f`; an empty string, or what failed.
+std::string run_forward_pair(const OwnVCase& c, const Inputs& in, int storage, ForwardPair* f) {
+  f->rows = in.rows_q * c.heads_q;
+  const std::int64_t lse_n = std::int64_t{c.heads_q} * in.rows_q;
+  f->out_own = poisoned(f->rows * (c.head_dim_v + kSlack), c.dtype);
+  f->out_pad = poisoned(f->rows * storage, c.dtype);
+  f->lse_own = poisoned(lse_n, Dtype::kFloat32);
+  f->lse_pad = poisoned(lse_n, Dtype::kFloat32);
+  f->own = forward_args(c, in, c.head_dim, c.head_dim_v, storage, f->out_own.data(), c.head_dim_v + kSlack,
+                        f->lse_own.data());
+  f->pad = forward_args(c, in, storage, storage, storage, f->out_pad.data(), storage, f->lse_pad.data());
+  if (Status st = forward(f->own); !st.ok()) return "own head dims, forward: " + st.message();
+  if (Status st = forward(f->pad); !st.ok()) return "padded, forward: " + st.message();
+  return "";
+}
+
+// out and the LSE of a run pair bit for bit alike (after a device sync).
+std::string forward_pair_mismatch(const OwnVCase& c, const ForwardPair& f, int storage) {
+  std::string problem = compare_rows("out", f.out_own, f.out_pad, f.rows, c.head_dim_v, storage, c.dtype);
+  if (problem.empty() && f.lse_own.to_host<std::uint32_t>() != f.lse_pad.to_host<std::uint32_t>())
     problem = "lse differs from the padded call's";
   return problem;
 }
 
-// The backward of `c` (dense or varlen; deterministic) after each call's own forward: dq, dk and dv
-// bit for bit alike.
+// The forward of `c` into own outputs and padded ones: out and the LSE bit for bit alike.
+std::string forward_mismatch(const OwnVCase& c, std::uint64_t seed) {
+  const int storage = storage_of(c);
+  const Inputs in = make_inputs(c, storage, seed);
+  ForwardPair f;
+  if (std::string failed = run_forward_pair(c, in, storage, &f); !failed.empty()) return failed;
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  return forward_pair_mismatch(c, f, storage);
+}
+
+// The backward of `c` (dense or varlen; deterministic) after each call's own forward: out, the LSE, dq,
+// dk and dv bit for bit alike.
 std::string backward_mismatch(const OwnVCase& c, std::uint64_t seed) {
   const int storage = storage_of(c);
   const Inputs in = make_inputs(c, storage, seed);
-  const std::int64_t rows_q = in.rows_q * c.heads_q, rows_kv = in.rows_kv * c.heads_kv;
-  const std::int64_t lse_n = std::int64_t{c.heads_q} * in.rows_q;
-  const int d = c.head_dim, dv = c.head_dim_v;
-  DeviceBuffer out_own = poisoned(rows_q * (dv + kSlack), c.dtype), lse_own = poisoned(lse_n, Dtype::kFloat32);
-  DeviceBuffer out_pad = poisoned(rows_q * storage, c.dtype), lse_pad = poisoned(lse_n, Dtype::kFloat32);
-  const FwdArgs own = forward_args(c, in, d, dv, storage, out_own.data(), dv + kSlack, lse_own.data());
-  const FwdArgs pad = forward_args(c, in, storage, storage, storage, out_pad.data(), storage, lse_pad.data());
-  if (Status st = forward(own); !st.ok()) return "own head dims, forward: " + st.message();
-  if (Status st = forward(pad); !st.ok()) return "padded, forward: " + st.message();
+  ForwardPair f;
+  if (std::string failed = run_forward_pair(c, in, storage, &f); !failed.empty()) return failed;
 
-  DeviceBuffer dq_own = poisoned(rows_q * (d + kSlack), c.dtype), dk_own = poisoned(rows_kv * (d + kSlack), c.dtype);
+  const std::int64_t rows_kv = in.rows_kv * c.heads_kv;
+  const int d = c.head_dim, dv = c.head_dim_v;
+  DeviceBuffer dq_own = poisoned(f.rows * (d + kSlack), c.dtype), dk_own = poisoned(rows_kv * (d + kSlack), c.dtype);
   DeviceBuffer dv_own = poisoned(rows_kv * (dv + kSlack), c.dtype);
-  DeviceBuffer dq_pad = poisoned(rows_q * storage, c.dtype), dk_pad = poisoned(rows_kv * storage, c.dtype);
+  DeviceBuffer dq_pad = poisoned(f.rows * storage, c.dtype), dk_pad = poisoned(rows_kv * storage, c.dtype);
   DeviceBuffer dv_pad = poisoned(rows_kv * storage, c.dtype);
-  const auto backward_args = [&](const FwdArgs& f, int qk_cols, int v_cols, void* dq, void* dk, void* dv_data,
+  const auto backward_args = [&](const FwdArgs& fwd, int qk_cols, int v_cols, void* dq, void* dk, void* dv_data,
                                  bool padded) {
     BwdArgs b;
-    b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = *f.lse;
+    b.q = fwd.q, b.k = fwd.k, b.v = fwd.v, b.out = fwd.out, b.lse = *fwd.lse;
     b.dout = layout_view(c, in, in.dout.data(), true, v_cols, storage);
     b.dq = layout_view(c, in, dq, true, qk_cols, padded ? storage : qk_cols + kSlack);
     b.dk = layout_view(c, in, dk, false, qk_cols, padded ? storage : qk_cols + kSlack);
     b.dv = layout_view(c, in, dv_data, false, v_cols, padded ? storage : v_cols + kSlack);
-    b.cu_seqlens_q = f.cu_seqlens_q, b.cu_seqlens_k = f.cu_seqlens_k;
-    b.max_seqlen_q = f.max_seqlen_q, b.max_seqlen_k = f.max_seqlen_k;
-    b.softmax_scale = f.softmax_scale;
+    b.cu_seqlens_q = fwd.cu_seqlens_q, b.cu_seqlens_k = fwd.cu_seqlens_k;
+    b.max_seqlen_q = fwd.max_seqlen_q, b.max_seqlen_k = fwd.max_seqlen_k;
+    b.softmax_scale = fwd.softmax_scale;
     b.causal = c.causal;
     b.deterministic = true;
     return b;
   };
-  if (Status st = backward(backward_args(own, d, dv, dq_own.data(), dk_own.data(), dv_own.data(), false)); !st.ok())
+  if (Status st = backward(backward_args(f.own, d, dv, dq_own.data(), dk_own.data(), dv_own.data(), false));
+      !st.ok())
     return "own head dims, backward: " + st.message();
-  if (Status st = backward(backward_args(pad, storage, storage, dq_pad.data(), dk_pad.data(), dv_pad.data(), true));
+  if (Status st =
+          backward(backward_args(f.pad, storage, storage, dq_pad.data(), dk_pad.data(), dv_pad.data(), true));
       !st.ok())
     return "padded, backward: " + st.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-  std::string problem = compare_rows("out", out_own, out_pad, rows_q, dv, storage, c.dtype);
-  if (problem.empty()) problem = compare_rows("dq", dq_own, dq_pad, rows_q, d, storage, c.dtype);
+  std::string problem = forward_pair_mismatch(c, f, storage);
+  if (problem.empty()) problem = compare_rows("dq", dq_own, dq_pad, f.rows, d, storage, c.dtype);
   if (problem.empty()) problem = compare_rows("dk", dk_own, dk_pad, rows_kv, d, storage, c.dtype);
   if (problem.empty()) problem = compare_rows("dv", dv_own, dv_pad, rows_kv, dv, storage, c.dtype);
   return problem;
+}
+
+// mismatch(case, seed) empty for each case, each on its own seed drawn from the run's.
+template <std::size_t kCases, class Mismatch>
+void expect_each_equals_padded(const OwnVCase (&cases)[kCases], Mismatch&& mismatch) {
+  const std::uint64_t seed = run_seed();
+  int index = 0;
+  for (const OwnVCase& c : cases) {
+    const std::string problem = mismatch(c, splitmix64(seed + index++));
+    EXPECT_TRUE(problem.empty()) << describe(c, seed) << "\n  " << problem;
+  }
 }
 
 class VHeadDimOfItsOwn : public HopperTest {};
@@ -265,7 +297,6 @@ class VHeadDimOfItsOwn : public HopperTest {};
 // causal or not, GQA; decoding steps packed and split; a paged cache of pages small enough for the
 // cp.async copies (whose V rows end at v's head dim) and one loaded by TMA.
 TEST_F(VHeadDimOfItsOwn, ForwardEqualsTheZeroPaddedCall) {
-  const std::uint64_t seed = run_seed();
   KernelOptions copies;
   copies.kv_loads = KernelOptions::KvLoads::kCopyThreads;
   const OwnVCase cases[] = {
@@ -280,16 +311,10 @@ TEST_F(VHeadDimOfItsOwn, ForwardEqualsTheZeroPaddedCall) {
       {"paged 16 (copies)", 64, 32, {1, 77}, {300, 1000}, 4, 2, Dtype::kBFloat16, true, false, 16},
       {"paged 64 (TMA)", 192, 128, {33, 1}, {500, 64}, 4, 2, Dtype::kFloat16, true, false, 64},
   };
-  int index = 0;
-  for (const OwnVCase& c : cases) {
-    const std::uint64_t case_seed = splitmix64(seed + index++);
-    const std::string problem = forward_mismatch(c, case_seed);
-    EXPECT_TRUE(problem.empty()) << describe(c, seed) << "\n  " << problem;
-  }
+  expect_each_equals_padded(cases, forward_mismatch);
 }
 
 TEST_F(VHeadDimOfItsOwn, BackwardEqualsTheZeroPaddedCall) {
-  const std::uint64_t seed = run_seed();
   const OwnVCase cases[] = {
       {"deepseek dense causal", 192, 128, {77, 77}, {300, 300}, 4, 2, Dtype::kBFloat16, true},
       {"narrower v, one tile width", 128, 72, {129}, {129}, 2, 1, Dtype::kFloat16, false},
@@ -297,12 +322,7 @@ TEST_F(VHeadDimOfItsOwn, BackwardEqualsTheZeroPaddedCall) {
       {"varlen", 128, 64, {1, 127, 0, 300}, {300, 1, 65, 129}, 4, 2, Dtype::kBFloat16, true, true},
       {"varlen wider v", 40, 256, {127, 65}, {1, 129}, 2, 2, Dtype::kFloat16, false, true},
   };
-  int index = 0;
-  for (const OwnVCase& c : cases) {
-    const std::uint64_t case_seed = splitmix64(seed + index++);
-    const std::string problem = backward_mismatch(c, case_seed);
-    EXPECT_TRUE(problem.empty()) << describe(c, seed) << "\n  " << problem;
-  }
+  expect_each_equals_padded(cases, backward_mismatch);
 }
 
 // What has no kernel is refused naming v, before anything is written: FP8 with v's own head dim, and

@@ -59,10 +59,10 @@ class CpAsyncKvLoader {
       const int stage = ring_.index();
       const int row0 = v.k_row0 + n * Traits::kBlockN;
       mbarrier_wait(&s.k_empty[stage], ring_.phase() ^ 1);
-      copy_block(p, p.k_rows, s.k[stage], row0, row_end, v.kv_head, v.k_batch);
+      copy_block(p.k_rows, s.k[stage], row0, row_end, v.kv_head, v.k_batch);
       cp_async_arrive_when_landed(&s.k_full[stage]);
       mbarrier_wait(&s.v_empty[stage], ring_.phase() ^ 1);
-      copy_block(p, p.v_rows, s.v[stage], row0, row_end, v.kv_head, v.k_batch);
+      copy_block(p.v_rows, s.v[stage], row0, row_end, v.kv_head, v.k_batch);
       cp_async_arrive_when_landed(&s.v_full[stage]);
       ring_.advance();
     }
@@ -96,11 +96,10 @@ class CpAsyncKvLoader {
  private:
   // Rows [row0, row0 + kBlockN) of one head of one batch entry into a swizzled tile; rows from row_end
   // (or past the entry) and columns past the head dim as zeros (their source is never read).
-  __device__ void copy_block(const FwdParams& p, const KvRowsView& view, std::uint8_t* tile, int row0, int row_end,
-                             int head, int batch) const {
+  __device__ void copy_block(const KvRowsView& view, std::uint8_t* tile, int row0, int row_end, int head,
+                             int batch) const {
     const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
-    const int row_limit =
-        (chunk * 16 < view.row_bytes ? min(row_end, view.rows) : 0) - row0 - first_row;
+    const int row_limit = (chunk * 16 < view.row_bytes ? min(row_end, view.rows) : 0) - row0 - first_row;
     const std::uint8_t* src = view.data + batch * view.batch_stride + head * view.head_stride +
                               (row0 + first_row) * view.row_stride + chunk * 16;
     copy_rows(chunk_address(tile, chunk, first_row), src, kRowsPerPass * view.row_stride, row_limit, 0,
@@ -155,8 +154,7 @@ class CpAsyncKvLoader {
     const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
     // A copy whose row in the block (from this thread's first) reaches row_limit reads nothing: at or past
     // the keys, or every row where this thread's column is past the head dim.
-    const int row_limit =
-        (chunk * 16 < view.row_bytes ? keys : 0) - n * Traits::kBlockN - first_row;
+    const int row_limit = (chunk * 16 < view.row_bytes ? keys : 0) - n * Traits::kBlockN - first_row;
     // This thread's first row in each of the block's pages: the block starts a page, or lies inside one.
     const std::uint32_t row_in_page = (n * Traits::kBlockN + first_row) & (p.page_size - 1);
     const std::uint8_t* page_src = view.data + head * view.head_stride + chunk * 16 + row_in_page * view.row_stride;
