@@ -65,8 +65,12 @@ bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
 // starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
 bool page_size_supported(int page_size) { return page_size >= kMinPageSize && (page_size & (page_size - 1)) == 0; }
 
+// Calls with attention_chunk > 0 or seqused_q take the variable-length kernels' variant for them (dense
+// batches too), so that no other kernel carries their tests.
 template <int kHeadDim, typename Element>
 Status launch(const FwdArgs& args, const detail::Problem& pr) {
+  if (pr.attention_chunk > 0 || pr.has_seqused_q)
+    return launch_shipped_chunks_seqused_q_forward<kHeadDim, Element>(args, pr);
   return takes_varlen_kernels(args, pr) ? launch_shipped_varlen_forward<kHeadDim, Element>(args, pr)
                                         : launch_shipped_forward<kHeadDim, Element>(args, pr);
 }
@@ -85,10 +89,13 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
   const bool varlen = takes_varlen_kernels(args, pr);
-  if (varlen && !args.options.warp_specialized)
-    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q) or a paged KV cache with "
-                       "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "
-                       "warp-specialized)");
+  // 16-bit chunked calls run in variable-length kernels, dense batches too (launch).
+  const bool varlen_16bit = varlen || (pr.attention_chunk > 0 && pr.in_dtype != Dtype::kFloat8E4M3);
+  if (varlen_16bit && !args.options.warp_specialized)
+    return unsupported(
+        "variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q), attention_chunk "
+        "or a paged KV cache with KernelOptions::warp_specialized = false (the ablation switch; these "
+        "kernels are warp-specialized)");
   if (args.options.pack_gqa == KernelOptions::PackGqa::kOn) {
     if (const int head_dim = detail::widest_head_dim(pr); head_dim > 128)
       return unsupported("KernelOptions::pack_gqa = kOn at head dim " + std::to_string(head_dim) +
@@ -102,9 +109,10 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                          std::to_string(kTileRows) + " query heads per K/V head)");
   }
   if (args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads &&
-      (!varlen || pr.in_dtype == Dtype::kFloat8E4M3 || detail::widest_head_dim(pr) > 128))
-    return unsupported("KernelOptions::kv_loads = kCopyThreads here (K/V copies exist in the bf16/fp16 "
-                       "variable-length, paged and decoding kernels at head dims up to 128)");
+      (!varlen_16bit || pr.in_dtype == Dtype::kFloat8E4M3 || detail::widest_head_dim(pr) > 128))
+    return unsupported(
+        "KernelOptions::kv_loads = kCopyThreads here (K/V copies exist in the bf16/fp16 "
+        "variable-length, chunked, paged and decoding kernels at head dims up to 128)");
   if (pr.paged && !page_size_supported(pr.page_size))
     return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) +
                        " (k.shape[1]); the sm_90a kernel takes page sizes that are powers of two from 16 "

@@ -26,7 +26,7 @@ void check_random_problems(std::mt19937& rng) {
     const ChunkDivisor chunk(p.attention_chunk, p.seqlen_q);
     const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
     for (int m0 = 0; m0 < p.seqlen_q; m0 += kBlockM) {
-      const MaskedBlocks masked = masked_blocks<kBlockM, kBlockN>(p, chunk, m0);
+      const MaskedBlocks masked = masked_blocks<kBlockM, kBlockN, true>(p, chunk, m0);
       for (int n = 0; n < n_blocks; ++n) {
         ASSERT_EQ(masked.needs(n), (block_needs_mask<kBlockM, kBlockN>(p, chunk, m0, n * kBlockN)))
             << "sq " << p.seqlen_q << " sk " << p.seqlen_k << " window (" << p.window_left << ", "
@@ -108,7 +108,7 @@ TEST(KvBlockRange, CoversExactlyTheBlocksTheTileRowsSee) {
         last_key = std::max(last_key, end - 1);
       }
       int got_begin = 0, got_end = 0;
-      kv_block_range_from_row<kBlockM, kBlockN>(p, divisor, m0, &got_begin, &got_end);
+      kv_block_range_from_row<kBlockM, kBlockN, true>(p, divisor, m0, &got_begin, &got_end);
       const std::string where = "sq " + std::to_string(p.seqlen_q) + " sk " + std::to_string(p.seqlen_k) +
                                 " window (" + std::to_string(p.window_left) + ", " + std::to_string(p.window_right) +
                                 ") chunk " + std::to_string(chunk) + " m0 " + std::to_string(m0);

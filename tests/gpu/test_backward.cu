@@ -14,6 +14,7 @@
 
 #include "gpu/backward_case.cuh"
 #include "gpu/gpu_test_util.cuh"
+#include "gpu/sequence_checks.cuh"
 
 namespace hopattn::test {
 namespace {
@@ -286,8 +287,8 @@ TEST_F(BackwardRefusals, DqDtypeMismatchIsInvalid) {
   }
 }
 
-// The deterministic kernels take no chunks (the chunk arithmetic spilled their registers): refused,
-// nothing written.
+// The deterministic kernels take neither chunks nor seqused_q (the chunk arithmetic spilled their
+// registers; both have kernels of their own, BwdTraits::kChunksAndSequsedQ): refused, nothing written.
 TEST_F(BackwardRefusals, DeterministicWithChunksIsUnsupported) {
   BackwardCase c = causal(bwd(kBf16, 1, 2, 2, 300, 300, 64));
   c.attention_chunk = 128;
@@ -295,6 +296,15 @@ TEST_F(BackwardRefusals, DeterministicWithChunksIsUnsupported) {
   BwdArgs args = call.args;
   args.deterministic = true;
   EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "attention_chunk"), "");
+}
+
+TEST_F(BackwardRefusals, DeterministicWithSequsedQIsUnsupported) {
+  const BackwardCall call(bwd(kFp16, 2, 2, 2, 300, 300, 192), run_seed());
+  const DeviceBuffer seqused_q = upload(std::vector<int>{129, 300});
+  BwdArgs args = call.args;
+  args.deterministic = true;
+  args.seqused_q = make_tensor(seqused_q.data(), Dtype::kInt32, {2}, DeviceType::kCuda);
+  EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "seqused_q"), "");
 }
 
 }  // namespace

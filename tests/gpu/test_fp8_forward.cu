@@ -743,8 +743,8 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   c.seqlen_k = forced_k > 0 ? forced_k : log_uniform(rng, 1, 3000);
   draw_mask_scales_and_options(rng, c, 2);
   if (rng() % 8 == 0) c.out_pad = 8;  // the O store must leave the padding alone
-  // Chunks at head dim 256 need v in the ordinary layout (Fp8FwdTraits::kChunks).
-  c.v_keys_contiguous = rng() % 2 && !(c.attention_chunk > 0 && c.head_dim == 256);
+  // Chunks need v in the ordinary layout (launch_forward_fp8_chunked).
+  c.v_keys_contiguous = rng() % 2 && c.attention_chunk == 0;
   c.v_key_pad = c.v_keys_contiguous && rng() % 2 ? 16 * int(1 + rng() % 4) : 0;
   // Keep the oracle's work (one block per query row) bounded; forced lengths stay as given.
   while (double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * c.head_dim > 1.5e9) {
@@ -1065,8 +1065,9 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   }
   // At least one query row: CUDA tensors must not be empty (validation refuses them).
   if (*std::max_element(c.lens_q.begin(), c.lens_q.end()) == 0) c.lens_q[0] = 1;
-  if (c.head_dim == 256) c.attention_chunk = 0;  // no chunks in the d 256 variable-length kernels (kChunks)
-  if (rng() % 5 == 0)  // seqused_q: the queries in use, none to all
+  // Neither chunks nor seqused_q at d 256 with variable lengths (launch_forward_fp8_chunks_seqused_q).
+  if (c.head_dim == 256) c.attention_chunk = 0;
+  if (c.head_dim != 256 && rng() % 5 == 0)  // seqused_q: the queries in use, none to all
     for (int len : c.lens_q) c.used_q.push_back(int(rng() % (len + 1)));
   return c;
 }
@@ -1109,7 +1110,7 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.softcap = 0.0f, c.window_left = c.window_right = -1, c.block_scales = true, c.rows_q = 64;
     cases.push_back(c);
   }
-  for (int d : {64, 128, 256}) {  // seqused_q: none, one, a block edge, all
+  for (int d : {64, 128}) {  // seqused_q: none, one, a block edge, all (d 256: refused)
     Fp8VarlenCase c;
     c.head_dim = d, c.causal = true, c.lens_q = {200, 129, 64, 7}, c.lens_k = {300, 129, 64, 7};
     c.used_q = {129, 0, 63, 7};
@@ -1267,20 +1268,27 @@ TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
   EXPECT_EQ(count_unpoisoned(out.data(), Dtype::kBFloat16, std::int64_t(batch) * sq * h * d), 0) << "out written";
 }
 
-// Chunks at head dim 256 run on dense batches with v in the ordinary layout; its kernels of
-// keys-contiguous v and of variable lengths carry no chunk arithmetic (it spilled their registers):
-// refused, naming attention_chunk and what takes it.
-TEST_F(Fp8Forward, ChunksAtHeadDim256OutsideDenseOrdinaryVAreRefused) {
-  Fp8Case dense;  // lengths past the chunk: a chunk that masks nothing is turned off before the kernels
-  dense.head_dim = 256, dense.seqlen_q = 100, dense.seqlen_k = 200, dense.attention_chunk = 64;
-  dense.v_keys_contiguous = true;
-  std::string why = run_fp8_case(dense, run_seed());
-  EXPECT_NE(why.find("attention_chunk"), std::string::npos) << why;
-  EXPECT_NE(why.find("dense batches with v in the ordinary layout"), std::string::npos) << why;
+// Chunks and seqused_q run in kernels of their own (launch_forward_fp8_chunks_seqused_q), which take v in
+// the ordinary layout, and at head dim 256 dense batches only (the d 256 variable-length kernel spilled
+// with chunks and seqused_q): refused, naming the argument and what takes it.
+TEST_F(Fp8Forward, ChunksOrSequsedQWithKeysContiguousVOrD256VariableLengthsAreRefused) {
+  for (int d : {64, 256}) {
+    Fp8Case dense;  // lengths past the chunk: a chunk that masks nothing is turned off before the kernels
+    dense.head_dim = d, dense.seqlen_q = 100, dense.seqlen_k = 200, dense.attention_chunk = 64;
+    dense.v_keys_contiguous = true;
+    const std::string why = run_fp8_case(dense, run_seed());
+    EXPECT_NE(why.find("attention_chunk"), std::string::npos) << why;
+    EXPECT_NE(why.find("head dim contiguous"), std::string::npos) << why;
+  }
   Fp8VarlenCase varlen;
   varlen.head_dim = 256, varlen.lens_q = {70, 30}, varlen.lens_k = {100, 50}, varlen.attention_chunk = 64;
-  why = run_fp8_varlen_case(varlen, run_seed());
+  std::string why = run_fp8_varlen_case(varlen, run_seed());
   EXPECT_NE(why.find("attention_chunk"), std::string::npos) << why;
+  EXPECT_NE(why.find("dense batches"), std::string::npos) << why;
+  varlen.attention_chunk = 0, varlen.used_q = {50, 30};
+  why = run_fp8_varlen_case(varlen, run_seed());
+  EXPECT_NE(why.find("seqused_q"), std::string::npos) << why;
+  EXPECT_NE(why.find("at d 64 and 128"), std::string::npos) << why;
 }
 
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {

@@ -427,13 +427,16 @@ class BwdConsumer {
     wait_key_rows_cleared<Traits>(warpgroup_);
   }
 
-  // With seqused_q, the stage's Q and dO rows past the sequence's q rows in use, zeroed before any GEMM
-  // reads them (query_tail.cuh); the test is uniform over both consumers, which take the same steps, so
-  // both reach the clear's barrier. No stores in a step whose q block lies within the rows.
+  // With seqused_q (the kernels for it: Traits::kChunksAndSequsedQ), the stage's Q and dO rows past the
+  // sequence's q rows in use, zeroed before any GEMM reads them (query_tail.cuh); the test is uniform
+  // over both consumers, which take the same steps, so both reach the clear's barrier. No stores in a
+  // step whose q block lies within the rows.
   __device__ void clear_query_tail(int stage, int m0) {
-    const int first_row = bounds().seqlen_q - m0;
-    if (p_.seqused_q != nullptr && first_row < Traits::kBlockM) {
-      clear_query_rows<Traits>(s_, stage, first_row, warpgroup_, thread_);
+    if constexpr (Traits::kChunksAndSequsedQ) {
+      const int first_row = bounds().seqlen_q - m0;
+      if (p_.seqused_q != nullptr && first_row < Traits::kBlockM) {
+        clear_query_rows<Traits>(s_, stage, first_row, warpgroup_, thread_);
+      }
     }
   }
 

@@ -39,12 +39,11 @@ struct KeyBlock {
 // The CTA's steps: every q block that sees one of its keys (block_range.hpp), for each q head that
 // reads its K/V head, head by head. Producer and consumers walk the same list. b: the sequence's
 // bounds; a key block past the keys its sequence uses (seqused_k) is seen by no row.
-// The chunk (attention_chunk) a backward kernel masks with. The deterministic kernels take none: the
-// chunk arithmetic of their dQ turns and masks spilled registers there, and the API refuses
-// deterministic calls with chunks.
+// The chunk (attention_chunk) a backward kernel masks with: none (a constant 0, so that every chunk
+// test compiles away) but in the kernels for chunks (BwdTraits::kChunksAndSequsedQ).
 template <class Traits>
 __device__ __forceinline__ int kernel_chunk(const SequenceBounds& b) {
-  return Traits::kDeterministic ? 0 : b.attention_chunk;
+  return Traits::kChunksAndSequsedQ ? b.attention_chunk : 0;
 }
 
 template <class Traits>

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kRowStatsThreads, kRowStatsCtasPerSm) backward
   constexpr int kPasses = kRowStatsBlock / kRowsPerPass;
   const HeadBlock cta = head_block_of_cta(p);
   const int head = cta.head, m0 = cta.m * kRowStatsBlock;
-  const BwdSequence seq = backward_sequence<kRowStatsBlock>(p, blockIdx.y);
+  const BwdSequence seq = backward_sequence<kRowStatsBlock, /*kSequsedQ=*/true>(p, blockIdx.y);
   const int seqlen_q = seq.bounds.seqlen_q;
   if (m0 >= seqlen_q) return;
   const int thread = threadIdx.x, lane_in_row = thread % kLanes;

@@ -23,12 +23,14 @@ struct BwdSequence {
   int q_block0;  // its first workspace block in each q head's range
 };
 
-template <int kBlockM>
+// kSequsedQ: whether the kernel reads seqused_q (the main kernel and dq_convert only where they take
+// it: BwdTraits::kChunksAndSequsedQ).
+template <int kBlockM, bool kSequsedQ>
 __device__ __forceinline__ BwdSequence backward_sequence(const BwdParams& p, int batch) {
   BwdSequence s;
   locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.q_rows);
   locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &s.rows.k_row0, &s.rows.k_batch, &s.key_rows);
-  s.bounds.seqlen_q = p.seqused_q != nullptr ? __ldg(p.seqused_q + batch) : s.q_rows;
+  s.bounds.seqlen_q = kSequsedQ && p.seqused_q != nullptr ? __ldg(p.seqused_q + batch) : s.q_rows;
   s.bounds.seqlen_k = p.seqused_k != nullptr ? __ldg(p.seqused_k + batch) : s.key_rows;
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;

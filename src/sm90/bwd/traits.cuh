@@ -21,6 +21,10 @@
 // kDeterministic_: dQ's reductions into each q block wait their turn in a fixed key-block order
 // (bwd/dq_order.cuh, issued by writer threads: dq_writer.cuh), so dq is bitwise reproducible;
 // instantiations of their own.
+// kChunksAndSequsedQ_: the variant that takes attention_chunk (fwd/attention_chunk.hpp: block ranges,
+// masks, dQ turns) and seqused_q (query_tail.cuh), not deterministic; instantiations of their own:
+// in every kernel their runtime tests cost calls without either 3.5-5% at d 64 (H100, perf-notes
+// session 44).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,10 +37,13 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim_, typename Element_, bool kDeterministic_ = false>
+template <int kHeadDim_, typename Element_, bool kDeterministic_ = false, bool kChunksAndSequsedQ_ = false>
 struct BwdTraits {
   using Element = Element_;
   static constexpr bool kDeterministic = kDeterministic_;
+  static constexpr bool kChunksAndSequsedQ = kChunksAndSequsedQ_;
+  // The deterministic kernels' chunk arithmetic in their dQ turns and masks spilled registers.
+  static_assert(!(kDeterministic && kChunksAndSequsedQ), "chunks and seqused_q: not deterministic");
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
   static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
   static constexpr int kElementBytes = 2;

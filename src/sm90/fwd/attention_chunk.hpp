@@ -45,17 +45,4 @@ struct ChunkDivisor {
   HOPATTN_HOST_DEVICE int size() const { return static_cast<int>(chunk.divisor); }
 };
 
-// Bounds (FwdParams or SequenceBounds) as a kernel without chunk arithmetic sees them: the fields masks
-// and block ranges read, attention_chunk a constant 0, so that every chunk branch compiles away
-// (Fp8FwdTraits::kChunks).
-struct UnchunkedBounds {
-  int seqlen_q, seqlen_k, window_left, window_right;
-  static constexpr int attention_chunk = 0;
-};
-
-template <class Bounds>
-HOPATTN_HOST_DEVICE UnchunkedBounds unchunked(const Bounds& b) {
-  return UnchunkedBounds{b.seqlen_q, b.seqlen_k, b.window_left, b.window_right};
-}
-
 }  // namespace hopattn::sm90

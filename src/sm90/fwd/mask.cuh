@@ -33,8 +33,9 @@ __device__ __forceinline__ void apply_chunk_mask(float (&s)[kSRegisters], const 
 }
 
 // row0: sequence row of this warpgroup's fragment row 0; n0: first key of the block. Bounds: FwdParams
-// or a variable-length tile's SequenceBounds (masked_blocks.hpp); chunk: FwdParams::chunk_divisor.
-template <int kSRegisters, class Bounds>
+// or a variable-length tile's SequenceBounds (masked_blocks.hpp); chunk: FwdParams::chunk_divisor;
+// kChunks: the kernel takes chunks (masked_blocks.hpp).
+template <bool kChunks, int kSRegisters, class Bounds>
 __device__ __forceinline__ void apply_mask(float (&s)[kSRegisters], int thread_in_warpgroup, int row0, int n0,
                                            const Bounds& p, const ChunkDivisor& chunk) {
 #pragma unroll
@@ -47,7 +48,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[kSRegisters], int thread_i
     const int key_begin = p.window_left >= 0 ? diagonal - p.window_left : 0;
     if (col >= key_end || col < key_begin) s[i] = -INFINITY;
   }
-  if (p.attention_chunk > 0) {
+  if (kChunks && p.attention_chunk > 0) {
     apply_chunk_mask(
         s, chunk, n0, [&](int i) { return row0 + accumulator_row(thread_in_warpgroup, i) + p.seqlen_k - p.seqlen_q; },
         [&](int i) { return accumulator_col(thread_in_warpgroup, i); });
@@ -58,9 +59,9 @@ __device__ __forceinline__ void apply_mask(float (&s)[kSRegisters], int thread_i
 // accumulator `index` of `thread` holds (the FP8 kernel's, fwd_fp8/fp8_layout.hpp). The loop body is
 // apply_mask's, repeated rather than shared through a helper: sharing it changed ptxas's predicate
 // code in the masked blocks of every kernel (2026-12-01), and the kernels stay as measured.
-template <int kSRegisters, class Bounds, class KeyOfAccumulator>
-__device__ __forceinline__ void apply_mask_permuted(float (&s)[kSRegisters], int thread_in_warpgroup, int row0,
-                                                    int n0, const Bounds& p, const ChunkDivisor& chunk,
+template <bool kChunks, int kSRegisters, class Bounds, class KeyOfAccumulator>
+__device__ __forceinline__ void apply_mask_permuted(float (&s)[kSRegisters], int thread_in_warpgroup, int row0, int n0,
+                                                    const Bounds& p, const ChunkDivisor& chunk,
                                                     KeyOfAccumulator key_of) {
 #pragma unroll
   for (int i = 0; i < kSRegisters; ++i) {
@@ -72,7 +73,7 @@ __device__ __forceinline__ void apply_mask_permuted(float (&s)[kSRegisters], int
     const int key_begin = p.window_left >= 0 ? diagonal - p.window_left : 0;
     if (col >= key_end || col < key_begin) s[i] = -INFINITY;
   }
-  if (p.attention_chunk > 0) {
+  if (kChunks && p.attention_chunk > 0) {
     apply_chunk_mask(
         s, chunk, n0, [&](int i) { return row0 + accumulator_row(thread_in_warpgroup, i) + p.seqlen_k - p.seqlen_q; },
         [&](int i) { return key_of(thread_in_warpgroup, i); });

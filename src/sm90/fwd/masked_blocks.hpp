@@ -49,7 +49,9 @@ HOPATTN_HOST_DEVICE constexpr int first_block_at_or_after(int x) {
   return x <= 0 ? 0 : (x + kBlockN - 1) / kBlockN;
 }
 
-template <int kBlockM, int kBlockN, class Bounds>
+// kChunks: the kernel takes chunks (FwdTraits::kChunks, Fp8FwdTraits::kChunks); without, the chunk
+// tests here and below compile away, whatever seq.attention_chunk holds.
+template <int kBlockM, int kBlockN, bool kChunks, class Bounds>
 HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const Bounds& seq, const ChunkDivisor& chunk, int m0) {
   const int diagonal0 = m0 + seq.seqlen_k - seq.seqlen_q;  // key on the first row's diagonal
   // n0 + kBlockN > seqlen_k
@@ -62,7 +64,7 @@ HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const Bounds& seq, cons
   // n0 < diagonal0 + kBlockM - 1 - window_left: the first key lies left of the last row's window
   int bottom =
       seq.window_left >= 0 ? first_block_at_or_after<kBlockN>(diagonal0 + kBlockM - 1 - seq.window_left) : 0;
-  if (seq.attention_chunk > 0) {
+  if (kChunks && seq.attention_chunk > 0) {
     // The last key past the first row's chunk, or the first key before the last row's chunk.
     const int chunk_end = chunk.first_key(diagonal0) + chunk.size();
     const int right = first_block_at_or_after<kBlockN>(chunk_end - kBlockN + 1);
@@ -78,7 +80,7 @@ HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const Bounds& seq, cons
 // checks it against the rows' visible keys. A packed GQA tile (packed_gqa.cuh) has fewer query rows
 // than kBlockM: the range of kBlockM rows from its first is a superset, which the per-element mask
 // makes exact.
-template <int kBlockM, int kBlockN, class Bounds>
+template <int kBlockM, int kBlockN, bool kChunks, class Bounds>
 HOPATTN_HOST_DEVICE inline void kv_block_range_from_row(const Bounds& p, const ChunkDivisor& chunk, int m0, int* begin,
                                                         int* end) {
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
@@ -93,7 +95,7 @@ HOPATTN_HOST_DEVICE inline void kv_block_range_from_row(const Bounds& p, const C
     const int first_visible = diagonal0 - p.window_left;
     *begin = first_visible <= 0 ? 0 : (first_visible / kBlockN < *end ? first_visible / kBlockN : *end);
   }
-  if (p.attention_chunk > 0) {
+  if (kChunks && p.attention_chunk > 0) {
     // The last row sees no key past its chunk, the first row none before its own.
     const int last_visible = chunk.first_key(diagonal0 + kBlockM - 1) + chunk.size() - 1;
     if (last_visible < 0) *end = 0;
@@ -108,10 +110,11 @@ HOPATTN_HOST_DEVICE inline void kv_block_range_from_row(const Bounds& p, const C
 // the definition, where under chunks every block counts as masked: the chunk bounds tested block by
 // block spilled the d 64 variable-length kernel's registers (2026-12-05), and masking a block whose
 // keys all lie in its rows' chunks changes nothing.
-template <int kBlockM, int kBlockN, bool kPerTileBounds, class Bounds>
+template <int kBlockM, int kBlockN, bool kPerTileBounds, bool kChunks, class Bounds>
 HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const MaskedBlocks& masked, const Bounds& seq, int m0, int n) {
   if constexpr (kPerTileBounds) return masked.needs(n);
-  else return seq.attention_chunk > 0 || block_needs_window_mask<kBlockM, kBlockN>(seq, m0, n * kBlockN);
+  else
+    return (kChunks && seq.attention_chunk > 0) || block_needs_window_mask<kBlockM, kBlockN>(seq, m0, n * kBlockN);
 }
 
 }  // namespace hopattn::sm90

@@ -89,7 +89,7 @@ __device__ __forceinline__ bool warpgroup_has_live_row(const FwdParams& p, const
 // apply_mask (mask.cuh) for a packed tile: row0 is the packed index of the warpgroup's row 0, and each
 // row is masked as the query row it holds. The loop body is apply_mask's, repeated for mask.cuh's
 // reason: sharing it through a helper changed ptxas's predicate code in every kernel's masked blocks.
-template <int kSRegisters, class Bounds>
+template <bool kChunks, int kSRegisters, class Bounds>
 __device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int thread_in_warpgroup, int row0, int n0,
                                                   const Bounds& seq, const FwdParams& p) {
 #pragma unroll
@@ -102,7 +102,7 @@ __device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int t
     const int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
     if (col >= key_end || col < key_begin) s[i] = -INFINITY;
   }
-  if (seq.attention_chunk > 0) {
+  if (kChunks && seq.attention_chunk > 0) {
     apply_chunk_mask(
         s, p.chunk_divisor, n0,
         [&](int i) {

@@ -64,21 +64,20 @@ __device__ __forceinline__ void publish_visit(int* slot, int id) { atomicExch(sl
 __device__ __forceinline__ int read_visit(int* slot) { return atomicOr(slot, 0); }
 
 // kv_block_range_from_row (masked_blocks.hpp) of tile m_block's first row.
-template <int kBlockM, int kBlockN, class Bounds>
+template <int kBlockM, int kBlockN, bool kChunks, class Bounds>
 __device__ __forceinline__ void kv_block_range(const Bounds& p, const ChunkDivisor& chunk, int m_block, int* begin,
                                                int* end) {
-  kv_block_range_from_row<kBlockM, kBlockN>(p, chunk, m_block * kBlockM, begin, end);
+  kv_block_range_from_row<kBlockM, kBlockN, kChunks>(p, chunk, m_block * kBlockM, begin, end);
 }
 
 // Visit id -> what to work on (id >= 0, and a piece that exists: VisitSequence hands out no other).
-// kChunks: as decode_varlen_visit's.
-template <int kBlockM, int kBlockN, bool kChunks = true>
+// kChunks: the kernel masks chunks (masked_blocks.hpp).
+template <int kBlockM, int kBlockN, bool kChunks>
 __device__ __forceinline__ TileVisit decode_visit(const FwdParams& p, int id) {
   TileVisit v{id, 0, 0, -1};
   if (id < p.split.first_tile) {
     const int m_block = decode_tile(p, id).m_block;
-    if constexpr (kChunks) kv_block_range<kBlockM, kBlockN>(p, p.chunk_divisor, m_block, &v.n_begin, &v.n_end);
-    else kv_block_range<kBlockM, kBlockN>(unchunked(p), p.chunk_divisor, m_block, &v.n_begin, &v.n_end);
+    kv_block_range<kBlockM, kBlockN, kChunks>(p, p.chunk_divisor, m_block, &v.n_begin, &v.n_end);
   } else {
     piece_of_visit(p.split, id, &v);
   }
@@ -96,18 +95,18 @@ struct VarlenVisit {
 };
 
 // kSplit: the kernel takes split plans (FwdTraits::kVarlenSplit; else every visit is a whole tile).
-// kChunks: the kernel masks chunks (Fp8FwdTraits::kChunks; without, its range ignores them).
-template <int kBlockM, int kBlockN, bool kSplit, bool kChunks = true>
+// kChunksAndSequsedQ: the kernel takes chunks and seqused_q (FwdTraits::kChunksAndSequsedQ,
+// Fp8FwdTraits::kChunksAndSequsedQ; without, its range ignores chunks and its rows seqused_q).
+template <int kBlockM, int kBlockN, bool kSplit, bool kChunksAndSequsedQ>
 __device__ __forceinline__ VarlenVisit decode_varlen_visit(const FwdParams& p, int id) {
   TileVisit piece{id, 0, 1, -1};
   if (kSplit && id >= p.split.first_tile) piece_of_visit(p.split, id, &piece);
   VarlenVisit v;
   v.coord = decode_tile(p, piece.tile);
-  v.seq = varlen_sequence(p, v.coord.batch);
+  v.seq = varlen_sequence<kChunksAndSequsedQ>(p, v.coord.batch);
   int begin, end;
   const int m0 = v.coord.m_block * p.tile_q_rows;
-  if constexpr (kChunks) kv_block_range_from_row<kBlockM, kBlockN>(v.seq.bounds, p.chunk_divisor, m0, &begin, &end);
-  else kv_block_range_from_row<kBlockM, kBlockN>(unchunked(v.seq.bounds), p.chunk_divisor, m0, &begin, &end);
+  kv_block_range_from_row<kBlockM, kBlockN, kChunksAndSequsedQ>(v.seq.bounds, p.chunk_divisor, m0, &begin, &end);
   if (kSplit && piece.split_slot >= 0) varlen_piece_blocks(p.split, piece, &begin, &end);
   v.visit = TileVisit{piece.tile, begin, end, piece.split_slot};
   return v;

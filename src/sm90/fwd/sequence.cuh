@@ -61,14 +61,14 @@ __device__ __forceinline__ void locate_sequence(const int* cu_seqlens, int batch
 
 // Sequence `batch` of a variable-length launch. Every thread that needs it reads the few ints itself
 // (one L1/L2 line per tile, shared by the CTA) rather than waiting on a shared-memory hand-over.
-// Params: FwdParams, or BwdParams (the backward, bwd/sequence.cuh), which name the arrays alike.
-template <class Params>
+// kSequsedQ: the kernel reads seqused_q (FwdTraits::kChunksAndSequsedQ; the others never get it).
+template <bool kSequsedQ, class Params>
 __device__ __forceinline__ VarlenSequence varlen_sequence(const Params& p, int batch) {
   VarlenSequence s;
   locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.bounds.seqlen_q);
   locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &s.rows.k_row0, &s.rows.k_batch, &s.bounds.seqlen_k);
   if (p.seqused_k != nullptr) s.bounds.seqlen_k = __ldg(p.seqused_k + batch);
-  if (p.seqused_q != nullptr) s.bounds.seqlen_q = __ldg(p.seqused_q + batch);
+  if (kSequsedQ && p.seqused_q != nullptr) s.bounds.seqlen_q = __ldg(p.seqused_q + batch);
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
   s.bounds.attention_chunk = p.attention_chunk;
