@@ -45,9 +45,10 @@ bool parse_fp8_scales(const std::string& text, Fp8BlockScales* scales, std::stri
 }
 
 bool takes_value(const std::string& flag) {
-  for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim",
+  for (const char* known : {"--grid", "--batch", "--heads", "--heads-kv", "--seqlen-q", "--seqlen-k", "--hdim", "--hdim-v",
                             "--causal", "--dtype", "--softcap", "--fp8-block-rows", "--fp8-scales", "--num-splits",
-                            "--page-size", "--cache-seqlen", "--window-left", "--iters", "--warmup", "--json"}) {
+                            "--page-size", "--cache-seqlen", "--padded-seqlen-q", "--window-left", "--chunk", "--iters", "--warmup",
+                            "--json"}) {
     if (flag == known) return true;
   }
   return false;
@@ -86,6 +87,14 @@ bool check_cache_shape(const Shape& s, std::string* error) {
   return true;
 }
 
+// --padded-seqlen-q: at least the rows in use.
+bool check_padded_q_shape(const Shape& s, std::string* error) {
+  if (s.padded_seqlen_q >= s.seqlen_q) return true;
+  *error = "--padded-seqlen-q " + std::to_string(s.padded_seqlen_q) + " must be at least seqlen_q " +
+           std::to_string(s.seqlen_q) + " (the rows in use)";
+  return false;
+}
+
 }  // namespace
 
 std::string usage_text() {
@@ -105,6 +114,8 @@ std::string usage_text() {
          "                   headdims: the forward at head dims 80, 96, 160 and 192)\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
+         "    --hdim-v N (v, out, dout and dv of head dim N, flash-attention 3's headdim_v; DeepSeek: --hdim 192\n"
+         "      --hdim-v 128; FLOPs count QK^T at hdim and P V at N; bf16/fp16)\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
          "    --fp8-scales quantized|amax|straddle|ones (with --fp8-block-rows: the descales' values;\n"
@@ -116,9 +127,14 @@ std::string usage_text() {
          "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
          "    --window-left N (a sliding window: each query sees N keys before its diagonal; with --causal,\n"
          "      gpt-oss's and Mistral's local layers; FLOPs count the visible pairs)\n"
+         "    --chunk N (attention_chunk: each query sees only the keys of its diagonal's N-key chunk; with\n"
+         "      --causal, Llama 4's chunked local layers; FLOPs count the visible pairs)\n"
          "    --page-size N (k and v as a paged cache of N-key pages in shuffled order)\n"
          "    --cache-seqlen N (k and v a cache of N >= seqlen_k keys per sequence, of which\n"
          "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
+         "    --padded-seqlen-q N (q, out, lse, dout and dq of N >= seqlen_q rows per sequence, of which\n"
+         "               seqlen_q are used: passed as seqused_q, a static batch padded for CUDA graphs;\n"
+         "               forward and --backward, dense or --varlen)\n"
          "    --backward (bf16/fp16, dense or --varlen: time hopattn::backward (dq, dk, dv) after one forward\n"
          "               that writes out and the LSE; FLOPs 2.5x the forward's; not with fp8, --page-size,\n"
          "               --no-lse, --num-splits or the --no-* switches)\n"
@@ -254,9 +270,12 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     else if (flag == "--seqlen-q") shape_int = &single.seqlen_q;
     else if (flag == "--seqlen-k") shape_int = &single.seqlen_k;
     else if (flag == "--hdim") shape_int = &single.hdim;
+    else if (flag == "--hdim-v") shape_int = &single.hdim_v;
     else if (flag == "--page-size") shape_int = &single.page_size;
     else if (flag == "--cache-seqlen") shape_int = &single.cache_seqlen_k;
+    else if (flag == "--padded-seqlen-q") shape_int = &single.padded_seqlen_q;
     else if (flag == "--window-left") shape_int = &single.window_left;
+    else if (flag == "--chunk") shape_int = &single.attention_chunk;
     if (shape_int != nullptr) {
       if (!parse_positive_int(flag, value, shape_int, error)) return false;
       single_given = true;
@@ -265,7 +284,10 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       if (shape_int == &single.fp8_block_rows) single.variant = "block_scales";
       if (shape_int == &single.page_size) single.variant = "paged_" + value;
       if (shape_int == &single.cache_seqlen_k) single.variant = "seqused_k";
+      if (shape_int == &single.padded_seqlen_q) single.variant = "seqused_q";
+      if (shape_int == &single.hdim_v) single.variant = "hdim_v_" + value;
       if (shape_int == &single.window_left) single.variant = "window_" + value;
+      if (shape_int == &single.attention_chunk) single.variant = "chunk_" + value;
     } else if (flag == "--dtype") {
       if (!parse_dtype(value, &single.dtype, error)) return false;
       single_given = true;
@@ -330,6 +352,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       single.variant = backward_variant(single.variant);
     }
     if (single.cache_seqlen_k > 0 && !check_cache_shape(single, error)) return false;
+    if (single.padded_seqlen_q > 0 && !check_padded_q_shape(single, error)) return false;
+    if (single.hdim_v > 0 && single.dtype == Dtype::kFloat8E4M3) {
+      *error = "--hdim-v is not supported with --dtype fp8 (the FP8 kernels take v with q's head dim)";
+      return false;
+    }
     if (fp8_scales_given) {
       if (single.fp8_block_rows == 0) {
         *error = "--fp8-scales sets the values of per-block descales: add --fp8-block-rows N";

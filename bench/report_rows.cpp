@@ -101,8 +101,10 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
     js << (i == 0 ? "\n" : ",\n") << "    {\"dtype\": " << json_string(dtype_short_name(s.dtype))
        << ", \"batch\": " << s.batch << ", \"heads_q\": " << s.heads_q << ", \"heads_kv\": " << s.heads_kv
        << ", \"seqlen_q\": " << s.seqlen_q << ", \"seqlen_k\": " << s.seqlen_k << ", \"hdim\": " << s.hdim
+       << ", \"hdim_v\": " << head_dim_v(s)
        << ", \"causal\": " << json_bool(s.causal) << ", \"variant\": " << json_string(s.variant)
        << ", \"page_size\": " << s.page_size << ", \"cache_seqlen_k\": " << s.cache_seqlen_k
+       << ", \"padded_seqlen_q\": " << s.padded_seqlen_q
        << ", \"backward\": " << json_bool(s.backward) << ", \"deterministic\": " << json_bool(s.deterministic)
        << ", \"warp_specialized\": " << json_bool(s.options.warp_specialized)
        << ", \"pingpong\": " << json_bool(s.options.pingpong)

@@ -39,10 +39,10 @@ void print_table_header();
 void print_row(const Row& row);
 
 // Writes {"tool", "device", ..., "rows": [...]} to path; false (with *error) if the file can't be written.
-// Each row has the shape, "variant", "page_size" and "cache_seqlen_k" (0: not paged, no cache),
-// "backward" (true: the row timed hopattn::backward, its TFLOP/s counting backward_flops), the kernel
-// options, "status", "flops", "bytes" (timed_bytes; null for a backward row), "ms", "tflops", "kv_tbps"
-// (bytes / time), "iters", "input_sets" and "message".
+// Each row has the shape, "variant", "page_size", "cache_seqlen_k" and "padded_seqlen_q" (0: not paged,
+// no cache, q not padded), "backward" (true: the row timed hopattn::backward, its TFLOP/s counting
+// backward_flops), the kernel options, "status", "flops", "bytes" (timed_bytes; null for a backward
+// row), "ms", "tflops", "kv_tbps" (bytes / time), "iters", "input_sets" and "message".
 bool write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows, std::string* error);
 
 }  // namespace hopattn::bench

@@ -267,17 +267,24 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
 }
 
 double forward_flops(const Shape& shape) {
-  const double per_pair = 4.0 * shape.batch * shape.heads_q * shape.hdim;
+  const double per_pair = 2.0 * shape.batch * shape.heads_q * (shape.hdim + head_dim_v(shape));
   const double sq = shape.seqlen_q, sk = shape.seqlen_k;
-  if (!shape.causal && shape.window_left < 0) return per_pair * sq * sk;
-  if (shape.causal && shape.window_left < 0 && shape.seqlen_q == shape.seqlen_k) return per_pair * sq * sk / 2.0;
+  const bool plain = shape.window_left < 0 && shape.attention_chunk <= 0;
+  if (!shape.causal && plain) return per_pair * sq * sk;
+  if (shape.causal && plain && shape.seqlen_q == shape.seqlen_k) return per_pair * sq * sk / 2.0;
   // Query i sees keys [i + sk - sq - window_left, i + sk - sq] (bottom-right aligned; each side
-  // unbounded without causal / a window), clipped to [0, sk).
+  // unbounded without causal / a window) of its diagonal's chunk, clipped to [0, sk).
   double pairs = 0.0;
+  const std::int64_t chunk = shape.attention_chunk;
   for (std::int64_t i = 0; i < shape.seqlen_q; ++i) {
     const std::int64_t diagonal = i + shape.seqlen_k - shape.seqlen_q;
-    const std::int64_t last = shape.causal ? std::min<std::int64_t>(diagonal, shape.seqlen_k - 1) : shape.seqlen_k - 1;
-    const std::int64_t first = shape.window_left >= 0 ? std::max<std::int64_t>(diagonal - shape.window_left, 0) : 0;
+    std::int64_t last = shape.causal ? std::min<std::int64_t>(diagonal, shape.seqlen_k - 1) : shape.seqlen_k - 1;
+    std::int64_t first = shape.window_left >= 0 ? std::max<std::int64_t>(diagonal - shape.window_left, 0) : 0;
+    if (chunk > 0) {
+      const std::int64_t chunk_first = (diagonal >= 0 ? diagonal / chunk : -((-diagonal + chunk - 1) / chunk)) * chunk;
+      first = std::max(first, chunk_first);
+      last = std::min(last, chunk_first + chunk - 1);
+    }
     pairs += static_cast<double>(std::max<std::int64_t>(last - first + 1, 0));
   }
   return per_pair * pairs;
@@ -289,12 +296,17 @@ double timed_flops(const Shape& shape) { return shape.backward ? backward_flops(
 
 int allocated_keys(const Shape& shape) { return shape.cache_seqlen_k > 0 ? shape.cache_seqlen_k : shape.seqlen_k; }
 
+int head_dim_v(const Shape& shape) { return shape.hdim_v > 0 ? shape.hdim_v : shape.hdim; }
+
+int allocated_rows_q(const Shape& shape) { return shape.padded_seqlen_q > 0 ? shape.padded_seqlen_q : shape.seqlen_q; }
+
 double forward_bytes(const Shape& shape) {
   const double in = dtype_size(shape.dtype);
   const double out = shape.dtype == Dtype::kFloat8E4M3 ? 2.0 : in;  // fp8 attention writes bf16
-  const double q_elements = 1.0 * shape.batch * shape.seqlen_q * shape.heads_q * shape.hdim;
-  const double kv_elements = 1.0 * shape.batch * shape.seqlen_k * shape.heads_kv * shape.hdim;
-  return q_elements * (in + out) + 2.0 * kv_elements * in;
+  const double q_rows = 1.0 * shape.batch * shape.seqlen_q * shape.heads_q;
+  const double kv_rows = 1.0 * shape.batch * shape.seqlen_k * shape.heads_kv;
+  const double d = shape.hdim, d_v = head_dim_v(shape);
+  return q_rows * (d * in + d_v * out) + kv_rows * (d + d_v) * in;
 }
 
 double timed_bytes(const Shape& shape) { return shape.backward ? 0.0 : forward_bytes(shape); }

@@ -26,8 +26,10 @@ struct Shape {
   int seqlen_q = 8192;
   int seqlen_k = 8192;
   int hdim = 128;
+  int hdim_v = 0;  // > 0: v, out (and dout, dv) of this head dim (flash-attention 3's headdim_v)
   bool causal = false;
   int window_left = -1;  // FwdArgs::window_left (-1: unbounded); a sliding window with causal
+  int attention_chunk = 0;  // FwdArgs::attention_chunk (0: off): Llama 4's chunked local attention
   KernelOptions options;
   // FP8 only: > 0 passes per-block descales (q, k and v, as fp8_block_scales says) of this many rows,
   // the block quantization path; 0 passes none (per-head factors of 1).
@@ -48,6 +50,10 @@ struct Shape {
   // seqlen_k are in use, passed as seqused_k (flash-attention's cache_seqlens): the decoding call of a
   // serving engine whose cache has room to grow. FLOPs and bytes count the seqlen_k keys in use.
   int cache_seqlen_k = 0;
+  // > 0: q, out, lse (and a backward's dout and dq) allocated with this many rows per sequence (>=
+  // seqlen_q) of which seqlen_q are in use, passed as seqused_q: a serving engine's static, CUDA-graph
+  // friendly batch whose tail rows are padding. FLOPs and bytes count the seqlen_q rows in use.
+  int padded_seqlen_q = 0;
   // Times hopattn::backward (dq, dk, dv from q, k, v, out, dout and the forward's LSE) instead of the
   // forward: bf16/fp16, dense or varlen; KernelOptions and num_splits do not apply to it.
   bool backward = false;
@@ -68,7 +74,8 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes);
 // The names make_grid accepts, for usage text and error messages.
 const char* grid_names();
 
-// Forward FLOPs as the FlashAttention papers count them: 4 * b * hq * sq * sk * d, halved when causal.
+// Forward FLOPs as the FlashAttention papers count them: 4 * b * hq * sq * sk * d, halved when causal
+// (2 * b * hq * sq * sk * (d + d_v) when v has a head dim of its own: QK^T and P V apart).
 // For causal with sq != sk the halving is wrong, so the unmasked (i, j) pairs of the bottom-right
 // aligned mask are counted instead.
 double forward_flops(const Shape& shape);
@@ -81,6 +88,12 @@ double backward_flops(const Shape& shape);
 
 // Keys allocated per sequence in k and v: cache_seqlen_k when given, else seqlen_k.
 int allocated_keys(const Shape& shape);
+
+// v's head dim: hdim_v when given, else hdim.
+int head_dim_v(const Shape& shape);
+
+// Query rows allocated per sequence in q, out and the LSE: padded_seqlen_q when given, else seqlen_q.
+int allocated_rows_q(const Shape& shape);
 
 // The FLOPs of the pass the shape times: backward_flops when shape.backward, else forward_flops.
 double timed_flops(const Shape& shape);

@@ -118,8 +118,7 @@ struct FwdArgs {
   // Chunked attention (Llama 4's local layers; flash-attention 3's attention_chunk): 0 = off; else the
   // keys are cut into chunks of attention_chunk ([0, c), [c, 2c), ...) and query i sees only keys of
   // the chunk that holds its diagonal key i + seqlen_k - seqlen_q, on top of causal and the window (a
-  // row whose diagonal lies before key 0 sees no key). Must be >= 0. The CPU reference backend takes
-  // it; the sm_90a kernels answer kUnsupported for chunks > 0 until theirs have run on a GPU.
+  // row whose diagonal lies before key 0 sees no key). Must be >= 0.
   int attention_chunk = 0;
   // Attention sinks (gpt-oss; flash-attention's learnable_sink): float32 (heads_q), one logit per q
   // head that joins every row's softmax as a key with a zero value: out_i = sum_j exp(s_ij - lse_i) v_j
@@ -142,8 +141,8 @@ struct FwdArgs {
   // int32 (batch): query rows actually used per sequence (flash-attention 3's seqused_q), dense or
   // variable-length q: sequence b's first seqused_q[b] rows, in [0, its rows]. Causal, the window and
   // chunks align to seqused_q[b]. The rows past it are not read, and their out and lse are not written
-  // (they keep what the caller's memory holds, as in flash-attention 3). The CPU reference backend
-  // takes it; the sm_90a kernels answer kUnsupported until theirs have run on a GPU.
+  // (they keep what the caller's memory holds, as in flash-attention 3). The sm_90a forward takes it
+  // in its variable-length kernels (a dense q too; FP8 with v in the ordinary layout).
   std::optional<Tensor> seqused_q;
 
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v (num_pages, page_size,

@@ -247,8 +247,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     chunks align to them), and the rest are not read. Their out and lse rows are not written:
     given out= keeps what it held there (as in flash-attention 3), while arrays hopattn allocates
     hold what a row that sees no key gives (out 0, lse -inf), never uninitialized memory. The
-    backward gives them dq = 0. The CPU backend runs it; CUDA arrays raise NotImplementedError
-    naming seqused_q until the GPU kernels take it.
+    backward gives them dq = 0.
     Returns out, or (out, lse) with lse float32 (heads_q, total_q) when return_attn_probs.
     attention_chunk, learnable_sink, pack_gqa, deterministic, qv and sm_margin: as in
     flash_attn_func (chunks count from each sequence's first key).

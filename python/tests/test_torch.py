@@ -103,7 +103,24 @@ def reference_gradients(dout, q, k, v, sink=None, **options):
     return results
 
 
-def assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=0.0, names="qkv"):
+def float32_cancellation(q, k, v, dout, softmax_scale=None, **_):
+    """A floor for the rule's atol where a gradient is 0 in exact arithmetic: a row or key whose
+    only visible partner has P = 1 (attention_chunk=1 with causal) gets dS = P (dP - D) = 0, which
+    the kernel computes as the difference of two float32 dot products of length d_v (dP = dO . v,
+    D = dO . out), each rounded by up to d_v * eps32 * max|dO| * max|v|; dq and dk take it times
+    softmax_scale and one k or q entry, summed over the query heads of a K/V head for dk. The rule
+    itself would allow 0 there (its atol scales with the reference's largest value, 0). Elsewhere
+    this floor is far below the rule's own atol."""
+    head_dim, head_dim_v = q.shape[-1], v.shape[-1]
+    scale = softmax_scale if softmax_scale is not None else head_dim ** -0.5
+    group = q.shape[-2] // k.shape[-2]
+    largest = max(q.detach().abs().max().item(), k.detach().abs().max().item())
+    return (torch.finfo(torch.float32).eps * head_dim_v * dout.abs().max().item()
+            * v.detach().abs().max().item() * scale * largest * group)
+
+
+def assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=0.0, names="qkv",
+                                 floor=0.0):
     """flash-attention's rule for gradients (as in its own tests):
     max|hopattn - ref| <= 2 * max|naive - ref| + atol, where ref is the float64 gradient of the
     same bf16/fp16 values and naive the gradient of the same math run in bf16/fp16: every matmul
@@ -117,11 +134,12 @@ def assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=0.0, nam
     passes: its error in the slope 1 - t^2 counts where the tanh saturates, and the math in
     float16 does not have it. (A float32 simulation of the kernel's roundings with that tanh error,
     on these tests' shapes and softcaps over 40 seeds, exceeded twice the naive error by at most a
-    quarter of this allowance.)"""
+    quarter of this allowance.) floor: float32_cancellation's, for gradients that are 0 exactly."""
     for name, actual, ref, naive in zip(names, grads, ref_grads, naive_grads):
         assert actual.shape == ref.shape and actual.dtype == naive.dtype, f"d{name}"
         assert ref.isfinite().all(), f"d{name}: the reference itself is not finite"
-        atol = torch.finfo(actual.dtype).eps * ref.abs().max().item() + (3e-4 if softcap else 0.0)
+        atol = (max(torch.finfo(actual.dtype).eps * ref.abs().max().item(), floor)
+                + (3e-4 if softcap else 0.0))
         assert_within_rule(actual, ref, naive, what=f"d{name}", atol=atol)
 
 
@@ -714,7 +732,8 @@ def check_gradients(rng, device, dtype, head_dim, seqlen_q, seqlen_k, heads_q, h
     assert_within_rule(out, ref_out, naive_out,
                        atol=torch.finfo(dtype).eps * ref_out.abs().max().item() + softcap_atol)
     ref_grads, naive_grads = reference_gradients(dout, q, k, v, **math_options(**options))
-    assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=options.get("softcap", 0.0))
+    assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=options.get("softcap", 0.0),
+                                 floor=float32_cancellation(q, k, v, dout, **options))
 
 
 # ---- plain eager calls skip the dispatcher: same results, errors and observers ----------------
@@ -1426,7 +1445,8 @@ def check_varlen_gradients(rng, dtype, head_dim, heads_q, heads_kv, options):
     grads = torch.autograd.grad(out, (q, k, v), dout)
     ref_grads, naive_grads = varlen_reference_gradients(dout, q, k, v, VARLEN_LENGTHS_Q,
                                                         VARLEN_LENGTHS_K, **math_options(**options))
-    assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=options.get("softcap", 0.0))
+    assert_gradients_within_rule(grads, ref_grads, naive_grads, softcap=options.get("softcap", 0.0),
+                                 floor=float32_cancellation(q, k, v, dout, **options))
 
 
 @needs_hopper
@@ -1451,26 +1471,94 @@ def test_gpu_varlen_gradients_at_padded_head_dims_within_flash_attention_rule(rn
     check_varlen_gradients(rng, getattr(torch, dtype), head_dim, 6, 2, GRADIENT_FEATURES[feature])
 
 
-# attention_chunk on CUDA tensors: refused (NotImplementedError naming it) until the sm_90a kernels'
-# chunk masks have run on a GPU (branch wip/attention-chunk-kernels holds them and their GPU tests).
-@needs_hopper
-def test_gpu_attention_chunk_is_refused_by_the_kernels_for_now(rng):
-    q, k, v = random_qkv((1, 70, 2, 64), (1, 130, 2, 64), torch.bfloat16, "cuda",
-                         generator=torch_generator(rng, "cuda"))
-    with pytest.raises(NotImplementedError, match="attention_chunk"):
-        hopattn.flash_attn_func(q, k, v, causal=True, attention_chunk=16)
+# attention_chunk on the sm_90a kernels, forward and backward: chunks on and off the kernels' 64-
+# and 128-key block edges, chunks of one key, alone and on top of causal and a window; with more
+# queries than keys the first rows' diagonals lie before key 0 (no key: out 0, dq 0).
+GPU_CHUNK_FEATURES = {
+    "chunk 128": dict(attention_chunk=128),
+    "causal chunk 100": dict(attention_chunk=100, causal=True),
+    "window chunk 48": dict(attention_chunk=48, window_size=(64, 16)),
+    "causal chunk 1": dict(attention_chunk=1, causal=True),
+}
 
 
-# seqused_q on CUDA tensors: refused likewise (branch wip/seqused-q-kernels holds the kernel code).
 @needs_hopper
-def test_gpu_seqused_q_is_refused_by_the_kernels_for_now(rng):
-    q, k, v = (x[0] for x in random_qkv((1, 70, 2, 64), (1, 130, 2, 64), torch.bfloat16, "cuda",
-                                        generator=torch_generator(rng, "cuda")))
-    cu_q = torch.tensor([0, 70], dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0, 130], dtype=torch.int32, device="cuda")
-    with pytest.raises(NotImplementedError, match="seqused_q"):
-        hopattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 70, 130, causal=True,
-                                       seqused_q=torch.tensor([50], dtype=torch.int32, device="cuda"))
+@pytest.mark.parametrize("feature", GPU_CHUNK_FEATURES)
+@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(100, 300), (300, 100), (1, 239)],
+                         ids=["100x300", "300x100", "1x239"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gpu_attention_chunk_gradients_match_float64_within_flash_attention_rule(
+        rng, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv, feature):
+    check_gradients(rng, "cuda", torch.bfloat16, head_dim, seqlen_q, seqlen_k, heads_q, heads_kv,
+                    GPU_CHUNK_FEATURES[feature])
+
+
+@needs_hopper
+@pytest.mark.parametrize("feature", GPU_CHUNK_FEATURES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_varlen_attention_chunk_gradients_match_float64_within_flash_attention_rule(
+        rng, dtype, head_dim, feature):
+    # Each sequence's chunks count from its own first key (VARLEN_LENGTHS: 65 and 129 rows, empty
+    # sequences on either side).
+    check_varlen_gradients(rng, getattr(torch, dtype), head_dim, 6, 2, GPU_CHUNK_FEATURES[feature])
+
+
+@needs_hopper
+@pytest.mark.parametrize("pack_gqa", [None, True, False])
+@pytest.mark.parametrize("num_splits", [0, 1, 3])
+def test_gpu_attention_chunk_decoding_on_every_route_matches_float64(rng, num_splits, pack_gqa):
+    # Decoding steps (1 and 3 query rows) over 2000 keys, GQA 32 over 8: the routes a decode takes
+    # (split-KV pieces, GQA packing) must each keep to the chunk of the diagonal.
+    generator = torch_generator(rng, "cuda")
+    for seqlen_q, options in ((1, dict(attention_chunk=700)),
+                              (3, dict(attention_chunk=512, causal=True))):
+        q, k, v = random_qkv((2, seqlen_q, 32, 128), (2, 2000, 8, 128), torch.bfloat16, "cuda",
+                             generator=generator)
+        out = hopattn.flash_attn_func(q, k, v, num_splits=num_splits, pack_gqa=pack_gqa, **options)
+        ref, _ = attention_math(q.double(), k.double(), v.double(), **math_options(**options))
+        naive, _ = attention_math(q, k, v, **math_options(**options))
+        assert_within_rule(out, ref, naive, what=f"out, seqlen_q {seqlen_q}")
+
+
+# seqused_q on CUDA tensors: as on the CPU (test_cpu_varlen_seqused_q_...), q and dout hold NaN past
+# the rows in use; out, lse and the gradients match the CPU reference backend run on the same values
+# (float32), and the rows past them come out as rows that see no key (out 0, lse -inf, dq 0).
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_varlen_seqused_q_matches_the_cpu_reference(rng, dtype):
+    generator = torch_generator(rng, "cuda")
+    cu_q, cu_k, used = [0, 130, 200, 265], [0, 300, 365, 500], [129, 0, 64]
+    q = torch.randn(265, 6, 128, dtype=getattr(torch, dtype), device="cuda", generator=generator)
+    k, v = (torch.randn(500, 2, 128, dtype=q.dtype, device="cuda", generator=generator)
+            for _ in range(2))
+    dout = torch.randn(q.shape, dtype=q.dtype, device="cuda", generator=generator)
+    past = torch.ones(265, dtype=torch.bool, device="cuda")
+    for b in range(3):
+        past[cu_q[b]:cu_q[b] + used[b]] = False
+    q[past] = float("nan")
+    dout[past] = float("nan")
+    results = []
+    for device, operand in (("cuda", lambda x: x), ("cpu", lambda x: x.detach().float().cpu())):
+        leaves = [operand(x).requires_grad_() for x in (q, k, v)]
+        out, lse = hopattn.flash_attn_varlen_func(
+            *leaves, torch.tensor(cu_q, dtype=torch.int32, device=device),
+            torch.tensor(cu_k, dtype=torch.int32, device=device), 130, 300,
+            seqused_q=torch.tensor(used, dtype=torch.int32, device=device), causal=True,
+            return_attn_probs=True)
+        grads = torch.autograd.grad(out, leaves, operand(dout))
+        results.append([x.detach().float().cpu() for x in (out, lse, *grads)])
+    (out, lse, dq, dk, dv), (ref_out, ref_lse, *ref_grads) = results
+    past = past.cpu()
+    assert (out[past] == 0).all() and torch.isneginf(lse[:, past]).all() and (dq[past] == 0).all()
+    torch.testing.assert_close(lse[:, ~past], ref_lse[:, ~past], rtol=0, atol=1e-3)
+    for name, actual, expected in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), (ref_out, *ref_grads)):
+        if name in ("out", "dq"):
+            actual, expected = actual[~past], expected[~past]
+        assert actual.isfinite().all(), name
+        error = (actual - expected).abs().max() / expected.abs().max()
+        assert error < 2e-2, f"{name}: max error {error:.3g} of the largest reference value"
 
 
 @needs_hopper
@@ -1913,6 +2001,20 @@ def test_gpu_kvcache_cache_batch_idx_bf16_matches_float64(rng, seqlen_cache, rou
     c = kvcache_case(rng, "cuda", torch.bfloat16, seqlen_cache=seqlen_cache, batch_cache=5,
                      batch_idx=True)
     kvcache_check(c, interleaved=bool(rng.integers(2)))
+
+
+@needs_hopper
+@pytest.mark.parametrize("layout", ["dense", "paged", "cache_batch_idx", "cache_leftpad"])
+@pytest.mark.parametrize("seqlen_new", [1, 3])
+def test_gpu_kvcache_append_with_attention_chunk_bf16_matches_float64(rng, seqlen_new, layout):
+    # A chunk is a local mask: q rotated at cache_seqlens + i (flash-attention 3's rule); with
+    # cache_leftpad the chunks start at each sequence's pad.
+    c = kvcache_case(rng, "cuda", torch.bfloat16, layout="paged" if layout == "paged" else "dense",
+                     seqlen_q=seqlen_new, seqlen_new=seqlen_new,
+                     batch_cache=5 if layout == "cache_batch_idx" else None,
+                     batch_idx=layout == "cache_batch_idx", leftpad=layout == "cache_leftpad")
+    kvcache_check(c, interleaved=bool(rng.integers(2)), causal=bool(rng.integers(2)),
+                  attention_chunk=int(rng.choice([64, 100])))
 
 
 @needs_hopper

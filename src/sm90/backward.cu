@@ -16,15 +16,19 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a backward kernel yet; it supports bf16/fp16 q/k/v, dense "
                        "(batch, seqlen, heads, head_dim) or variable-length (cu_seqlens_q, cu_seqlens_k, "
-                       "seqused_k), with head dim up to 256 (a multiple of 8), causal or not, sliding window, "
-                       "softcap, GQA/MQA and softmax_scale (the CPU reference backend supports every feature on host "
-                       "tensors)");
+                       "seqused_k, seqused_q), with head dim up to 256 (a multiple of 8), causal or not, sliding "
+                       "window, attention_chunk, softcap, GQA/MQA and softmax_scale (the CPU reference backend "
+                       "supports every feature on host tensors)");
 }
 
+// Calls with chunks or seqused_q take kernels of their own (BwdTraits::kChunksAndSequsedQ), so that no
+// other kernel carries their tests.
 template <int kHeadDim, typename Element>
 Status launch(const BwdArgs& args, const detail::Problem& pr) {
-  return args.deterministic ? launch_backward<kHeadDim, Element, true>(args, pr)
-                            : launch_backward<kHeadDim, Element>(args, pr);
+  if (args.deterministic) return launch_backward<kHeadDim, Element, true>(args, pr);
+  if (pr.attention_chunk > 0 || pr.has_seqused_q)
+    return launch_backward<kHeadDim, Element, false, /*kChunksAndSequsedQ=*/true>(args, pr);
+  return launch_backward<kHeadDim, Element>(args, pr);
 }
 
 // The kernel of the head dim's tile width (launch_at_tile_width), as in the forward: q, k, v and dout
@@ -47,12 +51,12 @@ Status backward(const BwdArgs& args, const detail::Problem& pr) {
                   "max_seqlen_k: " + std::to_string(pr.seqlen_k) +
                       "; the backward on CUDA tensors needs the length of the longest key sequence (>= 1) with "
                       "cu_seqlens_k");
-  // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
-  // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
-  if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
-  // Likewise seqused_q: its kernel code (each sequence's seqlen_q, dq rows past it) waits on branch
-  // wip/seqused-q-kernels.
-  if (pr.has_seqused_q) return unsupported("seqused_q");
+  if (args.deterministic && (pr.attention_chunk > 0 || pr.has_seqused_q))
+    return Status(StatusCode::kUnsupported,
+                  (pr.attention_chunk > 0 ? "attention_chunk: " + std::to_string(args.attention_chunk) : "seqused_q") +
+                      " with deterministic = true is not supported by the sm_90a backward kernel yet; it runs with "
+                      "deterministic = false (dk and dv are reproducible there, dq to its last bits), and the CPU "
+                      "reference backend takes both on host tensors");
   switch (pr.in_dtype) {
     case Dtype::kBFloat16: return dispatch_head_dim<__nv_bfloat16>(args, pr);
     case Dtype::kFloat16: return dispatch_head_dim<__half>(args, pr);

@@ -17,12 +17,12 @@ namespace {
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
-                       "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k) or with a paged KV "
+                       "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q) or with a paged KV "
                        "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v likewise, "
                        "with head dim 64, 128 "
-                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, softcap, "
-                       "GQA/MQA, softmax_scale and LSE (the CPU reference backend supports every feature on host "
-                       "tensors)");
+                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, "
+                       "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE (the CPU reference backend "
+                       "supports every feature on host tensors)");
 }
 
 // The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).
@@ -52,19 +52,25 @@ bool decodes(const FwdArgs& args, const detail::Problem& pr) {
   return has_decoding_kernels(args, pr) && pr.seqlen_q <= kTileRows / 2;
 }
 
-// Batches whose sequences differ in length or location take the variable-length kernels, and so do
+// Batches whose sequences differ in length or location (seqused_q: a dense q's too) take the
+// variable-length kernels, and so do
 // launches that pack GQA heads into tiles (only those kernels pack; a dense batch is a special case)
 // and decoding steps.
 bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
-  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.paged || packs(args, pr) || decodes(args, pr);
+  return pr.varlen_q || pr.varlen_k || pr.has_seqused_k || pr.has_seqused_q || pr.paged || packs(args, pr) ||
+         decodes(args, pr);
 }
 
 // A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
 // starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
 bool page_size_supported(int page_size) { return page_size >= kMinPageSize && (page_size & (page_size - 1)) == 0; }
 
+// Calls with attention_chunk > 0 or seqused_q take the variable-length kernels' variant for them (dense
+// batches too), so that no other kernel carries their tests.
 template <int kHeadDim, typename Element>
 Status launch(const FwdArgs& args, const detail::Problem& pr) {
+  if (pr.attention_chunk > 0 || pr.has_seqused_q)
+    return launch_shipped_chunks_seqused_q_forward<kHeadDim, Element>(args, pr);
   return takes_varlen_kernels(args, pr) ? launch_shipped_varlen_forward<kHeadDim, Element>(args, pr)
                                         : launch_shipped_forward<kHeadDim, Element>(args, pr);
 }
@@ -83,10 +89,13 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
   const bool varlen = takes_varlen_kernels(args, pr);
-  if (varlen && !args.options.warp_specialized)
-    return unsupported("variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k) or a paged KV cache with "
-                       "KernelOptions::warp_specialized = false (the ablation switch; these kernels are "
-                       "warp-specialized)");
+  // 16-bit chunked calls run in variable-length kernels, dense batches too (launch).
+  const bool varlen_16bit = varlen || (pr.attention_chunk > 0 && pr.in_dtype != Dtype::kFloat8E4M3);
+  if (varlen_16bit && !args.options.warp_specialized)
+    return unsupported(
+        "variable-length input (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q), attention_chunk "
+        "or a paged KV cache with KernelOptions::warp_specialized = false (the ablation switch; these "
+        "kernels are warp-specialized)");
   if (args.options.pack_gqa == KernelOptions::PackGqa::kOn) {
     if (const int head_dim = detail::widest_head_dim(pr); head_dim > 128)
       return unsupported("KernelOptions::pack_gqa = kOn at head dim " + std::to_string(head_dim) +
@@ -100,18 +109,14 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                          std::to_string(kTileRows) + " query heads per K/V head)");
   }
   if (args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads &&
-      (!varlen || pr.in_dtype == Dtype::kFloat8E4M3 || detail::widest_head_dim(pr) > 128))
-    return unsupported("KernelOptions::kv_loads = kCopyThreads here (K/V copies exist in the bf16/fp16 "
-                       "variable-length, paged and decoding kernels at head dims up to 128)");
+      (!varlen_16bit || pr.in_dtype == Dtype::kFloat8E4M3 || detail::widest_head_dim(pr) > 128))
+    return unsupported(
+        "KernelOptions::kv_loads = kCopyThreads here (K/V copies exist in the bf16/fp16 "
+        "variable-length, chunked, paged and decoding kernels at head dims up to 128)");
   if (pr.paged && !page_size_supported(pr.page_size))
     return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) +
                        " (k.shape[1]); the sm_90a kernel takes page sizes that are powers of two from 16 "
                        "(16, 32, 64, 128, ...)");
-  // Chunked attention's kernels (masks, block ranges) are written but have not run on a GPU yet: they
-  // wait on branch wip/attention-chunk-kernels until they do. Until then CUDA calls are refused.
-  if (pr.attention_chunk > 0) return unsupported("attention_chunk " + std::to_string(pr.attention_chunk));
-  // Likewise seqused_q: its kernel code (each sequence's seqlen_q) waits on branch wip/seqused-q-kernels.
-  if (pr.has_seqused_q) return unsupported("seqused_q");
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");
   switch (pr.in_dtype) {

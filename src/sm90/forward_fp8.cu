@@ -6,6 +6,41 @@
 
 namespace hopattn::sm90 {
 
+namespace {
+
+// Calls with attention_chunk > 0 or seqused_q in kernels of their own
+// (launch_forward_fp8_chunks_seqused_q): at d 64 and 128 the variable-length ones, dense batches too;
+// at d 256 the dense one, so chunks on dense batches only.
+Status forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& pr, bool varlen) {
+  const std::string what =
+      pr.attention_chunk > 0 ? "attention_chunk " + std::to_string(pr.attention_chunk) : std::string("seqused_q");
+  if (pr.v_keys_contiguous)
+    return Status(StatusCode::kUnsupported, what +
+                                                " with FP8 v keys-contiguous (V^T in memory) is not supported "
+                                                "by the sm_90a fp8 forward kernel; it takes v with its head dim "
+                                                "contiguous (stride[-1] == 1) there");
+  switch (pr.head_dim) {
+    case 64:
+      return launch_forward_fp8_chunks_seqused_q<64>(args, pr);
+    case 128:
+      return launch_forward_fp8_chunks_seqused_q<128>(args, pr);
+    case 256:
+      if (varlen)
+        return Status(StatusCode::kUnsupported,
+                      what +
+                          " with FP8 inputs at head dim 256 and variable lengths (cu_seqlens, seqused_k, "
+                          "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; at d 256 "
+                          "it takes attention_chunk on dense batches, and at d 64 and 128 both on any");
+      return launch_forward_fp8_chunks_seqused_q<256>(args, pr);
+    default:
+      return Status(StatusCode::kUnsupported, "head dim " + std::to_string(pr.head_dim) +
+                                                  " is not supported by the sm_90a fp8 forward kernel; it supports "
+                                                  "64, 128 and 256");
+  }
+}
+
+}  // namespace
+
 Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) {
   // Sliding windows use the 16-bit kernel's masks and K-block range; softcap has its own
   // instantiations (launch_forward_fp8).
@@ -14,10 +49,11 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "
                   "producer warpgroup also transposes V");
   const bool vt = pr.v_keys_contiguous;
+  if (pr.attention_chunk > 0 || pr.has_seqused_q) return forward_fp8_chunks_seqused_q(args, pr, varlen);
   if (varlen && vt)
     return Status(StatusCode::kUnsupported,
                   "v keys-contiguous (V^T in memory) with variable-length input (cu_seqlens_q, cu_seqlens_k, "
-                  "seqused_k) or pack_gqa = kOn is not supported by the sm_90a fp8 forward kernel; with those it "
+                  "seqused_k, seqused_q) or pack_gqa = kOn is not supported by the sm_90a fp8 forward kernel; with those it "
                   "takes v with its head dim contiguous (stride[-1] == 1)");
   switch (pr.head_dim) {
     case 64:

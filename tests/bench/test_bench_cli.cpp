@@ -159,6 +159,48 @@ TEST(BenchCli, CacheSeqlenIsSequsedK) {
   EXPECT_EQ(allocated_keys(options.shapes[0]), 4096);
 }
 
+// --padded-seqlen-q: q stored with more rows than it uses; FLOPs and bytes count the rows in use.
+TEST(BenchCli, PaddedSeqlenQIsSequsedQ) {
+  const CliOptions options = parsed({"--seqlen-q", "1000", "--seqlen-k", "3000", "--padded-seqlen-q", "1024"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  const Shape& padded = options.shapes[0];
+  EXPECT_EQ(padded.padded_seqlen_q, 1024);
+  EXPECT_EQ(padded.variant, "seqused_q");
+  EXPECT_EQ(allocated_rows_q(padded), 1024);
+  Shape unpadded = padded;
+  unpadded.padded_seqlen_q = 0;
+  EXPECT_EQ(allocated_rows_q(unpadded), 1000);
+  EXPECT_DOUBLE_EQ(forward_flops(padded), forward_flops(unpadded));
+  EXPECT_DOUBLE_EQ(forward_bytes(padded), forward_bytes(unpadded));
+  const CliOptions backward = parsed({"--seqlen-q", "1000", "--padded-seqlen-q", "1024", "--backward"});
+  ASSERT_EQ(backward.shapes.size(), 1u);
+  EXPECT_EQ(backward.shapes[0].variant, "backward_seqused_q");
+  EXPECT_EQ(backward.shapes[0].seqlen_k, 1000);  // follows the rows in use, as without padding
+}
+
+// --hdim-v: v's own head dim; FLOPs count QK^T at hdim and P V at hdim_v, bytes v and out at hdim_v.
+TEST(BenchCli, HdimVCountsPVAtItsOwnHeadDim) {
+  const CliOptions options = parsed({"--hdim", "192", "--hdim-v", "128", "--seqlen-q", "1000", "--heads", "3"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  const Shape& s = options.shapes[0];
+  EXPECT_EQ(head_dim_v(s), 128);
+  EXPECT_EQ(s.variant, "hdim_v_128");
+  EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * 2 * 3 * (192 + 128) * 1000.0 * 1000.0);
+  const double rows_q = 2.0 * 1000 * 3, rows_kv = 2.0 * 1000 * 3;
+  EXPECT_DOUBLE_EQ(forward_bytes(s), rows_q * (192 + 128) * 2 + rows_kv * (192 + 128) * 2);
+  Shape same = s;
+  same.hdim_v = 0;
+  EXPECT_EQ(head_dim_v(same), 192);
+  EXPECT_DOUBLE_EQ(forward_flops(same), 4.0 * 2 * 3 * 192 * 1000.0 * 1000.0);
+  EXPECT_NE(parse_error({"--hdim-v", "64", "--dtype", "fp8"}).find("--dtype fp8"), std::string::npos);
+}
+
+TEST(BenchCli, PaddedSeqlenQRefusals) {
+  EXPECT_NE(parse_error({"--seqlen-q", "1000", "--padded-seqlen-q", "999"}).find("at least seqlen_q"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--padded-seqlen-q", "0"}).find("positive integer"), std::string::npos);
+}
+
 // --fp8-scales: the values of the block descales; the default is what quantize_fp8 writes.
 TEST(BenchCli, Fp8ScalesNameTheirRowAndNeedBlockRows) {
   const CliOptions quantized = parsed({"--dtype", "fp8", "--fp8-block-rows", "128"});
@@ -271,7 +313,8 @@ TEST(BenchCli, DeterministicBackwardSingleOrGrid) {
 
 TEST(BenchCli, UsageNamesTheDecodeFlags) {
   const std::string usage = usage_text();
-  for (const char* flag : {"decode", "--list", "--queue-ahead", "--cache-seqlen", "kv_tbps", "--kv-copies"}) {
+  for (const char* flag : {"decode", "--list", "--queue-ahead", "--cache-seqlen", "--padded-seqlen-q", "kv_tbps",
+                           "--kv-copies"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }

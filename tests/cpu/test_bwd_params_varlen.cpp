@@ -1,9 +1,9 @@
 // The parameters launch_backward passes to the variable-length backward kernels
 // (sm90/bwd/params_builder.hpp), built on the CPU from a validated problem: a packed side (q, out, dout
 // and dq; or k, v, dk and dv) is addressed by row (batch strides 0, row and head strides from its rank-3
-// view), the packed LSE (heads_q, total_q) likewise, the cu_seqlens / seqused_k arrays reach the kernels,
-// the grids count the longest sequence's blocks, and the workspace holds every sequence's q blocks
-// (workspace_blocks.hpp). A dense call keeps its strides and passes no arrays.
+// view), the packed LSE (heads_q, total_q) likewise, the cu_seqlens / seqused_k / seqused_q arrays reach
+// the kernels, the grids count the longest sequence's blocks, and the workspace holds every sequence's q
+// blocks (workspace_blocks.hpp). A dense call keeps its strides and passes no arrays.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +43,7 @@ TEST(BwdVarlenParams, PackedSidesAreAddressedByRowAndTheArraysReachTheKernels) {
   for (int trial = 0; trial < 20; ++trial) {
     const int batch = pick(1, 5), heads_kv = pick(1, 3), heads_q = heads_kv * pick(1, 4), d = 64 << pick(0, 1);
     const bool varlen_q = pick(0, 1), varlen_k = !varlen_q || pick(0, 1), with_seqused = pick(0, 1);
+    const bool with_seqused_q = pick(0, 1);
     const int dense_q = pick(1, 300), dense_k = pick(1, 300);
     std::vector<int> len_q, len_k;
     for (int b = 0; b < batch; ++b)
@@ -72,6 +73,9 @@ TEST(BwdVarlenParams, PackedSidesAreAddressedByRowAndTheArraysReachTheKernels) {
     std::vector<int> used;
     for (int n : len_k) used.push_back(pick(0, n));
     HostTensor used_t = int_array(used);
+    std::vector<int> used_q;
+    for (int n : len_q) used_q.push_back(pick(0, n));
+    HostTensor used_q_t = int_array(used_q);
 
     BwdArgs a;
     a.q = padded_view(q, d), a.k = padded_view(k, d), a.v = padded_view(v, d);
@@ -82,6 +86,7 @@ TEST(BwdVarlenParams, PackedSidesAreAddressedByRowAndTheArraysReachTheKernels) {
     if (varlen_q) a.cu_seqlens_q = cu_q_t.tensor(), a.max_seqlen_q = max_q;
     if (varlen_k) a.cu_seqlens_k = cu_k_t.tensor(), a.max_seqlen_k = max_k;
     if (with_seqused) a.seqused_k = used_t.tensor();
+    if (with_seqused_q) a.seqused_q = used_q_t.tensor();
     a.causal = pick(0, 1);
 
     const std::string where = "seed " + std::to_string(seed) + " trial " + std::to_string(trial);
@@ -93,6 +98,7 @@ TEST(BwdVarlenParams, PackedSidesAreAddressedByRowAndTheArraysReachTheKernels) {
     EXPECT_EQ(p.cu_seqlens_q, varlen_q ? static_cast<const int*>(cu_q_t.data()) : nullptr) << where;
     EXPECT_EQ(p.cu_seqlens_k, varlen_k ? static_cast<const int*>(cu_k_t.data()) : nullptr) << where;
     EXPECT_EQ(p.seqused_k, with_seqused ? static_cast<const int*>(used_t.data()) : nullptr) << where;
+    EXPECT_EQ(p.seqused_q, with_seqused_q ? static_cast<const int*>(used_q_t.data()) : nullptr) << where;
     EXPECT_EQ(p.seqlen_q, varlen_q ? max_q : dense_q) << where;
     EXPECT_EQ(p.seqlen_k, varlen_k ? max_k : dense_k) << where;
 
@@ -136,6 +142,7 @@ TEST(BwdVarlenParams, DenseCallsKeepTheirStridesAndPassNoArrays) {
   EXPECT_EQ(p.cu_seqlens_q, nullptr);
   EXPECT_EQ(p.cu_seqlens_k, nullptr);
   EXPECT_EQ(p.seqused_k, nullptr);
+  EXPECT_EQ(p.seqused_q, nullptr);
   EXPECT_EQ(p.dq_batch_stride, 100 * 4 * 64);
   EXPECT_EQ(p.dk_batch_stride, 70 * 2 * 64);
   EXPECT_EQ(p.lse_batch_stride, 4 * 100);

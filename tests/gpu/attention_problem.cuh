@@ -16,6 +16,7 @@ struct AttentionProblem {
   Dtype dtype = Dtype::kBFloat16;
   bool causal = false;
   int window_left = -1, window_right = -1;
+  int attention_chunk = 0;
   float softcap = 0.0f;
   std::optional<float> softmax_scale;
 
@@ -28,6 +29,7 @@ struct AttentionProblem {
     s << "batch " << batch << " heads_q " << heads_q << " heads_kv " << heads_kv << " seqlen_q " << seqlen_q
       << " seqlen_k " << seqlen_k << " d " << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "");
     if (window_left >= 0 || window_right >= 0) s << " window (" << window_left << ", " << window_right << ")";
+    if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (softmax_scale) s << " scale " << *softmax_scale;
     return s.str();
@@ -42,6 +44,7 @@ void set_mask(Args& a, const Problem& c) {
   a.causal = c.causal;
   a.window_left = c.window_left;
   a.window_right = c.window_right;
+  a.attention_chunk = c.attention_chunk;
   a.softcap = c.softcap;
 }
 

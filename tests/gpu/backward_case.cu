@@ -382,6 +382,7 @@ BackwardCase random_backward_case(std::mt19937_64& rng, double max_pairs) {
     if (kind != 1) c.window_left = pick(0, c.seqlen_k);
     if (kind != 0 && !c.causal) c.window_right = pick(0, 64);
   }
+  if (chance(0.15)) c.attention_chunk = pick(1, c.seqlen_k + 64);  // chunked attention
   if (chance(0.25)) {  // softcap, with scores large enough that tanh bends them
     c.softcap = chance(0.5) ? 30.0f : uniform(5.0f, 50.0f);
     c.amplitude = uniform(3.0f, 8.0f);

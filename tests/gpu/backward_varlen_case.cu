@@ -58,6 +58,7 @@ class VarlenBackwardCall {
     if (c.varlen_q) cu_q_ = upload(starts_q_);
     if (c.varlen_k) cu_k_ = upload(starts_k_);
     if (c.seqused_k) seqused_ = upload(*c.seqused_k);
+    if (c.seqused_q) seqused_q_ = upload(*c.seqused_q);
 
     // out and lse from the GPU forward, as training has them.
     FwdArgs fwd;
@@ -69,6 +70,7 @@ class VarlenBackwardCall {
     set_lengths(fwd);
     c.set_args(fwd);
     if (std::string why = forward_problem(fwd); !why.empty()) throw std::runtime_error(why);
+    if (c.seqused_q) fill_rows_past_use_with_nan();
 
     dq_ = make_rows(dt, total_q, hq, d, c.padded_rows, kGuardRows);
     dk_ = make_rows(dt, k_rows_stored, hkv, d, c.padded_rows, kGuardRows);
@@ -83,12 +85,28 @@ class VarlenBackwardCall {
     args.causal = c.causal;
     args.window_left = c.window_left;
     args.window_right = c.window_right;
+    args.attention_chunk = c.attention_chunk;
     args.softcap = c.softcap;
     args.deterministic = c.deterministic;
     poison_gradients();
   }
 
   BwdArgs args;
+
+  // dout, out and lse past each sequence's seqused_q (q's: make_sequence_inputs): rows the backward
+  // must not read. (The forward left out and lse there unwritten.)
+  void fill_rows_past_use_with_nan() {
+    const DeviceBuffer flags =
+        upload(unused_rows(starts_q_, [&](int b) { return c_.used_q(b); }, starts_q_.back()));
+    fill_flagged_rows(dout_, flags, NAN);
+    fill_flagged_rows(out_, flags, NAN);
+    for (int b = 0; b < c_.batch(); ++b)
+      for (int h = 0; h < c_.heads_q; ++h) {
+        float* first_past = lse_->base + lse_->sequence_offset[b] + h * lse_->head_stride + c_.used_q(b);
+        HOPATTN_CUDA_CHECK(cudaMemset(first_past, 0xFF, (c_.len_q[b] - c_.used_q(b)) * sizeof(float)));  // NaN
+      }
+    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
   void poison_gradients() const {
     for (const RowBuffer* g : {&dq_, &dk_, &dv_}) poison_nan(g->storage.data(), c_.dtype, g->elements);
@@ -109,8 +127,8 @@ class VarlenBackwardCall {
     for (int b = 0; b < c_.batch(); ++b) {
       const std::string seq = check_sequence(b);
       if (!seq.empty())
-        problems << "sequence " << b << " (len_q " << c_.len_q[b] << ", len_k " << c_.len_k[b] << ", used "
-                 << c_.used_k(b) << "): " << seq;
+        problems << "sequence " << b << " (len_q " << c_.len_q[b] << ", used " << c_.used_q(b) << ", len_k "
+                 << c_.len_k[b] << ", used " << c_.used_k(b) << "): " << seq;
     }
     // Exactly the sequences' elements written: with no NaN left inside them (checked above), any other
     // element that lost its poison lies outside, in the guards, the padding or the trailing k rows.
@@ -142,13 +160,15 @@ class VarlenBackwardCall {
     if (cu_q_) a.cu_seqlens_q = make_tensor(cu_q_->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
     if (cu_k_) a.cu_seqlens_k = make_tensor(cu_k_->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
     if (seqused_) a.seqused_k = make_tensor(seqused_->data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+    if (seqused_q_) a.seqused_q = make_tensor(seqused_q_->data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
     // The true maxima, also on a dense side (where validation reads the length from the shape).
     a.max_seqlen_q = *std::max_element(c_.len_q.begin(), c_.len_q.end());
     a.max_seqlen_k = *std::max_element(c_.len_k.begin(), c_.len_k.end());
   }
 
   std::string check_sequence(int b) const {
-    const int len_q = c_.len_q[b], len_k = c_.len_k[b], used = c_.used_k(b);
+    // len_q: the queries in use (the reference's); the stored rows past them must get dq = 0.
+    const int len_q = c_.used_q(b), len_k = c_.len_k[b], used = c_.used_k(b);
     const int q0 = starts_q_[b], k0 = starts_k_[b];
     std::string problems;
     if (len_q > 0 && used > 0) {
@@ -162,6 +182,7 @@ class VarlenBackwardCall {
       a.causal = c_.causal;
       a.window_left = c_.window_left;
       a.window_right = c_.window_right;
+      a.attention_chunk = c_.attention_chunk;
       a.softcap = c_.softcap;
       a.dq = dq.buffers(), a.dk = dk.buffers(), a.dv = dv.buffers();
       if (const Status s = gpu_reference_backward(a); !s.ok()) throw std::runtime_error("reference: " + s.message());
@@ -176,6 +197,8 @@ class VarlenBackwardCall {
     }
     for (const auto& [name, g] : {std::pair{"dk", &dk_}, std::pair{"dv", &dv_}})
       if (len_k > used) problems += expect_zero(name, g->view.sequence(k0 + used, len_k - used), "keys past seqused_k");
+    if (c_.len_q[b] > len_q)
+      problems += expect_zero("dq", dq_.view.sequence(q0 + len_q, c_.len_q[b] - len_q), "rows past seqused_q");
     return problems;
   }
 
@@ -185,7 +208,7 @@ class VarlenBackwardCall {
   RowBuffer dout_, out_;
   RowView q_, k_, v_;
   std::optional<LseBuffer> lse_;
-  std::optional<DeviceBuffer> cu_q_, cu_k_, seqused_;
+  std::optional<DeviceBuffer> cu_q_, cu_k_, seqused_, seqused_q_;
   RowBuffer dq_, dk_, dv_;
 };
 
@@ -193,7 +216,7 @@ class VarlenBackwardCall {
 
 double VarlenBackwardCase::pairs() const {
   double pairs = 0;
-  for (int b = 0; b < batch(); ++b) pairs += double(len_q[b]) * used_k(b);
+  for (int b = 0; b < batch(); ++b) pairs += double(used_q(b)) * used_k(b);
   return pairs * heads_q;
 }
 
@@ -202,6 +225,7 @@ VarlenBackwardCase VarlenBackwardCase::prefix(int n) const {
   c.len_q.resize(n);
   c.len_k.resize(n);
   if (c.seqused_k) c.seqused_k->resize(n);
+  if (c.seqused_q) c.seqused_q->resize(n);
   return c;
 }
 
@@ -209,6 +233,7 @@ std::string VarlenBackwardCase::describe() const {
   std::ostringstream s;
   s << (varlen_q ? "varlen q " : "dense q ") << join(len_q) << (varlen_k ? " varlen k " : " dense k ") << join(len_k);
   if (seqused_k) s << " seqused_k " << join(*seqused_k);
+  if (seqused_q) s << " seqused_q " << join(*seqused_q);
   describe_to(s);
   s << (packed_qkv ? " packed-qkv" : "") << (deterministic ? " deterministic" : "");
   if (trailing_k_rows) s << " trailing k rows " << trailing_k_rows;

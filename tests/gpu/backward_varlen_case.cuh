@@ -24,6 +24,9 @@ struct VarlenBackwardCase : CallSettings {  // with_lse unused: the backward alw
   std::vector<int> len_q;                     // query rows of each sequence
   std::vector<int> len_k;                     // key rows stored for each sequence
   std::optional<std::vector<int>> seqused_k;  // keys each sequence uses (<= len_k), when given
+  // Query rows each sequence uses (<= len_q), when given: its q, dout, out and lse rows past them hold
+  // NaN, and their dq must come out 0.
+  std::optional<std::vector<int>> seqused_q;
   bool varlen_q = true, varlen_k = true;
   // q, k, v as head slices of one (total, hq + 2 hkv, d) buffer (flash_attn_varlen_qkvpacked_func's
   // inputs); needs varlen q and k with equal lengths.
@@ -37,6 +40,7 @@ struct VarlenBackwardCase : CallSettings {  // with_lse unused: the backward alw
 
   int batch() const { return static_cast<int>(len_q.size()); }
   int used_k(int b) const { return seqused_k ? (*seqused_k)[b] : len_k[b]; }
+  int used_q(int b) const { return seqused_q ? (*seqused_q)[b] : len_q[b]; }
   // (head, query, key) pairs over the sequences: what the reference's time and scratch grow with.
   double pairs() const;
   // The first `n` sequences as a batch of their own.

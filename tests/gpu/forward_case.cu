@@ -117,6 +117,7 @@ ForwardCase random_case(std::mt19937_64& rng, double max_work, bool extra_featur
       c.window_left = chance(0.8) ? pick(0, c.seqlen_k) : -1;
       c.window_right = c.causal ? 0 : pick(0, 64);
     }
+    if (chance(0.3)) c.attention_chunk = pick(1, c.seqlen_k + 64);
   }
 
   // Shrink batch, then the GQA ratio, then heads_kv, then the longer drawn (not forced) sequence until

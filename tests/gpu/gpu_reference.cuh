@@ -16,6 +16,7 @@ struct GpuReferenceArgs {
   bool causal = false;         // bottom-right aligned; folds into window_right = 0
   int window_left = -1;        // -1 = unbounded
   int window_right = -1;
+  int attention_chunk = 0;     // 0 = off; else only keys in the chunk of the row's diagonal
   float softcap = 0.0f;  // 0 = off; else s -> softcap * tanh(s / softcap), before masking
 
   // Outputs, dense float32 on the device. out (batch, seqlen_q, heads_q, d) is required.

@@ -41,6 +41,7 @@ struct GpuReferenceBackwardArgs {
   bool causal = false;         // bottom-right aligned; folds into window_right = 0
   int window_left = -1;        // -1 = unbounded
   int window_right = -1;
+  int attention_chunk = 0;     // 0 = off; else only keys in the chunk of the row's diagonal
   float softcap = 0.0f;  // 0 = off; else s -> softcap * tanh(s / softcap)
 
   GradientBuffers dq, dk, dv;  // every pointer required

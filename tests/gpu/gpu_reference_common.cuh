@@ -34,6 +34,7 @@ struct Problem {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
   float scale, softcap;
   int window_left, window_right;  // causal already folded in
+  int attention_chunk;             // 0 = off
 };
 
 // From validated arguments: q and k (batch, seqlen, heads, d) and the mask and softmax scalars, which
@@ -51,6 +52,7 @@ Problem problem_of(const Args& args) {
   p.softcap = args.softcap;
   p.window_left = args.window_left;
   p.window_right = args.causal ? 0 : args.window_right;
+  p.attention_chunk = args.attention_chunk;
   return p;
 }
 
@@ -65,11 +67,17 @@ __device__ inline float round_to(float x) {
   return to_float(from_float<T>(x));
 }
 
-// Key j is visible from query i (bottom-right aligned window).
+// Key j is visible from query i (bottom-right aligned window; with chunks, j in the chunk of i's
+// diagonal, chunk indices by floor division).
 __device__ inline bool visible(const Problem& p, int i, int j) {
   const int diagonal = i + p.seqlen_k - p.seqlen_q;
   if (p.window_left >= 0 && j < diagonal - p.window_left) return false;
   if (p.window_right >= 0 && j > diagonal + p.window_right) return false;
+  if (p.attention_chunk > 0) {
+    const int c = p.attention_chunk;
+    const int diagonal_chunk = diagonal >= 0 ? diagonal / c : -((-diagonal + c - 1) / c);
+    if (j / c != diagonal_chunk) return false;
+  }
   return true;
 }
 

@@ -159,20 +159,20 @@ inline void fill_flagged_rows(const RowBuffer& rows, const DeviceBuffer& flags, 
   HOPATTN_CUDA_CHECK(cudaGetLastError());
 }
 
-// 1 for each of the `rows` k/v rows that no sequence of `c` uses: past its seqused_k entry, or after
-// the last sequence (starts_k: where each sequence's keys start).
-template <class Case>
-std::vector<std::uint8_t> unused_key_rows(const Case& c, const std::vector<int>& starts_k, int rows) {
+// 1 for each of the `rows` rows that no sequence uses: past the first used(b) of sequence b (its
+// seqused_k or seqused_q entry), or after the last sequence (starts: where each sequence's rows start).
+template <class Used>
+std::vector<std::uint8_t> unused_rows(const std::vector<int>& starts, Used&& used, int rows) {
   std::vector<std::uint8_t> unused(rows, 1);
-  for (int b = 0; b < c.batch(); ++b) std::fill_n(unused.begin() + starts_k[b], c.used_k(b), std::uint8_t{0});
+  for (std::size_t b = 0; b + 1 < starts.size(); ++b) std::fill_n(unused.begin() + starts[b], used(b), std::uint8_t{0});
   return unused;
 }
 
 // The q, k and v of a variable-length case: fresh normal values over their whole storage, padding
 // included; with packed_qkv the three are head slices of one (total_q, hq + 2 hkv, d) buffer (q_rows),
-// else k and v have k_rows_stored rows each, and with unused_row_value every k/v row no sequence uses
-// holds that value. Case: the forward's and the backward's variable-length cases, which name these
-// fields alike.
+// else k and v have k_rows_stored rows each, with unused_row_value every k/v row no sequence uses
+// holds that value, and every q row past seqused_q holds NaN (what must never be read). Case: the
+// forward's and the backward's variable-length cases, which name these fields alike.
 struct SequenceInputs {
   RowBuffer q_rows, k_rows, v_rows;
   RowView q, k, v;
@@ -197,9 +197,13 @@ SequenceInputs make_sequence_inputs(const Case& c, const std::vector<int>& start
   fill_inputs(in.q_rows, in.k_rows, in.v_rows, seed, c.amplitude);
   in.q = in.q_rows.view, in.k = in.k_rows.view, in.v = in.v_rows.view;
   if (c.unused_row_value) {
-    const DeviceBuffer flags = upload(unused_key_rows(c, starts_k, k_rows_stored));
+    const DeviceBuffer flags = upload(unused_rows(starts_k, [&](int b) { return c.used_k(b); }, k_rows_stored));
     fill_flagged_rows(in.k_rows, flags, *c.unused_row_value);
     fill_flagged_rows(in.v_rows, flags, *c.unused_row_value);
+  }
+  if (c.seqused_q) {
+    const DeviceBuffer flags = upload(unused_rows(prefix_sums(c.len_q), [&](int b) { return c.used_q(b); }, total_q));
+    fill_flagged_rows(in.q_rows, flags, NAN);
   }
   return in;
 }
@@ -260,6 +264,7 @@ struct CallSettings {
   Dtype dtype = kBf16;
   bool causal = false;
   int window_left = -1, window_right = -1;
+  int attention_chunk = 0;
   float softcap = 0.0f;
   std::optional<float> softmax_scale;
   bool with_lse = true;
@@ -274,6 +279,7 @@ struct CallSettings {
     s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim << " " << dtype_name(dtype)
       << (causal ? " causal" : "");
     if (window_left >= 0 || window_right >= 0) s << " window (" << window_left << ", " << window_right << ")";
+    if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (softmax_scale) s << " scale " << *softmax_scale;
     s << (with_lse ? " lse" : " no-lse") << " amplitude " << amplitude << (padded_rows ? " padded-rows" : "");
@@ -292,6 +298,7 @@ struct CallSettings {
     args.causal = causal;
     args.window_left = window_left;
     args.window_right = window_right;
+    args.attention_chunk = attention_chunk;
     args.softcap = softcap;
   }
 };
@@ -358,6 +365,7 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
     ra.causal = s.causal;
     ra.window_left = s.window_left;
     ra.window_right = s.window_right;
+    ra.attention_chunk = s.attention_chunk;
     ra.softcap = s.softcap;
     const std::int64_t first = std::int64_t(starts_q[b]) * hq;  // sequence b's first (row, head)
     ra.out = ref.as<float>() + first * d;
@@ -395,14 +403,17 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
 
   // Elements of the storage that lost their poison, less the view's elements that did (those not
   // NaN): what was written outside the view, into the guards, padding or between LSE rows.
+  // Only the rows each sequence uses are written: with seqused_q, the rest keep their poison too.
   const RowBuffer& out = outputs.out;
-  const std::int64_t out_numel = ref_rows * d;
+  std::int64_t rows_used = 0;
+  for (int n : len_q) rows_used += std::int64_t(n) * hq;
+  const std::int64_t out_numel = rows_used * d;
   const std::int64_t out_outside =
       count_unpoisoned(out.storage.data(), out.view.dtype, out.elements) - (out_numel - out_nans);
   if (out_outside != 0) problems << "out: " << out_outside << " elements outside its view were written; ";
   if (outputs.lse) {
     const std::int64_t lse_outside =
-        count_unpoisoned(outputs.lse->storage.data(), Dtype::kFloat32, outputs.lse->elements) - (ref_rows - lse_nans);
+        count_unpoisoned(outputs.lse->storage.data(), Dtype::kFloat32, outputs.lse->elements) - (rows_used - lse_nans);
     if (lse_outside != 0) problems << "lse: " << lse_outside << " entries outside its view were written; ";
   }
   return problems.str();
@@ -411,7 +422,7 @@ inline std::string check_sequences(const CallSettings& s, const SequenceRows& in
 // The random part of a random case that is not about lengths, drawn in this order: heads_kv 1-4 with a
 // GQA ratio of 1, 2, 4 or 8, a head dim up to max_head_dim (draw_head_dim: padded ones too) and either
 // 16-bit dtype; causal, windows (left up to the longest key length `max_len_k`), softcap, scale, LSE,
-// amplitude and padded rows at random.
+// amplitude, padded rows and chunks at random.
 inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k, int max_head_dim = 256) {
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
@@ -430,6 +441,7 @@ inline void draw_settings(std::mt19937_64& rng, CallSettings& c, int max_len_k, 
   c.with_lse = chance(0.85);
   c.amplitude = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng);
   c.padded_rows = chance(0.2);
+  if (chance(0.15)) c.attention_chunk = pick(1, max_len_k + 64);  // chunked attention
 }
 
 // A variable-length case (the forward's VarlenCase, the backward's VarlenBackwardCase) of these
@@ -449,20 +461,23 @@ Case varlen_case_of(std::vector<int> len_q, std::vector<int> len_k, int heads_q,
 // equal packed sides, used keys within the stored ones.
 template <class Case>
 void check_sequence_lengths(const Case& c) {
-  if (c.batch() < 1 || c.len_k.size() != c.len_q.size() || (c.seqused_k && int(c.seqused_k->size()) != c.batch()))
+  if (c.batch() < 1 || c.len_k.size() != c.len_q.size() || (c.seqused_k && int(c.seqused_k->size()) != c.batch()) ||
+      (c.seqused_q && int(c.seqused_q->size()) != c.batch()))
     throw std::invalid_argument("test case: one length per sequence on each side");
   if ((!c.varlen_q && !all_equal(c.len_q)) || (!c.varlen_k && !all_equal(c.len_k)))
     throw std::invalid_argument("test case: a dense side needs equal lengths");
   if (c.packed_qkv && (!c.varlen_q || !c.varlen_k || c.len_q != c.len_k))
     throw std::invalid_argument("test case: packed qkv needs varlen q and k of equal lengths");
   for (int b = 0; b < c.batch(); ++b)
-    if (c.used_k(b) < 0 || c.used_k(b) > c.len_k[b]) throw std::invalid_argument("test case: seqused_k > len_k");
+    if (c.used_k(b) < 0 || c.used_k(b) > c.len_k[b] || c.used_q(b) < 0 || c.used_q(b) > c.len_q[b])
+      throw std::invalid_argument("test case: seqused_k > len_k or seqused_q > len_q");
 }
 
 // The lengths of a random variable-length case (the forward's and the backward's sweeps name these
 // fields alike), drawn in this order: batch 1-6; a packed q, a packed k and seqused_k independently (at
 // least one); lengths log-uniform in [1, max_length], an edge length with chance edge_chance,
-// sometimes 0 on a packed side; packed qkv; the keys each sequence uses.
+// sometimes 0 on a packed side; packed qkv; the keys each sequence uses; the queries it uses
+// (seqused_q, a fifth of the cases: the q rows past them hold NaN, make_sequence_inputs).
 template <class Case, std::size_t kEdges>
 void draw_lengths(std::mt19937_64& rng, Case& c, const int (&edge_lengths)[kEdges], int max_length,
                   double edge_chance) {
@@ -493,9 +508,13 @@ void draw_lengths(std::mt19937_64& rng, Case& c, const int (&edge_lengths)[kEdge
     c.seqused_k.emplace();
     for (int lk : c.len_k) c.seqused_k->push_back(chance(0.3) ? lk : pick(0, lk));
   }
+  if (chance(0.2)) {
+    c.seqused_q.emplace();
+    for (int lq : c.len_q) c.seqused_q->push_back(chance(0.3) ? lq : pick(0, lq));
+  }
 }
 
-// Every length of a case (used keys too) by a quarter: monotone, so used keys stay <= stored keys; 0
+// Every length of a case (used keys and queries too) by a quarter: monotone, so used rows stay <= stored ones; 0
 // stays 0 and nothing else reaches it.
 template <class Case>
 void shrink_lengths(Case& c) {
@@ -505,6 +524,7 @@ void shrink_lengths(Case& c) {
   shrink(c.len_q);
   shrink(c.len_k);
   if (c.seqused_k) shrink(*c.seqused_k);
+  if (c.seqused_q) shrink(*c.seqused_q);
 }
 
 // One step of fitting a random case's work: halves the GQA ratio, else (ratio 1) drops a kv head.

@@ -287,21 +287,23 @@ TEST_F(BackwardRefusals, DqDtypeMismatchIsInvalid) {
   }
 }
 
-// attention_chunk: refused by the kernels until their chunk masks have run on a GPU (branch
-// wip/attention-chunk-kernels), nothing written.
-TEST_F(BackwardRefusals, AttentionChunkIsUnsupported) {
-  const BackwardCall call(causal(bwd(kBf16, 1, 2, 2, 70, 130, 64)), run_seed());
+// The deterministic kernels take neither chunks nor seqused_q (the chunk arithmetic spilled their
+// registers; both have kernels of their own, BwdTraits::kChunksAndSequsedQ): refused, nothing written.
+TEST_F(BackwardRefusals, DeterministicWithChunksIsUnsupported) {
+  BackwardCase c = causal(bwd(kBf16, 1, 2, 2, 300, 300, 64));
+  c.attention_chunk = 128;
+  const BackwardCall call(c, run_seed());
   BwdArgs args = call.args;
-  args.attention_chunk = 16;
+  args.deterministic = true;
   EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "attention_chunk"), "");
 }
 
-// seqused_q: likewise until its kernel code has run on a GPU (branch wip/seqused-q-kernels).
-TEST_F(BackwardRefusals, SequsedQIsUnsupported) {
-  const BackwardCall call(causal(bwd(kBf16, 1, 2, 2, 70, 130, 64)), run_seed());
-  const DeviceBuffer rows_used = upload(std::vector<int>{50});
+TEST_F(BackwardRefusals, DeterministicWithSequsedQIsUnsupported) {
+  const BackwardCall call(bwd(kFp16, 2, 2, 2, 300, 300, 192), run_seed());
+  const DeviceBuffer seqused_q = upload(std::vector<int>{129, 300});
   BwdArgs args = call.args;
-  args.seqused_q = make_tensor(rows_used.data(), Dtype::kInt32, {1}, DeviceType::kCuda);
+  args.deterministic = true;
+  args.seqused_q = make_tensor(seqused_q.data(), Dtype::kInt32, {2}, DeviceType::kCuda);
   EXPECT_EQ(expect_refused(call, args, StatusCode::kUnsupported, "seqused_q"), "");
 }
 

@@ -118,6 +118,29 @@ std::vector<NamedCase<VarlenBackwardCase>> corner_cases() {
     c.packed_qkv = true, c.padded_rows = true, c.causal = true, c.window_left = 100;
     add("PackedQkv_PaddedRows_d64_fp16_mqa_causal_window100", c);
   }
+  // seqused_q: q, dout, out and lse hold NaN past each sequence's rows in use, which must reach no
+  // gradient; dq there must be 0. Block edges, none and all rows used.
+  {
+    VarlenBackwardCase c = varlen({200, 129, 64, 7}, {300, 129, 64, 7}, 8, 2, 128, kBf16);
+    c.seqused_q = {{129, 0, 63, 7}}, c.causal = true;
+    add("SequsedQ_VarlenQ_VarlenK_causal", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({257, 257, 257}, {300, 300, 300}, 4, 2, 64, kFp16);
+    c.varlen_q = false, c.varlen_k = false, c.seqused_q = {{1, 257, 128}};
+    c.window_left = 37, c.window_right = 11;
+    add("SequsedQ_DenseQ_DenseK_window37_11", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({130, 65}, {400, 65}, 4, 1, 256, kBf16);
+    c.seqused_q = {{65, 64}}, c.seqused_k = {{257, 1}}, c.causal = true, c.softcap = 30.0f, c.amplitude = 6.0f;
+    add("SequsedQ_SequsedK_d256_causal_softcap30", c);
+  }
+  {
+    VarlenBackwardCase c = varlen({190, 70}, {190, 200}, 4, 2, 192, kFp16);
+    c.seqused_q = {{129, 65}};
+    add("SequsedQ_d192", c);
+  }
   return cases;
 }
 

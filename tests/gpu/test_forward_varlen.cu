@@ -122,6 +122,30 @@ std::vector<NamedCase<VarlenCase>> corner_cases() {
     c.padded_rows = true, c.causal = true;
     add("PaddedRows_d256_fp16_causal", c);
   }
+  // seqused_q: each sequence's first rows are its queries (causal aligned to them); q holds NaN past
+  // them, and out and lse there must keep their poison. Tile edges, none and all rows used.
+  {
+    VarlenCase c = varlen({200, 129, 64, 7}, {300, 129, 64, 7}, 8, 2, 128, kBf16);
+    c.seqused_q = {{129, 0, 63, 7}}, c.causal = true;
+    add("SequsedQ_VarlenQ_VarlenK_causal", c);
+  }
+  {
+    VarlenCase c = varlen({257, 257, 257}, {300, 300, 300}, 4, 2, 64, kFp16);
+    c.varlen_q = false, c.varlen_k = false, c.seqused_q = {{1, 257, 128}};
+    c.window_left = 37, c.window_right = 11;
+    add("SequsedQ_DenseQ_DenseK_window37_11", c);
+  }
+  {
+    VarlenCase c = varlen({130, 65}, {400, 65}, 4, 1, 256, kBf16);
+    c.seqused_q = {{65, 64}}, c.seqused_k = {{257, 1}}, c.causal = true, c.softcap = 30.0f;
+    add("SequsedQ_SequsedK_d256_causal_softcap30", c);
+  }
+  {
+    VarlenCase c = varlen({4, 4, 4}, {900, 900, 900}, 16, 2, 64, kBf16);  // speculative decoding steps
+    c.varlen_q = false, c.varlen_k = false, c.seqused_q = {{1, 0, 3}}, c.causal = true;
+    c.seqused_k = {{900, 20, 499}};
+    add("SequsedQ_DecodingSteps_causal", c);
+  }
   return cases;
 }
 

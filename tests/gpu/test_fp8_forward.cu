@@ -54,6 +54,7 @@ struct Fp8Case {
   int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 128;
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;  // -1: unbounded; causal is window_right 0
+  int attention_chunk = 0;                   // 0: off
   float softcap = 0.0f;                      // 0: off
   int out_pad = 0;  // > 0: out rows padded by this many elements (a multiple of 8: 16-byte strides)
   float q_amplitude = 1.0f;  // larger: peakier softmax
@@ -75,6 +76,7 @@ struct Fp8Case {
       << " d " << head_dim << (causal ? " causal" : "") << (with_lse ? " lse" : "") << " qamp " << q_amplitude
       << " window (" << window_left << ", " << window_right << ")"
       << (head_scales ? " head-scales" : "");
+    if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (out_pad > 0) s << " out-pad " << out_pad;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
@@ -98,6 +100,7 @@ struct OracleArgs {
   float *ref = nullptr, *emul = nullptr, *lse = nullptr;  // dense (b, sq, hq, d) and (b, hq, sq)
   float* bound = nullptr;          // dense (b, sq, hq, d): how far out may be from ref (the header)
   float* lse_tolerance = nullptr;  // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
+  int attention_chunk = 0;  // 0 = off; else only keys in the chunk of the row's diagonal (floor division)
 };
 
 __device__ float e4m3_value(std::uint8_t code) {
@@ -155,8 +158,14 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
     return e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
   };
   const int diagonal = i + a.seqlen_k - a.seqlen_q;
-  const int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
-  const int key_begin = a.window_left >= 0 ? max(0, diagonal - a.window_left) : 0;
+  int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
+  int key_begin = a.window_left >= 0 ? max(0, diagonal - a.window_left) : 0;
+  if (a.attention_chunk > 0) {
+    const int c = a.attention_chunk;
+    const int first = (diagonal >= 0 ? diagonal / c : -((-diagonal + c - 1) / c)) * c;
+    key_begin = max(key_begin, first);
+    key_end = min(key_end, first + c);
+  }
   float local_max = -INFINITY, local_max8 = -INFINITY, local_magnitude = 0.0f;
   for (int j = threadIdx.x; j < a.seqlen_k; j += blockDim.x) {
     float s = -INFINITY, s_approx = -INFINITY;
@@ -486,6 +495,7 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
                c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.rows_q, c.rows_kv,
                blocks_q, blocks_kv, c.window_left, c.causal ? 0 : c.window_right,
                1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.softcap};
+  o.attention_chunk = c.attention_chunk;
   const auto out_h = out.to_host<std::uint16_t>();
   const auto lse_h = lse.to_host<float>();
   return check_against_oracle(
@@ -499,13 +509,16 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
 // be. dense_q / dense_k pass equal-length q or k/v as (batch, seqlen, heads, d) without cu_seqlens
 // instead; page_size > 0 passes k/v as a paged cache of that page size instead (shuffled pages of
 // max(lens_k) keys per sequence, spare pages, everything but the keys in use NaN; seqused_k given).
+// used_q (seqused_q; empty: all): the queries each sequence uses; its q rows past them are NaN, and
+// its out and lse rows there must keep their poison.
 struct Fp8VarlenCase {
-  std::vector<int> lens_q, lens_k, used_k;
+  std::vector<int> lens_q, lens_k, used_k, used_q;
   bool dense_q = false, dense_k = false;
   int page_size = 0;
   int heads_q = 4, heads_kv = 2, head_dim = 128;
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;
+  int attention_chunk = 0;
   float softcap = 0.0f, q_amplitude = 2.0f;
   bool head_scales = true, block_scales = false;
   int rows_q = 128, rows_kv = 128;
@@ -521,12 +534,14 @@ struct Fp8VarlenCase {
     std::ostringstream s;
     s << "varlen sq {" << list(lens_q) << "} sk {" << list(lens_k) << "}";
     if (!used_k.empty()) s << " seqused_k {" << list(used_k) << "}";
+    if (!used_q.empty()) s << " seqused_q {" << list(used_q) << "}";
     if (dense_q) s << " dense q";
     if (dense_k) s << " dense k/v";
     if (page_size > 0) s << " paged " << page_size;
     s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim << (causal ? " causal" : "")
       << (with_lse ? " lse" : "") << " qamp " << q_amplitude << " window (" << window_left << ", " << window_right
       << ")" << (head_scales ? " head-scales" : "");
+    if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (block_scales) s << " block-scales " << rows_q << "/" << rows_kv;
     if (num_splits != 0) s << " num_splits " << num_splits;
@@ -543,6 +558,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const int batch = static_cast<int>(c.lens_q.size()), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
   const std::vector<int> starts_q = prefix_sums(c.lens_q), starts_k = prefix_sums(c.lens_k);
   const std::vector<int>& used = c.used_k.empty() ? c.lens_k : c.used_k;
+  const std::vector<int>& used_q = c.used_q.empty() ? c.lens_q : c.used_q;
   const int total_q = starts_q.back(), total_k = starts_k.back();
   const int max_q = *std::max_element(c.lens_q.begin(), c.lens_q.end());
   const int max_k = *std::max_element(c.lens_k.begin(), c.lens_k.end());
@@ -557,6 +573,9 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
     const std::size_t bytes = std::size_t(c.lens_k[b] - used[b]) * row_bytes;
     HOPATTN_CUDA_CHECK(cudaMemset(k.as<std::uint8_t>() + first, 0x7f, bytes));
     HOPATTN_CUDA_CHECK(cudaMemset(v.as<std::uint8_t>() + first, 0x7f, bytes));
+    const std::size_t q_row_bytes = std::size_t(hq) * d;  // and the query rows past those in use
+    HOPATTN_CUDA_CHECK(cudaMemset(q.as<std::uint8_t>() + (starts_q[b] + used_q[b]) * q_row_bytes, 0x7f,
+                                  (c.lens_q[b] - used_q[b]) * q_row_bytes));
   }
   const Fp8Descales scales(batch, hq, hkv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
   const std::int64_t nq = std::int64_t(total_q) * hq * d, nlse = std::int64_t(total_q) * hq;
@@ -610,6 +629,8 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const DeviceBuffer used_all = upload(used);  // a paged cache takes its key counts from seqused_k
   if (!c.used_k.empty() || c.page_size > 0)
     args.seqused_k = make_tensor(used_all.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+  const DeviceBuffer used_q_all = upload(used_q);
+  if (!c.used_q.empty()) args.seqused_q = make_tensor(used_q_all.data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
   args.max_seqlen_q = max_q;
   args.max_seqlen_k = max_k;
   scales.attach(args, c.rows_q, c.rows_kv);
@@ -617,13 +638,16 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != nq) return "out not written exactly (NaN left)";
-  if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
+  // Exactly the rows in use written (all of them without seqused_q).
+  const std::int64_t rows_used = std::int64_t(prefix_sums(used_q).back()) * hq;
+  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != rows_used * d) return "out not written exactly";
+  if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != rows_used)
+    return "lse not written exactly";
 
   const auto out_h = out.to_host<std::uint16_t>();
   const auto lse_h = lse.to_host<float>();
   for (int b = 0; b < batch; ++b) {
-    const int len_q = c.lens_q[b];
+    const int len_q = used_q[b];
     if (len_q == 0) continue;
     const std::size_t q_row = starts_q[b], k_row = starts_k[b];
     OracleArgs o{q.as<std::uint8_t>() + q_row * hq * d, k.as<std::uint8_t>() + k_row * hkv * d,
@@ -633,6 +657,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
                  scales.per_block(scales.v_block, b, hkv, blocks_kv),
                  1, hq, hkv, len_q, used[b], d, c.rows_q, c.rows_kv, blocks_q, blocks_kv,
                  c.window_left, c.causal ? 0 : c.window_right, 1.0f / std::sqrt(static_cast<float>(d)), c.softcap};
+    o.attention_chunk = c.attention_chunk;
     const std::string why = check_against_oracle(
         o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[q_row * hq * d + i])); },
         c.with_lse ? [&](std::int64_t r) {
@@ -691,6 +716,7 @@ void draw_mask_scales_and_options(std::mt19937_64& rng, Case& c, int block_scale
     c.window_left = rng() % 3 != 0 ? int(rng() % 400) : -1;
     if (!c.causal) c.window_right = rng() % 2 ? int(rng() % 200) : -1;
   }
+  if (rng() % 6 == 0) c.attention_chunk = 1 + int(rng() % 300);  // chunked attention, on top of the rest
   // A softcap from 1 (nearly every score capped) to 30 (only the peaks of q amplitude 4).
   if (rng() % 4 == 0) c.softcap = std::uniform_real_distribution<float>(1.0f, 30.0f)(rng);
   c.with_lse = rng() % 4 != 0;
@@ -717,7 +743,8 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   c.seqlen_k = forced_k > 0 ? forced_k : log_uniform(rng, 1, 3000);
   draw_mask_scales_and_options(rng, c, 2);
   if (rng() % 8 == 0) c.out_pad = 8;  // the O store must leave the padding alone
-  c.v_keys_contiguous = rng() % 2;
+  // Chunks need v in the ordinary layout (launch_forward_fp8_chunked).
+  c.v_keys_contiguous = rng() % 2 && c.attention_chunk == 0;
   c.v_key_pad = c.v_keys_contiguous && rng() % 2 ? 16 * int(1 + rng() % 4) : 0;
   // Keep the oracle's work (one block per query row) bounded; forced lengths stay as given.
   while (double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * c.head_dim > 1.5e9) {
@@ -771,6 +798,15 @@ TEST_F(Fp8Forward, CornerCases) {
     cases.push_back(c);
     c.softcap = 0.0f, c.block_scales = false, c.out_pad = 8;  // the O store must leave the padding alone
     cases.push_back(c);
+    // Chunked attention: causal chunks of 100 (a tile spans two), chunks of 7 with a window and block
+    // descales, and chunks of 64 where diagonals fall before key 0 (those rows see no key).
+    c.out_pad = 0, c.attention_chunk = 100;
+    cases.push_back(c);
+    c.causal = false, c.attention_chunk = 7, c.window_left = 20, c.block_scales = true;
+    cases.push_back(c);
+    c.seqlen_q = 500, c.seqlen_k = 300, c.window_left = -1, c.attention_chunk = 64, c.block_scales = false;
+    cases.push_back(c);
+    c.attention_chunk = 0, c.seqlen_q = 259, c.seqlen_k = 391;
   }
   // 192-row k/v descales at head dim 128: the 192-key block-descale kernel at a short length (also
   // under the device script's sanitizers), v in both layouts; at head dim 64 (ordinary v layout) the
@@ -1029,12 +1065,16 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   }
   // At least one query row: CUDA tensors must not be empty (validation refuses them).
   if (*std::max_element(c.lens_q.begin(), c.lens_q.end()) == 0) c.lens_q[0] = 1;
+  // Neither chunks nor seqused_q at d 256 with variable lengths (launch_forward_fp8_chunks_seqused_q).
+  if (c.head_dim == 256) c.attention_chunk = 0;
+  if (c.head_dim != 256 && rng() % 5 == 0)  // seqused_q: the queries in use, none to all
+    for (int len : c.lens_q) c.used_q.push_back(int(rng() % (len + 1)));
   return c;
 }
 
-// Variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) against the oracle run on each
-// sequence alone: random lengths (empty query sequences, keys in use from none to all, the unused rows
-// NaN), every head dim, masks, softcap, GQA, per-head and per-block descales, the kernel options.
+// Variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k / seqused_q) against the oracle run
+// on each sequence alone: random lengths (empty query sequences, keys and queries in use from none to
+// all, the unused rows NaN), every head dim, masks, softcap, GQA, per-head and per-block descales, the kernel options.
 TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
   const std::uint64_t seed = run_seed();
   std::mt19937_64 rng(seed);
@@ -1068,6 +1108,15 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.softcap = 2.5f, c.window_left = 37, c.window_right = 5;
     cases.push_back(c);
     c.softcap = 0.0f, c.window_left = c.window_right = -1, c.block_scales = true, c.rows_q = 64;
+    cases.push_back(c);
+  }
+  for (int d : {64, 128}) {  // seqused_q: none, one, a block edge, all (d 256: refused)
+    Fp8VarlenCase c;
+    c.head_dim = d, c.causal = true, c.lens_q = {200, 129, 64, 7}, c.lens_k = {300, 129, 64, 7};
+    c.used_q = {129, 0, 63, 7};
+    cases.push_back(c);
+    c.causal = false, c.dense_q = c.dense_k = true, c.lens_q = {4, 4}, c.lens_k = {900, 900}, c.used_q = {1, 3};
+    c.used_k = {899, 64}, c.block_scales = true, c.rows_q = 64;
     cases.push_back(c);
   }
   Fp8VarlenCase c;
@@ -1217,6 +1266,29 @@ TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
   EXPECT_EQ(status.code(), StatusCode::kUnsupported) << status.message();
   EXPECT_NE(status.message().find("keys-contiguous"), std::string::npos) << status.message();
   EXPECT_EQ(count_unpoisoned(out.data(), Dtype::kBFloat16, std::int64_t(batch) * sq * h * d), 0) << "out written";
+}
+
+// Chunks and seqused_q run in kernels of their own (launch_forward_fp8_chunks_seqused_q), which take v in
+// the ordinary layout, and at head dim 256 dense batches only (the d 256 variable-length kernel spilled
+// with chunks and seqused_q): refused, naming the argument and what takes it.
+TEST_F(Fp8Forward, ChunksOrSequsedQWithKeysContiguousVOrD256VariableLengthsAreRefused) {
+  for (int d : {64, 256}) {
+    Fp8Case dense;  // lengths past the chunk: a chunk that masks nothing is turned off before the kernels
+    dense.head_dim = d, dense.seqlen_q = 100, dense.seqlen_k = 200, dense.attention_chunk = 64;
+    dense.v_keys_contiguous = true;
+    const std::string why = run_fp8_case(dense, run_seed());
+    EXPECT_NE(why.find("attention_chunk"), std::string::npos) << why;
+    EXPECT_NE(why.find("head dim contiguous"), std::string::npos) << why;
+  }
+  Fp8VarlenCase varlen;
+  varlen.head_dim = 256, varlen.lens_q = {70, 30}, varlen.lens_k = {100, 50}, varlen.attention_chunk = 64;
+  std::string why = run_fp8_varlen_case(varlen, run_seed());
+  EXPECT_NE(why.find("attention_chunk"), std::string::npos) << why;
+  EXPECT_NE(why.find("dense batches"), std::string::npos) << why;
+  varlen.attention_chunk = 0, varlen.used_q = {50, 30};
+  why = run_fp8_varlen_case(varlen, run_seed());
+  EXPECT_NE(why.find("seqused_q"), std::string::npos) << why;
+  EXPECT_NE(why.find("at d 64 and 128"), std::string::npos) << why;
 }
 
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {

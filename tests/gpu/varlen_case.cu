@@ -22,6 +22,7 @@ std::string VarlenCase::describe() const {
   std::ostringstream s;
   s << (varlen_q ? "varlen q " : "dense q ") << join(len_q) << (varlen_k ? " varlen k " : " dense k ") << join(len_k);
   if (seqused_k) s << " seqused_k " << join(*seqused_k);
+  if (seqused_q) s << " seqused_q " << join(*seqused_q);
   describe_to(s);
   s << (packed_qkv ? " packed-qkv" : "");
   if (trailing_k_rows) s << " trailing k rows " << trailing_k_rows;
@@ -41,10 +42,11 @@ std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
 
     const PoisonedOutputs outputs(c.dtype, starts_q, c.varlen_q, hq, d, c.padded_rows, c.with_lse);
 
-    std::optional<DeviceBuffer> cu_q, cu_k, seqused;
+    std::optional<DeviceBuffer> cu_q, cu_k, seqused, seqused_q;
     if (c.varlen_q) cu_q = upload(starts_q);
     if (c.varlen_k) cu_k = upload(starts_k);
     if (c.seqused_k) seqused = upload(*c.seqused_k);
+    if (c.seqused_q) seqused_q = upload(*c.seqused_q);
     FwdArgs args;
     args.q = q.api_tensor(starts_q, c.varlen_q);
     // A varlen k of k_rows_stored rows: the last sequence may end before the tensor does.
@@ -56,16 +58,21 @@ std::string run_varlen_case(const VarlenCase& c, std::uint64_t seed) {
     if (cu_q) args.cu_seqlens_q = make_tensor(cu_q->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
     if (cu_k) args.cu_seqlens_k = make_tensor(cu_k->data(), Dtype::kInt32, {batch + 1}, DeviceType::kCuda);
     if (seqused) args.seqused_k = make_tensor(seqused->data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
+    if (seqused_q) args.seqused_q = make_tensor(seqused_q->data(), Dtype::kInt32, {batch}, DeviceType::kCuda);
     // The true maxima, also on a dense side (where validation reads the length from the shape).
     args.max_seqlen_q = *std::max_element(c.len_q.begin(), c.len_q.end());
     args.max_seqlen_k = *std::max_element(c.len_k.begin(), c.len_k.end());
     c.set_args(args);
     if (std::string why = forward_problem(args); !why.empty()) return why;
 
-    // The reference reads the stored rows, sequence b's first used_k(b) keys of its len_k[b].
+    // The reference reads the stored rows, sequence b's first used_k(b) keys of its len_k[b] and
+    // first used_q(b) queries of its len_q[b] (out and lse past those must keep their poison).
     SequenceRows rows;
-    rows.len_q = c.len_q, rows.starts_q = starts_q, rows.starts_k = starts_k;
-    for (int b = 0; b < batch; ++b) rows.len_k.push_back(c.used_k(b));
+    rows.starts_q = starts_q, rows.starts_k = starts_k;
+    for (int b = 0; b < batch; ++b) {
+      rows.len_q.push_back(c.used_q(b));
+      rows.len_k.push_back(c.used_k(b));
+    }
     rows.q = q, rows.k = k, rows.v = v;
     return check_sequences(c, rows, outputs);
   } catch (const std::exception& e) {

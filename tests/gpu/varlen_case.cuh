@@ -1,5 +1,5 @@
 // One variable-length forward call of the GPU tests (test_forward_varlen.cu, test_head_dims.cu):
-// cu_seqlens_q, cu_seqlens_k and seqused_k alone and combined, with dense q or k where the API allows
+// cu_seqlens_q, cu_seqlens_k, seqused_k and seqused_q alone and combined, with dense q or k where the API allows
 // it, run through hopattn::forward and judged sequence by sequence by check_sequences
 // (sequence_checks.cuh).
 #pragma once
@@ -19,6 +19,7 @@ struct VarlenCase : CallSettings {
   std::vector<int> len_q;                     // query rows of each sequence
   std::vector<int> len_k;                     // key rows stored for each sequence
   std::optional<std::vector<int>> seqused_k;  // keys each sequence uses (<= len_k), when given
+  std::optional<std::vector<int>> seqused_q;  // query rows each sequence uses (<= len_q), when given
   bool varlen_q = true, varlen_k = true;
   // q, k, v as head slices of one (total, hq + 2 hkv, d) buffer, as flash_attn_varlen_qkvpacked_func
   // takes them; needs varlen q and k with equal lengths.
@@ -30,9 +31,10 @@ struct VarlenCase : CallSettings {
 
   int batch() const { return static_cast<int>(len_q.size()); }
   int used_k(int b) const { return seqused_k ? (*seqused_k)[b] : len_k[b]; }
+  int used_q(int b) const { return seqused_q ? (*seqused_q)[b] : len_q[b]; }
   double work() const {
     double pairs = 0;
-    for (int b = 0; b < batch(); ++b) pairs += double(len_q[b]) * used_k(b);
+    for (int b = 0; b < batch(); ++b) pairs += double(used_q(b)) * used_k(b);
     return pairs * heads_q * head_dim;
   }
   // The first `n` sequences as a batch of their own.
@@ -41,6 +43,7 @@ struct VarlenCase : CallSettings {
     c.len_q.resize(n);
     c.len_k.resize(n);
     if (c.seqused_k) c.seqused_k->resize(n);
+    if (c.seqused_q) c.seqused_q->resize(n);
     return c;
   }
   std::string describe() const;

@@ -15,7 +15,8 @@
 //      accumulators instead: Traits::kDqFromRegisters).
 // The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
 // first, each zeroes its share of the K and V rows past the sequence's keys, if the block has any
-// (key_tail.cuh).
+// (key_tail.cuh); before a step's first, with seqused_q, its share of the Q and dO rows past the
+// sequence's q rows in use, if the step's q block has any (query_tail.cuh).
 // dK and dV (at d 192 and 256 one of them per consumer) stay in registers for the whole CTA and are
 // stored at the end (dK times softmax_scale), through shared memory by TMA (store_gradient_tiles).
 #pragma once
@@ -35,6 +36,7 @@
 #include "sm90/bwd/key_tail.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/producer.cuh"
+#include "sm90/bwd/query_tail.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/pipeline/stage_ring.cuh"
 #include "sm90/pipeline/warpgroup_turns.cuh"
@@ -182,6 +184,7 @@ class BwdConsumer {
                            float (&dk)[kG], float (&dv)[kG]) {
     const int stage = ring.index();
     mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
+    clear_query_tail(stage, m0);
     float s[kS], dp[kS];
     if (pending.head >= 0) {
       float dq_own[kDq];
@@ -208,7 +211,8 @@ class BwdConsumer {
     }
     const SequenceBounds& b = bounds();
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
-        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right);
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right,
+        kernel_chunk<Traits>(b));
     if (p_.softcap > 0.0f) {
       wgmma_wait<1>();
       pin_registers(s);
@@ -285,6 +289,7 @@ class BwdConsumer {
     const int stage = ring.index();
     const bool scores = warpgroup_ == 0;
     mbarrier_wait(&s_.q_full[stage], ring.phase());  // producer -> us: Q, dO and the row statistics landed
+    clear_query_tail(stage, m0);
     const std::uint32_t keys_tile = smem_address(scores ? s_.k : s_.v);
     const std::uint32_t rows_tile = smem_address(scores ? s_.q[stage] : s_.dout[stage]);
     float acc[kS];  // S^T (consumer 0) or dP^T (consumer 1)
@@ -307,7 +312,8 @@ class BwdConsumer {
     }
     const SequenceBounds& b = bounds();
     const bool masked = block_pair_needs_mask<Traits::kBlockM, Traits::kBlockN>(
-        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right);
+        m0, block_.n_block * Traits::kBlockN, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right,
+        kernel_chunk<Traits>(b));
     Fragments frag;
     const PendingDq this_step{head, m0, pending.uses + 1};
     if (scores) {
@@ -421,6 +427,19 @@ class BwdConsumer {
     wait_key_rows_cleared<Traits>(warpgroup_);
   }
 
+  // With seqused_q (the kernels for it: Traits::kChunksAndSequsedQ), the stage's Q and dO rows past the
+  // sequence's q rows in use, zeroed before any GEMM reads them (query_tail.cuh); the test is uniform
+  // over both consumers, which take the same steps, so both reach the clear's barrier. No stores in a
+  // step whose q block lies within the rows.
+  __device__ void clear_query_tail(int stage, int m0) {
+    if constexpr (Traits::kChunksAndSequsedQ) {
+      const int first_row = bounds().seqlen_q - m0;
+      if (p_.seqused_q != nullptr && first_row < Traits::kBlockM) {
+        clear_query_rows<Traits>(s_, stage, first_row, warpgroup_, thread_);
+      }
+    }
+  }
+
   // This consumer's first key row in the K and V tiles.
   __device__ int first_key_in_tile() const {
     return Traits::kSplitsRoles ? 0 : warpgroup_ * Traits::kKeysPerWarpgroup;
@@ -434,9 +453,10 @@ class BwdConsumer {
   // Key of accumulator i of this thread (its q row within the block is accumulator_col(thread_, i)).
   __device__ int key_of(int i) const { return key0_ + accumulator_row(thread_, i); }
 
-  // Keys past seqlen_k (the sequence's keys in use) are hidden; q rows past its seqlen_q need no mask
-  // (their P is 0 through the row statistics). The three tests are combined bitwise, not by early
-  // returns: ptxas compiled those into branches around every element of a masked step (perf-notes v96).
+  // Keys past seqlen_k (the sequence's keys in use), outside the window or outside the row's chunk are
+  // hidden; q rows past its seqlen_q need no mask (their P is 0 through the row statistics, their
+  // scores finite: query_tail.cuh). The tests are combined bitwise, not by early returns: ptxas compiled
+  // those into branches around every element of a masked step (perf-notes v96).
   __device__ bool visible(int i, int m0) const {
     const SequenceBounds& b = bounds();
     // A window side that is off: no key is further than this from the diagonal (|key - diagonal| <
@@ -445,8 +465,14 @@ class BwdConsumer {
     const int right = b.window_right >= 0 ? b.window_right : kUnbounded;
     const int left = b.window_left >= 0 ? b.window_left : kUnbounded;
     const int key = key_of(i);
-    const int past_diagonal = key - (m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q);
-    return (key < b.seqlen_k) & (past_diagonal <= right) & (past_diagonal >= -left);
+    const int diagonal = m0 + accumulator_col(thread_, i) + b.seqlen_k - b.seqlen_q;
+    const int past_diagonal = key - diagonal;
+    bool in_chunk = true;
+    if (const int chunk = kernel_chunk<Traits>(b); chunk > 0) {
+      const int first = chunk_first_key(diagonal, chunk);
+      in_chunk = (key >= first) & (key < first + chunk);
+    }
+    return (key < b.seqlen_k) & (past_diagonal <= right) & (past_diagonal >= -left) & in_chunk;
   }
 
   // A row statistic of each q row (accumulator column) this thread holds: accumulator i's is

@@ -22,8 +22,10 @@ constexpr int kDqConvertThreads = 256;
 // of 64 columns (64 x 64 floats, contiguous in the workspace): the pass's floats read in order (each warp
 // 512 contiguous bytes a load), put in place through shared memory, and written as whole 128-byte rows
 // of dq. Straight from the accumulator order, a warp's 16-byte stores hit 32 rows and its loads half
-// sectors: 41-46% of the DRAM rate (perf-notes v113). Writes exactly the sequence's rows; the blocks of a
-// variable-length batch past its rows (the grid has the longest sequence's) leave at once.
+// sectors: 41-46% of the DRAM rate (perf-notes v113). Writes exactly the sequence's stored rows; the
+// blocks of a variable-length batch past them (the grid has the longest sequence's) leave at once. Rows
+// past those it uses (seqused_q; Traits::kChunksAndSequsedQ) get 0 by a select: the workspace blocks wholly past them
+// are not read (row_stats.cuh left them as they were, NaN maybe), and a product with 0 would keep a NaN.
 template <class Traits>
 __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(const BwdParams p) {
   using Element = typename Traits::Element;
@@ -41,9 +43,10 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
 
   const HeadBlock cta = head_block_of_cta(p);
   const int head = cta.head, m0 = cta.m * kBlockM;
-  const BwdSequence seq = backward_sequence<kBlockM>(p, blockIdx.y);
-  const int seqlen_q = seq.bounds.seqlen_q;
-  if (m0 >= seqlen_q) return;
+  const BwdSequence seq = backward_sequence<kBlockM, Traits::kChunksAndSequsedQ>(p, blockIdx.y);
+  const int q_rows = seq.q_rows, seqlen_q = seq.bounds.seqlen_q;
+  if (m0 >= q_rows) return;
+  const bool accumulated = m0 < seqlen_q;  // row_stats.cuh zeroed the block and the main kernel added into it
   const float4* block =
       reinterpret_cast<const float4*>(p.dq_accum + workspace_row<kBlockM>(p, seq, head, m0) * kHeadDim);
   Element* dq = static_cast<Element*>(p.dq) + seq.rows.q_batch * p.dq_batch_stride +
@@ -54,7 +57,10 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
     if (pass > 0) __syncthreads();  // the previous pass's reads of the tile are done
     float4 quads[kQuadsPerThread];
 #pragma unroll
-    for (int k = 0; k < kQuadsPerThread; ++k) quads[k] = block[pass * kPassQuads + k * kDqConvertThreads + thread];
+    for (int k = 0; k < kQuadsPerThread; ++k) {
+      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      quads[k] = accumulated ? block[pass * kPassQuads + k * kDqConvertThreads + thread] : zero;
+    }
 #pragma unroll
     for (int k = 0; k < kQuadsPerThread; ++k) {
       // Quad i of the pass: piece i / kPieceQuads, 8-column block j, accumulator thread t (rows r and r + 8).
@@ -70,15 +76,16 @@ __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(
       const int u = k * kDqConvertThreads + thread;
       const int row = u / kChunksPerRow, col = u % kChunksPerRow * 8;
       // Columns past head_dim: those the next wider kernel added (backward.cu).
-      if (m0 + row >= seqlen_q || pass * kPassCols + col >= p.head_dim) continue;
+      if (m0 + row >= q_rows || pass * kPassCols + col >= p.head_dim) continue;
       const float4 lo = *reinterpret_cast<const float4*>(&tile[row * kPitch + col]);
       const float4 hi = *reinterpret_cast<const float4*>(&tile[row * kPitch + col + 4]);
       const float scale = p.softmax_scale;
+      const uint4 value = make_uint4(pack_pair<Traits::kIsBf16>(lo.x * scale, lo.y * scale),
+                                     pack_pair<Traits::kIsBf16>(lo.z * scale, lo.w * scale),
+                                     pack_pair<Traits::kIsBf16>(hi.x * scale, hi.y * scale),
+                                     pack_pair<Traits::kIsBf16>(hi.z * scale, hi.w * scale));
       *reinterpret_cast<uint4*>(dq + row * p.dq_row_stride + pass * kPassCols + col) =
-          make_uint4(pack_pair<Traits::kIsBf16>(lo.x * scale, lo.y * scale),
-                     pack_pair<Traits::kIsBf16>(lo.z * scale, lo.w * scale),
-                     pack_pair<Traits::kIsBf16>(hi.x * scale, hi.y * scale),
-                     pack_pair<Traits::kIsBf16>(hi.z * scale, hi.w * scale));
+          m0 + row < seqlen_q ? value : make_uint4(0, 0, 0, 0);
     }
   }
 }

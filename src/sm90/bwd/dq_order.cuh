@@ -71,12 +71,13 @@ template <class Traits, class Bounds>
 __device__ __forceinline__ void wait_dq_turn(const BwdParams& p, const int* counter, int n_block, int m0,
                                              const Bounds& b) {
   const int m = m0 / Traits::kBlockM;
+  const int chunk = kernel_chunk<Traits>(b);
   const int before =
       dq_order_descending(p)
           ? key_blocks_after_seeing<Traits::kBlockM, Traits::kBlockN>(n_block, m, b.seqlen_q, b.seqlen_k,
-                                                                      b.window_left, b.window_right)
+                                                                      b.window_left, b.window_right, chunk)
           : key_blocks_before_seeing<Traits::kBlockM, Traits::kBlockN>(n_block, m, b.seqlen_q, b.seqlen_k,
-                                                                       b.window_left, b.window_right);
+                                                                       b.window_left, b.window_right, chunk);
   wait_counter_at_least(counter, before);
   fence_proxy_async_global();  // the acquire before the bulk reduction (async proxy)
 }

@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                               const __grid_constant__ CUtensorMap tm_row_stats, const __grid_constant__ BwdParams params,
                               const __grid_constant__ CUtensorMap tm_dk, const __grid_constant__ CUtensorMap tm_dv) {
   const KeyBlock block = key_block_of_cta<Traits>(params);
-  const BwdSequence seq = backward_sequence<Traits::kBlockM>(params, block.batch);
+  const BwdSequence seq = backward_sequence<Traits::kBlockM, Traits::kChunksAndSequsedQ>(params, block.batch);
   // The grid has the longest sequence's key blocks for every sequence: the whole CTA leaves, before
   // any barrier, when its block starts past its sequence's keys (whose CTAs store all its dk, dv).
   if (block.n_block * Traits::kBlockN >= seq.key_rows) return;

@@ -21,35 +21,44 @@
 
 namespace hopattn::sm90 {
 
+// Zeroes rows [first_row, kRows) of the kRows rows of a swizzled tile's column block that start at
+// `rows` (a shared-window address; first_row < 0: all of them) with the kThreads threads of a
+// warpgroup. Whole 128-byte rows, so the swizzle (a permutation within a row) does not matter; a warp
+// stores 512 contiguous bytes at a time, conflict free. Also the backward's q rows (query_tail.cuh).
+template <int kRows, int kThreads>
+__device__ __forceinline__ void clear_rows_from(std::uint32_t rows, int first_row, int thread) {
+  constexpr int kChunksPerRow = kSwizzleBytes / 16;
+  constexpr int kStores = kRows * kChunksPerRow / kThreads;
+  static_assert(kStores * kThreads == kRows * kChunksPerRow, "whole rows per pass of the threads");
+  const int first_chunk = first_row * kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < kStores; ++i) {
+    const int chunk = thread + i * kThreads;
+    if (chunk >= first_chunk) store_zero_16b(rows + chunk * 16);
+  }
+}
+
 // Zeroes rows [first_row, kKeysPerWarpgroup) of this consumer warpgroup's keys in the K and V tiles
 // (first_row < 0: all of them), which must have landed (kv_full waited for), and fences the proxies:
-// generic-proxy stores before the async-proxy reads of wgmma. Whole 128-byte rows of each column block,
-// so the swizzle (a permutation within a row) does not matter; a warp stores 512 contiguous bytes at a
-// time, conflict free. 8 (d 64) or 16 (d 128 to 256) predicated 16-byte stores a thread. Where the
-// consumers share their keys (Traits::kSplitsRoles), consumer 0 clears the first half of the column
-// blocks (rounded up), consumer 1 the rest.
+// generic-proxy stores before the async-proxy reads of wgmma. 8 (d 64) or 16 (d 128 to 256) predicated
+// 16-byte stores a thread. Where the consumers share their keys (Traits::kSplitsRoles), consumer 0
+// clears the first half of the column blocks (rounded up), consumer 1 the rest.
 template <class Traits>
 __device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s, int first_row, int warpgroup,
                                                int thread_in_warpgroup) {
   using KTile = typename Traits::KTile;
-  constexpr int kChunksPerRow = kSwizzleBytes / 16;
-  constexpr int kStores = Traits::kKeysPerWarpgroup * kChunksPerRow / Traits::kWarpgroupThreads;
   constexpr int kBlocksOfFirst = Traits::kSplitsRoles ? (KTile::kColumnBlocks + 1) / 2 : KTile::kColumnBlocks;
   const std::uint32_t rows_offset = Traits::kSplitsRoles ? 0 : warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
   const int first_block = Traits::kSplitsRoles && warpgroup == 1 ? kBlocksOfFirst : 0;
   const int end_block = Traits::kSplitsRoles && warpgroup == 0 ? kBlocksOfFirst : KTile::kColumnBlocks;
-  const int first_chunk = first_row * kChunksPerRow;
   const std::uint32_t tiles[] = {smem_address(s.k), smem_address(s.v)};
 #pragma unroll
   for (const std::uint32_t tile : tiles) {
 #pragma unroll
     for (int block = 0; block < KTile::kColumnBlocks; ++block) {
       if (block < first_block || block >= end_block) continue;
-#pragma unroll
-      for (int i = 0; i < kStores; ++i) {
-        const int chunk = thread_in_warpgroup + i * Traits::kWarpgroupThreads;
-        if (chunk >= first_chunk) store_zero_16b(tile + block * KTile::kColumnBlockBytes + rows_offset + chunk * 16);
-      }
+      clear_rows_from<Traits::kKeysPerWarpgroup, Traits::kWarpgroupThreads>(
+          tile + block * KTile::kColumnBlockBytes + rows_offset, first_row, thread_in_warpgroup);
     }
   }
   fence_proxy_async_shared();

@@ -8,7 +8,8 @@
 namespace hopattn::sm90 {
 
 // kDeterministic: the kernels that sum dq in a fixed order (BwdArgs::deterministic).
-template <int kHeadDim, typename Element, bool kDeterministic = false>
+// kChunksAndSequsedQ: the kernels for attention_chunk and seqused_q (BwdTraits), not deterministic.
+template <int kHeadDim, typename Element, bool kDeterministic = false, bool kChunksAndSequsedQ = false>
 Status launch_backward(const BwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "sm90/fwd/attention_chunk.hpp"
+
 namespace hopattn::sm90 {
 
 struct BwdParams {
@@ -29,6 +31,7 @@ struct BwdParams {
   // window_right], -1 = unbounded on that side (causal is window_right = 0).
   int window_left;
   int window_right;
+  int attention_chunk;  // 0 = off; else also only the keys of the diagonal's chunk (fwd/attention_chunk.hpp)
 
   // Inputs of the row statistics (bwd/row_stats.cuh).
   const void* out;
@@ -44,8 +47,8 @@ struct BwdParams {
   float* sink_partials;  // workspace: kSinkGradParts partial sums per q head (sink_grad.cuh)
 
   // Workspaces, float32, contiguous. row_stats: per (batch, head, 64-row q block), 64 values of
-  // lse * log2(e) (+inf for padding rows and rows that saw no key: P = 0), then 64 of
-  // D_i = sum_c dout_ic out_ic (0 for padding rows): one TMA box per step.
+  // lse * log2(e) (+inf for padding rows, those past the rows the sequence uses, and rows that saw no
+  // key: P = 0), then 64 of D_i = sum_c dout_ic out_ic (0 for padding rows): one TMA box per step.
   float* row_stats;
   float* dq_accum;     // dS K summed over key blocks by bulk reductions (zeroed before the main kernel),
                        // each 64-row q block in the main kernel's accumulator order (dq_convert.cuh)
@@ -60,12 +63,14 @@ struct BwdParams {
 
   // Variable-length batches (bwd/sequence.cuh): int32 device arrays, nullptr when absent (a dense
   // side), as FwdParams has them: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
-  // of the packed q, out, dout and dq (whose batch strides are then 0, as the packed LSE's), its keys
-  // likewise of k, v, dk and dv, of which it uses the first seqused_k[b]. q_blocks_per_head: the
-  // workspace blocks of each q head (workspace_blocks.hpp).
+  // of the packed q, out, dout and dq (whose batch strides are then 0, as the packed LSE's), of which it
+  // uses the first seqused_q[b] (dense q too: of its seqlen_q), its keys likewise of k, v, dk and dv, of
+  // which it uses the first seqused_k[b]. q_blocks_per_head: the workspace blocks of each q head
+  // (workspace_blocks.hpp).
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   const int* seqused_k;
+  const int* seqused_q;
   int q_blocks_per_head;
 
   // Deterministic kernels (BwdTraits::kDeterministic; bwd/dq_order.cuh): per workspace block and

@@ -33,6 +33,7 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   p.softmax_scale = pr.softmax_scale;
   p.window_left = pr.window_left;
   p.window_right = pr.window_right;
+  p.attention_chunk = pr.attention_chunk;
 
   // A packed side, (total, heads, d) with an LSE of (heads_q, total_q), is addressed by row from each
   // sequence's first (bwd/sequence.cuh): batch strides 0.
@@ -64,6 +65,7 @@ BwdParams make_bwd_params(const BwdArgs& a, const detail::Problem& pr) {
   p.cu_seqlens_q = int_array_or_null(a.cu_seqlens_q);
   p.cu_seqlens_k = int_array_or_null(a.cu_seqlens_k);
   p.seqused_k = int_array_or_null(a.seqused_k);
+  p.seqused_q = int_array_or_null(a.seqused_q);
   const std::int64_t q_rows = pr.varlen_q ? a.q.shape[0] : std::int64_t(pr.batch) * pr.seqlen_q;
   const std::int64_t q_blocks = packed_q_blocks<kBlockM>(q_rows, pr.batch);
   p.q_blocks_per_head = static_cast<int>(std::min<std::int64_t>(q_blocks, INT32_MAX));  // more: refused

@@ -39,14 +39,21 @@ struct KeyBlock {
 // The CTA's steps: every q block that sees one of its keys (block_range.hpp), for each q head that
 // reads its K/V head, head by head. Producer and consumers walk the same list. b: the sequence's
 // bounds; a key block past the keys its sequence uses (seqused_k) is seen by no row.
+// The chunk (attention_chunk) a backward kernel masks with: none (a constant 0, so that every chunk
+// test compiles away) but in the kernels for chunks (BwdTraits::kChunksAndSequsedQ).
+template <class Traits>
+__device__ __forceinline__ int kernel_chunk(const SequenceBounds& b) {
+  return Traits::kChunksAndSequsedQ ? b.attention_chunk : 0;
+}
+
 template <class Traits>
 struct StepList {
   int first_head, m_begin, m_blocks;
 
   __device__ StepList(const BwdParams& p, const KeyBlock& block, const SequenceBounds& b) {
     const int n0 = block.n_block * Traits::kBlockN;
-    QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(n0, b.seqlen_q, b.seqlen_k,
-                                                                         b.window_left, b.window_right);
+    QBlockRange range = q_blocks_seeing<Traits::kBlockM, Traits::kBlockN>(
+        n0, b.seqlen_q, b.seqlen_k, b.window_left, b.window_right, kernel_chunk<Traits>(b));
     if (n0 >= b.seqlen_k) range = QBlockRange{0, 0};
     first_head = block.kv_head * p.head_ratio;
     m_begin = range.begin;
@@ -55,8 +62,10 @@ struct StepList {
 };
 
 // Tiles start at the sequence's first rows (rows.q_row0, rows.k_row0; 0 in a dense batch). A tile that
-// runs past its sequence loads the next one's rows (or TMA's zero fill past the tensor's end): keys
-// there are masked, q rows there have P = 0 (their row statistics say lse = +inf).
+// runs past the rows its sequence uses loads whatever lies there (the next sequence's rows, TMA's zero
+// fill past the tensor's end, or past seqused_k / seqused_q anything, NaN included): keys there are
+// masked and q rows there have P = 0 (their row statistics say lse = +inf), and the consumers zero the
+// rows past seqused_k / seqused_q before any GEMM reads them (key_tail.cuh, query_tail.cuh).
 template <class Traits>
 __device__ void run_backward_producer(typename Traits::SharedStorage& s, const BwdTensorMaps& maps,
                                       const BwdParams& p, const KeyBlock& block, const BwdSequence& seq) {

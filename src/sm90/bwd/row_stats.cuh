@@ -4,13 +4,16 @@
 // checks):
 //   dout_dot_out = sum_c dout_c out_c (D_i: dS = P (dP - D), since sum_j P_ij dP_ij = dout_i . out_i);
 //   lse_log2 = lse * log2(e), the exponent's reference for P = exp2(score * scale - lse_log2).
-// Padding rows and rows that saw no key (lse -inf) get lse_log2 = +inf, so their P is exactly 0.
+// Padding rows (past the rows the sequence uses, whose out, dout and lse are not read: past seqused_q
+// they may hold anything) get D = 0, and they and rows that saw no key (lse -inf) lse_log2 = +inf, so
+// their P is exactly 0.
 // The same block zeroes the block's dQ workspace (64 x kHeadDim floats) and, in the deterministic
 // kernels, its dq_order counters: the main kernel adds into them next. That replaced a memset of the
 // whole workspace, a pass of its own over as many bytes as out and dout.
 //
 // One CTA per (64-row block, q head) (head_block_of_cta) and batch entry or sequence (blockIdx.y); the
-// blocks past their sequence's rows leave at once (the grid has the longest sequence's). Rows are read
+// blocks past the rows their sequence uses leave at once (the grid has the longest sequence's), their
+// dQ workspace as it was: no step adds into it, and dq_convert.cuh does not read it. Rows are read
 // in 16-byte chunks, a group of lanes per row: one warp per row with 4-byte reads ran at 28% of the
 // H200's DRAM rate at d 64 (perf-notes v113).
 #pragma once
@@ -54,7 +57,7 @@ __global__ void __launch_bounds__(kRowStatsThreads, kRowStatsCtasPerSm) backward
   constexpr int kPasses = kRowStatsBlock / kRowsPerPass;
   const HeadBlock cta = head_block_of_cta(p);
   const int head = cta.head, m0 = cta.m * kRowStatsBlock;
-  const BwdSequence seq = backward_sequence<kRowStatsBlock>(p, blockIdx.y);
+  const BwdSequence seq = backward_sequence<kRowStatsBlock, /*kSequsedQ=*/true>(p, blockIdx.y);
   const int seqlen_q = seq.bounds.seqlen_q;
   if (m0 >= seqlen_q) return;
   const int thread = threadIdx.x, lane_in_row = thread % kLanes;

@@ -15,20 +15,26 @@
 namespace hopattn::sm90 {
 
 struct BwdSequence {
-  SequenceBounds bounds;  // seqlen_k: the keys it uses (seqused_k[b] when given)
+  // seqlen_q, seqlen_k: the q rows and keys it uses (seqused_q[b], seqused_k[b] when given).
+  SequenceBounds bounds;
   SequenceRows rows;
+  int q_rows;    // the q rows stored for it: its rows of dq (those past bounds.seqlen_q get 0)
   int key_rows;  // the keys stored for it: its rows of dk and dv (those past bounds.seqlen_k get 0)
   int q_block0;  // its first workspace block in each q head's range
 };
 
-template <int kBlockM>
+// kSequsedQ: whether the kernel reads seqused_q (the main kernel and dq_convert only where they take
+// it: BwdTraits::kChunksAndSequsedQ).
+template <int kBlockM, bool kSequsedQ>
 __device__ __forceinline__ BwdSequence backward_sequence(const BwdParams& p, int batch) {
   BwdSequence s;
-  locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.bounds.seqlen_q);
+  locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.q_rows);
   locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &s.rows.k_row0, &s.rows.k_batch, &s.key_rows);
+  s.bounds.seqlen_q = kSequsedQ && p.seqused_q != nullptr ? __ldg(p.seqused_q + batch) : s.q_rows;
   s.bounds.seqlen_k = p.seqused_k != nullptr ? __ldg(p.seqused_k + batch) : s.key_rows;
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
+  s.bounds.attention_chunk = p.attention_chunk;
   // A dense q (cu_seqlens_q absent) is addressed as if packed: batch entry b from row b * seqlen_q.
   s.q_block0 = first_q_block<kBlockM>(s.rows.q_batch * p.seqlen_q + s.rows.q_row0, batch);
   return s;

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kBlockRows) backward_sink_grad_partial_kernel(
   float sum = 0.0f;
   int first_block = 0;  // g of the sequence's first block
   for (int batch = 0; batch < p.batch; ++batch) {
-    const BwdSequence seq = backward_sequence<kBlockRows>(p, batch);
+    const BwdSequence seq = backward_sequence<kBlockRows, /*kSequsedQ=*/true>(p, batch);
     const int blocks = (seq.bounds.seqlen_q + kBlockRows - 1) / kBlockRows;
     for (int m = ((part - first_block) % kSinkGradParts + kSinkGradParts) % kSinkGradParts; m < blocks;
          m += kSinkGradParts) {

@@ -14,13 +14,17 @@
 // memory) and dK += dS^T Q; each keeps one gradient (64 keys x d: d/2 registers) and issues about half
 // of dQ's columns (kDqPieceCols below).
 //
-// Dense and variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) take the same kernels:
+// Dense and variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k / seqused_q) take the same kernels:
 // each CTA reads its sequence's lengths and first rows (bwd/sequence.cuh). Dense batches ran 2-6%
 // faster on them than on kernels of their own (perf-notes v57).
 //
 // kDeterministic_: dQ's reductions into each q block wait their turn in a fixed key-block order
 // (bwd/dq_order.cuh, issued by writer threads: dq_writer.cuh), so dq is bitwise reproducible;
 // instantiations of their own.
+// kChunksAndSequsedQ_: the variant that takes attention_chunk (fwd/attention_chunk.hpp: block ranges,
+// masks, dQ turns) and seqused_q (query_tail.cuh), not deterministic; instantiations of their own:
+// in every kernel their runtime tests cost calls without either 3.5-5% at d 64 (H100, perf-notes
+// session 44).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,10 +37,13 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim_, typename Element_, bool kDeterministic_ = false>
+template <int kHeadDim_, typename Element_, bool kDeterministic_ = false, bool kChunksAndSequsedQ_ = false>
 struct BwdTraits {
   using Element = Element_;
   static constexpr bool kDeterministic = kDeterministic_;
+  static constexpr bool kChunksAndSequsedQ = kChunksAndSequsedQ_;
+  // The deterministic kernels' chunk arithmetic in their dQ turns and masks spilled registers.
+  static_assert(!(kDeterministic && kChunksAndSequsedQ), "chunks and seqused_q: not deterministic");
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
   static_assert(kIsBf16 || std::is_same_v<Element, __half>, "16-bit element types only");
   static constexpr int kElementBytes = 2;
@@ -151,13 +158,15 @@ struct BwdTraits {
   // consumer's own wait for its zeroed K and V rows past the sequence's keys (key_tail.cuh; ids 5, 6;
   // id 5 for both consumers where they share the keys), and consumer 0's P^T handed to consumer 1
   // (kSplitsRoles; id 7), and the gradients' TMA stores at the end (consumer.cuh, store_gradient_tiles):
-  // both consumers done with K and V (id 8), each consumer's rows written (ids 9, 10).
+  // both consumers done with K and V (id 8), each consumer's rows written (ids 9, 10), and both
+  // consumers' zeroed Q and dO rows past the sequence's seqused_q (query_tail.cuh; id 11).
   static constexpr int kTurnBarrierBase = 1;
   static constexpr int kDqShareBarrierBase = 3;
   static constexpr int kKeyTailBarrierBase = 5;
   static constexpr int kPReadyBarrier = 7;
   static constexpr int kKvFreeBarrier = 8;
   static constexpr int kGradRowsBarrierBase = 9;
+  static constexpr int kQueryTailBarrier = 11;
   // A q block's dQ (kBlockM x kHeadDim f32) in shared memory in accumulator order, warpgroup by
   // warpgroup: element i of thread t's share at ((i / 4) * kWarpgroupThreads + t) * 4 + i % 4, so each
   // thread stores 16 contiguous bytes per 8-column block (conflict-free) and the block leaves as one

@@ -85,10 +85,12 @@ class Consumer {
       TileVisit visit;
       TileCoord c;
       if constexpr (Traits::kVarlen) {
-        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p_, visit_id);
+        varlen =
+            decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(
+                p_, visit_id);
         visit = varlen.visit, c = varlen.coord;
       } else {
-        visit = decode_visit<Traits::kBlockM, Traits::kBlockN>(p_, visit_id);
+        visit = decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(p_, visit_id);
         c = decode_tile(p_, visit.tile);
       }
       const auto& seq = sequence_bounds(varlen);
@@ -98,7 +100,8 @@ class Consumer {
       // warpgroup's first row, a packed index in a packed GQA tile (packed_gqa.cuh).
       const int m0 = c.m_block * (Traits::kPacksGqa ? p_.tile_q_rows : Traits::kBlockM);
       const int row0 = (Traits::kPacksGqa ? c.m_block * p_.packed_rows : m0) + warpgroup_ * Traits::kRowsPerWarpgroup;
-      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(seq, m0);
+      const MaskedBlocks masked =
+          masked_blocks<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(seq, p_.chunk_divisor, m0);
 
       // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle); a
       // decoding tile's first warpgroup computes transposed (mainloop_transposed).
@@ -174,7 +177,7 @@ class Consumer {
   // in registers through the mainloop (that spilled at head dim 256).
   __device__ void store_varlen_tile(const TileCoord& c, int row0, bool shared_o_stage, float (&o)[kO],
                                     OnlineSoftmax<kS>& softmax) {
-    const VarlenSequence sequence = varlen_sequence(p_, c.batch);
+    const VarlenSequence sequence = varlen_sequence<Traits::kChunksAndSequsedQ>(p_, c.batch);
     if (Traits::kPacksGqa && p_.pack_gqa) {
       if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
       store_packed_output<Traits>(p_, sequence, c, warpgroup_ * Traits::kRowsPerWarpgroup, thread_, o, softmax);
@@ -217,7 +220,7 @@ class Consumer {
     float inv_sum[2];
     float lse[2];
     finish_rows(p_, softmax, inv_sum, lse);
-    const int seqlen_q = varlen_sequence(p_, c.batch).bounds.seqlen_q;
+    const int seqlen_q = varlen_sequence<Traits::kChunksAndSequsedQ>(p_, c.batch).bounds.seqlen_q;
     if (!thread_has_live_row(p_, c, seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup, thread_)) return;
     store_combine_partial<kO, Traits::kConsumerWarpgroups>(p_, piece.slot(), warpgroup_, thread_, o, inv_sum, lse);
   }
@@ -316,9 +319,12 @@ class Consumer {
       for (int i = 0; i < kS; ++i) s[i] = p_.softcap * fast_tanh(s[i] * p_.softcap_input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, seq, m0, n_block)) {
-      if (Traits::kPacksGqa && p_.pack_gqa) apply_mask_packed(s, thread_, row0, n0, seq, p_);
-      else apply_mask(s, thread_, row0, n0, seq);
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing, Traits::kChunksAndSequsedQ>(
+            masked, seq, m0, n_block)) {
+      if (Traits::kPacksGqa && p_.pack_gqa)
+        apply_mask_packed<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, seq, p_);
+      else
+        apply_mask<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, seq, p_.chunk_divisor);
     }
   }
 
@@ -503,8 +509,10 @@ class Consumer {
       release(&s_.k_empty[stage]);
       if (overlapped && n == n_end - 1) wait_v_tail_cleared(seq, n_end);
       if (p_.softcap > 0.0f) decode.apply_softcap(p_.softcap, p_.softcap_input_scale);
-      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing>(masked, seq, m0, n)) {
-        decode.apply_mask(seq, p_, Traits::kPacksGqa && p_.pack_gqa, row0, n * Traits::kBlockN);
+      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing, Traits::kChunksAndSequsedQ>(
+              masked, seq, m0, n)) {
+        decode.template apply_mask<Traits::kChunksAndSequsedQ>(seq, p_, Traits::kPacksGqa && p_.pack_gqa, row0,
+                                                               n * Traits::kBlockN);
       }
       decode.update_and_store_probabilities();
       wait_landed(&s_.v_full[stage], phase);  // producer -> us: V block n landed

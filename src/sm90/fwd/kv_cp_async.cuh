@@ -193,21 +193,25 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
     if (leader) {
       int id = visits.next();
       while (id != kNoVisitLeft &&
-             varlen_tile_is_empty(p, decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id)))
+             varlen_tile_is_empty(p, decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit,
+                                                         Traits::kChunksAndSequsedQ>(p, id)))
         id = visits.next();
       if (id == kNoVisitLeft) {
         publisher.publish_visit(p, kNoVisitLeft, TileVisit{});
         finish_schedule(p);
       } else {
         publisher.publish_varlen_visit(
-            p, id, decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id));
+            p, id,
+            decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(
+                p, id));
       }
       s.producer_visit[slot] = id;
     }
     named_barrier_sync(Traits::kProducerBarrier, Traits::kWarpgroupThreads);
     const int id = s.producer_visit[slot];
     if (id == kNoVisitLeft) return;
-    const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
+    const VarlenVisit v =
+        decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p, id);
     const CpAsyncVisit kv{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k,
                           varlen_kv_head<Traits>(p, v.coord), v.visit.n_begin, v.visit.n_end};
     if constexpr (kPaged) loader.load_paged_visit(s, p, kv);

@@ -51,7 +51,7 @@ template <class Traits>
 Status begin_schedule(const FwdArgs& args, const detail::Problem& pr, FwdParams* p, Schedule* schedule) {
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
   const int tile_blocks = (pr.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const bool uniform = p->window_left < 0 && p->window_right < 0;
+  const bool uniform = p->window_left < 0 && p->window_right < 0 && p->attention_chunk == 0;
   if (!args.options.persistent) {
     p->split = no_split_plan(p->num_tiles);
   } else if constexpr (Traits::kVarlenSplit) {
@@ -93,6 +93,10 @@ inline Status end_schedule(const FwdArgs& args, const Schedule& schedule, Status
 
 template <class Traits>
 Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
+  // forward.cu takes launch_shipped_chunks_seqused_q_forward for these.
+  if ((pr.attention_chunk > 0 || pr.has_seqused_q) && !Traits::kChunksAndSequsedQ)
+    return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: attention_chunk or "
+                                            "seqused_q in a kernel without them");
   const CUtensorMapDataType dtype =
       Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q, tm_k, tm_v;

@@ -15,4 +15,7 @@ Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& proble
 template <int kHeadDim, typename Element>
 Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& problem);
 
+template <int kHeadDim, typename Element>
+Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail::Problem& problem);
+
 }  // namespace hopattn::sm90

@@ -16,6 +16,7 @@
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/fwd/epilogue.cuh"
+#include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/sequence.cuh"
@@ -88,7 +89,7 @@ __device__ __forceinline__ bool warpgroup_has_live_row(const FwdParams& p, const
 // apply_mask (mask.cuh) for a packed tile: row0 is the packed index of the warpgroup's row 0, and each
 // row is masked as the query row it holds. The loop body is apply_mask's, repeated for mask.cuh's
 // reason: sharing it through a helper changed ptxas's predicate code in every kernel's masked blocks.
-template <int kSRegisters, class Bounds>
+template <bool kChunks, int kSRegisters, class Bounds>
 __device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int thread_in_warpgroup, int row0, int n0,
                                                   const Bounds& seq, const FwdParams& p) {
 #pragma unroll
@@ -100,6 +101,15 @@ __device__ __forceinline__ void apply_mask_packed(float (&s)[kSRegisters], int t
     if (seq.window_right >= 0) key_end = min(key_end, diagonal + seq.window_right + 1);
     const int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
     if (col >= key_end || col < key_begin) s[i] = -INFINITY;
+  }
+  if (kChunks && seq.attention_chunk > 0) {
+    apply_chunk_mask(
+        s, p.chunk_divisor, n0,
+        [&](int i) {
+          const int row = int(p.head_ratio_divisor.divide(unsigned(row0 + accumulator_row(thread_in_warpgroup, i))));
+          return row + seq.seqlen_k - seq.seqlen_q;
+        },
+        [&](int i) { return accumulator_col(thread_in_warpgroup, i); });
   }
 }
 

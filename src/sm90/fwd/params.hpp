@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "sm90/fwd/attention_chunk.hpp"
 #include "sm90/fwd/split_plan.hpp"
 #include "sm90/tile/fast_divisor.hpp"
 
@@ -44,6 +45,8 @@ struct FwdParams {
   // window_right], -1 = unbounded on that side (causal is window_right = 0).
   int window_left;
   int window_right;
+  int attention_chunk;  // 0 = off; else also only the keys of the diagonal's chunk (attention_chunk.hpp)
+  ChunkDivisor chunk_divisor;  // the per-element masks' division by attention_chunk
   bool causal;  // window_right >= 0: later rows see more keys (the scheduler puts them first)
   bool pingpong;
   bool intra_wg_overlap;
@@ -79,11 +82,13 @@ struct FwdParams {
 
   // Variable-length batches (read only by FwdTraits::kVarlen kernels; sequence.cuh): int32 device
   // arrays, nullptr when absent. Sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
-  // of the packed q and out, its keys likewise of k and v, of which it uses the first seqused_k[b].
+  // of the packed q and out, its keys likewise of k and v, of which it uses the first seqused_k[b],
+  // and of its queries the first seqused_q[b] (the rows past them are neither read nor written).
   // seqlen_q / seqlen_k then hold the longest sequence's lengths (max_seqlen_q / max_seqlen_k).
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   const int* seqused_k;
+  const int* seqused_q;
   // Paged KV cache (kVarlen kernels): k and v are (num_pages, page_size, heads_kv, d) and key j of
   // sequence b is row j % page_size of page page_table[b * batch stride + j / page_size * page stride];
   // seqlen_k is pages_per_seq * page_size (seqused_k gives the keys in use). nullptr: not paged.

@@ -32,13 +32,22 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
 
 // The most keys one tile of block_m query rows can see: seqlen_k, or fewer under a sliding window of
 // both sides (causal counts as window_right 0): a tile's rows see window_left keys before the first
-// row's diagonal, its block_m diagonals and window_right keys after the last. The 16-bit d 64 and the
+// row's diagonal, its block_m diagonals and window_right keys after the last; or under chunks, keys
+// from the first row's chunk to the end of the last row's. The 16-bit d 64 and the
 // FP8 forward pick their key blocks from this rather than from seqlen_k (shipped_configs.cuh,
 // fwd_fp8/launch.cuh).
 inline long long keys_per_tile(const detail::Problem& pr, int block_m) {
-  if (pr.window_left < 0 || pr.window_right < 0) return pr.seqlen_k;
-  const long long span = static_cast<long long>(pr.window_left) + pr.window_right + block_m;
-  return span < pr.seqlen_k ? span : pr.seqlen_k;
+  long long keys = pr.seqlen_k;
+  if (pr.window_left >= 0 && pr.window_right >= 0) {
+    const long long span = static_cast<long long>(pr.window_left) + pr.window_right + block_m;
+    keys = span < keys ? span : keys;
+  }
+  if (pr.attention_chunk > 0) {
+    // From the first row's chunk to the end of the last row's: fewer than block_m + 2 chunks.
+    const long long span = 2LL * pr.attention_chunk + block_m;
+    keys = span < keys ? span : keys;
+  }
+  return keys;
 }
 
 // Whether a launch is a decoding step: each tile holds at most block_m / 2 live query rows, a query row
@@ -104,6 +113,8 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.scale_log2 = p.logit_scale * static_cast<float>(M_LOG2E);
   p.window_left = pr.window_left;
   p.window_right = pr.window_right;
+  p.attention_chunk = pr.attention_chunk;
+  p.chunk_divisor = ChunkDivisor(pr.attention_chunk, pr.seqlen_q);
   p.causal = pr.window_right >= 0;
   p.pingpong = args.options.pingpong;
   p.intra_wg_overlap = args.options.intra_wg_overlap;
@@ -124,6 +135,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.cu_seqlens_q = int_array_or_null(args.cu_seqlens_q);
   p.cu_seqlens_k = int_array_or_null(args.cu_seqlens_k);
   p.seqused_k = int_array_or_null(args.seqused_k);
+  p.seqused_q = int_array_or_null(args.seqused_q);
   if (pr.paged) {
     p.page_table = int_array_or_null(args.page_table);
     p.page_table_batch_stride = args.page_table->stride[0];

@@ -178,7 +178,9 @@ __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps,
   VisitSequence visits(p);
   for (int id = visits.next(); id != kNoVisitLeft; id = visits.next()) {
     if constexpr (Traits::kVarlen) {
-      const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
+      const VarlenVisit v =
+          decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p,
+                                                                                                                  id);
       if (varlen_tile_is_empty(p, v)) continue;
       loader.publish_varlen_visit(p, id, v);
       const int kv_head = varlen_kv_head<Traits>(p, v.coord);
@@ -187,7 +189,7 @@ __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps,
         else loader.load_varlen_kv(v.seq.rows, kv_head, n);
       }
     } else {
-      const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
+      const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(p, id);
       loader.publish_visit(p, id, v);
       const TileCoord c = decode_tile(p, v.tile);
       const int kv_head = int(p.head_ratio_divisor.divide(unsigned(c.head)));
@@ -215,7 +217,7 @@ class InlineProducer {
       finish_schedule(p);
       return;
     }
-    loader_.publish_visit(p, id, decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id));
+    loader_.publish_visit(p, id, decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(p, id));
   }
 
   // Fills the ring with the visit's first kStages K/V blocks.

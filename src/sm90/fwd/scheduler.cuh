@@ -12,6 +12,8 @@
 // its Q tile (q_full).
 #pragma once
 
+#include "sm90/fwd/attention_chunk.hpp"
+#include "sm90/fwd/masked_blocks.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/sequence.cuh"
 
@@ -61,38 +63,21 @@ __device__ __forceinline__ void finish_schedule(const FwdParams& p) {
 __device__ __forceinline__ void publish_visit(int* slot, int id) { atomicExch(slot, id); }
 __device__ __forceinline__ int read_visit(int* slot) { return atomicOr(slot, 0); }
 
-// K/V blocks [begin, end) that rows [m0, m0 + kBlockM) can see (window and causal limits are
-// bottom-right aligned: row i's diagonal is key i + seqlen_k - seqlen_q). Bounds: FwdParams or a
-// variable-length tile's SequenceBounds (sequence.cuh). A packed GQA tile (packed_gqa.cuh) has fewer
-// query rows than kBlockM: the range of kBlockM rows from its first is a superset, which the
-// per-element mask makes exact.
-template <int kBlockM, int kBlockN, class Bounds>
-__device__ __forceinline__ void kv_block_range_from_row(const Bounds& p, int m0, int* begin, int* end) {
-  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  const int diagonal0 = m0 + p.seqlen_k - p.seqlen_q;  // diagonal key of the first row
-  *begin = 0;
-  *end = n_blocks;
-  if (p.window_right >= 0) {
-    const int last_visible = diagonal0 + kBlockM - 1 + p.window_right;
-    *end = last_visible < 0 ? 0 : min(n_blocks, last_visible / kBlockN + 1);
-  }
-  if (p.window_left >= 0) {
-    const int first_visible = diagonal0 - p.window_left;
-    *begin = first_visible <= 0 ? 0 : min(*end, first_visible / kBlockN);
-  }
-}
-
-template <int kBlockM, int kBlockN, class Bounds>
-__device__ __forceinline__ void kv_block_range(const Bounds& p, int m_block, int* begin, int* end) {
-  kv_block_range_from_row<kBlockM, kBlockN>(p, m_block * kBlockM, begin, end);
+// kv_block_range_from_row (masked_blocks.hpp) of tile m_block's first row.
+template <int kBlockM, int kBlockN, bool kChunks, class Bounds>
+__device__ __forceinline__ void kv_block_range(const Bounds& p, const ChunkDivisor& chunk, int m_block, int* begin,
+                                               int* end) {
+  kv_block_range_from_row<kBlockM, kBlockN, kChunks>(p, chunk, m_block * kBlockM, begin, end);
 }
 
 // Visit id -> what to work on (id >= 0, and a piece that exists: VisitSequence hands out no other).
-template <int kBlockM, int kBlockN>
+// kChunks: the kernel masks chunks (masked_blocks.hpp).
+template <int kBlockM, int kBlockN, bool kChunks>
 __device__ __forceinline__ TileVisit decode_visit(const FwdParams& p, int id) {
   TileVisit v{id, 0, 0, -1};
   if (id < p.split.first_tile) {
-    kv_block_range<kBlockM, kBlockN>(p, decode_tile(p, id).m_block, &v.n_begin, &v.n_end);
+    const int m_block = decode_tile(p, id).m_block;
+    kv_block_range<kBlockM, kBlockN, kChunks>(p, p.chunk_divisor, m_block, &v.n_begin, &v.n_end);
   } else {
     piece_of_visit(p.split, id, &v);
   }
@@ -110,15 +95,18 @@ struct VarlenVisit {
 };
 
 // kSplit: the kernel takes split plans (FwdTraits::kVarlenSplit; else every visit is a whole tile).
-template <int kBlockM, int kBlockN, bool kSplit>
+// kChunksAndSequsedQ: the kernel takes chunks and seqused_q (FwdTraits::kChunksAndSequsedQ,
+// Fp8FwdTraits::kChunksAndSequsedQ; without, its range ignores chunks and its rows seqused_q).
+template <int kBlockM, int kBlockN, bool kSplit, bool kChunksAndSequsedQ>
 __device__ __forceinline__ VarlenVisit decode_varlen_visit(const FwdParams& p, int id) {
   TileVisit piece{id, 0, 1, -1};
   if (kSplit && id >= p.split.first_tile) piece_of_visit(p.split, id, &piece);
   VarlenVisit v;
   v.coord = decode_tile(p, piece.tile);
-  v.seq = varlen_sequence(p, v.coord.batch);
+  v.seq = varlen_sequence<kChunksAndSequsedQ>(p, v.coord.batch);
   int begin, end;
-  kv_block_range_from_row<kBlockM, kBlockN>(v.seq.bounds, v.coord.m_block * p.tile_q_rows, &begin, &end);
+  const int m0 = v.coord.m_block * p.tile_q_rows;
+  kv_block_range_from_row<kBlockM, kBlockN, kChunksAndSequsedQ>(v.seq.bounds, p.chunk_divisor, m0, &begin, &end);
   if (kSplit && piece.split_slot >= 0) varlen_piece_blocks(p.split, piece, &begin, &end);
   v.visit = TileVisit{piece.tile, begin, end, piece.split_slot};
   return v;

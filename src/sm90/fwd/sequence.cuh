@@ -5,19 +5,22 @@
 // the same field names as SequenceBounds, so masks and block ranges take either (a template
 // parameter; the dense kernels' code is what it was before variable lengths). Variable-length
 // batches (FwdTraits::kVarlen) read each tile's lengths and first rows from the cu_seqlens_q,
-// cu_seqlens_k and seqused_k arrays.
+// cu_seqlens_k, seqused_k and seqused_q arrays. Every row bound (tiles past the sequence, masks, the
+// rows the epilogue stores) reads seqlen_q from here, so rows past seqused_q are neither computed
+// nor stored: their out and lse keep what the caller's memory held.
 #pragma once
 
 #include "sm90/fwd/params.hpp"
 
 namespace hopattn::sm90 {
 
-// One sequence's lengths and the window (bottom-right aligned to those lengths).
+// One sequence's lengths, the window (bottom-right aligned to those lengths) and the chunk.
 struct SequenceBounds {
   int seqlen_q;
   int seqlen_k;
   int window_left;
   int window_right;
+  int attention_chunk;
 };
 
 // Row offsets and TMA batch coordinates of a tile's sequence. A dense tensor has the sequence at batch
@@ -58,15 +61,17 @@ __device__ __forceinline__ void locate_sequence(const int* cu_seqlens, int batch
 
 // Sequence `batch` of a variable-length launch. Every thread that needs it reads the few ints itself
 // (one L1/L2 line per tile, shared by the CTA) rather than waiting on a shared-memory hand-over.
-// Params: FwdParams, or BwdParams (the backward, bwd/sequence.cuh), which name the arrays alike.
-template <class Params>
+// kSequsedQ: the kernel reads seqused_q (FwdTraits::kChunksAndSequsedQ; the others never get it).
+template <bool kSequsedQ, class Params>
 __device__ __forceinline__ VarlenSequence varlen_sequence(const Params& p, int batch) {
   VarlenSequence s;
   locate_sequence(p.cu_seqlens_q, batch, p.seqlen_q, &s.rows.q_row0, &s.rows.q_batch, &s.bounds.seqlen_q);
   locate_sequence(p.cu_seqlens_k, batch, p.seqlen_k, &s.rows.k_row0, &s.rows.k_batch, &s.bounds.seqlen_k);
   if (p.seqused_k != nullptr) s.bounds.seqlen_k = __ldg(p.seqused_k + batch);
+  if (kSequsedQ && p.seqused_q != nullptr) s.bounds.seqlen_q = __ldg(p.seqused_q + batch);
   s.bounds.window_left = p.window_left;
   s.bounds.window_right = p.window_right;
+  s.bounds.attention_chunk = p.attention_chunk;
   return s;
 }
 

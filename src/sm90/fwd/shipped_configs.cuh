@@ -12,7 +12,9 @@ namespace hopattn::sm90 {
 // kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged KV cache),
 // with the dense kernels' tiles; pr.seqlen_k is then the longest sequence's key count (or the page
 // table's capacity). kKvByCpAsync: their variant that copies K/V with cp.async (head dims up to 128).
-template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false, bool kKvByCpAsync = false>
+// kChunksAndSequsedQ: their variant for attention_chunk and seqused_q (FwdTraits::kChunksAndSequsedQ).
+template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false, bool kKvByCpAsync = false,
+          bool kChunksAndSequsedQ = false>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   constexpr int kWarpgroups = 2;
   if constexpr (kHeadDim == 64) {
@@ -22,22 +24,28 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     // 1.04x at 1024 (1151 keys a tile), 0.97x at 2048 (2175).
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.
-    using Narrow = FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>;
-    using Wide = FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>;
+    using Narrow =
+        FwdTraits<64, Element, 128, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync, kChunksAndSequsedQ>;
+    using Wide =
+        FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync, kChunksAndSequsedQ>;
     static_assert(Narrow::kBlockM == Wide::kBlockM, "keys_per_tile counts one tile height for both");
     if (keys_per_tile(pr, Narrow::kBlockM) <= 1152 || (pr.paged && pr.page_size >= 128))
       return launch_forward<Narrow>(args, pr);
     return launch_forward<Wide>(args, pr);
   } else if constexpr (kHeadDim == 128) {
     // 176 keys (FlashAttention-3's non-causal choice) measured 4-9% slower than 128 at 512-8k here.
-    return launch_forward<FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync>>(args, pr);
+    return launch_forward<
+        FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync, kChunksAndSequsedQ>>(args,
+                                                                                                                   pr);
   } else if constexpr (kHeadDim == 192) {
     // d 256's 64-key blocks: two K/V stages and a 64-row O stage per warpgroup fit, and Q fits in
     // registers (128-key blocks do not fit twice beside Q). Head dims 136-192 run here, 200-256 at 256.
-    return launch_forward<FwdTraits<192, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
+    return launch_forward<
+        FwdTraits<192, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen, false, kChunksAndSequsedQ>>(args, pr);
   } else {
     static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 192, 256");
-    return launch_forward<FwdTraits<256, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen>>(args, pr);
+    return launch_forward<
+        FwdTraits<256, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen, false, kChunksAndSequsedQ>>(args, pr);
   }
 }
 
@@ -47,14 +55,30 @@ Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& pr) {
   return launch_shipped_config<kHeadDim, Element, false>(args, pr);
 }
 
-template <int kHeadDim, typename Element>
-Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& pr) {
+// The variable-length kernels (kChunksAndSequsedQ: their variant for chunks and seqused_q), K/V by TMA
+// or by copies.
+template <int kHeadDim, typename Element, bool kChunksAndSequsedQ>
+Status launch_varlen_config(const FwdArgs& args, const detail::Problem& pr) {
   if constexpr (kHeadDim <= 128) {
     constexpr int kTileRows = 128;  // two consumer warpgroups of 64 rows
     if (takes_kv_copy_kernel(args, pr, kTileRows))
-      return launch_shipped_config<kHeadDim, Element, true, /*kVarlen=*/true, /*kKvByCpAsync=*/true>(args, pr);
+      return launch_shipped_config<kHeadDim, Element, true, /*kVarlen=*/true, /*kKvByCpAsync=*/true,
+                                   kChunksAndSequsedQ>(args, pr);
   }
-  return launch_shipped_config<kHeadDim, Element, /*kWarpSpecialized=*/true, /*kVarlen=*/true>(args, pr);
+  return launch_shipped_config<kHeadDim, Element, /*kWarpSpecialized=*/true, /*kVarlen=*/true, false,
+                               kChunksAndSequsedQ>(args, pr);
+}
+
+template <int kHeadDim, typename Element>
+Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& pr) {
+  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/false>(args, pr);
+}
+
+// Calls with attention_chunk > 0 or seqused_q, dense batches too: the variable-length kernels' variant
+// for them, so that no other kernel carries their tests (FwdTraits::kChunksAndSequsedQ).
+template <int kHeadDim, typename Element>
+Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail::Problem& pr) {
+  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/true>(args, pr);
 }
 
 }  // namespace hopattn::sm90

@@ -24,8 +24,13 @@ namespace hopattn::sm90 {
 // kKvByCpAsync_: the variable-length kernels' variant whose producer warpgroup copies K and V with
 // cp.async (fwd/kv_cp_async.cuh; head dims up to 128; a paged cache in its own kernel,
 // attention_forward_kernel's kPagedKvCopies).
+// kChunksAndSequsedQ_: the variable-length kernels' variant that takes attention_chunk (its arithmetic:
+// fwd/attention_chunk.hpp) and seqused_q (fwd/sequence.cuh), which calls with either take, dense
+// batches too. Its own instantiation: as runtime tests in every kernel, they cost calls with neither
+// 1-4% (H100, perf-notes session 44).
 template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
-          int kConsumerWarpgroups_ = 2, bool kVarlen_ = false, bool kKvByCpAsync_ = false>
+          int kConsumerWarpgroups_ = 2, bool kVarlen_ = false, bool kKvByCpAsync_ = false,
+          bool kChunksAndSequsedQ_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -118,6 +123,8 @@ struct FwdTraits {
   // (takes_kv_copy_kernel in fwd/params_builder.hpp).
   static constexpr bool kKvByCpAsync = kKvByCpAsync_;
   static_assert(!kKvByCpAsync || (kVarlen && kHeadDim <= 128), "K/V copies: the variable-length kernels up to d 128");
+  static constexpr bool kChunksAndSequsedQ = kChunksAndSequsedQ_;
+  static_assert(!kChunksAndSequsedQ || kVarlen, "chunks and seqused_q: the variable-length kernels");
 
   // Named barriers (id 0 is __syncthreads): one "your turn to issue GEMMs" barrier per consumer
   // warpgroup for ping-pong scheduling (with 3 warpgroups the turn goes round: 0, 1, 2, 0, ...).

@@ -19,6 +19,7 @@
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/wgmma.cuh"
+#include "sm90/fwd/attention_chunk.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/tile/fragment.hpp"
@@ -87,7 +88,8 @@ class TransposedTile {
   // apply_mask (mask.cuh) on the transposed scores: row0 is the tile's first row (a packed index when
   // packed), n0 the block's first key. The bounds are mask.cuh's, repeated as its own variants repeat
   // them: shared through a helper they moved ptxas's predicate code in every kernel's masked blocks.
-  template <class Bounds>
+  // kChunks: the kernel takes chunks (masked_blocks.hpp).
+  template <bool kChunks, class Bounds>
   __device__ void apply_mask(const Bounds& seq, const FwdParams& p, bool packed, int row0, int n0) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -96,7 +98,12 @@ class TransposedTile {
       const int diagonal = row + seq.seqlen_k - seq.seqlen_q;
       int key_end = seq.seqlen_k;
       if (seq.window_right >= 0) key_end = min(key_end, diagonal + seq.window_right + 1);
-      const int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
+      int key_begin = seq.window_left >= 0 ? diagonal - seq.window_left : 0;
+      if (kChunks && seq.attention_chunk > 0) {
+        const int first = p.chunk_divisor.first_key(diagonal);
+        key_begin = max(key_begin, first);
+        key_end = min(key_end, first + p.chunk_divisor.size());
+      }
 #pragma unroll
       for (int j = 0; j < kKeyTiles; ++j) {
         const int key = n0 + 64 * j + row_in_tile(i);

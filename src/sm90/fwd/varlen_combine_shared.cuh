@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) attention_forward_varlen_s
   // Which rows are live needs only the arrays, which the forward kernel does not write: decided
   // before the wait.
   const TileCoord c = decode_tile(p, p.split.first_tile + region_tile);
-  const VarlenSequence seq = varlen_sequence(p, c.batch);
+  const VarlenSequence seq = varlen_sequence<Traits::kChunksAndSequsedQ>(p, c.batch);
   const int warpgroup_row = warpgroup * Traits::kRowsPerWarpgroup;
   if (!warpgroup_has_live_row(p, c, seq.bounds.seqlen_q, warpgroup_row)) return;
   wait_for_primary_grid();

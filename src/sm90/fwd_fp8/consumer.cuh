@@ -90,7 +90,8 @@ class Fp8Consumer {
       // warpgroup's first row, a packed index in a packed GQA tile (fwd/packed_gqa.cuh).
       const int m0 = c.m_block * (Traits::kPacksGqa ? b_.tile_q_rows : Traits::kBlockM);
       const int row0 = (Traits::kPacksGqa ? c.m_block * b_.packed_rows : m0) + warpgroup_ * Traits::kRowsPerWarpgroup;
-      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN>(mask_bounds(c.batch), m0);
+      const MaskedBlocks masked = masked_blocks<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(
+          mask_bounds(c.batch), b_.chunk_divisor, m0);
       begin_tile(c, row0);
 
       float o[kO];
@@ -103,7 +104,7 @@ class Fp8Consumer {
       // whose dead rows hold its scratch until it releases Q at the end.
       bool idle = false, transposed = false;
       if constexpr (Traits::kPacksGqa) {
-        const int seqlen_q = varlen_sequence(b_, c.batch).bounds.seqlen_q;
+        const int seqlen_q = varlen_sequence<Traits::kChunksAndSequsedQ>(b_, c.batch).bounds.seqlen_q;
         idle = !warpgroup_has_live_row(b_, c, seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup);
         if constexpr (Traits::kTransposedDecode) {
           transposed = warpgroup_ == 0 && tile_live_rows(b_, c, seqlen_q) <= Fp8TransposedDecode<Traits>::kRows;
@@ -146,16 +147,19 @@ class Fp8Consumer {
   // last row).
   __device__ TileCoord this_visit(int id, TileVisit* v) const {
     if constexpr (Traits::kVarlen) {
-      const VarlenVisit varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(b_, id);
+      const VarlenVisit varlen =
+          decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(b_,
+                                                                                                                  id);
       *v = varlen.visit;
       return varlen.coord;
     } else if constexpr (Traits::kTailSplit) {
-      *v = decode_visit<Traits::kBlockM, Traits::kBlockN>(b_, id);
+      *v = decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(b_, id);
       return decode_tile(b_, v->tile);
     } else {
       const TileCoord c = decode_tile(b_, id);
       *v = TileVisit{id, 0, 0, -1};
-      kv_block_range<Traits::kBlockM, Traits::kBlockN>(b_, c.m_block, &v->n_begin, &v->n_end);
+      kv_block_range<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(b_, b_.chunk_divisor, c.m_block,
+                                                                                   &v->n_begin, &v->n_end);
       return c;
     }
   }
@@ -164,8 +168,10 @@ class Fp8Consumer {
   // one its sequence's SequenceBounds, read again wherever a block is masked rather than kept in
   // registers through the mainloop (that spilled at head dim 256; the reads hit L1).
   __device__ decltype(auto) mask_bounds(int batch) const {
-    if constexpr (Traits::kVarlen) return varlen_sequence(b_, batch).bounds;
-    else return b_;
+    if constexpr (Traits::kVarlen)
+      return varlen_sequence<Traits::kChunksAndSequsedQ>(b_, batch).bounds;
+    else
+      return b_;
   }
 
   __device__ void begin_gemm_turn() { Turns::begin(b_.pingpong, warpgroup_); }
@@ -317,12 +323,16 @@ class Fp8Consumer {
     // definition per block would read its sequence's bounds again for every block (d 64 ran 13%
     // slower than dense so).
     constexpr bool kPerTileBounds = Traits::kLeanAddressing || Traits::kVarlen;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(masked, b_, m0, n_block)) {
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds, Traits::kChunksAndSequsedQ>(masked, b_, m0,
+                                                                                                       n_block)) {
       if constexpr (kPermutedK) {
-        apply_mask_permuted(s, thread_, row0, n0, b_, PermutedKeyColumns{});
+        apply_mask_permuted<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, b_, b_.chunk_divisor,
+                                                        PermutedKeyColumns{});
       } else {
-        if (Traits::kPacksGqa && b_.pack_gqa) apply_mask_packed(s, thread_, row0, n0, mask_bounds(batch_), b_);
-        else apply_mask(s, thread_, row0, n0, mask_bounds(batch_));
+        if (Traits::kPacksGqa && b_.pack_gqa)
+          apply_mask_packed<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, mask_bounds(batch_), b_);
+        else
+          apply_mask<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, mask_bounds(batch_), b_.chunk_divisor);
       }
     }
   }
@@ -536,8 +546,9 @@ class Fp8Consumer {
       decode.pin_scores();
       release(&s_.k_empty[stage]);
       if constexpr (Traits::kSoftcap) decode.apply_softcap(b_.softcap, cap_input_scale_ * scales.k[0]);
-      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, true>(masked, b_, m0, n)) {
-        decode.apply_mask(mask_bounds(batch_), b_, b_.pack_gqa, row0, n * Traits::kBlockN);
+      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, true, Traits::kChunksAndSequsedQ>(masked, b_, m0, n)) {
+        decode.template apply_mask<Traits::kChunksAndSequsedQ>(mask_bounds(batch_), b_, b_.pack_gqa, row0,
+                                                               n * Traits::kBlockN);
       }
       float v_ratio[2] = {1.0f, 1.0f};
       switch_v_block(scales, v_ratio);

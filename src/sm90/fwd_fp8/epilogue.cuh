@@ -81,7 +81,7 @@ __device__ __forceinline__ void store_fp8_varlen_output(const FwdParams& p, type
   float out_scale[2];
   float lse[2];
   fp8_finish_rows(softmax, v_scale, out_scale, lse);
-  const VarlenSequence sequence = varlen_sequence(p, c.batch);
+  const VarlenSequence sequence = varlen_sequence<Traits::kChunksAndSequsedQ>(p, c.batch);
   if constexpr (Traits::kVarlenSplit) {
     if (split_slot >= 0) {
       if (thread_has_live_row(p, c, sequence.bounds.seqlen_q, warpgroup * Traits::kRowsPerWarpgroup, thread)) {

@@ -57,6 +57,11 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.paged && !Traits::kPagedKv)  // launch_forward_fp8 never picks these (192- or 96-key blocks)
     return Status(StatusCode::kUnsupported,
                   "internal error in the sm_90a fp8 forward launch: a paged cache needs power-of-two key blocks");
+  // forward_fp8 takes launch_forward_fp8_chunks_seqused_q for these.
+  if ((pr.attention_chunk > 0 || pr.has_seqused_q) && !Traits::kChunksAndSequsedQ)
+    return Status(StatusCode::kUnsupported,
+                  "internal error in the sm_90a fp8 forward launch: attention_chunk or "
+                  "seqused_q in a kernel without them");
   if (Traits::kBlockDescales && (args.descale_block_rows_q % Traits::kRowsPerWarpgroup != 0 ||
                        args.descale_block_rows_kv % Traits::kDescaleGroupKeys != 0)) {
     return Status(StatusCode::kUnsupported,
@@ -156,7 +161,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   }
   if constexpr (Traits::kVarlenSplit) {  // pieces in the 16-bit partial format: the bf16 combine merges them
     if (launched.ok() && p.split.units > 0)
-      launched = launch_varlen_combine<Fp8VarlenCombineTraits<Traits::kHeadDim>>(p, stream);
+      launched = launch_varlen_combine<Fp8VarlenCombineTraits<Traits::kHeadDim, Traits::kChunksAndSequsedQ>>(p, stream);
   }
   return end_schedule(args, schedule, launched);
 }
@@ -198,11 +203,12 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
     if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
       if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys, kVarlen)) {
         if (args.descale_block_rows_kv % kFp8WideBlockN == 0)
-          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(
-              args, pr);
+          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args,
+                                                                                                                pr);
         if constexpr (!kVarlen) {
-          return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, false,
-                                                kFp8WideDescaleGroupKeys>>(args, pr);
+          return launch_fp8_kernel<
+              Fp8FwdTraits<kHeadDim, true, false, kFp8WideBlockN, kVtFromGlobal, false, kFp8WideDescaleGroupKeys>>(args,
+                                                                                                                   pr);
         }
       }
     }
@@ -222,6 +228,24 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
       return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
   }
   return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>>(args, pr);
+}
+
+// Calls with attention_chunk > 0 or seqused_q in kernels of their own (Fp8FwdTraits::kChunksAndSequsedQ),
+// so that no other kernel carries their tests: the default-width kernels (128 keys; 64 at d 256 with
+// block descales or softcap), softcap and block descales as launch_forward_fp8 picks them. At d 64 and
+// 128 the variable-length ones, which take dense batches too; at d 256 the dense one, so chunks only
+// (its variable-length kernel spilled with chunks and seqused_q, 2026-12-05). The wide-block kernels
+// spilled with chunks (perf-notes session 42).
+template <int kHeadDim>
+Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& pr) {
+  constexpr bool kVarlen = kHeadDim != 256;
+  const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
+  if (pr.softcap > 0.0f) {
+    if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, false, kVarlen, true>>(args, pr);
+    return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, false, kVarlen, true>>(args, pr);
+  }
+  if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, false, kVarlen, true>>(args, pr);
+  return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, false, kVarlen, true>>(args, pr);
 }
 
 }  // namespace hopattn::sm90

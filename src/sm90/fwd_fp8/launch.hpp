@@ -10,4 +10,7 @@ namespace hopattn::sm90 {
 template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& problem);
 
+template <int kHeadDim>
+Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& problem);
+
 }  // namespace hopattn::sm90

@@ -75,7 +75,9 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
     [[maybe_unused]] VarlenVisit varlen;
     if constexpr (Traits::kVarlen) {
       if (id != kNoVisitLeft) {
-        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit>(p, id);
+        varlen =
+            decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p,
+                                                                                                                    id);
         if (varlen_tile_is_empty(p, varlen)) continue;
       }
     }
@@ -96,7 +98,7 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       k_row0 = varlen.seq.rows.k_row0, k_batch = varlen.seq.rows.k_batch;
       kv_head = varlen_kv_head<Traits>(p, c);
     } else {
-      v = decode_visit<Traits::kBlockM, Traits::kBlockN>(p, id);
+      v = decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(p, id);
       c = decode_tile(p, v.tile);
       q_row = c.m_block * Traits::kBlockM, q_batch = c.batch, k_row0 = 0, k_batch = c.batch;
       kv_head = c.head / p.head_ratio;

@@ -53,6 +53,9 @@ constexpr int kFp8D256DescaleGroupKeys = 32;
 // kVarlen_: variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged cache), as the
 // 16-bit kernels' kVarlen (fwd/sequence.cuh): each tile reads its sequence's lengths and first rows.
 // The ordinary v layout only (a packed keys-contiguous v has no layout in the API).
+// kChunksAndSequsedQ_: the variant that takes attention_chunk and seqused_q
+// (launch_forward_fp8_chunks_seqused_q), as the 16-bit kernels' FwdTraits::kChunksAndSequsedQ: as
+// runtime tests in every kernel they cost the d 128 causal forward 4% (H100, perf-notes session 44).
 // kDescaleGroupKeys_: keys per k/v descale group; a K block has one k and one v block scale per group.
 // Whole blocks but in the grouped kernels, which take 128-row descales (quantize_fp8's default) whose
 // boundaries fall inside their blocks (Fp8Consumer, DescaleGroups in softmax.cuh; the per-block values
@@ -65,7 +68,7 @@ constexpr int kFp8D256DescaleGroupKeys = 32;
 //    (perf-notes v129).
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
           int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
-          bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_>
+          bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_, bool kChunksAndSequsedQ_ = false>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBlockDescales = kBlockDescales_;
@@ -177,6 +180,7 @@ struct Fp8FwdTraits {
   static constexpr int kDescaleGroupKeys = kDescaleGroupKeys_;
   static constexpr int kDescaleGroups = kBlockN / kDescaleGroupKeys;
   static constexpr bool kPackedRowSums = kBlockN == 192 && kDescaleGroups == 1;
+  static constexpr bool kChunksAndSequsedQ = kChunksAndSequsedQ_;
   static_assert(kBlockN % kDescaleGroupKeys == 0 && kDescaleGroupKeys % 32 == 0,
                 "descale groups must be whole k32 steps of a block");
   static_assert(kDescaleGroups == 1 || (kBlockDescales && !kSoftcap && !kVarlen),
@@ -270,14 +274,15 @@ struct Fp8FwdTraits {
 // The traits the variable-length split combine (fwd/varlen_combine.cuh) takes for FP8 pieces: those of
 // the bf16 variable-length kernel of the head dim (the combine reads only its O register count,
 // consumer warpgroups, rows per warpgroup and output type), so both merge with the same kernel.
-template <int kHeadDim>
-using Fp8VarlenCombineTraits =
-    FwdTraits<kHeadDim, __nv_bfloat16, 128, kHeadDim == 64 ? 4 : 2, true, 2, /*kVarlen=*/true>;
+template <int kHeadDim, bool kChunksAndSequsedQ = false>
+using Fp8VarlenCombineTraits = FwdTraits<kHeadDim, __nv_bfloat16, 128, kHeadDim == 64 ? 4 : 2, true, 2,
+                                         /*kVarlen=*/true, false, kChunksAndSequsedQ>;
 
-// Fp8FwdTraits with the default block width.
-template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal, bool kVarlen = false>
+// Fp8FwdTraits with the default block width (kChunksAndSequsedQ: the variant for chunks and seqused_q).
+template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal, bool kVarlen = false,
+          bool kChunksAndSequsedQ = false>
 using Fp8Traits =
     Fp8FwdTraits<kHeadDim, kBlockDescales, kSoftcap, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap),
-                 kVtFromGlobal, kVarlen>;
+                 kVtFromGlobal, kVarlen, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap), kChunksAndSequsedQ>;
 
 }  // namespace hopattn::sm90

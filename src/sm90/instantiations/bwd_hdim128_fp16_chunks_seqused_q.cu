@@ -1,0 +1,7 @@
+// One backward instantiation per file so the build compiles them in parallel: the kernels for
+// attention_chunk and seqused_q.
+#include "sm90/bwd/launch.cuh"
+
+namespace hopattn::sm90 {
+template Status launch_backward<128, __half, false, true>(const BwdArgs&, const detail::Problem&);
+}  // namespace hopattn::sm90
