@@ -1561,6 +1561,28 @@ def test_gpu_varlen_seqused_q_matches_the_cpu_reference(rng, dtype):
         assert error < 2e-2, f"{name}: max error {error:.3g} of the largest reference value"
 
 
+# The deterministic backward kernels take neither seqused_q nor chunks (their variant for them,
+# BwdTraits::kChunksAndSequsedQ, is not deterministic): NotImplementedError naming the argument, and
+# the same call without deterministic runs.
+@needs_hopper
+@pytest.mark.parametrize("feature", ["seqused_q", "attention_chunk"])
+def test_gpu_deterministic_backward_refuses_seqused_q_and_chunks(rng, feature):
+    generator = torch_generator(rng, "cuda")
+    q, k, v = (torch.randn(200, 2, 64, dtype=torch.bfloat16, device="cuda", generator=generator)
+               .requires_grad_() for _ in range(3))
+    cu = torch.tensor([0, 130, 200], dtype=torch.int32, device="cuda")
+    extra = ({"seqused_q": torch.tensor([129, 70], dtype=torch.int32, device="cuda")}
+             if feature == "seqused_q" else {"attention_chunk": 64})
+    for deterministic in (True, False):
+        out = hopattn.flash_attn_varlen_func(q, k, v, cu, cu, 130, 130, causal=True,
+                                             deterministic=deterministic, **extra)
+        if deterministic:
+            with pytest.raises(NotImplementedError, match=feature):
+                torch.autograd.grad(out.sum(), (q, k, v))
+        else:
+            assert all(g.isfinite().all() for g in torch.autograd.grad(out.sum(), (q, k, v)))
+
+
 @needs_hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("unused_rows", ["random", "nan", "inf"])

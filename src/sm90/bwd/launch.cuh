@@ -106,11 +106,13 @@ Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
         "raising the backward kernel's shared-memory limit");
   if (launched.ok()) {
     const dim3 grid(m_blocks * p.heads_q, p.batch);  // head_block_of_cta
-    backward_row_stats_kernel<Element, kHeadDim, Traits::kConsumerWarpgroups><<<grid, kRowStatsThreads, 0, stream>>>(p);
+    backward_row_stats_kernel<Element, kHeadDim, Traits::kConsumerWarpgroups, Traits::kChunksAndSequsedQ>
+        <<<grid, kRowStatsThreads, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the backward row statistics");
   }
   if (launched.ok() && p.dsink != nullptr) {
-    backward_sink_grad_partial_kernel<kRowStatsBlock><<<dim3(kSinkGradParts, p.heads_q), kRowStatsBlock, 0, stream>>>(p);
+    backward_sink_grad_partial_kernel<kRowStatsBlock, Traits::kChunksAndSequsedQ>
+        <<<dim3(kSinkGradParts, p.heads_q), kRowStatsBlock, 0, stream>>>(p);
     backward_sink_grad_kernel<kRowStatsBlock><<<p.heads_q, 32, 0, stream>>>(p);
     launched = cuda_status(cudaGetLastError(), "launching the sink gradient");
   }

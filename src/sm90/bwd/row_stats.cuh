@@ -46,7 +46,8 @@ __device__ __forceinline__ float chunk_dot(const uint4& a, const uint4& b) {
   return dot;
 }
 
-template <typename Element, int kHeadDim, int kConsumerWarpgroups>
+// kSequsedQ: the call may give seqused_q (BwdTraits::kChunksAndSequsedQ).
+template <typename Element, int kHeadDim, int kConsumerWarpgroups, bool kSequsedQ>
 __global__ void __launch_bounds__(kRowStatsThreads, kRowStatsCtasPerSm) backward_row_stats_kernel(const BwdParams p) {
   // A row's 16-byte chunks, read by a group of 8 consecutive lanes (one 128-byte segment of the row per
   // load), kChunksPerLane each; a pass covers 32 rows.
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(kRowStatsThreads, kRowStatsCtasPerSm) backward
   constexpr int kPasses = kRowStatsBlock / kRowsPerPass;
   const HeadBlock cta = head_block_of_cta(p);
   const int head = cta.head, m0 = cta.m * kRowStatsBlock;
-  const BwdSequence seq = backward_sequence<kRowStatsBlock, /*kSequsedQ=*/true>(p, blockIdx.y);
+  const BwdSequence seq = backward_sequence<kRowStatsBlock, kSequsedQ>(p, blockIdx.y);
   const int seqlen_q = seq.bounds.seqlen_q;
   if (m0 >= seqlen_q) return;
   const int thread = threadIdx.x, lane_in_row = thread % kLanes;

@@ -23,8 +23,8 @@ struct BwdSequence {
   int q_block0;  // its first workspace block in each q head's range
 };
 
-// kSequsedQ: whether the kernel reads seqused_q (the main kernel and dq_convert only where they take
-// it: BwdTraits::kChunksAndSequsedQ).
+// kSequsedQ: whether the kernel reads seqused_q (the kernels of calls that may give it:
+// BwdTraits::kChunksAndSequsedQ).
 template <int kBlockM, bool kSequsedQ>
 __device__ __forceinline__ BwdSequence backward_sequence(const BwdParams& p, int batch) {
   BwdSequence s;

@@ -20,8 +20,8 @@ constexpr int kSinkGradParts = 64;  // partial sums per q head
 // CTA (part, head), one thread per row of a block: the row blocks numbered g = 0, 1, ... over the
 // sequences in order with g % kSinkGradParts == part. kBlockRows: the row statistics' block
 // (kRowStatsBlock); the kernels are templates so that each translation unit that launches them may
-// define them.
-template <int kBlockRows>
+// define them. kSequsedQ: the call may give seqused_q (BwdTraits::kChunksAndSequsedQ).
+template <int kBlockRows, bool kSequsedQ>
 __global__ void __launch_bounds__(kBlockRows) backward_sink_grad_partial_kernel(const BwdParams p) {
   __shared__ float partial[kBlockRows];
   const int part = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y);
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kBlockRows) backward_sink_grad_partial_kernel(
   float sum = 0.0f;
   int first_block = 0;  // g of the sequence's first block
   for (int batch = 0; batch < p.batch; ++batch) {
-    const BwdSequence seq = backward_sequence<kBlockRows, /*kSequsedQ=*/true>(p, batch);
+    const BwdSequence seq = backward_sequence<kBlockRows, kSequsedQ>(p, batch);
     const int blocks = (seq.bounds.seqlen_q + kBlockRows - 1) / kBlockRows;
     for (int m = ((part - first_block) % kSinkGradParts + kSinkGradParts) % kSinkGradParts; m < blocks;
          m += kSinkGradParts) {
