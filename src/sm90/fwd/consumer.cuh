@@ -48,6 +48,11 @@ class Consumer {
   static constexpr int kO = Traits::kORegisters;
   static constexpr int kPSteps = Traits::kPSteps;
   static constexpr int kQSteps = Traits::kQInRegisters ? Traits::kQKSteps : 0;
+  // Which K blocks need the mask: the tile's two bounds (masked_blocks.hpp), or the definition per
+  // block where ptxas did better without the bounds (d 64 and 192 without chunks). The kernels that
+  // take chunks use the bounds at every head dim: counting every block as masked there made a chunked
+  // d 64 forward 77% slower than the same work unchunked (H100, perf-notes session 45).
+  static constexpr bool kPerTileBounds = Traits::kLeanAddressing || Traits::kChunksAndSequsedQ;
   using QFragments = std::uint32_t[kQSteps > 0 ? kQSteps : 1][4];
 
  public:
@@ -319,7 +324,7 @@ class Consumer {
       for (int i = 0; i < kS; ++i) s[i] = p_.softcap * fast_tanh(s[i] * p_.softcap_input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing, Traits::kChunksAndSequsedQ>(
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(
             masked, seq, m0, n_block)) {
       if (Traits::kPacksGqa && p_.pack_gqa)
         apply_mask_packed<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, seq, p_);
@@ -509,7 +514,7 @@ class Consumer {
       release(&s_.k_empty[stage]);
       if (overlapped && n == n_end - 1) wait_v_tail_cleared(seq, n_end);
       if (p_.softcap > 0.0f) decode.apply_softcap(p_.softcap, p_.softcap_input_scale);
-      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, Traits::kLeanAddressing, Traits::kChunksAndSequsedQ>(
+      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(
               masked, seq, m0, n)) {
         decode.template apply_mask<Traits::kChunksAndSequsedQ>(seq, p_, Traits::kPacksGqa && p_.pack_gqa, row0,
                                                                n * Traits::kBlockN);

@@ -8,7 +8,7 @@
 // Bounds: FwdParams (a dense batch) or a variable-length tile's SequenceBounds (sequence.cuh): the
 // fields seqlen_q, seqlen_k, window_left, window_right and attention_chunk; chunk: FwdParams's
 // chunk_divisor (its multiply-high division: a 32-bit division here spilled the d 64 variable-length
-// kernels, which test their blocks one by one).
+// kernels).
 #pragma once
 
 #include "sm90/fwd/attention_chunk.hpp"
@@ -106,15 +106,13 @@ HOPATTN_HOST_DEVICE inline void kv_block_range_from_row(const Bounds& p, const C
   }
 }
 
-// What a kernel tests per K block n: the tile's bounds (kPerTileBounds, Traits::kLeanAddressing) or
-// the definition, where under chunks every block counts as masked: the chunk bounds tested block by
-// block spilled the d 64 variable-length kernel's registers (2026-12-05), and masking a block whose
-// keys all lie in its rows' chunks changes nothing.
-template <int kBlockM, int kBlockN, bool kPerTileBounds, bool kChunks, class Bounds>
+// What a kernel tests per K block n: the tile's bounds (kPerTileBounds: Traits::kLeanAddressing, and
+// every kernel that takes chunks, whose chunk bounds tested block by block spilled the d 64
+// variable-length kernel's registers, 2026-12-05) or the window's definition.
+template <int kBlockM, int kBlockN, bool kPerTileBounds, class Bounds>
 HOPATTN_HOST_DEVICE constexpr bool block_needs_mask(const MaskedBlocks& masked, const Bounds& seq, int m0, int n) {
   if constexpr (kPerTileBounds) return masked.needs(n);
-  else
-    return (kChunks && seq.attention_chunk > 0) || block_needs_window_mask<kBlockM, kBlockN>(seq, m0, n * kBlockN);
+  else return block_needs_window_mask<kBlockM, kBlockN>(seq, m0, n * kBlockN);
 }
 
 }  // namespace hopattn::sm90

@@ -323,7 +323,7 @@ class Fp8Consumer {
     // definition per block would read its sequence's bounds again for every block (d 64 ran 13%
     // slower than dense so).
     constexpr bool kPerTileBounds = Traits::kLeanAddressing || Traits::kVarlen;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds, Traits::kChunksAndSequsedQ>(masked, b_, m0,
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(masked, b_, m0,
                                                                                                        n_block)) {
       if constexpr (kPermutedK) {
         apply_mask_permuted<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, b_, b_.chunk_divisor,
@@ -546,7 +546,7 @@ class Fp8Consumer {
       decode.pin_scores();
       release(&s_.k_empty[stage]);
       if constexpr (Traits::kSoftcap) decode.apply_softcap(b_.softcap, cap_input_scale_ * scales.k[0]);
-      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, true, Traits::kChunksAndSequsedQ>(masked, b_, m0, n)) {
+      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, true>(masked, b_, m0, n)) {
         decode.template apply_mask<Traits::kChunksAndSequsedQ>(mask_bounds(batch_), b_, b_.pack_gqa, row0,
                                                                n * Traits::kBlockN);
       }
