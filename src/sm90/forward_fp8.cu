@@ -6,41 +6,6 @@
 
 namespace hopattn::sm90 {
 
-namespace {
-
-// Calls with attention_chunk > 0 or seqused_q in kernels of their own
-// (launch_forward_fp8_chunks_seqused_q): at d 64 and 128 the variable-length ones, dense batches too;
-// at d 256 the dense one, so chunks on dense batches only.
-Status forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& pr, bool varlen) {
-  const std::string what =
-      pr.attention_chunk > 0 ? "attention_chunk " + std::to_string(pr.attention_chunk) : std::string("seqused_q");
-  if (pr.v_keys_contiguous)
-    return Status(StatusCode::kUnsupported, what +
-                                                " with FP8 v keys-contiguous (V^T in memory) is not supported "
-                                                "by the sm_90a fp8 forward kernel; it takes v with its head dim "
-                                                "contiguous (stride[-1] == 1) there");
-  switch (pr.head_dim) {
-    case 64:
-      return launch_forward_fp8_chunks_seqused_q<64>(args, pr);
-    case 128:
-      return launch_forward_fp8_chunks_seqused_q<128>(args, pr);
-    case 256:
-      if (varlen)
-        return Status(StatusCode::kUnsupported,
-                      what +
-                          " with FP8 inputs at head dim 256 and variable lengths (cu_seqlens, seqused_k, "
-                          "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; at d 256 "
-                          "it takes attention_chunk on dense batches, and at d 64 and 128 both on any");
-      return launch_forward_fp8_chunks_seqused_q<256>(args, pr);
-    default:
-      return Status(StatusCode::kUnsupported, "head dim " + std::to_string(pr.head_dim) +
-                                                  " is not supported by the sm_90a fp8 forward kernel; it supports "
-                                                  "64, 128 and 256");
-  }
-}
-
-}  // namespace
-
 Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) {
   // Sliding windows use the 16-bit kernel's masks and K-block range; softcap has its own
   // instantiations (launch_forward_fp8).
@@ -49,7 +14,18 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
                   "KernelOptions::warp_specialized = false is not supported by the sm_90a fp8 forward kernel: its "
                   "producer warpgroup also transposes V");
   const bool vt = pr.v_keys_contiguous;
-  if (pr.attention_chunk > 0 || pr.has_seqused_q) return forward_fp8_chunks_seqused_q(args, pr, varlen);
+  // Calls with attention_chunk > 0 or seqused_q take kernels of their own
+  // (launch_forward_fp8_chunks_seqused_q): at d 64 and 128 the variable-length ones, dense batches too;
+  // at d 256 the dense one, so chunks on dense batches only.
+  const bool chunks_or_seqused_q = pr.attention_chunk > 0 || pr.has_seqused_q;
+  const auto which = [&] {
+    return pr.attention_chunk > 0 ? "attention_chunk " + std::to_string(pr.attention_chunk) : std::string("seqused_q");
+  };
+  if (chunks_or_seqused_q && vt)
+    return Status(StatusCode::kUnsupported, which() +
+                                                " with FP8 v keys-contiguous (V^T in memory) is not supported "
+                                                "by the sm_90a fp8 forward kernel; it takes v with its head dim "
+                                                "contiguous (stride[-1] == 1) there");
   if (varlen && vt)
     return Status(StatusCode::kUnsupported,
                   "v keys-contiguous (V^T in memory) with variable-length input (cu_seqlens_q, cu_seqlens_k, "
@@ -57,12 +33,21 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
                   "takes v with its head dim contiguous (stride[-1] == 1)");
   switch (pr.head_dim) {
     case 64:
+      if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<64>(args, pr);
       if (varlen) return launch_forward_fp8<64, false, true>(args, pr);
       return vt ? launch_forward_fp8<64, true, false>(args, pr) : launch_forward_fp8<64, false, false>(args, pr);
     case 128:
+      if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<128>(args, pr);
       if (varlen) return launch_forward_fp8<128, false, true>(args, pr);
       return vt ? launch_forward_fp8<128, true, false>(args, pr) : launch_forward_fp8<128, false, false>(args, pr);
     case 256:
+      if (chunks_or_seqused_q && varlen)
+        return Status(StatusCode::kUnsupported,
+                      which() +
+                          " with FP8 inputs at head dim 256 and variable lengths (cu_seqlens, seqused_k, "
+                          "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; at d 256 "
+                          "it takes attention_chunk on dense batches, and at d 64 and 128 both on any");
+      if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<256>(args, pr);
       if (varlen) return launch_forward_fp8<256, false, true>(args, pr);
       return vt ? launch_forward_fp8<256, true, false>(args, pr) : launch_forward_fp8<256, false, false>(args, pr);
     default:

@@ -24,8 +24,9 @@ constexpr int kDqConvertThreads = 256;
 // of dq. Straight from the accumulator order, a warp's 16-byte stores hit 32 rows and its loads half
 // sectors: 41-46% of the DRAM rate (perf-notes v113). Writes exactly the sequence's stored rows; the
 // blocks of a variable-length batch past them (the grid has the longest sequence's) leave at once. Rows
-// past those it uses (seqused_q; Traits::kChunksAndSequsedQ) get 0 by a select: the workspace blocks wholly past them
-// are not read (row_stats.cuh left them as they were, NaN maybe), and a product with 0 would keep a NaN.
+// past those it uses (seqused_q; Traits::kChunksAndSequsedQ) get 0 by a select: the workspace blocks
+// wholly past them are not read (row_stats.cuh left them as they were, NaN maybe), and a product with 0
+// would keep a NaN.
 template <class Traits>
 __global__ void __launch_bounds__(kDqConvertThreads) backward_dq_convert_kernel(const BwdParams p) {
   using Element = typename Traits::Element;

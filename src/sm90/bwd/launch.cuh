@@ -1,5 +1,5 @@
-// launch_backward<kHeadDim, Element, kDeterministic, kChunksAndSequsedQ>: the three kernels of one backward call (five
-// with dsink: sink_grad.cuh's two after the row statistics),
+// launch_backward<kHeadDim, Element, kDeterministic, kChunksAndSequsedQ>: the three kernels of one
+// backward call (five with dsink: sink_grad.cuh's two after the row statistics),
 // stream-ordered on the caller's stream: row statistics (row_stats.cuh, which also zeroes the dQ
 // workspace), the main kernel (kernel.cuh) adding dQ into that float32 workspace (deterministic kernels:
 // in key-block order, through counters zeroed with it; dq_order.cuh), and the conversion of that

@@ -324,8 +324,7 @@ class Consumer {
       for (int i = 0; i < kS; ++i) s[i] = p_.softcap * fast_tanh(s[i] * p_.softcap_input_scale);
     }
     const int n0 = n_block * Traits::kBlockN;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(
-            masked, seq, m0, n_block)) {
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(masked, seq, m0, n_block)) {
       if (Traits::kPacksGqa && p_.pack_gqa)
         apply_mask_packed<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, seq, p_);
       else
@@ -514,8 +513,7 @@ class Consumer {
       release(&s_.k_empty[stage]);
       if (overlapped && n == n_end - 1) wait_v_tail_cleared(seq, n_end);
       if (p_.softcap > 0.0f) decode.apply_softcap(p_.softcap, p_.softcap_input_scale);
-      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(
-              masked, seq, m0, n)) {
+      if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(masked, seq, m0, n)) {
         decode.template apply_mask<Traits::kChunksAndSequsedQ>(seq, p_, Traits::kPacksGqa && p_.pack_gqa, row0,
                                                                n * Traits::kBlockN);
       }

@@ -49,7 +49,7 @@ HOPATTN_HOST_DEVICE constexpr int first_block_at_or_after(int x) {
   return x <= 0 ? 0 : (x + kBlockN - 1) / kBlockN;
 }
 
-// kChunks: the kernel takes chunks (FwdTraits::kChunks, Fp8FwdTraits::kChunks); without, the chunk
+// kChunks: the kernel takes chunks (FwdTraits / Fp8FwdTraits::kChunksAndSequsedQ); without, the chunk
 // tests here and below compile away, whatever seq.attention_chunk holds.
 template <int kBlockM, int kBlockN, bool kChunks, class Bounds>
 HOPATTN_HOST_DEVICE constexpr MaskedBlocks masked_blocks(const Bounds& seq, const ChunkDivisor& chunk, int m0) {

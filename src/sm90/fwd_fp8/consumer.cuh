@@ -323,8 +323,7 @@ class Fp8Consumer {
     // definition per block would read its sequence's bounds again for every block (d 64 ran 13%
     // slower than dense so).
     constexpr bool kPerTileBounds = Traits::kLeanAddressing || Traits::kVarlen;
-    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(masked, b_, m0,
-                                                                                                       n_block)) {
+    if (block_needs_mask<Traits::kBlockM, Traits::kBlockN, kPerTileBounds>(masked, b_, m0, n_block)) {
       if constexpr (kPermutedK) {
         apply_mask_permuted<Traits::kChunksAndSequsedQ>(s, thread_, row0, n0, b_, b_.chunk_divisor,
                                                         PermutedKeyColumns{});
