@@ -33,6 +33,7 @@ struct OwnVCase {
   int page_size = 0;   // > 0: k and v a paged cache (varlen q), len_k as seqused_k
   int num_splits = 0;  // FwdArgs::num_splits
   KernelOptions options{};
+  int attention_chunk = 0;  // FwdArgs::attention_chunk
 };
 
 constexpr int kSlack = 8;  // extra columns of every output row, poisoned
@@ -183,6 +184,7 @@ FwdArgs forward_args(const OwnVCase& c, const Inputs& in, int qk_cols, int v_col
   a.causal = c.causal;
   a.num_splits = c.num_splits;
   a.options = c.options;
+  a.attention_chunk = c.attention_chunk;
   return a;
 }
 
@@ -295,12 +297,23 @@ class VHeadDimOfItsOwn : public HopperTest {};
 
 // Narrower v (DeepSeek's 192/128, and within one tile width) and wider v, dense and variable-length,
 // causal or not, GQA; decoding steps packed and split; a paged cache of pages small enough for the
-// cp.async copies (whose V rows end at v's head dim) and one loaded by TMA.
+// cp.async copies (whose V rows end at v's head dim) and one loaded by TMA. q/k at the 192 tile with v at
+// most 128 run in kernels whose V and O tiles are 128 wide (forward.cu), the padded call in the 192 one:
+// their P V differ in width only, so the outputs must still be the same bits. Those cases cover their
+// dense, variable-length, chunk and non-warp-specialized kernels, odd lengths, tiles enough for the
+// persistent hand-out and a v narrower than the tile.
 TEST_F(VHeadDimOfItsOwn, ForwardEqualsTheZeroPaddedCall) {
   KernelOptions copies;
   copies.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+  KernelOptions inline_loads;
+  inline_loads.warp_specialized = false;
   const OwnVCase cases[] = {
       {"deepseek dense causal", 192, 128, {77, 77}, {300, 300}, 4, 2, Dtype::kBFloat16, true},
+      {"deepseek dense, many tiles", 192, 128, {1000, 1000}, {1000, 1000}, 16, 16, Dtype::kFloat16, false},
+      {"deepseek varlen causal", 192, 128, {1, 300, 129, 0}, {200, 300, 700, 5}, 8, 2, Dtype::kBFloat16, true, true},
+      {"deepseek chunks", 192, 128, {1, 333}, {1, 333}, 4, 1, Dtype::kBFloat16, true, false, 0, 0, {}, 128},
+      {"deepseek non-warp-specialized", 192, 128, {65}, {191}, 2, 2, Dtype::kFloat16, true, false, 0, 0, inline_loads},
+      {"q/k 160, v 72", 160, 72, {130}, {257}, 4, 2, Dtype::kBFloat16, false},
       {"narrower v, one tile width", 128, 72, {129}, {129}, 4, 4, Dtype::kFloat16, false},
       {"wider v", 64, 128, {65, 65, 65}, {200, 200, 200}, 8, 2, Dtype::kBFloat16, true},
       {"wider v at 256", 136, 256, {100}, {77}, 2, 1, Dtype::kFloat16, true},

@@ -7,16 +7,28 @@
 #include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd/traits.cuh"
 
+// Experiment hook (removed before merge): K/V stages of the 192 / 128 kernels.
+#ifndef HOPATTN_V128_STAGES_N
+#define HOPATTN_V128_STAGES_N 2
+#endif
+#define HOPATTN_V128_STAGES(v) ((v) == 192 ? 2 : HOPATTN_V128_STAGES_N)
+#ifndef HOPATTN_V128_BLOCK_N_N
+#define HOPATTN_V128_BLOCK_N_N 64
+#endif
+#define HOPATTN_V128_BLOCK_N(v) ((v) == 192 ? 64 : HOPATTN_V128_BLOCK_N_N)
+
 namespace hopattn::sm90 {
 
 // kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged KV cache),
 // with the dense kernels' tiles; pr.seqlen_k is then the longest sequence's key count (or the page
 // table's capacity). kKvByCpAsync: their variant that copies K/V with cp.async (head dims up to 128).
 // kChunksAndSequsedQ: their variant for attention_chunk and seqused_q (FwdTraits::kChunksAndSequsedQ).
+// kHeadDimV: the V and O tiles' width (FwdTraits::kHeadDimV): kHeadDim, or 128 at 192 (DeepSeek).
 template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false, bool kKvByCpAsync = false,
-          bool kChunksAndSequsedQ = false>
+          bool kChunksAndSequsedQ = false, int kHeadDimV = kHeadDim>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   constexpr int kWarpgroups = 2;
+  static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128), "V tiles of their own: 192 / 128");
   if constexpr (kHeadDim == 64) {
     // Tiles that see few keys (short sequences, narrow sliding windows) have few key blocks: the narrower
     // block wastes less on the ragged ends. Tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on;
@@ -40,8 +52,8 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   } else if constexpr (kHeadDim == 192) {
     // d 256's 64-key blocks: two K/V stages and a 64-row O stage per warpgroup fit, and Q fits in
     // registers (128-key blocks do not fit twice beside Q). Head dims 136-192 run here, 200-256 at 256.
-    return launch_forward<
-        FwdTraits<192, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen, false, kChunksAndSequsedQ>>(args, pr);
+    return launch_forward<FwdTraits<192, Element, HOPATTN_V128_BLOCK_N(kHeadDimV), HOPATTN_V128_STAGES(kHeadDimV), kWarpSpecialized, kWarpgroups,
+                                    kVarlen, false, kChunksAndSequsedQ, kHeadDimV>>(args, pr);
   } else {
     static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 192, 256");
     return launch_forward<
@@ -49,36 +61,37 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   }
 }
 
-template <int kHeadDim, typename Element>
+template <int kHeadDim, typename Element, int kHeadDimV>
 Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& pr) {
-  if (args.options.warp_specialized) return launch_shipped_config<kHeadDim, Element, true>(args, pr);
-  return launch_shipped_config<kHeadDim, Element, false>(args, pr);
+  if (args.options.warp_specialized)
+    return launch_shipped_config<kHeadDim, Element, true, false, false, false, kHeadDimV>(args, pr);
+  return launch_shipped_config<kHeadDim, Element, false, false, false, false, kHeadDimV>(args, pr);
 }
 
 // The variable-length kernels (kChunksAndSequsedQ: their variant for chunks and seqused_q), K/V by TMA
 // or by copies.
-template <int kHeadDim, typename Element, bool kChunksAndSequsedQ>
+template <int kHeadDim, typename Element, bool kChunksAndSequsedQ, int kHeadDimV>
 Status launch_varlen_config(const FwdArgs& args, const detail::Problem& pr) {
   if constexpr (kHeadDim <= 128) {
     constexpr int kTileRows = 128;  // two consumer warpgroups of 64 rows
     if (takes_kv_copy_kernel(args, pr, kTileRows))
       return launch_shipped_config<kHeadDim, Element, true, /*kVarlen=*/true, /*kKvByCpAsync=*/true,
-                                   kChunksAndSequsedQ>(args, pr);
+                                   kChunksAndSequsedQ, kHeadDimV>(args, pr);
   }
   return launch_shipped_config<kHeadDim, Element, /*kWarpSpecialized=*/true, /*kVarlen=*/true, false,
-                               kChunksAndSequsedQ>(args, pr);
+                               kChunksAndSequsedQ, kHeadDimV>(args, pr);
 }
 
-template <int kHeadDim, typename Element>
+template <int kHeadDim, typename Element, int kHeadDimV>
 Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& pr) {
-  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/false>(args, pr);
+  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/false, kHeadDimV>(args, pr);
 }
 
 // Calls with attention_chunk > 0 or seqused_q, dense batches too: the variable-length kernels' variant
 // for them, so that no other kernel carries their tests (FwdTraits::kChunksAndSequsedQ).
-template <int kHeadDim, typename Element>
+template <int kHeadDim, typename Element, int kHeadDimV>
 Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail::Problem& pr) {
-  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/true>(args, pr);
+  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/true, kHeadDimV>(args, pr);
 }
 
 }  // namespace hopattn::sm90
