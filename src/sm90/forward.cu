@@ -79,12 +79,13 @@ Status launch(const FwdArgs& args, const detail::Problem& pr) {
 // (FwdParams::head_dim_v). A v with a head dim of its own runs in the kernel of the wider of the two:
 // q and k zero-filled past theirs, or v and O past its. One pair has kernels of its own: q/k at the
 // 192 tile with v at most 128 (DeepSeek's 192 / 128), whose V and O tiles are 128 wide, so that P V
-// does not multiply 64 zero-filled columns.
+// does not multiply 64 zero-filled columns; warp-specialized ones only (the ablation runs q's width).
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
   if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
-  if (pr.head_dim > 128 && pr.head_dim <= 192 && pr.head_dim_v <= 128) return launch<192, Element, 128>(args, pr);
+  if (pr.head_dim > 128 && pr.head_dim <= 192 && pr.head_dim_v <= 128 && args.options.warp_specialized)
+    return launch<192, Element, 128>(args, pr);
   return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
 }
 

@@ -7,16 +7,6 @@
 #include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd/traits.cuh"
 
-// Experiment hook (removed before merge): K/V stages of the 192 / 128 kernels.
-#ifndef HOPATTN_V128_STAGES_N
-#define HOPATTN_V128_STAGES_N 2
-#endif
-#define HOPATTN_V128_STAGES(v) ((v) == 192 ? 2 : HOPATTN_V128_STAGES_N)
-#ifndef HOPATTN_V128_BLOCK_N_N
-#define HOPATTN_V128_BLOCK_N_N 64
-#endif
-#define HOPATTN_V128_BLOCK_N(v) ((v) == 192 ? 64 : HOPATTN_V128_BLOCK_N_N)
-
 namespace hopattn::sm90 {
 
 // kVarlen: the variable-length kernels (cu_seqlens_q / cu_seqlens_k / seqused_k / a paged KV cache),
@@ -49,11 +39,17 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     return launch_forward<
         FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync, kChunksAndSequsedQ>>(args,
                                                                                                                    pr);
-  } else if constexpr (kHeadDim == 192) {
+  } else if constexpr (kHeadDim == 192 && kHeadDimV == 192) {
     // d 256's 64-key blocks: two K/V stages and a 64-row O stage per warpgroup fit, and Q fits in
     // registers (128-key blocks do not fit twice beside Q). Head dims 136-192 run here, 200-256 at 256.
-    return launch_forward<FwdTraits<192, Element, HOPATTN_V128_BLOCK_N(kHeadDimV), HOPATTN_V128_STAGES(kHeadDimV), kWarpSpecialized, kWarpgroups,
-                                    kVarlen, false, kChunksAndSequsedQ, kHeadDimV>>(args, pr);
+    return launch_forward<
+        FwdTraits<192, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen, false, kChunksAndSequsedQ>>(args, pr);
+  } else if constexpr (kHeadDim == 192) {
+    // v 128 (DeepSeek): 128-key blocks fit twice beside Q with V 128 wide and the O stage shared, Q read
+    // from shared memory (its registers go to S). H200, 2026-12-05: 1.09-1.20x the 64-key blocks' speed
+    // at 1k-16k (perf-notes session 46).
+    return launch_forward<FwdTraits<192, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, false,
+                                    kChunksAndSequsedQ, kHeadDimV>>(args, pr);
   } else {
     static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 192, 256");
     return launch_forward<
@@ -61,11 +57,18 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   }
 }
 
+// kHeadDimV below kHeadDim: warp-specialized kernels only (forward.cu sends the ablation elsewhere; its
+// 192 / 128 kernel put exponentials behind branches, tests/sass).
 template <int kHeadDim, typename Element, int kHeadDimV>
 Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (args.options.warp_specialized)
     return launch_shipped_config<kHeadDim, Element, true, false, false, false, kHeadDimV>(args, pr);
-  return launch_shipped_config<kHeadDim, Element, false, false, false, false, kHeadDimV>(args, pr);
+  if constexpr (kHeadDimV != kHeadDim) {
+    return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: v's own width without "
+                                            "warp specialization");
+  } else {
+    return launch_shipped_config<kHeadDim, Element, false>(args, pr);
+  }
 }
 
 // The variable-length kernels (kChunksAndSequsedQ: their variant for chunks and seqused_q), K/V by TMA

@@ -89,7 +89,8 @@ struct FwdTraits {
   // Q as the A operand of S = Q K^T from registers (loaded once per tile, tile/a_fragment.hpp) rather
   // than from shared memory per K block: it takes load off shared-memory bandwidth, and the Q buffer
   // is free for the next tile's Q right away. kHeadDim / 4 registers, where they fit beside O, S and
-  // P with 48 left for addresses and softmax state (shipped: d 64, 128 and 192; d 256 spills).
+  // P with 48 left for addresses and softmax state (shipped: d 64, 128 and 192; not d 256, which spills,
+  // nor 192 / 128, whose 128-key S takes them).
   static constexpr int kQRegisters = kHeadDim / 4;
   static constexpr bool kQInRegisters =
       kQRegisters + kSRegisters + kBlockN / 4 + kORegisters <= kConsumerRegisters - 48;
@@ -142,7 +143,7 @@ struct FwdTraits {
   // The O tile is staged in shared memory for a TMA store: the consumers then leave the epilogue at
   // shared-memory speed instead of waiting on 32-64 scattered global stores a thread (a quarter of the
   // stall samples at 512 tokens). Each warpgroup gets its own 64 rows where a whole O tile fits (head
-  // dim 64, 128, and 192 with v 128); else (192, 256) the warpgroups take one 64-row stage in turns,
+  // dim 64, 128); else (192, 256) the warpgroups take one 64-row stage in turns,
   // each handing it on once the TMA unit has read its rows (the O-stage turn barriers below).
   static constexpr int kSmemLimit = 227 * 1024;
   static constexpr int kRingBytes = kStages * (KTile::kBytes + VTile::kBytes);
