@@ -46,7 +46,7 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
         FwdTraits<192, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen, false, kChunksAndSequsedQ>>(args, pr);
   } else if constexpr (kHeadDim == 192) {
     // v 128 (DeepSeek): 128-key blocks fit twice beside Q with V 128 wide and the O stage shared, Q read
-    // from shared memory (its registers go to S). H200, 2026-12-05: 1.09-1.20x the 64-key blocks' speed
+    // from shared memory (its registers go to S). H200, 2026-12-05: 1.09-1.21x the 64-key blocks' speed
     // at 1k-16k (perf-notes session 46).
     return launch_forward<FwdTraits<192, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, false,
                                     kChunksAndSequsedQ, kHeadDimV>>(args, pr);

@@ -143,8 +143,8 @@ struct FwdTraits {
   // The O tile is staged in shared memory for a TMA store: the consumers then leave the epilogue at
   // shared-memory speed instead of waiting on 32-64 scattered global stores a thread (a quarter of the
   // stall samples at 512 tokens). Each warpgroup gets its own 64 rows where a whole O tile fits (head
-  // dim 64, 128); else (192, 256) the warpgroups take one 64-row stage in turns,
-  // each handing it on once the TMA unit has read its rows (the O-stage turn barriers below).
+  // dim 64, 128, 192); else (256, and 192 / 128's 128-key blocks) the warpgroups take one 64-row stage
+  // in turns, each handing it on once the TMA unit has read its rows (the O-stage turn barriers below).
   static constexpr int kSmemLimit = 227 * 1024;
   static constexpr int kRingBytes = kStages * (KTile::kBytes + VTile::kBytes);
   using WholeOTile = SwizzledTile<kBlockM, kHeadDimV, kElementBytes>;
