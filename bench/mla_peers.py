@@ -15,11 +15,9 @@ hopattn importable (pip install, or python/device_build.sh's PYTHONPATH).
 import argparse
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-import hopattn
-from compare import kernel_ms, write_kernel_timing_rows  # bench/compare.py
+from compare import hopattn_impl, kernel_ms, sdpa_impl, write_kernel_timing_rows  # bench/compare.py
 
 HEAD_DIM, HEAD_DIM_V = 192, 128
 # name, batch, heads, seqlen, causal
@@ -32,19 +30,10 @@ LAYERS = [
 ]
 
 
-def sdpa(backend):
-    def attend(q, k, v, causal):
-        with sdpa_kernel([backend]):
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                 is_causal=causal)
-        return out.transpose(1, 2)
-    return attend
-
-
 IMPLEMENTATIONS = {
-    "hopattn": lambda q, k, v, causal: hopattn.flash_attn_func(q, k, v, causal=causal),
-    "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-    "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
+    "hopattn": hopattn_impl(),
+    "sdpa_cudnn": sdpa_impl(SDPBackend.CUDNN_ATTENTION),
+    "sdpa_efficient": sdpa_impl(SDPBackend.EFFICIENT_ATTENTION),
 }
 
 
