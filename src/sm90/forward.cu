@@ -66,22 +66,26 @@ bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
 bool page_size_supported(int page_size) { return page_size >= kMinPageSize && (page_size & (page_size - 1)) == 0; }
 
 // Calls with attention_chunk > 0 or seqused_q take the variable-length kernels' variant for them (dense
-// batches too), so that no other kernel carries their tests.
-template <int kHeadDim, typename Element>
+// batches too), so that no other kernel carries their tests. kHeadDimV: the V and O tiles' width.
+template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
 Status launch(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.attention_chunk > 0 || pr.has_seqused_q)
-    return launch_shipped_chunks_seqused_q_forward<kHeadDim, Element>(args, pr);
-  return takes_varlen_kernels(args, pr) ? launch_shipped_varlen_forward<kHeadDim, Element>(args, pr)
-                                        : launch_shipped_forward<kHeadDim, Element>(args, pr);
+    return launch_shipped_chunks_seqused_q_forward<kHeadDim, Element, kHeadDimV>(args, pr);
+  return takes_varlen_kernels(args, pr) ? launch_shipped_varlen_forward<kHeadDim, Element, kHeadDimV>(args, pr)
+                                        : launch_shipped_forward<kHeadDim, Element, kHeadDimV>(args, pr);
 }
 
 // The kernel of the head dim's tile width (launch_at_tile_width), its stores cut at out's columns
 // (FwdParams::head_dim_v). A v with a head dim of its own runs in the kernel of the wider of the two:
-// q and k zero-filled past theirs, or v and O past its.
+// q and k zero-filled past theirs, or v and O past its. One pair has kernels of its own: q/k at the
+// 192 tile with v at most 128 (DeepSeek's 192 / 128), whose V and O tiles are 128 wide, so that P V
+// does not multiply 64 zero-filled columns; warp-specialized ones only (the ablation runs q's width).
 template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
   if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
+  if (pr.head_dim > 128 && pr.head_dim <= 192 && pr.head_dim_v <= 128 && args.options.warp_specialized)
+    return launch<192, Element, 128>(args, pr);
   return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
 }
 

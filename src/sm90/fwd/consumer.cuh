@@ -310,7 +310,7 @@ class Consumer {
       // 16 keys = 16 rows of 128 bytes down every column block.
       const std::uint64_t desc_v = mnmajor_descriptor_at<Traits::kLeanAddressing>(
           v_desc, v_base, step * 16 * kSwizzleBytes, VTile::kColumnBlockBytes);
-      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(o, p[step], desc_v, 1);
+      wgmma_rs<Traits::kHeadDimV, Traits::kIsBf16>(o, p[step], desc_v, 1);
     }
     wgmma_commit();
   }

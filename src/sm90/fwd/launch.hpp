@@ -7,15 +7,16 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, typename Element>
+// kHeadDimV: the V and O tiles' width, where v's head dim is narrower (shipped: 192 / 128, DeepSeek's).
+template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
 Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& problem);
 
 // The same for variable-length batches (cu_seqlens_q / cu_seqlens_k / seqused_k) and paged KV caches
 // (page sizes: powers of two from 16); warp-specialized kernels only.
-template <int kHeadDim, typename Element>
+template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
 Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& problem);
 
-template <int kHeadDim, typename Element>
+template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
 Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

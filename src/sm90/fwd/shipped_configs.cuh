@@ -13,10 +13,12 @@ namespace hopattn::sm90 {
 // with the dense kernels' tiles; pr.seqlen_k is then the longest sequence's key count (or the page
 // table's capacity). kKvByCpAsync: their variant that copies K/V with cp.async (head dims up to 128).
 // kChunksAndSequsedQ: their variant for attention_chunk and seqused_q (FwdTraits::kChunksAndSequsedQ).
+// kHeadDimV: the V and O tiles' width (FwdTraits::kHeadDimV): kHeadDim, or 128 at 192 (DeepSeek).
 template <int kHeadDim, typename Element, bool kWarpSpecialized, bool kVarlen = false, bool kKvByCpAsync = false,
-          bool kChunksAndSequsedQ = false>
+          bool kChunksAndSequsedQ = false, int kHeadDimV = kHeadDim>
 Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   constexpr int kWarpgroups = 2;
+  static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128), "V tiles of their own: 192 / 128");
   if constexpr (kHeadDim == 64) {
     // Tiles that see few keys (short sequences, narrow sliding windows) have few key blocks: the narrower
     // block wastes less on the ragged ends. Tuner, 2026-11-29: 128 keys win at 512, 192 keys from 2k on;
@@ -37,11 +39,17 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     return launch_forward<
         FwdTraits<128, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync, kChunksAndSequsedQ>>(args,
                                                                                                                    pr);
-  } else if constexpr (kHeadDim == 192) {
+  } else if constexpr (kHeadDim == 192 && kHeadDimV == 192) {
     // d 256's 64-key blocks: two K/V stages and a 64-row O stage per warpgroup fit, and Q fits in
     // registers (128-key blocks do not fit twice beside Q). Head dims 136-192 run here, 200-256 at 256.
     return launch_forward<
         FwdTraits<192, Element, 64, 2, kWarpSpecialized, kWarpgroups, kVarlen, false, kChunksAndSequsedQ>>(args, pr);
+  } else if constexpr (kHeadDim == 192) {
+    // v 128 (DeepSeek): 128-key blocks fit twice beside Q with V 128 wide and the O stage shared, Q read
+    // from shared memory (its registers go to S). H200, 2026-12-05: 1.09-1.21x the 64-key blocks' speed
+    // at 1k-16k (perf-notes session 46).
+    return launch_forward<FwdTraits<192, Element, 128, 2, kWarpSpecialized, kWarpgroups, kVarlen, false,
+                                    kChunksAndSequsedQ, kHeadDimV>>(args, pr);
   } else {
     static_assert(kHeadDim == 256, "shipped head dims: 64, 128, 192, 256");
     return launch_forward<
@@ -49,36 +57,44 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
   }
 }
 
-template <int kHeadDim, typename Element>
+// kHeadDimV below kHeadDim: warp-specialized kernels only (forward.cu sends the ablation elsewhere; its
+// 192 / 128 kernel put exponentials behind branches, tests/sass).
+template <int kHeadDim, typename Element, int kHeadDimV>
 Status launch_shipped_forward(const FwdArgs& args, const detail::Problem& pr) {
-  if (args.options.warp_specialized) return launch_shipped_config<kHeadDim, Element, true>(args, pr);
-  return launch_shipped_config<kHeadDim, Element, false>(args, pr);
+  if (args.options.warp_specialized)
+    return launch_shipped_config<kHeadDim, Element, true, false, false, false, kHeadDimV>(args, pr);
+  if constexpr (kHeadDimV != kHeadDim) {
+    return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: v's own width without "
+                                            "warp specialization");
+  } else {
+    return launch_shipped_config<kHeadDim, Element, false>(args, pr);
+  }
 }
 
 // The variable-length kernels (kChunksAndSequsedQ: their variant for chunks and seqused_q), K/V by TMA
 // or by copies.
-template <int kHeadDim, typename Element, bool kChunksAndSequsedQ>
+template <int kHeadDim, typename Element, bool kChunksAndSequsedQ, int kHeadDimV>
 Status launch_varlen_config(const FwdArgs& args, const detail::Problem& pr) {
   if constexpr (kHeadDim <= 128) {
     constexpr int kTileRows = 128;  // two consumer warpgroups of 64 rows
     if (takes_kv_copy_kernel(args, pr, kTileRows))
       return launch_shipped_config<kHeadDim, Element, true, /*kVarlen=*/true, /*kKvByCpAsync=*/true,
-                                   kChunksAndSequsedQ>(args, pr);
+                                   kChunksAndSequsedQ, kHeadDimV>(args, pr);
   }
   return launch_shipped_config<kHeadDim, Element, /*kWarpSpecialized=*/true, /*kVarlen=*/true, false,
-                               kChunksAndSequsedQ>(args, pr);
+                               kChunksAndSequsedQ, kHeadDimV>(args, pr);
 }
 
-template <int kHeadDim, typename Element>
+template <int kHeadDim, typename Element, int kHeadDimV>
 Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem& pr) {
-  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/false>(args, pr);
+  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/false, kHeadDimV>(args, pr);
 }
 
 // Calls with attention_chunk > 0 or seqused_q, dense batches too: the variable-length kernels' variant
 // for them, so that no other kernel carries their tests (FwdTraits::kChunksAndSequsedQ).
-template <int kHeadDim, typename Element>
+template <int kHeadDim, typename Element, int kHeadDimV>
 Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail::Problem& pr) {
-  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/true>(args, pr);
+  return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/true, kHeadDimV>(args, pr);
 }
 
 }  // namespace hopattn::sm90

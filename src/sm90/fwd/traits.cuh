@@ -13,7 +13,7 @@
 namespace hopattn::sm90 {
 
 // kBlockN_: keys per K/V tile: as wide as the registers allow (S is 64 x kBlockN f32 per warpgroup and
-// O is 64 x kHeadDim f32) while kStages_ K and V stages still fit in shared memory.
+// O is 64 x kHeadDimV f32) while kStages_ K and V stages still fit in shared memory.
 // kWarpSpecialized_: a producer warpgroup issues the TMA loads (FlashAttention-3); without it one
 // consumer thread issues them between its own GEMMs (the ablation baseline).
 // kConsumerWarpgroups_: 64 query rows each; 3 (192-row tiles, FlashAttention-3's choice at head dim
@@ -28,9 +28,11 @@ namespace hopattn::sm90 {
 // fwd/attention_chunk.hpp) and seqused_q (fwd/sequence.cuh), which calls with either take, dense
 // batches too. Its own instantiation: as runtime tests in every kernel, they cost calls with neither
 // 1-4% (H100, perf-notes session 44).
+// kHeadDimV_: the width of the V and O tiles, where v's head dim is narrower than q's and k's
+// (DeepSeek's q/k 192, v 128): P V then runs at v's width instead of the zero-filled columns of q's.
 template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
           int kConsumerWarpgroups_ = 2, bool kVarlen_ = false, bool kKvByCpAsync_ = false,
-          bool kChunksAndSequsedQ_ = false>
+          bool kChunksAndSequsedQ_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -38,6 +40,8 @@ struct FwdTraits {
   static constexpr int kElementBytes = 2;
 
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static_assert(kHeadDimV <= kHeadDim && kHeadDimV % 64 == 0, "V tiles of whole 64-column blocks, at most q's width");
   // Query rows per CTA tile; each consumer warpgroup owns 64 of them (one m64 wgmma row block).
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
   static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "2 or 3 consumer warpgroups");
@@ -73,19 +77,20 @@ struct FwdTraits {
 
   using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;
   using KTile = SwizzledTile<kBlockN, kHeadDim, kElementBytes>;
-  using VTile = KTile;
+  using VTile = SwizzledTile<kBlockN, kHeadDimV, kElementBytes>;
   static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width (128 bytes)
 
   // Accumulator registers per consumer thread (m64 x N f32 over 128 threads).
   static constexpr int kSRegisters = kBlockN / 2;
-  static constexpr int kORegisters = kHeadDim / 2;
+  static constexpr int kORegisters = kHeadDimV / 2;
   static constexpr int kPSteps = kBlockN / 16;  // k16 steps of O += P V
   static constexpr int kQKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T
   static_assert(kBlockN % 16 == 0, "P V reduces over keys in steps of 16");
   // Q as the A operand of S = Q K^T from registers (loaded once per tile, tile/a_fragment.hpp) rather
   // than from shared memory per K block: it takes load off shared-memory bandwidth, and the Q buffer
   // is free for the next tile's Q right away. kHeadDim / 4 registers, where they fit beside O, S and
-  // P with 48 left for addresses and softmax state (shipped: d 64, 128 and 192; d 256 spills).
+  // P with 48 left for addresses and softmax state (shipped: d 64, 128 and 192; not d 256, which spills,
+  // nor 192 / 128, whose 128-key S takes them).
   static constexpr int kQRegisters = kHeadDim / 4;
   static constexpr bool kQInRegisters =
       kQRegisters + kSRegisters + kBlockN / 4 + kORegisters <= kConsumerRegisters - 48;
@@ -137,17 +142,19 @@ struct FwdTraits {
 
   // The O tile is staged in shared memory for a TMA store: the consumers then leave the epilogue at
   // shared-memory speed instead of waiting on 32-64 scattered global stores a thread (a quarter of the
-  // stall samples at 512 tokens). Each warpgroup gets its own 64 rows where a Q-sized stage fits (head
-  // dim 64, 128); else (256) the warpgroups take one 64-row stage in turns, each handing it on once
-  // the TMA unit has read its rows (the O-stage turn barriers below).
+  // stall samples at 512 tokens). Each warpgroup gets its own 64 rows where a whole O tile fits (head
+  // dim 64, 128, 192); else (256, and 192 / 128's 128-key blocks) the warpgroups take one 64-row stage
+  // in turns, each handing it on once the TMA unit has read its rows (the O-stage turn barriers below).
   static constexpr int kSmemLimit = 227 * 1024;
   static constexpr int kRingBytes = kStages * (KTile::kBytes + VTile::kBytes);
-  static constexpr bool kOStagePerWarpgroup = 2 * QTile::kBytes + kRingBytes + kSwizzleAtomBytes <= kSmemLimit;
+  using WholeOTile = SwizzledTile<kBlockM, kHeadDimV, kElementBytes>;
+  static constexpr bool kOStagePerWarpgroup =
+      QTile::kBytes + WholeOTile::kBytes + kRingBytes + kSwizzleAtomBytes <= kSmemLimit;
   static constexpr bool kOStageShared =
       !kOStagePerWarpgroup &&
-      QTile::kBytes + QTile::kBytes / kConsumerWarpgroups + kRingBytes + kSwizzleAtomBytes <= kSmemLimit;
+      QTile::kBytes + WholeOTile::kBytes / kConsumerWarpgroups + kRingBytes + kSwizzleAtomBytes <= kSmemLimit;
   static constexpr bool kOThroughSmem = kOStagePerWarpgroup || kOStageShared;
-  using OTile = SwizzledTile<kOStagePerWarpgroup ? kBlockM : kRowsPerWarpgroup, kHeadDim, kElementBytes>;
+  using OTile = SwizzledTile<kOStagePerWarpgroup ? kBlockM : kRowsPerWarpgroup, kHeadDimV, kElementBytes>;
   struct OStage {
     alignas(kSwizzleAtomBytes) std::uint8_t bytes[OTile::kBytes];
   };
