@@ -459,6 +459,8 @@ TEST_F(VHeadDimOfItsOwn, ForwardEqualsTheZeroPaddedCall) {
       {"decode cp.async", 96, 128, {1, 1}, {1000, 77}, 8, 2, Dtype::kFloat16, true, true, 0, 0, copies},
       {"paged 16 (copies)", 64, 32, {1, 77}, {300, 1000}, 4, 2, Dtype::kBFloat16, true, false, 16},
       {"paged 64 (TMA)", 192, 128, {33, 1}, {500, 64}, 4, 2, Dtype::kFloat16, true, false, 64},
+      {"deepseek paged 16 (TMA, 8 pages a block)", 192, 128, {1, 130}, {700, 130}, 4, 1, Dtype::kBFloat16, true, false,
+       16},
   };
   expect_each_equals_padded(cases, forward_mismatch);
 }
