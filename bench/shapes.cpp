@@ -54,6 +54,31 @@ std::vector<Shape> headdims_grid() {
   return flash_papers_grid(Dtype::kBFloat16, {80, 96, 160, 192}, {2048, 8192});
 }
 
+// DeepSeek's layers (q/k 192, v 128; bench/mla_peers.py times cuDNN on the same shapes), forward: the
+// kernels of v's own width, dense and variable-length (1 x 128 heads at 4k and 16k and 4 x 128 at 4k,
+// causal; 2 x 16 heads at 8k both ways; 8 x 16 heads at 2k causal packed).
+std::vector<Shape> mla_grid() {
+  struct Row {
+    int batch, heads, seqlen;
+    bool causal, varlen;
+  };
+  std::vector<Shape> shapes;
+  for (const Row& r : {Row{1, 128, 4096, true, false}, Row{1, 128, 16384, true, false}, Row{4, 128, 4096, true, false},
+                       Row{2, 16, 8192, true, false}, Row{2, 16, 8192, false, false}, Row{8, 16, 2048, true, true}}) {
+    Shape s;
+    s.batch = r.batch;
+    s.heads_q = s.heads_kv = r.heads;
+    s.seqlen_q = s.seqlen_k = r.seqlen;
+    s.hdim = 192;
+    s.hdim_v = 128;
+    s.causal = r.causal;
+    s.varlen = r.varlen;
+    s.variant = r.varlen ? "v128_varlen" : "v128";  // the table's hdim column shows q's 192 only
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 // One KernelOptions switch, for ablation rows.
 struct Switch {
   const char* name;
@@ -251,7 +276,7 @@ const char* dtype_short_name(Dtype dtype) {
   }
 }
 
-const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode, headdims"; }
+const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode, headdims, mla"; }
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   if (name == "quick") *shapes = quick_grid();
@@ -262,6 +287,7 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   else if (name == "bwd") *shapes = bwd_grid();
   else if (name == "decode") *shapes = decode_grid();
   else if (name == "headdims") *shapes = headdims_grid();
+  else if (name == "mla") *shapes = mla_grid();
   else return false;
   return true;
 }

@@ -63,6 +63,23 @@ TEST(BenchHeadDimsGrid, RowsAreForwardsAtTheOtherHeadDims) {
   EXPECT_EQ(dims, (std::set<int>{80, 96, 160, 192}));
 }
 
+// DeepSeek's layers: forwards of q/k 192 and v 128 (the kernels of v's own width), one packed.
+TEST(BenchMlaGrid, RowsAreDeepSeekForwards) {
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(make_grid("mla", &shapes));
+  ASSERT_EQ(shapes.size(), 6u);
+  int packed = 0;
+  for (const Shape& s : shapes) {
+    EXPECT_FALSE(s.backward);
+    EXPECT_EQ(s.hdim, 192);
+    EXPECT_EQ(head_dim_v(s), 128);
+    EXPECT_EQ(s.dtype, Dtype::kBFloat16);
+    packed += s.varlen ? 1 : 0;
+  }
+  EXPECT_EQ(packed, 1);
+  EXPECT_NE(std::string(grid_names()).find("mla"), std::string::npos);
+}
+
 TEST(BenchDecodeGrid, OtherGridsKeepTheirTiming) {
   const CliOptions options = parsed({"--grid", "paper"});
   EXPECT_FALSE(options.queue_ahead);
