@@ -49,6 +49,10 @@ struct Problem {
 // tiles are zeros, which add nothing to q.k or to P V).
 inline int widest_head_dim(const Problem& p) { return p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v; }
 
+// Whether a call uses attention_chunk or seqused_q: the sm_90a kernels run such calls in kernels of
+// their own (the kChunksAndSequsedQ traits), so that no other kernel carries their tests.
+inline bool has_chunks_or_seqused_q(const Problem& p) { return p.attention_chunk > 0 || p.has_seqused_q; }
+
 Status validate_forward(const FwdArgs& args, Problem* problem);
 Status validate_backward(const BwdArgs& args, Problem* problem);
 

@@ -26,7 +26,7 @@ Status unsupported(const std::string& what) {
 template <int kHeadDim, typename Element>
 Status launch(const BwdArgs& args, const detail::Problem& pr) {
   if (args.deterministic) return launch_backward<kHeadDim, Element, true>(args, pr);
-  if (pr.attention_chunk > 0 || pr.has_seqused_q)
+  if (detail::has_chunks_or_seqused_q(pr))
     return launch_backward<kHeadDim, Element, false, /*kChunksAndSequsedQ=*/true>(args, pr);
   return launch_backward<kHeadDim, Element>(args, pr);
 }
@@ -51,7 +51,7 @@ Status backward(const BwdArgs& args, const detail::Problem& pr) {
                   "max_seqlen_k: " + std::to_string(pr.seqlen_k) +
                       "; the backward on CUDA tensors needs the length of the longest key sequence (>= 1) with "
                       "cu_seqlens_k");
-  if (args.deterministic && (pr.attention_chunk > 0 || pr.has_seqused_q))
+  if (args.deterministic && detail::has_chunks_or_seqused_q(pr))
     return Status(StatusCode::kUnsupported,
                   (pr.attention_chunk > 0 ? "attention_chunk: " + std::to_string(args.attention_chunk) : "seqused_q") +
                       " with deterministic = true is not supported by the sm_90a backward kernel yet; it runs with "

@@ -69,7 +69,7 @@ bool page_size_supported(int page_size) { return page_size >= kMinPageSize && (p
 // batches too), so that no other kernel carries their tests. kHeadDimV: the V and O tiles' width.
 template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
 Status launch(const FwdArgs& args, const detail::Problem& pr) {
-  if (pr.attention_chunk > 0 || pr.has_seqused_q)
+  if (detail::has_chunks_or_seqused_q(pr))
     return launch_shipped_chunks_seqused_q_forward<kHeadDim, Element, kHeadDimV>(args, pr);
   return takes_varlen_kernels(args, pr) ? launch_shipped_varlen_forward<kHeadDim, Element, kHeadDimV>(args, pr)
                                         : launch_shipped_forward<kHeadDim, Element, kHeadDimV>(args, pr);

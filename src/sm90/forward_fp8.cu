@@ -17,7 +17,7 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
   // Calls with attention_chunk > 0 or seqused_q take kernels of their own
   // (launch_forward_fp8_chunks_seqused_q): at d 64 and 128 the variable-length ones, dense batches too;
   // at d 256 the dense one, so chunks on dense batches only.
-  const bool chunks_or_seqused_q = pr.attention_chunk > 0 || pr.has_seqused_q;
+  const bool chunks_or_seqused_q = detail::has_chunks_or_seqused_q(pr);
   const auto which = [&] {
     return pr.attention_chunk > 0 ? "attention_chunk " + std::to_string(pr.attention_chunk) : std::string("seqused_q");
   };

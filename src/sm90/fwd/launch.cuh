@@ -94,7 +94,7 @@ inline Status end_schedule(const FwdArgs& args, const Schedule& schedule, Status
 template <class Traits>
 Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   // forward.cu takes launch_shipped_chunks_seqused_q_forward for these.
-  if ((pr.attention_chunk > 0 || pr.has_seqused_q) && !Traits::kChunksAndSequsedQ)
+  if (detail::has_chunks_or_seqused_q(pr) && !Traits::kChunksAndSequsedQ)
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: attention_chunk or "
                                             "seqused_q in a kernel without them");
   const CUtensorMapDataType dtype =

@@ -58,7 +58,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
     return Status(StatusCode::kUnsupported,
                   "internal error in the sm_90a fp8 forward launch: a paged cache needs power-of-two key blocks");
   // forward_fp8 takes launch_forward_fp8_chunks_seqused_q for these.
-  if ((pr.attention_chunk > 0 || pr.has_seqused_q) && !Traits::kChunksAndSequsedQ)
+  if (detail::has_chunks_or_seqused_q(pr) && !Traits::kChunksAndSequsedQ)
     return Status(StatusCode::kUnsupported,
                   "internal error in the sm_90a fp8 forward launch: attention_chunk or "
                   "seqused_q in a kernel without them");
