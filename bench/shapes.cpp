@@ -79,6 +79,16 @@ std::vector<Shape> mla_grid() {
   return shapes;
 }
 
+// The backward of the mla grid's layers (bench/mla_peers.py --backward times cuDNN on them).
+std::vector<Shape> mla_bwd_grid() {
+  std::vector<Shape> shapes = mla_grid();
+  for (Shape& s : shapes) {
+    s.backward = true;
+    s.variant = backward_variant(s.variant);
+  }
+  return shapes;
+}
+
 // One KernelOptions switch, for ablation rows.
 struct Switch {
   const char* name;
@@ -276,7 +286,7 @@ const char* dtype_short_name(Dtype dtype) {
   }
 }
 
-const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode, headdims, mla"; }
+const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode, headdims, mla, mla_bwd"; }
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   if (name == "quick") *shapes = quick_grid();
@@ -288,6 +298,7 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   else if (name == "decode") *shapes = decode_grid();
   else if (name == "headdims") *shapes = headdims_grid();
   else if (name == "mla") *shapes = mla_grid();
+  else if (name == "mla_bwd") *shapes = mla_bwd_grid();
   else return false;
   return true;
 }
@@ -316,7 +327,12 @@ double forward_flops(const Shape& shape) {
   return per_pair * pairs;
 }
 
-double backward_flops(const Shape& shape) { return 2.5 * forward_flops(shape); }
+// Five GEMMs a pair against the forward's two: S = Q K^T, dK = dS^T Q and dQ = dS K over q/k's head dim,
+// dP = dO V^T and dV = P^T dO over v's (2.5x the forward's where the two are equal, as the papers count).
+double backward_flops(const Shape& shape) {
+  const double d = shape.hdim, d_v = head_dim_v(shape);
+  return forward_flops(shape) * (3.0 * d + 2.0 * d_v) / (d + d_v);
+}
 
 double timed_flops(const Shape& shape) { return shape.backward ? backward_flops(shape) : forward_flops(shape); }
 

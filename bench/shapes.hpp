@@ -80,10 +80,11 @@ const char* grid_names();
 // aligned mask are counted instead.
 double forward_flops(const Shape& shape);
 
-// Backward FLOPs as the FlashAttention papers count them: 2.5 x forward_flops. The forward has 2
-// matmuls per (query, key) tile (S = QK^T, O = PV), the backward 5 (S = QK^T recomputed, dP = dO V^T,
-// dV = P^T dO, dQ = dS K, dK = dS^T Q); the recomputation counts, so that TFLOP/s of both passes
-// (and of the peers, which count the same way) compare.
+// Backward FLOPs as the FlashAttention papers count them: 2.5 x forward_flops where v has q's head dim.
+// The forward has 2 matmuls per (query, key) tile (S = QK^T, O = PV), the backward 5 (S = QK^T
+// recomputed, dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q); the recomputation counts, so that
+// TFLOP/s of both passes (and of the peers, which count the same way) compare. With a head dim of v's
+// own, dP and dV count at v's, the other three at q's.
 double backward_flops(const Shape& shape);
 
 // Keys allocated per sequence in k and v: cache_seqlen_k when given, else seqlen_k.

@@ -22,22 +22,25 @@ Status unsupported(const std::string& what) {
 }
 
 // Calls with chunks or seqused_q take kernels of their own (BwdTraits::kChunksAndSequsedQ), so that no
-// other kernel carries their tests.
-template <int kHeadDim, typename Element>
+// other kernel carries their tests. kHeadDimV: the V and dO tiles' width.
+template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
 Status launch(const BwdArgs& args, const detail::Problem& pr) {
-  if (args.deterministic) return launch_backward<kHeadDim, Element, true>(args, pr);
+  if (args.deterministic) return launch_backward<kHeadDim, Element, true, false, kHeadDimV>(args, pr);
   if (detail::has_chunks_or_seqused_q(pr))
-    return launch_backward<kHeadDim, Element, false, /*kChunksAndSequsedQ=*/true>(args, pr);
-  return launch_backward<kHeadDim, Element>(args, pr);
+    return launch_backward<kHeadDim, Element, false, /*kChunksAndSequsedQ=*/true, kHeadDimV>(args, pr);
+  return launch_backward<kHeadDim, Element, false, false, kHeadDimV>(args, pr);
 }
 
 // The kernel of the head dim's tile width (launch_at_tile_width), as in the forward: q, k, v and dout
 // zero-filled past their columns, the stores cut at each gradient's (BwdParams::head_dim,
-// head_dim_v). A v with a head dim of its own runs in the kernel of the wider of the two.
+// head_dim_v). A v with a head dim of its own runs in the kernel of the wider of the two, except q/k
+// at the 192 tile with v at most 128 (DeepSeek's 192 / 128), whose V and dO tiles are 128 wide, so
+// that dP^T and dV skip the zero-filled columns.
 template <typename Element>
 Status dispatch_head_dim(const BwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
   if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
+  if (pr.head_dim > 128 && pr.head_dim <= 192 && pr.head_dim_v <= 128) return launch<192, Element, 128>(args, pr);
   return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
 }
 

@@ -80,6 +80,25 @@ TEST(BenchMlaGrid, RowsAreDeepSeekForwards) {
   EXPECT_NE(std::string(grid_names()).find("mla"), std::string::npos);
 }
 
+// Their backward: the same layers, timing hopattn::backward, whose FLOPs count S, dK and dQ at q/k's
+// 192 columns and dP and dV at v's 128.
+TEST(BenchMlaGrid, BackwardRowsAreTheSameLayers) {
+  std::vector<Shape> forwards, backwards;
+  ASSERT_TRUE(make_grid("mla", &forwards));
+  ASSERT_TRUE(make_grid("mla_bwd", &backwards));
+  ASSERT_EQ(backwards.size(), forwards.size());
+  for (std::size_t i = 0; i < backwards.size(); ++i) {
+    const Shape& s = backwards[i];
+    EXPECT_TRUE(s.backward);
+    EXPECT_EQ(s.variant, "backward_" + forwards[i].variant);
+    EXPECT_EQ(head_dim_v(s), 128);
+    EXPECT_DOUBLE_EQ(timed_flops(s), forward_flops(forwards[i]) * (3 * 192 + 2 * 128) / (192 + 128));
+  }
+  Shape equal = forwards[0];
+  equal.hdim_v = 0;  // v of q's head dim: the papers' 2.5x
+  EXPECT_DOUBLE_EQ(backward_flops(equal), 2.5 * forward_flops(equal));
+}
+
 TEST(BenchDecodeGrid, OtherGridsKeepTheirTiming) {
   const CliOptions options = parsed({"--grid", "paper"});
   EXPECT_FALSE(options.queue_ahead);

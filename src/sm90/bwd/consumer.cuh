@@ -50,9 +50,11 @@ template <class Traits>
 class BwdConsumer {
   using QTile = typename Traits::QTile;
   using KTile = typename Traits::KTile;
+  using VTile = typename Traits::VTile;
   using DsTile = typename Traits::DsTile;
   static constexpr int kS = Traits::kSRegisters;
   static constexpr int kG = Traits::kGradRegisters;
+  static constexpr int kGv = Traits::kHeadDimV / 2;  // dV's registers: v's columns
   static constexpr int kDq = Traits::kDqRegisters;
   static constexpr int kQSteps = Traits::kQSteps;
   using Fragments = std::uint32_t[kQSteps][4];
@@ -298,7 +300,7 @@ class BwdConsumer {
       wait_dq_share_free(pending);
       Turns::begin(true, warpgroup_);
       issue_pending_dq(dq, pending);
-      issue_scores(acc, keys_tile, rows_tile);
+      issue_role_scores(acc, keys_tile, rows_tile, scores);
       Turns::end(true, warpgroup_);
       wgmma_wait<1>();  // the previous step's first dQ part done; acc may still run
       pin_registers(dq);
@@ -307,7 +309,7 @@ class BwdConsumer {
       reduce_dq_share_at_once(pending);
     } else {
       Turns::begin(true, warpgroup_);
-      issue_scores(acc, keys_tile, rows_tile);
+      issue_role_scores(acc, keys_tile, rows_tile, scores);
       Turns::end(true, warpgroup_);
     }
     const SequenceBounds& b = bounds();
@@ -325,9 +327,19 @@ class BwdConsumer {
       store_ds_transposed(frag, smem_address(s_.ds[this_step.buffer()]));
     }
     Turns::begin(true, warpgroup_);
-    wgmma_fence();
-    issue_key_gradient(grad, frag, smem_address(scores ? s_.dout[stage] : s_.q[stage]));
-    wgmma_commit();
+    if constexpr (Traits::kHeadDimV == Traits::kHeadDim) {
+      wgmma_fence();
+      issue_key_gradient(grad, frag, smem_address(scores ? s_.dout[stage] : s_.q[stage]));
+      wgmma_commit();
+    } else if (scores) {
+      wgmma_fence();
+      issue_key_gradient(value_gradient(grad), frag, smem_address(s_.dout[stage]));
+      wgmma_commit();
+    } else {
+      wgmma_fence();
+      issue_key_gradient(grad, frag, smem_address(s_.q[stage]));
+      wgmma_commit();
+    }
     Turns::end(true, warpgroup_);
     if (!Traits::kDqFromRegisters && !Traits::kDqReducedAtOnce && pending.head >= 0) reduce_dq_share(pending);
 
@@ -398,15 +410,25 @@ class BwdConsumer {
     }
   }
 
-  // D(64 keys x 64 q rows) = A(64 keys of K or V, K-major) B(Q or dO, K-major) over the head dim,
-  // committed as one group.
+  // S^T (consumer 0: keys_tile K, rows_tile Q) or dP^T (consumer 1: V, dO), over q/k's or v's head dim.
+  __device__ void issue_role_scores(float (&acc)[kS], std::uint32_t keys_tile, std::uint32_t rows_tile, bool scores) {
+    if (Traits::kHeadDimV == Traits::kHeadDim || scores) {
+      issue_scores(acc, keys_tile, rows_tile);
+    } else {
+      issue_scores<Traits::kDStepsV>(acc, keys_tile, rows_tile);
+    }
+  }
+
+  // D(64 keys x 64 q rows) = A(64 keys of K or V, K-major) B(Q or dO, K-major) over kSteps k16 steps of
+  // the head dim (K and V, Q and dO have column blocks of the same bytes), committed as one group.
+  template <int kSteps = Traits::kDSteps>
   __device__ void issue_scores(float (&d)[kS], std::uint32_t keys_tile, std::uint32_t rows_tile) {
     const std::uint32_t a_base = keys_tile + first_key_in_tile() * kSwizzleBytes;
     const std::uint64_t a_desc = kmajor_descriptor(a_base), b_desc = kmajor_descriptor(rows_tile);
     constexpr bool kAdvance = Traits::kLeanAddressing;
     wgmma_fence();
 #pragma unroll
-    for (int step = 0; step < Traits::kDSteps; ++step) {
+    for (int step = 0; step < kSteps; ++step) {
       // 16 columns = 32 bytes; four steps per 128-byte column block.
       const int block = step / 4;
       const std::uint32_t in_row = (step % 4) * 32;
@@ -538,6 +560,13 @@ class BwdConsumer {
     by_mask(masked, gradients);
   }
 
+  // Consumer 0's dV (Traits::kSplitsRoles): the first kGv registers of its gradient, v's columns; the
+  // rest stay 0 (dK of consumer 1 takes all kG).
+  __device__ static float (&value_gradient(float (&grad)[kG]))[kGv] { return *reinterpret_cast<float(*)[kGv]>(grad); }
+  __device__ static const float (&value_gradient(const float (&grad)[kG]))[kGv] {
+    return *reinterpret_cast<const float(*)[kGv]>(grad);
+  }
+
   __device__ static void to_a_fragments(const float (&acc)[kS], Fragments& frag) {
 #pragma unroll
     for (int step = 0; step < kQSteps; ++step) {
@@ -546,8 +575,10 @@ class BwdConsumer {
     }
   }
 
-  // grad(64 keys x d) += A(64 keys x 64 q rows, registers) B(dO or Q: q rows x d, MN-major).
-  __device__ void issue_key_gradient(float (&grad)[kG], const Fragments& a, std::uint32_t rows_tile) {
+  // grad(64 keys x its columns) += A(64 keys x 64 q rows, registers) B(dO or Q: q rows x those columns,
+  // MN-major; Q and dO have column blocks of the same bytes).
+  template <int kRegisters>
+  __device__ void issue_key_gradient(float (&grad)[kRegisters], const Fragments& a, std::uint32_t rows_tile) {
     const std::uint32_t b_base = rows_tile;
     const std::uint64_t b_desc = mnmajor_descriptor(b_base, QTile::kColumnBlockBytes);
 #pragma unroll
@@ -555,7 +586,7 @@ class BwdConsumer {
       // 16 q rows = 16 rows of 128 bytes down every column block.
       const std::uint64_t desc_b = mnmajor_descriptor_at<Traits::kLeanAddressing>(
           b_desc, b_base, step * 16 * kSwizzleBytes, QTile::kColumnBlockBytes);
-      wgmma_rs<Traits::kHeadDim, Traits::kIsBf16>(grad, a[step], desc_b, 1);
+      wgmma_rs<2 * kRegisters, Traits::kIsBf16>(grad, a[step], desc_b, 1);
     }
   }
 
@@ -710,32 +741,45 @@ class BwdConsumer {
   __device__ void store_role_gradient_tile(const float (&grad)[kG], const GradientMaps& maps) const {
     const bool is_dk = warpgroup_ == 1;
     named_barrier_sync(Traits::kKvFreeBarrier, Traits::kConsumerThreads);
-    write_gradient_rows(grad, is_dk ? p_.softmax_scale : 1.0f, smem_address(is_dk ? s_.k : s_.v));
-    issue_gradient_stores([&](std::uint32_t offset, int col, int row) {
-      tma_store_4d(is_dk ? maps.dk : maps.dv, (is_dk ? s_.k : s_.v) + offset, col, row, block_.kv_head,
-                   seq_.rows.k_batch);
-    });
+    if constexpr (Traits::kHeadDimV == Traits::kHeadDim) {
+      write_gradient_rows(grad, is_dk ? p_.softmax_scale : 1.0f, smem_address(is_dk ? s_.k : s_.v));
+      issue_gradient_stores([&](std::uint32_t offset, int col, int row) {
+        tma_store_4d(is_dk ? maps.dk : maps.dv, (is_dk ? s_.k : s_.v) + offset, col, row, block_.kv_head,
+                     seq_.rows.k_batch);
+      });
+    } else if (is_dk) {
+      write_gradient_rows(grad, p_.softmax_scale, smem_address(s_.k));
+      issue_gradient_stores([&](std::uint32_t offset, int col, int row) {
+        tma_store_4d(maps.dk, s_.k + offset, col, row, block_.kv_head, seq_.rows.k_batch);
+      });
+    } else {  // dV: v's columns, in the V tile of their width
+      write_gradient_rows<VTile>(value_gradient(grad), 1.0f, smem_address(s_.v));
+      issue_gradient_stores<VTile>([&](std::uint32_t offset, int col, int row) {
+        tma_store_4d(maps.dv, s_.v + offset, col, row, block_.kv_head, seq_.rows.k_batch);
+      });
+    }
   }
 
   // This consumer's 64 rows of a gradient, times scale, into its rows of a K/V-shaped tile (as the
   // forward's O: store_accumulator_rows).
-  __device__ void write_gradient_rows(const float (&grad)[kG], float scale, std::uint32_t tile) const {
+  template <class Tile = KTile, int kRegisters>
+  __device__ void write_gradient_rows(const float (&grad)[kRegisters], float scale, std::uint32_t tile) const {
     const float row_scale[2] = {scale, scale};
-    store_accumulator_rows<KTile, Traits::kIsBf16>(tile, first_key_in_tile(), thread_, grad, row_scale);
+    store_accumulator_rows<Tile, Traits::kIsBf16>(tile, first_key_in_tile(), thread_, grad, row_scale);
   }
 
   // Once the warpgroup's rows are written, thread 0 issues store(byte offset in the tile, first column,
   // first row of dk/dv) for each 64-column block of its rows (columns past head_dim and rows past the
   // tensor's end are not written: the maps end there).
-  template <class Store>
+  template <class Tile = KTile, class Store>
   __device__ void issue_gradient_stores(Store&& store) const {
     fence_proxy_async_shared();  // our generic stores -> the TMA unit's (async proxy) reads
     named_barrier_sync(Traits::kGradRowsBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
     if (thread_ != 0) return;
     const int row = seq_.rows.k_row0 + key0_;
 #pragma unroll
-    for (int block = 0; block < KTile::kColumnBlocks; ++block) {
-      store(block * KTile::kColumnBlockBytes + first_key_in_tile() * kSwizzleBytes, block * KTile::kColsPerBlock, row);
+    for (int block = 0; block < Tile::kColumnBlocks; ++block) {
+      store(block * Tile::kColumnBlockBytes + first_key_in_tile() * kSwizzleBytes, block * Tile::kColsPerBlock, row);
     }
     tma_store_commit();
     tma_store_wait_all();  // the stores read shared memory until they finish; the CTA ends after this

@@ -42,25 +42,27 @@ __device__ __forceinline__ void clear_rows_from(std::uint32_t rows, int first_ro
 // (first_row < 0: all of them), which must have landed (kv_full waited for), and fences the proxies:
 // generic-proxy stores before the async-proxy reads of wgmma. 8 (d 64) or 16 (d 128 to 256) predicated
 // 16-byte stores a thread. Where the consumers share their keys (Traits::kSplitsRoles), consumer 0
-// clears the first half of the column blocks (rounded up), consumer 1 the rest.
+// clears the first half of each tile's column blocks (rounded up), consumer 1 the rest.
+template <class Traits, class Tile>
+__device__ __forceinline__ void clear_key_rows_of(std::uint32_t tile, int first_row, int warpgroup,
+                                                  int thread_in_warpgroup) {
+  constexpr int kBlocksOfFirst = Traits::kSplitsRoles ? (Tile::kColumnBlocks + 1) / 2 : Tile::kColumnBlocks;
+  const std::uint32_t rows_offset = Traits::kSplitsRoles ? 0 : warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
+  const int first_block = Traits::kSplitsRoles && warpgroup == 1 ? kBlocksOfFirst : 0;
+  const int end_block = Traits::kSplitsRoles && warpgroup == 0 ? kBlocksOfFirst : Tile::kColumnBlocks;
+#pragma unroll
+  for (int block = 0; block < Tile::kColumnBlocks; ++block) {
+    if (block < first_block || block >= end_block) continue;
+    clear_rows_from<Traits::kKeysPerWarpgroup, Traits::kWarpgroupThreads>(
+        tile + block * Tile::kColumnBlockBytes + rows_offset, first_row, thread_in_warpgroup);
+  }
+}
+
 template <class Traits>
 __device__ __forceinline__ void clear_key_rows(typename Traits::SharedStorage& s, int first_row, int warpgroup,
                                                int thread_in_warpgroup) {
-  using KTile = typename Traits::KTile;
-  constexpr int kBlocksOfFirst = Traits::kSplitsRoles ? (KTile::kColumnBlocks + 1) / 2 : KTile::kColumnBlocks;
-  const std::uint32_t rows_offset = Traits::kSplitsRoles ? 0 : warpgroup * Traits::kKeysPerWarpgroup * kSwizzleBytes;
-  const int first_block = Traits::kSplitsRoles && warpgroup == 1 ? kBlocksOfFirst : 0;
-  const int end_block = Traits::kSplitsRoles && warpgroup == 0 ? kBlocksOfFirst : KTile::kColumnBlocks;
-  const std::uint32_t tiles[] = {smem_address(s.k), smem_address(s.v)};
-#pragma unroll
-  for (const std::uint32_t tile : tiles) {
-#pragma unroll
-    for (int block = 0; block < KTile::kColumnBlocks; ++block) {
-      if (block < first_block || block >= end_block) continue;
-      clear_rows_from<Traits::kKeysPerWarpgroup, Traits::kWarpgroupThreads>(
-          tile + block * KTile::kColumnBlockBytes + rows_offset, first_row, thread_in_warpgroup);
-    }
-  }
+  clear_key_rows_of<Traits, typename Traits::KTile>(smem_address(s.k), first_row, warpgroup, thread_in_warpgroup);
+  clear_key_rows_of<Traits, typename Traits::VTile>(smem_address(s.v), first_row, warpgroup, thread_in_warpgroup);
   fence_proxy_async_shared();
 }
 

@@ -1,4 +1,4 @@
-// launch_backward<kHeadDim, Element, kDeterministic, kChunksAndSequsedQ>: the three kernels of one
+// launch_backward<kHeadDim, Element, kDeterministic, kChunksAndSequsedQ, kHeadDimV>: the three kernels of one
 // backward call (five with dsink: sink_grad.cuh's two after the row statistics),
 // stream-ordered on the caller's stream: row statistics (row_stats.cuh, which also zeroes the dQ
 // workspace), the main kernel (kernel.cuh) adding dQ into that float32 workspace (deterministic kernels:
@@ -32,9 +32,9 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, typename Element, bool kDeterministic, bool kChunksAndSequsedQ>
+template <int kHeadDim, typename Element, bool kDeterministic, bool kChunksAndSequsedQ, int kHeadDimV>
 Status launch_backward(const BwdArgs& args, const detail::Problem& pr) {
-  using Traits = BwdTraits<kHeadDim, Element, kDeterministic, kChunksAndSequsedQ>;
+  using Traits = BwdTraits<kHeadDim, Element, kDeterministic, kChunksAndSequsedQ, kHeadDimV>;
   const CUtensorMapDataType dtype =
       Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q, tm_k, tm_v, tm_dout;

@@ -9,7 +9,9 @@ namespace hopattn::sm90 {
 
 // kDeterministic: the kernels that sum dq in a fixed order (BwdArgs::deterministic).
 // kChunksAndSequsedQ: the kernels for attention_chunk and seqused_q (BwdTraits), not deterministic.
-template <int kHeadDim, typename Element, bool kDeterministic = false, bool kChunksAndSequsedQ = false>
+// kHeadDimV: the width of the V and dO tiles and of dV (BwdTraits; narrower than kHeadDim at 192 / 128).
+template <int kHeadDim, typename Element, bool kDeterministic = false, bool kChunksAndSequsedQ = false,
+          int kHeadDimV = kHeadDim>
 Status launch_backward(const BwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

@@ -70,13 +70,15 @@ template <class Traits>
 __device__ void run_backward_producer(typename Traits::SharedStorage& s, const BwdTensorMaps& maps,
                                       const BwdParams& p, const KeyBlock& block, const BwdSequence& seq) {
   using QTile = typename Traits::QTile;
+  using DoTile = typename Traits::DoTile;
   using KTile = typename Traits::KTile;
+  using VTile = typename Traits::VTile;
   constexpr int kCols = Traits::kColsPerBlock;
   constexpr bool kUnrolled = !Traits::kSplitsRoles;  // d 192/256's 3-4 column blocks: tile_load.cuh
   const int k_row = seq.rows.k_row0 + block.n_block * Traits::kBlockN;
-  mbarrier_arrive_expect_tx(&s.kv_full, 2 * KTile::kBytes);
+  mbarrier_arrive_expect_tx(&s.kv_full, KTile::kBytes + VTile::kBytes);
   load_tile<KTile, kCols>(s.k, maps.k, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
-  load_tile<KTile, kCols>(s.v, maps.v, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
+  load_tile<VTile, kCols>(s.v, maps.v, &s.kv_full, k_row, block.kv_head, seq.rows.k_batch);
 
   const StepList<Traits> steps(p, block, seq.bounds);
   StageRing<Traits::kStages> ring;
@@ -87,10 +89,10 @@ __device__ void run_backward_producer(typename Traits::SharedStorage& s, const B
     for (int m = steps.m_begin; m < steps.m_begin + steps.m_blocks; ++m) {
       const int stage = ring.index();
       mbarrier_wait(&s.q_empty[stage], ring.phase() ^ 1);  // the consumers are done with the stage
-      mbarrier_arrive_expect_tx(&s.q_full[stage], 2 * QTile::kBytes + sizeof(s.row_stats[0]));
+      mbarrier_arrive_expect_tx(&s.q_full[stage], QTile::kBytes + DoTile::kBytes + sizeof(s.row_stats[0]));
       const int q_row = seq.rows.q_row0 + m * Traits::kBlockM;
       load_tile<QTile, kCols, kUnrolled>(s.q[stage], maps.q, &s.q_full[stage], q_row, head, seq.rows.q_batch);
-      load_tile<QTile, kCols, kUnrolled>(s.dout[stage], maps.dout, &s.q_full[stage], q_row, head, seq.rows.q_batch);
+      load_tile<DoTile, kCols, kUnrolled>(s.dout[stage], maps.dout, &s.q_full[stage], q_row, head, seq.rows.q_batch);
       tma_load_4d(s.row_stats[stage], maps.row_stats, &s.q_full[stage], 0,
                   workspace_block(p, seq, head, m), 0, 0);
       ring.advance();

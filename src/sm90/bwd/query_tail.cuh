@@ -28,13 +28,14 @@ namespace hopattn::sm90 {
 template <class Traits>
 __device__ __forceinline__ void clear_query_rows(typename Traits::SharedStorage& s, int stage, int first_row,
                                                  int warpgroup, int thread_in_warpgroup) {
-  using QTile = typename Traits::QTile;
   static_assert(Traits::kConsumerWarpgroups == 2, "one consumer per tile");
+  static_assert(Traits::QTile::kColumnBlockBytes == Traits::DoTile::kColumnBlockBytes, "Q and dO: rows alike");
   const std::uint32_t tile = smem_address(warpgroup == 0 ? s.q[stage] : s.dout[stage]);
+  const int blocks = warpgroup == 0 ? Traits::QTile::kColumnBlocks : Traits::DoTile::kColumnBlocks;
 #pragma unroll 1
-  for (int block = 0; block < QTile::kColumnBlocks; ++block) {
-    clear_rows_from<Traits::kBlockM, Traits::kWarpgroupThreads>(tile + block * QTile::kColumnBlockBytes, first_row,
-                                                                thread_in_warpgroup);
+  for (int block = 0; block < blocks; ++block) {
+    clear_rows_from<Traits::kBlockM, Traits::kWarpgroupThreads>(tile + block * Traits::QTile::kColumnBlockBytes,
+                                                                first_row, thread_in_warpgroup);
   }
   fence_proxy_async_shared();
   named_barrier_sync(Traits::kQueryTailBarrier, Traits::kConsumerThreads);

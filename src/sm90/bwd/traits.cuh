@@ -25,6 +25,10 @@
 // masks, dQ turns) and seqused_q (query_tail.cuh), not deterministic; instantiations of their own:
 // in every kernel their runtime tests cost calls without either 3.5-5% at d 64 (H100, perf-notes
 // session 44).
+// kHeadDimV_: the width of the V and dO tiles and of dV (v's head dim rounded up to a 64-column block),
+// where it is narrower than q and k's (DeepSeek's q/k 192, v 128): dP^T = V dO^T takes v's k-steps and
+// dV += P^T dO v's columns, instead of multiplying zero-filled ones. Only where the consumers split
+// the roles (kSplitsRoles), where dV is one consumer's gradient alone.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,7 +41,8 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim_, typename Element_, bool kDeterministic_ = false, bool kChunksAndSequsedQ_ = false>
+template <int kHeadDim_, typename Element_, bool kDeterministic_ = false, bool kChunksAndSequsedQ_ = false,
+          int kHeadDimV_ = kHeadDim_>
 struct BwdTraits {
   using Element = Element_;
   static constexpr bool kDeterministic = kDeterministic_;
@@ -50,9 +55,12 @@ struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "backward head dims: 64, 128, 192, 256");
+  static constexpr int kHeadDimV = kHeadDimV_;
 
   // Both consumers on the same keys, one for dV and one for dK (above).
   static constexpr bool kSplitsRoles = kHeadDim > 128;
+  static_assert(kHeadDimV == kHeadDim || (kSplitsRoles && kHeadDimV % 64 == 0 && kHeadDimV < kHeadDim),
+                "v's own width: whole 64-column blocks, narrower than q/k's, where the consumers split the roles");
   static constexpr int kBlockM = 64;  // q rows per step (128 at d 64 was 20% slower: perf-notes v54)
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kKeysPerWarpgroup = 64;
@@ -83,14 +91,16 @@ struct BwdTraits {
                     65536 / kThreads / 8 * 8 * kThreads,
                 "register budgets exceed what the CTA is launched with");
 
-  using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;   // Q and dO
-  using KTile = SwizzledTile<kBlockN, kHeadDim, kElementBytes>;   // K and V
+  using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;   // Q
+  using DoTile = SwizzledTile<kBlockM, kHeadDimV, kElementBytes>; // dO
+  using KTile = SwizzledTile<kBlockN, kHeadDim, kElementBytes>;   // K
+  using VTile = SwizzledTile<kBlockN, kHeadDimV, kElementBytes>;  // V
   using DsTile = SwizzledTile<kBlockM, kBlockN, kElementBytes>;   // dS, q rows x keys (K-major A of dQ)
   static constexpr int kColsPerBlock = QTile::kColsPerBlock;      // TMA box width (128 bytes)
 
   // Accumulator registers per consumer thread (m64 x N f32 over 128 threads).
   static constexpr int kSRegisters = kBlockM / 2;          // S^T and dP^T: 64 keys x 64 q rows
-  static constexpr int kGradRegisters = kHeadDim / 2;  // dK and dV: 64 keys x d
+  static constexpr int kGradRegisters = kHeadDim / 2;  // dK and dV: 64 keys x d (dV: its first kHeadDimV / 2)
   // dQ's columns in pieces of kDqPieceCols, one GEMM each, kept in the workspace (and the shares) in
   // accumulator order, piece after piece (dq_convert.cuh). Up to d 128 each consumer has one piece, half
   // the columns; at d 192 and 256 pieces of 64, consumer 0 the first half of them (rounded up),
@@ -113,7 +123,8 @@ struct BwdTraits {
   }
   static_assert(kDqPiecesOfFirst <= 2, "consumer.cuh issues at most two dQ pieces per consumer and step");
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
-  static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T = K Q^T and dP^T = V dO^T
+  static constexpr int kDSteps = kHeadDim / 16;   // k16 steps of S^T = K Q^T
+  static constexpr int kDStepsV = kHeadDimV / 16; // k16 steps of dP^T = V dO^T
   static constexpr int kKeySteps = kBlockN / 16; // k16 steps of dQ = dS K
   // A step's first GEMM turn issues the previous step's dQ with this step's S^T and dP^T (consumer.cuh);
   // at head dim 128 dP^T follows once that dQ has left the registers (dK, dV, dQ, S^T and dP^T together
@@ -176,9 +187,9 @@ struct BwdTraits {
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t k[KTile::kBytes];
-    alignas(kSwizzleAtomBytes) std::uint8_t v[KTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t v[VTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t q[kStages][QTile::kBytes];
-    alignas(kSwizzleAtomBytes) std::uint8_t dout[kStages][QTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t dout[kStages][DoTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t ds[kDsBuffers][DsTile::kBytes];
     // One float where the consumers add dQ from registers (kDqFromRegisters): no share to stage.
     alignas(128) float dq[kDqFromRegisters ? 1 : kDqBuffers][kDqFromRegisters ? 1 : kDqTileFloats];

@@ -1,0 +1,7 @@
+// One backward instantiation per file so the build compiles them in parallel: q/k 192 with V and dO
+// tiles of v's 128 columns (DeepSeek's layers), the kernels for attention_chunk and seqused_q.
+#include "sm90/bwd/launch.cuh"
+
+namespace hopattn::sm90 {
+template Status launch_backward<192, __half, false, true, 128>(const BwdArgs&, const detail::Problem&);
+}  // namespace hopattn::sm90
