@@ -160,7 +160,7 @@ class BwdConsumer {
   // same registers, one after the other (their waits also wait for this step's scores).
   __device__ void issue_and_emit_later_dq_parts(float (&dq)[kDq], const PendingDq& pending) {
 #pragma unroll
-    for (int part = 1; part < Traits::kDqPiecesOfFirst; ++part) {
+    for (int part = 1; part < Traits::kDqPiecesMost; ++part) {
       if (part >= dq_pieces()) break;
       issue_dq(dq, smem_address(s_.ds[pending.buffer()]), part);
       wgmma_wait<0>();

@@ -105,10 +105,11 @@ struct BwdTraits {
   // accumulator order, piece after piece (dq_convert.cuh). Up to d 128 each consumer has one piece, half
   // the columns; at d 192 and 256 pieces of 64, consumer 0 the first half of them (rounded up),
   // consumer 1 the rest, each consumer's one after the other through the same registers (64 dQ
-  // registers beside the scores and a gradient would spill).
+  // registers beside the scores and a gradient would spill). With v's own width consumer 0, which also
+  // computes the exponentials, takes one of d 192's three: 2% faster than two (H100, perf-notes v137).
   static constexpr int kDqPieceCols = kSplitsRoles ? 64 : kHeadDim / kConsumerWarpgroups;
   static constexpr int kDqPieces = kHeadDim / kDqPieceCols;
-  static constexpr int kDqPiecesOfFirst = (kDqPieces + 1) / 2;  // consumer 0's
+  static constexpr int kDqPiecesOfFirst = kHeadDimV < kHeadDim ? kDqPieces / 2 : (kDqPieces + 1) / 2;  // consumer 0's
   static constexpr int kDqRegisters = kDqPieceCols / 2;
   static constexpr int kDqPieceFloats = kBlockM * kDqPieceCols;
   // Consumer `warpgroup`'s dQ pieces: the first, and how many. Its share of a step's dQ (those pieces,
@@ -121,7 +122,9 @@ struct BwdTraits {
     if constexpr (kDqPieces == 2 * kDqPiecesOfFirst) return kDqPiecesOfFirst;
     return warpgroup == 0 ? kDqPiecesOfFirst : kDqPieces - kDqPiecesOfFirst;
   }
-  static_assert(kDqPiecesOfFirst <= 2, "consumer.cuh issues at most two dQ pieces per consumer and step");
+  // The most pieces either consumer has.
+  static constexpr int kDqPiecesMost = dq_pieces(0) > dq_pieces(1) ? dq_pieces(0) : dq_pieces(1);
+  static_assert(kDqPiecesMost <= 2, "consumer.cuh issues at most two dQ pieces per consumer and step");
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps of dV += P^T dO and dK += dS^T Q
   static constexpr int kDSteps = kHeadDim / 16;   // k16 steps of S^T = K Q^T
   static constexpr int kDStepsV = kHeadDimV / 16; // k16 steps of dP^T = V dO^T
