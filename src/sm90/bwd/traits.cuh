@@ -103,13 +103,13 @@ struct BwdTraits {
   static constexpr int kGradRegisters = kHeadDim / 2;  // dK and dV: 64 keys x d (dV: its first kHeadDimV / 2)
   // dQ's columns in pieces of kDqPieceCols, one GEMM each, kept in the workspace (and the shares) in
   // accumulator order, piece after piece (dq_convert.cuh). Up to d 128 each consumer has one piece, half
-  // the columns; at d 192 and 256 pieces of 64, consumer 0 the first half of them (rounded up),
+  // the columns; at d 192 and 256 pieces of 64, consumer 0 half of them (rounded down: consumer 0 also
+  // computes the exponentials; one of d 192's three ran 2-4% faster than two, H100, perf-notes v137),
   // consumer 1 the rest, each consumer's one after the other through the same registers (64 dQ
-  // registers beside the scores and a gradient would spill). With v's own width consumer 0, which also
-  // computes the exponentials, takes one of d 192's three: 2% faster than two (H100, perf-notes v137).
+  // registers beside the scores and a gradient would spill).
   static constexpr int kDqPieceCols = kSplitsRoles ? 64 : kHeadDim / kConsumerWarpgroups;
   static constexpr int kDqPieces = kHeadDim / kDqPieceCols;
-  static constexpr int kDqPiecesOfFirst = kHeadDimV < kHeadDim ? kDqPieces / 2 : (kDqPieces + 1) / 2;  // consumer 0's
+  static constexpr int kDqPiecesOfFirst = kSplitsRoles ? kDqPieces / 2 : (kDqPieces + 1) / 2;  // consumer 0's
   static constexpr int kDqRegisters = kDqPieceCols / 2;
   static constexpr int kDqPieceFloats = kBlockM * kDqPieceCols;
   // Consumer `warpgroup`'s dQ pieces: the first, and how many. Its share of a step's dQ (those pieces,
