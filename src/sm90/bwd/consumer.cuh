@@ -19,6 +19,8 @@
 // sequence's q rows in use, if the step's q block has any (query_tail.cuh).
 // dK and dV (at d 192 and 256 one of them per consumer) stay in registers for the whole CTA and are
 // stored at the end (dK times softmax_scale), through shared memory by TMA (store_gradient_tiles).
+// Where v is narrower (Traits::kHeadDimV: q/k 192, v 128), dP^T = V dO^T and dV += P^T dO run over v's
+// columns only (issue_role_scores, value_gradient).
 #pragma once
 
 #include <cmath>
