@@ -11,8 +11,8 @@
 //      warpgroups have stored their halves (ds_ready), the next step (PendingDq) issues this
 //      warpgroup's half of dQ's columns, dQ = dS K (SS-wgmma, dS K-major, K MN-major), beside its own
 //      S^T, and stores it to shared memory, from where one of its threads adds it into the float32 dq
-//      workspace with a bulk reduction (at d 64, 192 and 256 every thread adds its own
-//      accumulators instead: Traits::kDqFromRegisters).
+//      workspace with a bulk reduction (at d 64 and 256 every thread adds its own accumulators
+//      instead: Traits::kDqFromRegisters).
 // The two warpgroups issue their GEMMs in turns (ping-pong), as the forward's consumers do. Before the
 // first, each zeroes its share of the K and V rows past the sequence's keys, if the block has any
 // (key_tail.cuh); before a step's first, with seqused_q, its share of the Q and dO rows past the

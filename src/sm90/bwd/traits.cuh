@@ -146,8 +146,11 @@ struct BwdTraits {
   // At d 64 (not deterministic) every thread adds its dQ accumulators into the workspace itself, four
   // floats per red.global.add.v4.f32, instead of the share above: no shared-memory stores, proxy fence
   // and named barrier between the first turn and the exponentials (+5%, perf-notes v63; at d 128 it
-  // needed 8 bytes of stack). At d 256 the shares and two stages would not fit in shared memory.
-  static constexpr bool kDqFromRegisters = !kDeterministic && (kHeadDim == 64 || kSplitsRoles);
+  // needed 8 bytes of stack). At d 256 the shares and two stages would not fit in shared memory. At d
+  // 192 the share (48 KB, one buffer) ran 1-3% faster: there the reductions from registers held their
+  // registers until the L2, 94% busy, took them, and the next GEMM's warpgroup.arrive waited (a quarter
+  // of the stall samples under ncu; perf-notes v138).
+  static constexpr bool kDqFromRegisters = !kDeterministic && (kHeadDim == 64 || kHeadDim == 256);
   // Whether the consumers read a step's row statistics before the waits for S^T and dP^T (their
   // shared-memory latency hidden under the GEMMs) or after: +4-6% at d 128, -1% at d 64 (v63).
   static constexpr bool kRowStatsBeforeWaits = kHeadDim >= 128;
