@@ -79,14 +79,17 @@ std::vector<BackwardCase> shape_cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardMatchesReference, ::testing::ValuesIn(shape_cases()));
 
 // Bottom-right aligned: with seqlen_q > seqlen_k the first rows see no key (dq 0); with seqlen_q <
-// seqlen_k every row sees the keys before its diagonal.
+// seqlen_k every row sees the keys before its diagonal. At d 192 (64-key CTAs whose consumers split
+// the roles, dQ through one share): GQA, both length orders, a block half past the keys.
 INSTANTIATE_TEST_SUITE_P(
     Causal, BackwardMatchesReference,
     ::testing::Values(causal(bwd(kBf16, 2, 2, 2, 100, 300, 64)), causal(bwd(kFp16, 2, 2, 2, 300, 100, 128)),
                       causal(bwd(kFp16, 1, 3, 3, 129, 129, 64)), causal(bwd(kBf16, 3, 2, 2, 1, 255, 128)),
                       causal(bwd(kBf16, 2, 2, 2, 255, 1, 64)), causal(bwd(kFp16, 2, 2, 2, 513, 17, 128)),
                       causal(bwd(kBf16, 2, 2, 2, 17, 513, 128)), causal(bwd(kFp16, 2, 2, 2, 64, 128, 64)),
-                      causal(bwd(kBf16, 1, 2, 2, 128, 64, 128))));
+                      causal(bwd(kBf16, 1, 2, 2, 128, 64, 128)), causal(bwd(kBf16, 2, 4, 2, 300, 300, 192)),
+                      causal(bwd(kFp16, 1, 2, 2, 129, 513, 192)), causal(bwd(kBf16, 2, 2, 1, 513, 129, 192)),
+                      causal(bwd(kFp16, 3, 2, 2, 65, 65, 192))));
 
 // Sliding windows: left only, right only, both (keys no row sees get dk = dv = 0; with seqlen_q >
 // seqlen_k rows that see no key), the diagonal alone, and a left window under causal.
@@ -105,7 +108,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // gpt-oss's local layers (window 128, causal, GQA 8): each consumer's 64 keys are
                       // hidden from one of the four q blocks its key block walks; with the softcap too.
                       window(causal(bwd(kBf16, 2, 8, 1, 700, 700, 64)), 127, -1),
-                      softcap(window(causal(bwd(kFp16, 1, 4, 2, 333, 401, 64)), 100, -1), 30.0f, 8.0f)));
+                      softcap(window(causal(bwd(kFp16, 1, 4, 2, 333, 401, 64)), 100, -1), 30.0f, 8.0f),
+                      // d 192 (64-key CTAs, roles split): blocks cut by either edge of the window.
+                      window(bwd(kFp16, 2, 2, 2, 300, 300, 192), 70, -1),
+                      window(bwd(kBf16, 1, 4, 2, 255, 400, 192), -1, 20),
+                      window(bwd(kBf16, 2, 2, 2, 129, 513, 192), 20, 5),
+                      window(causal(bwd(kFp16, 2, 2, 1, 400, 400, 192)), 127, -1)));
 
 // Softcap with scores large enough that tanh matters, so the (1 - tanh^2) factor is tested; an
 // explicit softmax_scale; a tight cap.
