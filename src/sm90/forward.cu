@@ -84,8 +84,7 @@ template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
   if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
-  if (pr.head_dim > 128 && pr.head_dim <= 192 && pr.head_dim_v <= 128 && args.options.warp_specialized)
-    return launch<192, Element, 128>(args, pr);
+  if (takes_v128_kernels(pr) && args.options.warp_specialized) return launch<192, Element, 128>(args, pr);
   return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
 }
 

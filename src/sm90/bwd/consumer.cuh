@@ -329,6 +329,8 @@ class BwdConsumer {
       store_ds_transposed(frag, smem_address(s_.ds[this_step.buffer()]));
     }
     Turns::begin(true, warpgroup_);
+    // A fence and a commit in each branch: one pair around a runtime choice of the wgmma's N made ptxas
+    // inject warpgroup.arrives (C7519; perf-notes v137).
     if constexpr (Traits::kHeadDimV == Traits::kHeadDim) {
       wgmma_fence();
       issue_key_gradient(grad, frag, smem_address(scores ? s_.dout[stage] : s_.q[stage]));
