@@ -64,6 +64,7 @@ bool check_backward_shape(const Shape& s, std::string* error) {
   else if (s.fp8_block_rows > 0) clash = "--fp8-block-rows (an fp8 forward option)";
   else if (s.v_keys_contiguous) clash = "--v-keys-contiguous (an fp8 forward option)";
   else if (s.num_splits != 0) clash = "--num-splits (a forward option)";
+  else if (s.qv) clash = "--qv (forward only)";
   else if (!s.options.pingpong || !s.options.intra_wg_overlap || !s.options.persistent ||
            s.options.pack_gqa != KernelOptions::PackGqa::kAuto || s.options.kv_loads != KernelOptions::KvLoads::kAuto)
     clash = "--no-pingpong/--no-overlap/--no-persistent/--no-pack-gqa/--kv-* (forward kernel switches)";
@@ -113,7 +114,8 @@ std::string usage_text() {
          "                   a GPU machine: bench/device_bench.sh --grid decode;\n"
          "                   headdims: the forward at head dims 80, 96, 160 and 192;\n"
          "                   mla: DeepSeek's layers, q/k 192 and v 128, forward; mla_bwd: their backward;\n"
-         "                   cuDNN on them: bench/mla_peers.py [--backward])\n"
+         "                   cuDNN on them: bench/mla_peers.py [--backward];\n"
+         "                   mla_decode: DeepSeek's decoding with MLA absorbed (qv: q/k 64, v and qv 512))\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --hdim-v N (v, out, dout and dv of head dim N, flash-attention 3's headdim_v; DeepSeek: --hdim 192\n"
@@ -127,6 +129,8 @@ std::string usage_text() {
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
          "    --varlen (the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
+         "    --qv (FwdArgs::qv, a second query of v's head dim scored against v: DeepSeek's MLA decoding,\n"
+         "      with --hdim 64 --hdim-v 512 --heads-kv 1; forward only; FLOPs count its GEMM)\n"
          "    --window-left N (a sliding window: each query sees N keys before its diagonal; with --causal,\n"
          "      gpt-oss's and Mistral's local layers; FLOPs count the visible pairs)\n"
          "    --chunk N (attention_chunk: each query sees only the keys of its diagonal's N-key chunk; with\n"
@@ -192,6 +196,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     if (flag == "--varlen") {
       single.varlen = single_given = true;
       single.variant = "varlen";
+      continue;
+    }
+    if (flag == "--qv") {
+      single.qv = single_given = true;
+      single.variant = "qv";
       continue;
     }
     if (flag == "--learnable-sink") {

@@ -34,6 +34,7 @@ struct InputSet {
   DeviceBuffer seqused_q;                                            // Shape::padded_seqlen_q > 0
   DeviceBuffer dout, dq, dk, dv;                                     // Shape::backward
   DeviceBuffer sink, dsink;                                          // Shape::learnable_sink
+  DeviceBuffer qv;                                                   // Shape::qv: shaped like out
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -147,6 +148,10 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
   if (s.padded_seqlen_q > 0) {
     if (Status st = upload(std::vector<int>(s.batch, s.seqlen_q), &set->seqused_q); !st.ok()) return st;
   }
+  if (s.qv) {
+    if (Status st = set->qv.allocate(e.out * in_size); !st.ok()) return st;
+    if (Status st = fill_random_device(set->qv.get(), s.dtype, e.out, seed + 7); !st.ok()) return st;
+  }
   if (s.learnable_sink) {
     if (Status st = upload(std::vector<float>(s.heads_q, 0.5f), &set->sink); !st.ok()) return st;
     if (Status st = set->dsink.allocate(s.heads_q * sizeof(float)); !st.ok()) return st;
@@ -220,6 +225,7 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
     args.page_table = make_tensor(set.page_table.get(), Dtype::kInt32, {s.batch, pages_per_seq}, cuda, options.device);
   }
   if (s.learnable_sink) args.learnable_sink = make_tensor(set.sink.get(), Dtype::kFloat32, {s.heads_q}, cuda, options.device);
+  if (s.qv) args.qv = make_tensor(set.qv.get(), s.dtype, {s.batch, q_rows, s.heads_q, d_v}, cuda, options.device);
   args.causal = s.causal;
   args.window_left = s.window_left;
   args.attention_chunk = s.attention_chunk;

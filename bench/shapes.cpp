@@ -89,6 +89,39 @@ std::vector<Shape> mla_bwd_grid() {
   return shapes;
 }
 
+// DeepSeek V2/V3 decoding with MLA's projections absorbed (qv: q/k 64, v and qv 512, one K/V head):
+// 128 query heads (a whole model's, or data-parallel attention) and 16 (tensor-parallel over 8 GPUs),
+// one query row or two (a multi-token-prediction draft, causal), dense and from a paged cache of 64-key
+// pages with room to grow (seqused_k).
+std::vector<Shape> mla_decode_grid() {
+  struct Row {
+    int batch, heads, seqlen_q, seqlen_k, page_size;
+  };
+  std::vector<Shape> shapes;
+  for (const Row& r : {Row{1, 128, 1, 4096, 0}, Row{1, 128, 1, 32768, 0}, Row{32, 128, 1, 4096, 0},
+                       Row{8, 16, 1, 8192, 0}, Row{64, 16, 2, 4096, 0}, Row{32, 128, 1, 4096, 64},
+                       Row{64, 16, 1, 8192, 64}}) {
+    Shape s;
+    s.batch = r.batch;
+    s.heads_q = r.heads;
+    s.heads_kv = 1;
+    s.seqlen_q = r.seqlen_q;
+    s.seqlen_k = r.seqlen_k;
+    s.causal = r.seqlen_q > 1;
+    s.hdim = 64;
+    s.hdim_v = 512;
+    s.qv = true;
+    s.variant = "qv";
+    if (r.page_size > 0) {
+      s.page_size = r.page_size;
+      s.cache_seqlen_k = r.seqlen_k + 2 * r.page_size;
+      s.variant = "qv_paged";
+    }
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 // One KernelOptions switch, for ablation rows.
 struct Switch {
   const char* name;
@@ -286,7 +319,7 @@ const char* dtype_short_name(Dtype dtype) {
   }
 }
 
-const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode, headdims, mla, mla_bwd"; }
+const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode, headdims, mla, mla_bwd, mla_decode"; }
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   if (name == "quick") *shapes = quick_grid();
@@ -299,12 +332,13 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   else if (name == "headdims") *shapes = headdims_grid();
   else if (name == "mla") *shapes = mla_grid();
   else if (name == "mla_bwd") *shapes = mla_bwd_grid();
+  else if (name == "mla_decode") *shapes = mla_decode_grid();
   else return false;
   return true;
 }
 
 double forward_flops(const Shape& shape) {
-  const double per_pair = 2.0 * shape.batch * shape.heads_q * (shape.hdim + head_dim_v(shape));
+  const double per_pair = 2.0 * shape.batch * shape.heads_q * (shape.hdim + (shape.qv ? 2 : 1) * head_dim_v(shape));
   const double sq = shape.seqlen_q, sk = shape.seqlen_k;
   const bool plain = shape.window_left < 0 && shape.attention_chunk <= 0;
   if (!shape.causal && plain) return per_pair * sq * sk;
@@ -348,7 +382,7 @@ double forward_bytes(const Shape& shape) {
   const double q_rows = 1.0 * shape.batch * shape.seqlen_q * shape.heads_q;
   const double kv_rows = 1.0 * shape.batch * shape.seqlen_k * shape.heads_kv;
   const double d = shape.hdim, d_v = head_dim_v(shape);
-  return q_rows * (d * in + d_v * out) + kv_rows * (d + d_v) * in;
+  return q_rows * ((d + (shape.qv ? d_v : 0.0)) * in + d_v * out) + kv_rows * (d + d_v) * in;
 }
 
 double timed_bytes(const Shape& shape) { return shape.backward ? 0.0 : forward_bytes(shape); }

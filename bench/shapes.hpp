@@ -61,6 +61,9 @@ struct Shape {
   bool deterministic = false;
   // FwdArgs::learnable_sink (one logit per q head, all 0.5); the backward also writes dsink.
   bool learnable_sink = false;
+  // FwdArgs::qv (DeepSeek's MLA decoding with the projections absorbed, forward only): a second query
+  // of v's head dim, scored against v; FLOPs count its GEMM too (2 * pairs * hdim_v more).
+  bool qv = false;
   // Names the KernelOptions setting (ablation rows) or the descales; backward rows are "backward" or
   // "backward_<what the forward row would be called>" (backward_variant).
   std::string variant = "default";
@@ -75,7 +78,8 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes);
 const char* grid_names();
 
 // Forward FLOPs as the FlashAttention papers count them: 4 * b * hq * sq * sk * d, halved when causal
-// (2 * b * hq * sq * sk * (d + d_v) when v has a head dim of its own: QK^T and P V apart).
+// (2 * b * hq * sq * sk * (d + d_v) when v has a head dim of its own: QK^T and P V apart; with qv,
+// 2 * b * hq * sq * sk * (d + 2 d_v): its QV^T too, as FlashMLA counts).
 // For causal with sq != sk the halving is wrong, so the unmasked (i, j) pairs of the bottom-right
 // aligned mask are counted instead.
 double forward_flops(const Shape& shape);
@@ -99,7 +103,7 @@ int allocated_rows_q(const Shape& shape);
 // The FLOPs of the pass the shape times: backward_flops when shape.backward, else forward_flops.
 double timed_flops(const Shape& shape);
 
-// The bytes a forward call must move at the least: q, k and v read once, out written once (k and v: the
+// The bytes a forward call must move at the least: q (and qv), k and v read once, out written once (k and v: the
 // seqlen_k keys in use; the LSE left out, as not every caller writes it). With few query rows that is
 // nearly all K and V, the call is bound by memory bandwidth, and bytes / time against the HBM rate
 // says how close it gets.

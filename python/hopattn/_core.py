@@ -61,7 +61,8 @@ def forward(q, k, v, *, out=None, return_lse=False, softmax_scale=None, causal=F
     attention_chunk: hopattn::FwdArgs::attention_chunk (0 = off). seqused_q: int32 (batch,), the
     query rows each sequence uses; the library writes no out or lse row past them, so the ones
     allocated here start as a row that sees no key (out 0, lse -inf), never as uninitialized
-    memory; a given out keeps what it held there. qv: hopattn::FwdArgs::qv (forward only)."""
+    memory; a given out keeps what it held there. qv: hopattn::FwdArgs::qv (forward only; host
+    arrays with any option, CUDA arrays as far as the sm_90a kernel takes it: the library decides)."""
     arrays = dict(q=q, k=k, v=v, learnable_sink=learnable_sink, qv=qv, cu_seqlens_q=cu_seqlens_q,
                   cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, seqused_q=seqused_q,
                   page_table=page_table,

@@ -8,10 +8,11 @@ torch tensors go through the torch operators of hopattn.torch (autograd, torch.c
 arrays (NumPy, CuPy, JAX) go straight to the core. Passing `out=` writes into that array and, for
 torch, bypasses autograd.
 
-flash-attention 3's qv (forward only, host arrays for now), sm_margin, scheduler_metadata
-(get_scheduler_metadata makes an empty one), cu_seqlens_k_new and rotary_seqlens are taken, with its
-names and defaults, so that its callers run unchanged; values other than the defaults (and that
-empty schedule) that hopattn does not implement are refused, never ignored.
+flash-attention 3's qv (forward only; on CUDA arrays the library decides which calls it runs),
+sm_margin, scheduler_metadata (get_scheduler_metadata makes an empty one), cu_seqlens_k_new and
+rotary_seqlens are taken, with its names and defaults, so that its callers run unchanged; values
+other than the defaults (and that empty schedule) that hopattn does not implement are refused,
+never ignored.
 """
 
 import numbers
@@ -23,7 +24,8 @@ _INT32_MAX = 2**31 - 1
 
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, attention_chunk, softcap, "
              "learnable_sink, GQA/MQA, variable lengths (cu_seqlens), seqused_q, seqused_k / "
-             "cache_seqlens, qv (host arrays), v's own head dim (not FP8), "
+             "cache_seqlens, qv (host arrays; CUDA arrays: q/k head dim 64 with v 512), "
+             "v's own head dim (not FP8), "
              "paged KV (page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
              "q/k/v_block_descale in flash_attn_func), deterministic backward passes, and in "
              "flash_attn_with_kvcache k/v appends, rotary embedding, cache_batch_idx and "
@@ -41,7 +43,8 @@ def _reject(name, value, default=None):
 
 def _check_kvcache_qv(qv, q, v_cache):
     """flash_attn_with_kvcache's qv, before the cache is written (the library checks it again):
-    out's shape (q's with v_cache's head dim), q's dtype, host arrays of 16/32-bit floats."""
+    out's shape (q's with v_cache's head dim), q's dtype, not FP8 (which the library refuses on
+    any device). Which CUDA calls run with qv the library decides, after any append."""
     if qv is None:
         return
     expected = tuple(q.shape[:-1]) + (int(v_cache.shape[-1]),)
@@ -53,9 +56,10 @@ def _check_kvcache_qv(qv, q, v_cache):
     if qv_dtype != lib.dtype_name(q):
         raise ValueError(f"qv: dtype {qv_dtype} is not q's {lib.dtype_name(q)}; qv must have q's "
                          "dtype")
-    if not lib.on_host(q) or lib.dtype_name(q).startswith("float8"):
-        raise NotImplementedError("qv: supported on host arrays of float32, float16 and bfloat16 "
-                                  "(the CPU reference); not by the sm_90a kernels or FP8 yet")
+    if lib.dtype_name(q).startswith("float8"):
+        raise NotImplementedError("qv: given with float8_e4m3 inputs; qv is supported with "
+                                  "float32, float16 and bfloat16 host arrays and float16 and "
+                                  "bfloat16 CUDA arrays")
 
 
 def _is_int(w):
@@ -203,8 +207,14 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     qv (flash-attention 3's; DeepSeek's multi-head latent attention, decoding with the projections
     absorbed): a second query of v's head dim, in out's shape: the scores become softmax_scale *
     (q . k + qv . v), and the default softmax_scale 1/sqrt(head_dim + v's head_dim). Forward only,
-    as in FA3 (torch's backward raises NotImplementedError naming qv); host arrays of float32,
-    float16 or bfloat16 (CUDA arrays and FP8 raise NotImplementedError naming qv, for now).
+    as in FA3 (torch's backward raises NotImplementedError naming qv). Host arrays of float32,
+    float16 or bfloat16 take it with every other option (the CPU reference). CUDA arrays go to the
+    library, which decides: the sm_90a kernel takes bfloat16 / float16 q and k of head dim 64 with
+    v, qv and out of head dim 512 (DeepSeek's MLA decoding shapes), dense or paged k/v,
+    seqused_k / cache_seqlens, causal or not, any GQA ratio, softmax_scale, the lse and
+    num_splits; any other CUDA call with qv (other head dims, variable lengths, seqused_q, a
+    sliding window, softcap, learnable_sink, attention_chunk) raises NotImplementedError naming qv
+    and what it was given with. FP8 inputs raise NotImplementedError naming qv on any device.
 
     flash-attention 3's sm_margin (SMs to leave idle for other work) is taken so that its callers
     run unchanged: 0 runs as without it. It must be an int (TypeError otherwise, bools included)

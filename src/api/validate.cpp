@@ -29,6 +29,7 @@ struct Common {
   int window_left, window_right;
   float softcap;
   int attention_chunk;
+  bool has_qv;  // FwdArgs::qv given (the backward takes none)
 };
 
 std::optional<Arg> optional_arg(const char* name, const std::optional<Tensor>& t) {
@@ -193,7 +194,8 @@ Status resolve_v_layout(const Common& c, Problem* p) {
   return check_v_layout(c.v, forbidden, &p->v_keys_contiguous);
 }
 
-Status check_heads_and_head_dim(const Problem& p) {
+// has_qv: FwdArgs::qv given.
+Status check_heads_and_head_dim(const Problem& p, bool has_qv) {
   if (p.heads_q < 1) return invalid("q: heads_q is 0; it must be >= 1");
   if (p.heads_kv < 1) return invalid("k: heads_kv is 0; it must be >= 1");
   if (p.heads_q % p.heads_kv != 0)
@@ -220,11 +222,14 @@ Status check_heads_and_head_dim(const Problem& p) {
                          "tensors may differ)");
     return Status::Ok();
   }
+  // qv's MLA kernel (DeepSeek's latent attention decoding) takes q/k 64 with v 512.
+  if (has_qv && p.head_dim == 64 && p.head_dim_v == 512) return Status::Ok();
   for (const auto& [name, head_dim] : {std::pair{"q", p.head_dim}, std::pair{"v", p.head_dim_v}}) {
     if (head_dim % 8 != 0 || head_dim > kMaxCudaHeadDim)
       return unsupported(std::string(name) + ": head_dim " + str(head_dim) +
                          " is not supported on CUDA tensors; the sm_90a kernels take a head_dim that is a multiple "
-                         "of 8 from 8 to 256, for q and k and for v (host tensors take 1..512)");
+                         "of 8 from 8 to 256, for q and k and for v, or with qv q/k 64 and v 512 (host tensors "
+                         "take 1..512)");
   }
   return Status::Ok();
 }
@@ -322,7 +327,7 @@ Status resolve_common(const Common& c, Problem* p) {
   HOPATTN_RETURN_IF_ERROR(resolve_q(c, p));
   HOPATTN_RETURN_IF_ERROR(resolve_kv(c, p));
   HOPATTN_RETURN_IF_ERROR(resolve_v_layout(c, p));
-  HOPATTN_RETURN_IF_ERROR(check_heads_and_head_dim(*p));
+  HOPATTN_RETURN_IF_ERROR(check_heads_and_head_dim(*p, c.has_qv));
   return resolve_scalars(c, p);
 }
 
@@ -342,7 +347,8 @@ Common common_of(const FwdArgs& a) {
           a.window_left,
           a.window_right,
           a.softcap,
-          a.attention_chunk};
+          a.attention_chunk,
+          a.qv.has_value()};
 }
 
 // BwdArgs has no page_table: a paged KV cache cannot reach the backward pass.
@@ -362,7 +368,8 @@ Common common_of(const BwdArgs& a) {
           a.window_left,
           a.window_right,
           a.softcap,
-          a.attention_chunk};
+          a.attention_chunk,
+          false};
 }
 
 Status check_descales(const FwdArgs& a, const Problem& p) {
@@ -414,17 +421,15 @@ Status check_block_descales(const FwdArgs& a, const Problem& p) {
   return Status::Ok();
 }
 
-// qv (flash-attention 3's): out's shape and q's dtype, 16/32-bit host tensors only; without an explicit
-// softmax_scale the default becomes 1/sqrt(d + d_v), as in FA3 (the scores sum over both head dims).
+// qv (flash-attention 3's): out's shape and q's dtype, 16/32-bit tensors (the sm_90a forward says which
+// CUDA calls its MLA kernel takes); without an explicit softmax_scale the default becomes
+// 1/sqrt(d + d_v), as in FA3 (the scores sum over both head dims).
 Status resolve_qv(const FwdArgs& a, const Arg& qv, const Arg& q, Problem* p) {
   if (p->in_dtype == Dtype::kFloat8E4M3)
     return unsupported("qv: given with float8_e4m3 inputs; qv is supported with float32, float16 and bfloat16 "
-                       "host tensors");
+                       "host tensors and float16 and bfloat16 CUDA tensors");
   HOPATTN_RETURN_IF_ERROR(check_same_dtype(qv, q, "qv must have q's dtype"));
   HOPATTN_RETURN_IF_ERROR(check_out_shape(qv, q, p->head_dim_v));
-  if (p->device == DeviceType::kCuda)
-    return unsupported("qv: not supported by the sm_90a kernels yet; the CPU reference backend takes it on host "
-                       "tensors");
   if (!a.softmax_scale) p->softmax_scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim + p->head_dim_v));
   return Status::Ok();
 }
@@ -462,7 +467,11 @@ Status validate_forward(const FwdArgs& a, Problem* problem) {
   HOPATTN_RETURN_IF_ERROR(check_block_descales(a, p));
   if (a.num_splits < 0)
     return invalid("num_splits: " + str(a.num_splits) + " is negative; it must be 0 (heuristic), 1 (no split) or more");
-  if (p.device == DeviceType::kCuda) HOPATTN_RETURN_IF_ERROR(check_cuda_tensors({c.q, c.k, c.v, out}));
+  if (p.device == DeviceType::kCuda) {
+    std::vector<Arg> cuda_tensors{c.q, c.k, c.v, out};
+    if (qv) cuda_tensors.push_back(*qv);
+    HOPATTN_RETURN_IF_ERROR(check_cuda_tensors(cuda_tensors));
+  }
   if (p.device == DeviceType::kHost) HOPATTN_RETURN_IF_ERROR(check_host_values(c, p));
   p.out_dtype = a.out.dtype;
   p.has_lse = a.lse.has_value();

@@ -9,6 +9,7 @@
 #include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd_fp8/dispatch.hpp"
 #include "sm90/host/tile_width.hpp"
+#include "sm90/mla/launch.hpp"
 #include "sm90/sm90.hpp"
 
 namespace hopattn::sm90 {
@@ -21,8 +22,52 @@ Status unsupported(const std::string& what) {
                        "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v likewise, "
                        "with head dim 64, 128 "
                        "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, "
-                       "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE (the CPU reference backend "
-                       "supports every feature on host tensors)");
+                       "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE, and qv (DeepSeek's MLA) "
+                       "at q/k head dim 64 with v 512 (the CPU reference backend supports every feature on host "
+                       "tensors)");
+}
+
+// A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
+// starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
+bool page_size_supported(int page_size) { return page_size >= kMinPageSize && (page_size & (page_size - 1)) == 0; }
+
+// qv (flash-attention 3's; DeepSeek's multi-head latent attention decoding with the projections absorbed):
+// the MLA kernel (sm90/mla/), which takes dense or paged K/V, seqused_k, causal, GQA of any ratio, LSE and
+// num_splits; everything else is refused by name.
+Status forward_qv(const FwdArgs& args, const detail::Problem& pr) {
+  const auto refuse = [](const std::string& what) {
+    return Status(StatusCode::kUnsupported,
+                  "qv with " + what +
+                      " is not supported by the sm_90a MLA kernel; it takes bf16/fp16 q and k of head dim 64 with v, "
+                      "qv and out of head dim 512, dense or paged k/v (page_size a power of two >= 16), "
+                      "seqused_k, causal or not, any heads_q / heads_kv, softmax_scale, LSE and num_splits (the "
+                      "CPU reference backend takes qv with every feature on host tensors)");
+  };
+  if (pr.head_dim != 64 || pr.head_dim_v != 512)
+    return refuse("q/k head dim " + std::to_string(pr.head_dim) + " and v head dim " + std::to_string(pr.head_dim_v));
+  if (pr.varlen_q || pr.varlen_k) return refuse("cu_seqlens_q / cu_seqlens_k (variable-length batches)");
+  if (pr.has_seqused_q) return refuse("seqused_q");
+  if (pr.window_left >= 0 || pr.window_right > 0)
+    return refuse("a sliding window (window_left / window_right other than causal)");
+  if (pr.softcap > 0.0f) return refuse("softcap");
+  if (args.learnable_sink) return refuse("learnable_sink");
+  if (pr.attention_chunk > 0) return refuse("attention_chunk");
+  const KernelOptions& o = args.options;
+  if (!o.warp_specialized || !o.pingpong || !o.intra_wg_overlap || !o.persistent)
+    return refuse("KernelOptions::warp_specialized / pingpong / intra_wg_overlap / persistent = false (the MLA "
+                  "kernel has one schedule, without these switches)");
+  if (o.pack_gqa == KernelOptions::PackGqa::kOff)
+    return refuse("KernelOptions::pack_gqa = kOff (the MLA kernel always packs a K/V head's query heads)");
+  if (o.kv_loads == KernelOptions::KvLoads::kCopyThreads)
+    return refuse("KernelOptions::kv_loads = kCopyThreads (the MLA kernel loads K/V by TMA)");
+  if (pr.paged && !page_size_supported(pr.page_size))
+    return refuse("page_size " + std::to_string(pr.page_size) + " (k.shape[1]; powers of two from 16 are taken)");
+  if (!(pr.softmax_scale > 0.0f)) return refuse("softmax_scale <= 0");
+  switch (pr.in_dtype) {
+    case Dtype::kBFloat16: return launch_mla_forward<__nv_bfloat16>(args, pr);
+    case Dtype::kFloat16: return launch_mla_forward<__half>(args, pr);
+    default: return refuse(std::string("dtype ") + dtype_name(pr.in_dtype));
+  }
 }
 
 // The 16-bit kernels' tile rows (every shipped configuration: two consumer warpgroups).
@@ -61,9 +106,6 @@ bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
          decodes(args, pr);
 }
 
-// A paged cache loads each K/V block in chunks of whole pages, or whole blocks within a page, each
-// starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
-bool page_size_supported(int page_size) { return page_size >= kMinPageSize && (page_size & (page_size - 1)) == 0; }
 
 // Calls with attention_chunk > 0 or seqused_q take the variable-length kernels' variant for them (dense
 // batches too), so that no other kernel carries their tests. kHeadDimV: the V and O tiles' width.
@@ -91,6 +133,7 @@ Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
 }  // namespace
 
 Status forward(const FwdArgs& args, const detail::Problem& pr) {
+  if (args.qv) return forward_qv(args, pr);
   const bool varlen = takes_varlen_kernels(args, pr);
   // 16-bit chunked calls run in variable-length kernels, dense batches too (launch).
   const bool varlen_16bit = varlen || (pr.attention_chunk > 0 && pr.in_dtype != Dtype::kFloat8E4M3);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "test_validation_fixture.hpp"
 
@@ -85,7 +86,11 @@ TEST(ValidationLayout, VMayHaveAHeadDimOfItsOwn) {
   EXPECT_TRUE(Fails(fp8.validate(), StatusCode::kUnsupported, "v", {"head_dim 64", "q's and k's 128", "FP8"}));
 }
 
-// qv (FA3's): out's shape, q's dtype, 16/32-bit host tensors; its default scale is 1/sqrt(d + d_v).
+// qv (FA3's): out's shape, q's dtype, 16/32-bit tensors; its default scale is 1/sqrt(d + d_v). On CUDA
+// tensors the sm_90a kernel takes q/k head dim 64 with v, qv and out 512 (DeepSeek's MLA decoding), bf16
+// or fp16: such calls pass validation. Other pairs are refused with kUnsupported naming qv, 64 and 512,
+// by validation or by the dispatch (which needs a GPU to reach: tests/gpu/test_qv_forward.cu,
+// QvUnsupported); FP8 inputs are refused here.
 TEST(ValidationLayout, QvHasOutsShapeAndQsDtypeOnHostTensors) {
   DenseCall call;  // bf16, head_dim 33
   HostTensor qv(Dtype::kBFloat16, {2, 5, 4, 33}), wrong_shape(Dtype::kBFloat16, {2, 5, 4, 32});
@@ -101,12 +106,36 @@ TEST(ValidationLayout, QvHasOutsShapeAndQsDtypeOnHostTensors) {
   call.args.softmax_scale = 0.25f;
   ASSERT_TRUE(call.validate(&p).ok());
   EXPECT_EQ(p.softmax_scale, 0.25f);
-  DenseCall cuda(64);
-  HostTensor qv64(Dtype::kBFloat16, {2, 5, 4, 64});
-  cuda.args.qv = qv64.tensor();
-  cuda.to_cuda();
-  move_to_cuda({&*cuda.args.qv});
-  EXPECT_TRUE(Fails(cuda.validate(), StatusCode::kUnsupported, "qv", {"sm_90a", "host tensors"}));
+  for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
+    DenseCall cuda(64, dtype);
+    HostTensor v512(dtype, {2, 7, 2, 512}), qv512(dtype, {2, 5, 4, 512}), out512(dtype, {2, 5, 4, 512});
+    cuda.args.v = v512.tensor();
+    cuda.args.out = out512.tensor();
+    cuda.args.qv = qv512.tensor();
+    cuda.to_cuda();
+    move_to_cuda({&*cuda.args.qv});
+    ASSERT_TRUE(cuda.validate(&p).ok()) << dtype_name(dtype) << ": " << cuda.validate().message();
+    EXPECT_EQ(p.head_dim, 64);
+    EXPECT_EQ(p.head_dim_v, 512);
+    EXPECT_FLOAT_EQ(p.softmax_scale, 1.0f / std::sqrt(576.0f));
+  }
+  for (const auto& [head_dim, head_dim_v] : {std::pair{64, 64}, std::pair{64, 128}, std::pair{64, 256},
+                                             std::pair{128, 128}, std::pair{128, 512}}) {
+    DenseCall cuda(head_dim);
+    HostTensor v_cuda(Dtype::kBFloat16, {2, 7, 2, head_dim_v}), qv_cuda(Dtype::kBFloat16, {2, 5, 4, head_dim_v}),
+        out_cuda(Dtype::kBFloat16, {2, 5, 4, head_dim_v});
+    cuda.args.v = v_cuda.tensor();
+    cuda.args.out = out_cuda.tensor();
+    cuda.args.qv = qv_cuda.tensor();
+    cuda.to_cuda();
+    move_to_cuda({&*cuda.args.qv});
+    const Status s = cuda.validate();
+    if (s.ok()) continue;  // the dispatch refuses it (GPU test QvUnsupported.EachRefusedArgumentIsNamed)
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << head_dim << "/" << head_dim_v << ": " << s.message();
+    for (const char* named : {"qv", "64", "512"})
+      EXPECT_NE(s.message().find(named), std::string::npos)
+          << head_dim << "/" << head_dim_v << ": message lacks '" << named << "': " << s.message();
+  }
 
   DenseCall fp8(64, Dtype::kFloat8E4M3);
   HostTensor qv8(Dtype::kFloat8E4M3, {2, 5, 4, 64});

@@ -1,0 +1,71 @@
+// Merges the MLA forward's split partials (mla/consumer.cuh, MlaConsumer::store) into out and LSE:
+// one warp per packed row, each lane 16 of the 512 columns. Split s of a row weighs
+// exp(lse_s - max_s lse_s); a split that saw no key has lse -inf and weighs 0, and a row no split saw
+// stores 0 and LSE -inf.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "sm90/arch/convert.cuh"
+#include "sm90/mla/params.hpp"
+
+namespace hopattn::sm90 {
+
+constexpr int kMlaCombineWarps = 4;
+
+template <class Traits>
+__global__ void __launch_bounds__(kMlaCombineWarps * 32)
+    mla_combine_kernel(const __grid_constant__ MlaParams p) {
+  constexpr int kColumnsPerLane = Traits::kHeadDimV / 32;
+  const int lane = threadIdx.x % 32;
+  const int packed_row_index = blockIdx.x * kMlaCombineWarps + threadIdx.x / 32;  // over every tile's rows
+  const int tile = packed_row_index / Traits::kBlockM, tile_row = packed_row_index % Traits::kBlockM;
+  const int m_block = tile % p.m_blocks, kv_head = tile / p.m_blocks % p.heads_kv, batch = tile / p.m_blocks / p.heads_kv;
+  if (batch >= p.batch) return;
+  const int packed = m_block * Traits::kBlockM + tile_row;
+  if (packed >= p.packed_rows) return;
+  const int q_row = int(p.head_ratio_divisor.divide(unsigned(packed)));
+  const int head = kv_head * p.head_ratio + packed - q_row * p.head_ratio;
+
+  const std::int64_t first_slot = std::int64_t(tile) * p.splits;
+  float max_lse = -INFINITY;
+  for (int s = lane; s < p.splits; s += 32) max_lse = fmaxf(max_lse, p.partial_lse[(first_slot + s) * Traits::kBlockM + tile_row]);
+#pragma unroll
+  for (int w = 16; w > 0; w /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, w));
+
+  float acc[kColumnsPerLane] = {};
+  float weight_sum = 0.0f;
+  if (max_lse != -INFINITY) {
+    for (int s = 0; s < p.splits; ++s) {
+      const std::int64_t slot = first_slot + s;
+      const float weight = __expf(p.partial_lse[slot * Traits::kBlockM + tile_row] - max_lse);
+      weight_sum += weight;
+      const float4* src = reinterpret_cast<const float4*>(p.partial_o + (slot * Traits::kBlockM + tile_row) * Traits::kHeadDimV);
+#pragma unroll
+      for (int j = 0; j < kColumnsPerLane / 4; ++j) {
+        const float4 v = src[j * 32 + lane];
+        acc[4 * j] += weight * v.x, acc[4 * j + 1] += weight * v.y, acc[4 * j + 2] += weight * v.z,
+            acc[4 * j + 3] += weight * v.w;
+      }
+    }
+  }
+  const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
+  using Element = typename Traits::Element;
+  Element* out = static_cast<Element*>(p.out.data) + batch * p.out.batch_stride + std::int64_t(q_row) * p.out.row_stride +
+                 std::int64_t(head) * p.out.head_stride;
+#pragma unroll
+  for (int j = 0; j < kColumnsPerLane / 4; ++j) {
+    const int col = (j * 32 + lane) * 4;
+    // 4-byte stores: out's rows need only be 4-byte aligned.
+    *reinterpret_cast<std::uint32_t*>(out + col) = pack_pair<Traits::kIsBf16>(acc[4 * j] * inv, acc[4 * j + 1] * inv);
+    *reinterpret_cast<std::uint32_t*>(out + col + 2) =
+        pack_pair<Traits::kIsBf16>(acc[4 * j + 2] * inv, acc[4 * j + 3] * inv);
+  }
+  if (lane == 0 && p.lse != nullptr) {
+    p.lse[batch * p.lse_batch_stride + std::int64_t(head) * p.lse_head_stride + std::int64_t(q_row) * p.lse_row_stride] =
+        max_lse == -INFINITY ? -INFINITY : max_lse + logf(weight_sum);
+  }
+}
+
+}  // namespace hopattn::sm90
