@@ -24,4 +24,8 @@ __device__ __forceinline__ void cp_async_arrive_when_landed(std::uint64_t* bar) 
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 
+// Waits until every cp.async this thread issued has landed (no mbarrier: a one-off copy, such as a
+// tile loaded once per CTA).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 }  // namespace hopattn::sm90

@@ -1,15 +1,17 @@
-// An MLA consumer warpgroup (of two). Both compute the tile's whole S = [Q QV] [K V]^T per K/V block
-// (Q, QV, K, V all from shared memory), its mask and online softmax; each then accumulates its own
-// 256 of O's 512 columns, O += P V (P from registers, V MN-major from the stage), and stores them.
-// Thread 0 also loads K and V: the first two blocks up front, then block i + 1 into the stage of block
-// i - 1 once both warpgroups released it (one arrive per warp), while block i's S GEMM runs. So the
-// warpgroups drift apart by at most a block; no other barrier joins them after the Q tile.
+// An MLA consumer warpgroup (of two; roles in mla/traits.cuh). Per K/V block the scorer (warpgroup
+// 0) computes S = [Q QV] [K V]^T (all four from shared memory), its mask and online softmax, stores P
+// and the rows' rescale factors for the accumulator (warpgroup 1), and accumulates O's first 256
+// columns, O += P V (P from registers, V MN-major from the stage); the accumulator rescales its
+// columns and accumulates them from the stored P. Thread 0 (a scorer thread) also loads K and V: the
+// first two blocks up front, then block i + 1 into the stage of block i - 1 once both warpgroups
+// released it (one arrive per warp), while block i's S GEMM runs.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
+#include "sm90/arch/cp_async.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/sync.cuh"
@@ -58,85 +60,187 @@ class MlaConsumer {
 
   __device__ void run() {
     const int blocks = t_.block_end - t_.block_begin;
-    const bool loads = threadIdx.x == 0;
-    if (loads) {
+    if (threadIdx.x == 0) {
       for (int i = 0; i < min(blocks, Traits::kStages); ++i) load_kv_block<Traits>(s_, maps_.k, maps_.v, p_, t_, i);
     }
     load_q_tile();
-    // This thread's two accumulator rows: the first key each may not see (mask_from_[r]).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const MlaRow row = mla_row(p_, t_, accumulator_row(thread_, 2 * r), Traits::kBlockM);
-      rows_[r] = row;
-      mask_from_[r] = p_.causal ? min(t_.seqlen_k, max(0, row.q_row + t_.seqlen_k - p_.seqlen_q + 1)) : t_.seqlen_k;
-    }
-    // The first key some row of the tile may not see: blocks past it take the mask.
-    const MlaRow first = mla_row(p_, t_, 0, Traits::kBlockM);
-    const int tile_mask_from =
-        p_.causal ? min(t_.seqlen_k, max(0, first.q_row + t_.seqlen_k - p_.seqlen_q + 1)) : t_.seqlen_k;
-
     float o[kO];
 #pragma unroll
     for (int i = 0; i < kO; ++i) o[i] = 0.0f;
+    if (warpgroup_ == 0) {
+      run_scorer(o, blocks);
+    } else {
+      run_accumulator(o, blocks);
+    }
+  }
+
+ private:
+  // Per block: S, its softmax, P handed over, then this warpgroup's P V (which runs beside the
+  // accumulator's). Issuing the next block's S GEMM before this P V, FlashAttention-3's intra-warpgroup
+  // overlap, ran 1.5x slower (perf-notes v139): the S GEMMs then shared the tensor cores and shared
+  // memory with both P Vs, and P reached the accumulator later.
+  __device__ void run_scorer(float (&o)[kO], int blocks) {
+    // The first key each of this thread's rows may not see, and the first some row of the tile may not.
+    int mask_from[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mask_from[r] = first_masked_key(mla_row(p_, t_, accumulator_row(thread_, 2 * r), Traits::kBlockM));
+    const int tile_mask_from = first_masked_key(mla_row(p_, t_, 0, Traits::kBlockM));
     OnlineSoftmax<kS> softmax(p_.scale_log2);
     for (int i = 0; i < blocks; ++i) {
       const int stage = i % Traits::kStages;
       mbarrier_wait(&s_.kv_full[stage], (i / Traits::kStages) & 1);
       float s[kS];
       issue_s(s, stage);
-      if (loads && i >= 1 && i + 1 < blocks) {
+      if (threadIdx.x == 0 && i >= 1 && i + 1 < blocks) {
         const int next = i + 1;  // into the stage of block i - 1
         mbarrier_wait(&s_.kv_empty[next % Traits::kStages], ((next - Traits::kStages) / Traits::kStages) & 1);
         load_kv_block<Traits>(s_, maps_.k, maps_.v, p_, t_, next);
       }
       wgmma_wait<0>();
       pin_registers(s);
-      const int n0 = (t_.block_begin + i) * Traits::kBlockN;
-      if (n0 + Traits::kBlockN > tile_mask_from) apply_mask(s, n0);
-      if (n0 + Traits::kBlockN > t_.seqlen_k) zero_v_tail(stage, t_.seqlen_k - n0);
+      std::uint32_t p[kPSteps][4];
       float rescale[2];
-      softmax.update(s, rescale);
+      score(s, i, mask_from, tile_mask_from, softmax, p, rescale);
+      if (i > 0) named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);  // block i - 1's P read
+      hand_over_p(p, rescale);
+      const int n0 = (t_.block_begin + i) * Traits::kBlockN;
+      if (n0 + Traits::kBlockN > t_.seqlen_k) zero_v_tail(stage, t_.seqlen_k - n0);
       if (warp_rescales(rescale)) {
 #pragma unroll
         for (int j = 0; j < kO; ++j) o[j] *= rescale[fragment_row_half(j)];
       }
-      std::uint32_t p[kPSteps][4];
-#pragma unroll
-      for (int step = 0; step < kPSteps; ++step) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) p[step][j] = pack_pair<Traits::kIsBf16>(s[8 * step + 2 * j], s[8 * step + 2 * j + 1]);
-      }
-      issue_pv(o, p, stage);
+      issue_pv_from_registers(o, p, stage);
       wgmma_wait<0>();
       pin_registers(o);
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) mbarrier_arrive(&s_.kv_empty[stage]);
+      release_stage(stage);
     }
-    store(o, softmax);
+    // The rows' 1 / sum for the accumulator (a slot of its own: the last block's factors may still be
+    // read), and a last P_full for it to wait on.
+    float inv_sum[2], lse[2];
+    finish(softmax, inv_sum, lse);
+    if (thread_ % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) s_.row_inv_sum[accumulator_row(thread_, 2 * r)] = inv_sum[r];
+    }
+    if (blocks > 0) named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
+    named_barrier_arrive(Traits::kPFullBarrier, Traits::kConsumerThreads);
+    store(o, inv_sum, lse);
   }
 
- private:
-  // Q and QV rows of the tile into the shared [Q QV] tile (both consumer warpgroups, 16-byte chunks,
-  // swizzled as TMA would): a packed tile's rows come from as many query heads as the ratio gives,
-  // which one TMA box cannot name at every ratio; rows past the packed ones are zeros.
+  __device__ void run_accumulator(float (&o)[kO], int blocks) {
+    for (int i = 0; i < blocks; ++i) {
+      const int stage = i % Traits::kStages;
+      mbarrier_wait(&s_.kv_full[stage], (i / Traits::kStages) & 1);  // this warpgroup's view of the TMA writes
+      named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
+      const int n0 = (t_.block_begin + i) * Traits::kBlockN;
+      if (n0 + Traits::kBlockN > t_.seqlen_k) zero_v_tail(stage, t_.seqlen_k - n0);
+      float rescale[2];
+      read_row_scales(rescale);
+      if (warp_rescales(rescale)) {
+#pragma unroll
+        for (int j = 0; j < kO; ++j) o[j] *= rescale[fragment_row_half(j)];
+      }
+      issue_pv_from_shared(o, stage);
+      wgmma_wait<0>();
+      pin_registers(o);
+      release_stage(stage);
+      // A full barrier, not an arrive: the scorer rewrites P and the factors after it (racecheck does
+      // not take an arrive as ordering this warpgroup's reads before those writes), and this
+      // warpgroup has nothing to do before the next P anyway.
+      named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
+    }
+    named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
+    float inv_sum[2], lse[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) inv_sum[r] = s_.row_inv_sum[accumulator_row(thread_, 2 * r)];
+    store(o, inv_sum, lse);
+  }
+
+  // Block i's raw scores -> its mask, online softmax and P (16-bit A fragments), and the rows' factors.
+  __device__ void score(float (&s)[kS], int i, const int (&mask_from)[2], int tile_mask_from,
+                        OnlineSoftmax<kS>& softmax, std::uint32_t (&p)[kPSteps][4], float (&rescale)[2]) const {
+    const int n0 = (t_.block_begin + i) * Traits::kBlockN;
+    if (n0 + Traits::kBlockN > tile_mask_from) {
+#pragma unroll
+      for (int j = 0; j < kS; ++j) {
+        if (n0 + accumulator_col(thread_, j) >= mask_from[fragment_row_half(j)]) s[j] = -INFINITY;
+      }
+    }
+    softmax.update(s, rescale);
+#pragma unroll
+    for (int step = 0; step < kPSteps; ++step) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) p[step][j] = pack_pair<Traits::kIsBf16>(s[8 * step + 2 * j], s[8 * step + 2 * j + 1]);
+    }
+  }
+
+  // Bottom-right causal: query row i sees keys up to i + seqlen_k - seqlen_q; every row stops at the
+  // sequence's keys (seqused_k, the tensor's end).
+  __device__ int first_masked_key(const MlaRow& row) const {
+    return p_.causal ? min(t_.seqlen_k, max(0, row.q_row + t_.seqlen_k - p_.seqlen_q + 1)) : t_.seqlen_k;
+  }
+
+  // P into the shared P tile (the A operand's K-major swizzled layout: stmatrix writes each 8 x 8 block
+  // of the fragment as one matrix) and the rows' rescale factors beside it; then tells the accumulator.
+  __device__ void hand_over_p(const std::uint32_t (&p)[kPSteps][4], const float (&rescale)[2]) {
+    const int lane = thread_ % 32, matrix = lane / 8;
+    const int row = 16 * (thread_ / 32) + lane % 8 + 8 * (matrix % 2);
+    const std::uint32_t base = smem_address(s_.p);
+#pragma unroll
+    for (int step = 0; step < kPSteps; ++step) {
+      const int key = 16 * step + 8 * (matrix / 2);
+      stmatrix_x4(base + Traits::PTile::offset(row, key), p[step]);
+    }
+    if (thread_ % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) s_.row_scale[accumulator_row(thread_, 2 * r)] = rescale[r];
+    }
+    fence_proxy_async_shared();  // P is read by the accumulator's wgmma
+    named_barrier_arrive(Traits::kPFullBarrier, Traits::kConsumerThreads);
+  }
+
+  __device__ void read_row_scales(float (&scale)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) scale[r] = s_.row_scale[accumulator_row(thread_, 2 * r)];
+  }
+
+  __device__ void release_stage(int stage) {
+    __syncwarp();
+    if (thread_ % 32 == 0) mbarrier_arrive(&s_.kv_empty[stage]);
+  }
+
+  // 1 / row sum (0 for a row that saw no key) and LSE (natural log; -inf for such a row).
+  __device__ void finish(const OnlineSoftmax<kS>& softmax, float (&inv_sum)[2], float (&lse)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(softmax.row_sum[r]);
+      const bool empty = sum == 0.0f;
+      inv_sum[r] = empty ? 0.0f : __fdividef(1.0f, sum);
+      lse[r] = empty ? -INFINITY : (softmax.row_max[r] * p_.scale_log2 + __log2f(sum)) * 0.69314718055994531f;
+    }
+  }
+
+  // Q and QV rows of the tile into the shared [Q QV] tile (both consumer warpgroups, 16-byte cp.async
+  // copies, all in flight at once, swizzled as TMA would): a packed tile's rows come from as many query
+  // heads as the ratio gives, which one TMA box cannot name at every ratio; rows past the packed ones
+  // are zeros. (Copied through registers, one load waiting for the last, it took a tenth of a 32-block
+  // CTA's time: perf-notes v139.)
   __device__ void load_q_tile() {
     constexpr int kChunksPerRow = (Traits::kHeadDim + Traits::kHeadDimV) / 8;
     constexpr int kQChunks = Traits::kHeadDim / 8;
     const int consumer_thread = warpgroup_ * Traits::kWarpgroupThreads + thread_;
+    const std::uint32_t tile = smem_address(s_.q);
     for (int idx = consumer_thread; idx < Traits::kBlockM * kChunksPerRow; idx += Traits::kConsumerThreads) {
       const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
       const MlaRow row = mla_row(p_, t_, r, Traits::kBlockM);
-      uint4 value = make_uint4(0, 0, 0, 0);
-      if (row.live) {
-        const MlaRows& src = c < kQChunks ? p_.q : p_.qv;
-        const int col = (c < kQChunks ? c : c - kQChunks) * 8;
-        const Element* base = static_cast<const Element*>(src.data) + t_.batch * src.batch_stride +
-                              std::int64_t(row.q_row) * src.row_stride + std::int64_t(row.head) * src.head_stride;
-        value = *reinterpret_cast<const uint4*>(base + col);
-      }
-      *reinterpret_cast<uint4*>(s_.q + (c / 8) * kCB + swizzle_128b(r, (c % 8) * 16)) = value;
+      const MlaRows& src = c < kQChunks ? p_.q : p_.qv;
+      const int col = (c < kQChunks ? c : c - kQChunks) * 8;
+      const Element* base = static_cast<const Element*>(src.data) + t_.batch * src.batch_stride +
+                            std::int64_t(row.q_row) * src.row_stride + std::int64_t(row.head) * src.head_stride;
+      cp_async_16_or_zero(tile + (c / 8) * kCB + swizzle_128b(r, (c % 8) * 16), base + col, row.live);
     }
-    fence_proxy_async_shared();  // the generic stores, before wgmma reads them
+    cp_async_wait_all();
+    fence_proxy_async_shared();  // the copies wrote through the generic proxy; wgmma reads them
     named_barrier_sync(Traits::kQReadyBarrier, Traits::kConsumerThreads);
   }
 
@@ -153,10 +257,14 @@ class MlaConsumer {
     wgmma_commit();
   }
 
-  // O (this warpgroup's 256 columns) += P V: V's column blocks 4w .. 4w + 3, 16 keys a step.
-  __device__ void issue_pv(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
-    const std::uint32_t v = smem_address(s_.kv[stage]) +
-                            (Traits::kVFirstColumnBlock + warpgroup_ * Traits::kOColumns / 64) * kCB;
+  // This warpgroup's V columns (column blocks 4w .. 4w + 3 of V's eight) in stage `stage`.
+  __device__ std::uint32_t v_columns(int stage) const {
+    return smem_address(s_.kv[stage]) + (Traits::kVFirstColumnBlock + warpgroup_ * Traits::kOColumns / 64) * kCB;
+  }
+
+  // O (this warpgroup's 256 columns) += P V, 16 keys a step: the scorer's P from registers.
+  __device__ void issue_pv_from_registers(float (&o)[kO], const std::uint32_t (&p)[kPSteps][4], int stage) {
+    const std::uint32_t v = v_columns(stage);
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kPSteps; ++step)
@@ -164,13 +272,16 @@ class MlaConsumer {
     wgmma_commit();
   }
 
-  // Keys past the sequence (seqused_k, the tensor's end) and, causal, past each row's diagonal: -inf
-  // by selection, so that whatever the stage held there (NaN in a cache's unused rows) is dropped.
-  __device__ void apply_mask(float (&s)[kS], int n0) const {
+  // The same for the accumulator, P from the shared P tile (K-major, 32 bytes a step).
+  __device__ void issue_pv_from_shared(float (&o)[kO], int stage) {
+    const std::uint32_t v = v_columns(stage), p = smem_address(s_.p);
+    wgmma_fence();
 #pragma unroll
-    for (int i = 0; i < kS; ++i) {
-      if (n0 + accumulator_col(thread_, i) >= mask_from_[fragment_row_half(i)]) s[i] = -INFINITY;
+    for (int step = 0; step < kPSteps; ++step) {
+      wgmma_ss<Traits::kOColumns, Traits::kIsBf16, /*kBMNMajor=*/true>(
+          o, kmajor_descriptor(p + step * 32), mnmajor_descriptor(v + step * 16 * kSwizzleBytes, kCB), 1);
     }
+    wgmma_commit();
   }
 
   // P is 0 for keys past the sequence, but 0 times a NaN in their V rows is NaN: this warpgroup zeroes
@@ -188,17 +299,12 @@ class MlaConsumer {
     named_barrier_sync(Traits::kVTailBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
   }
 
-  // Normalized O of this warpgroup's columns (and, from warpgroup 0, LSE): into out, or with a split
+  // Normalized O of this warpgroup's columns (and, from the scorer, LSE): into out, or with a split
   // into the partials. A row that saw no key stores 0 and LSE -inf.
-  __device__ void store(const float (&o)[kO], const OnlineSoftmax<kS>& softmax) {
-    float inv_sum[2], lse[2];
+  __device__ void store(const float (&o)[kO], const float (&inv_sum)[2], const float (&lse)[2]) {
+    MlaRow rows[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float sum = quad_sum(softmax.row_sum[r]);
-      const bool empty = sum == 0.0f;
-      inv_sum[r] = empty ? 0.0f : __fdividef(1.0f, sum);
-      lse[r] = empty ? -INFINITY : (softmax.row_max[r] * p_.scale_log2 + __log2f(sum)) * 0.69314718055994531f;
-    }
+    for (int r = 0; r < 2; ++r) rows[r] = mla_row(p_, t_, accumulator_row(thread_, 2 * r), Traits::kBlockM);
     const int col0 = warpgroup_ * Traits::kOColumns;
     if (p_.splits > 1) {
       const std::int64_t slot = std::int64_t(t_.index) * p_.splits + t_.split;
@@ -218,9 +324,9 @@ class MlaConsumer {
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if (!rows_[r].live) continue;
+      if (!rows[r].live) continue;
       Element* out = static_cast<Element*>(p_.out.data) + t_.batch * p_.out.batch_stride +
-                     std::int64_t(rows_[r].q_row) * p_.out.row_stride + std::int64_t(rows_[r].head) * p_.out.head_stride;
+                     std::int64_t(rows[r].q_row) * p_.out.row_stride + std::int64_t(rows[r].head) * p_.out.head_stride;
 #pragma unroll
       for (int i = 2 * r; i < kO; i += 4) {
         const int col = col0 + accumulator_col(thread_, i);
@@ -228,8 +334,8 @@ class MlaConsumer {
             pack_pair<Traits::kIsBf16>(o[i] * inv_sum[r], o[i + 1] * inv_sum[r]);
       }
       if (warpgroup_ == 0 && thread_ % 4 == 0 && p_.lse != nullptr) {
-        p_.lse[t_.batch * p_.lse_batch_stride + std::int64_t(rows_[r].head) * p_.lse_head_stride +
-               std::int64_t(rows_[r].q_row) * p_.lse_row_stride] = lse[r];
+        p_.lse[t_.batch * p_.lse_batch_stride + std::int64_t(rows[r].head) * p_.lse_head_stride +
+               std::int64_t(rows[r].q_row) * p_.lse_row_stride] = lse[r];
       }
     }
   }
@@ -240,8 +346,6 @@ class MlaConsumer {
   const int warpgroup_;
   const int thread_;
   const KvMaps maps_;
-  MlaRow rows_[2];
-  int mask_from_[2];
 };
 
 }  // namespace hopattn::sm90

@@ -20,13 +20,26 @@
 
 namespace hopattn::sm90 {
 
-// Splits of each tile's key blocks: FwdArgs::num_splits when given, else as many as bring the CTAs
-// to about one per SM, with at least 4 K/V blocks (256 keys) in each. Never a split without blocks.
+// Splits of each tile's key blocks: FwdArgs::num_splits when given, else the count that minimizes
+// waves x blocks per split (a CTA's blocks run one after another; CTAs past a whole wave of SMs wait for
+// one) plus the partials' traffic: a split writes and the combine reads back 64 x 513 floats a tile,
+// about 3.6 K/V blocks' bytes, shared by every SM. Never a split without blocks.
 inline int mla_splits(int requested, int tiles, int key_blocks, int sms) {
-  int splits = requested > 0 ? requested : std::min((sms + tiles - 1) / tiles, (key_blocks + 3) / 4);
-  splits = std::max(1, std::min(splits, key_blocks));
-  const int per_split = (key_blocks + splits - 1) / splits;
-  return (key_blocks + per_split - 1) / per_split;
+  if (requested > 0) {
+    const int per_split = (key_blocks + std::min(requested, key_blocks) - 1) / std::min(requested, key_blocks);
+    return (key_blocks + per_split - 1) / per_split;
+  }
+  constexpr double kPartialBlocks = 3.6;
+  int best = 1;
+  double best_cost = 0.0;
+  for (int splits = 1; splits <= std::min(key_blocks, 256); ++splits) {
+    const int per_split = (key_blocks + splits - 1) / splits;
+    if ((key_blocks + per_split - 1) / per_split != splits) continue;  // the same blocks as fewer splits
+    const double waves = std::ceil(double(tiles) * splits / sms);
+    const double cost = waves * per_split + (splits > 1 ? kPartialBlocks * tiles * splits / sms : 0.0);
+    if (splits == 1 || cost < best_cost) best = splits, best_cost = cost;
+  }
+  return best;
 }
 
 inline MlaRows mla_rows(const Tensor& t) { return MlaRows{const_cast<void*>(t.data), t.stride[0], t.stride[1], t.stride[2]}; }

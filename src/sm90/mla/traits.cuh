@@ -1,9 +1,10 @@
 // The MLA forward kernel's shape (mla/kernel.cuh): q and k of head dim 64, v, qv and out of 512.
 // A CTA takes 64 packed query rows (a tile) against one K/V head: two consumer warpgroups, the first
 // thread of which also issues K's and V's TMA boxes into a two-stage ring. O is 64 x 512 floats, 256
-// registers a thread over one warpgroup: each warpgroup keeps half of O's columns (128 registers) and
-// computes the whole S = [Q QV] [K V]^T of the block itself, so that the two never wait for each other
-// but at the ring; the cost is the S GEMM twice (perf-notes v139).
+// registers a thread over one warpgroup, so each warpgroup keeps half of O's columns (128 registers).
+// Warpgroup 0, the scorer, computes S = [Q QV] [K V]^T of each block, its softmax, and hands P and the
+// rows' rescale factors to warpgroup 1 through shared memory; warpgroup 1 accumulates its half of O
+// from them (perf-notes v139: computing S in both warpgroups cost a third more tensor work).
 // Why no producer warp: ptxas plans every thread for the registers of the busiest SM sub-partition
 // (4 of them, 16384 registers each, warps dealt round-robin), whatever setmaxnreg gives back at run
 // time: 168 with a ninth warp or a producer warpgroup, where O (128), S (32) and P (16) spilled; 255 at
@@ -53,14 +54,22 @@ struct MlaTraits {
   static constexpr int kSRegisters = kBlockN / 2;
   static constexpr int kPSteps = kBlockN / 16;
 
+  using PTile = SwizzledTile<kBlockM, kBlockN, 2>;  // P as the A operand of warpgroup 1's P V
+
   // Named barrier ids (0 is __syncthreads): the consumers' Q tile written; one per consumer
-  // warpgroup for its V rows zeroed past the keys.
+  // warpgroup for its V rows zeroed past the keys; P handed over (scorer arrives, accumulator waits)
+  // and given back (the other way).
   static constexpr int kQReadyBarrier = 1;
   static constexpr int kVTailBarrierBase = 2;
+  static constexpr int kPFullBarrier = 4;
+  static constexpr int kPEmptyBarrier = 5;
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t kv[kStages][KvTile::kBytes];
+    alignas(kSwizzleAtomBytes) std::uint8_t p[PTile::kBytes];
+    float row_scale[kBlockM];    // per row, with P: the factor O takes before this block's P V
+    float row_inv_sum[kBlockM];  // per row, after the last block: 1 / row sum (0 for a row without keys)
     std::uint64_t kv_full[kStages];   // TMA -> consumers: the stage's K and V landed
     std::uint64_t kv_empty[kStages];  // consumers (one arrive a warp) -> the loading thread: stage read
   };
