@@ -123,7 +123,7 @@ class MlaConsumer {
       for (int r = 0; r < 2; ++r) s_.row_inv_sum[accumulator_row(thread_, 2 * r)] = inv_sum[r];
     }
     if (blocks > 0) named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
-    named_barrier_arrive(Traits::kPFullBarrier, Traits::kConsumerThreads);
+    named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
     store(o, inv_sum, lse);
   }
 
@@ -144,9 +144,6 @@ class MlaConsumer {
       wgmma_wait<0>();
       pin_registers(o);
       release_stage(stage);
-      // A full barrier, not an arrive: the scorer rewrites P and the factors after it (racecheck does
-      // not take an arrive as ordering this warpgroup's reads before those writes), and this
-      // warpgroup has nothing to do before the next P anyway.
       named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
     }
     named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
@@ -182,6 +179,9 @@ class MlaConsumer {
 
   // P into the shared P tile (the A operand's K-major swizzled layout: stmatrix writes each 8 x 8 block
   // of the fragment as one matrix) and the rows' rescale factors beside it; then tells the accumulator.
+  // P_full and P_empty are full barriers on both sides, not arrive / sync pairs: racecheck does not take
+  // an arrive as ordering the arriving side's accesses before the other's (it reported the factors'
+  // hand-over), and the scorer finds the accumulator already waiting.
   __device__ void hand_over_p(const std::uint32_t (&p)[kPSteps][4], const float (&rescale)[2]) {
     const int lane = thread_ % 32, matrix = lane / 8;
     const int row = 16 * (thread_ / 32) + lane % 8 + 8 * (matrix % 2);
@@ -196,7 +196,7 @@ class MlaConsumer {
       for (int r = 0; r < 2; ++r) s_.row_scale[accumulator_row(thread_, 2 * r)] = rescale[r];
     }
     fence_proxy_async_shared();  // P is read by the accumulator's wgmma
-    named_barrier_arrive(Traits::kPFullBarrier, Traits::kConsumerThreads);
+    named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
   }
 
   __device__ void read_row_scales(float (&scale)[2]) const {
@@ -309,16 +309,21 @@ class MlaConsumer {
     if (p_.splits > 1) {
       const std::int64_t slot = std::int64_t(t_.index) * p_.splits + t_.split;
       float* partial = p_.partial_o + slot * Traits::kBlockM * Traits::kHeadDimV;
+      // Live rows only: the combine reads no other (a 16-head decoding tile has 16 of 64).
 #pragma unroll
       for (int i = 0; i < kO; i += 2) {
         const int r = fragment_row_half(i);
         const int row = accumulator_row(thread_, i), col = col0 + accumulator_col(thread_, i);
-        *reinterpret_cast<float2*>(partial + row * Traits::kHeadDimV + col) =
-            make_float2(o[i] * inv_sum[r], o[i + 1] * inv_sum[r]);
+        if (rows[r].live) {
+          *reinterpret_cast<float2*>(partial + row * Traits::kHeadDimV + col) =
+              make_float2(o[i] * inv_sum[r], o[i + 1] * inv_sum[r]);
+        }
       }
       if (warpgroup_ == 0 && thread_ % 4 == 0) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) p_.partial_lse[slot * Traits::kBlockM + accumulator_row(thread_, 2 * r)] = lse[r];
+        for (int r = 0; r < 2; ++r) {
+          if (rows[r].live) p_.partial_lse[slot * Traits::kBlockM + accumulator_row(thread_, 2 * r)] = lse[r];
+        }
       }
       return;
     }

@@ -22,21 +22,21 @@ namespace hopattn::sm90 {
 
 // Splits of each tile's key blocks: FwdArgs::num_splits when given, else the count that minimizes
 // waves x blocks per split (a CTA's blocks run one after another; CTAs past a whole wave of SMs wait for
-// one) plus the partials' traffic: a split writes and the combine reads back 64 x 513 floats a tile,
-// about 3.6 K/V blocks' bytes, shared by every SM. Never a split without blocks.
-inline int mla_splits(int requested, int tiles, int key_blocks, int sms) {
+// one) plus the partials' traffic: a split writes and the combine reads back 513 floats a live row,
+// 64 rows about 3.6 K/V blocks' bytes, shared by every SM. Never a split without blocks.
+inline int mla_splits(int requested, int tiles, int live_rows_per_tile, int key_blocks, int sms) {
   if (requested > 0) {
     const int per_split = (key_blocks + std::min(requested, key_blocks) - 1) / std::min(requested, key_blocks);
     return (key_blocks + per_split - 1) / per_split;
   }
-  constexpr double kPartialBlocks = 3.6;
+  const double partial_blocks = 3.6 * live_rows_per_tile / 64.0;
   int best = 1;
   double best_cost = 0.0;
   for (int splits = 1; splits <= std::min(key_blocks, 256); ++splits) {
     const int per_split = (key_blocks + splits - 1) / splits;
     if ((key_blocks + per_split - 1) / per_split != splits) continue;  // the same blocks as fewer splits
     const double waves = std::ceil(double(tiles) * splits / sms);
-    const double cost = waves * per_split + (splits > 1 ? kPartialBlocks * tiles * splits / sms : 0.0);
+    const double cost = waves * per_split + (splits > 1 ? partial_blocks * tiles * splits / sms : 0.0);
     if (splits == 1 || cost < best_cost) best = splits, best_cost = cost;
   }
   return best;
@@ -87,7 +87,7 @@ Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
   const int tiles = p.batch * p.heads_kv * p.m_blocks;
   const int key_blocks = std::max(1, (pr.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN);
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 132);
-  p.splits = mla_splits(args.num_splits, tiles, key_blocks, sms);
+  p.splits = mla_splits(args.num_splits, tiles, std::min(p.packed_rows, Traits::kBlockM), key_blocks, sms);
   p.blocks_per_split = (key_blocks + p.splits - 1) / p.splits;
   if (p.m_blocks * p.heads_kv > 65535 || p.batch > 65535)
     return Status(StatusCode::kUnsupported, "qv: batch " + std::to_string(p.batch) + " and heads_kv x row tiles " +
