@@ -9,6 +9,14 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// The same for a barrier that the threads of different roles reach at different instructions (the
+// MLA kernel's P hand-over): bar.sync is barrier.sync.aligned, which PTX requires every participating
+// thread of the CTA to reach at the same instruction (compute-sanitizer synccheck reports it);
+// barrier.sync without .aligned takes them from anywhere.
+__device__ __forceinline__ void named_barrier_sync_unaligned(int id, int count) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // Counts this warp towards barrier `id` without waiting.
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");

@@ -1,5 +1,7 @@
 // Merges the MLA forward's split partials (mla/consumer.cuh, MlaConsumer::store) into out and LSE:
-// one warp per packed row, each lane 16 of the 512 columns. Split s of a row weighs
+// one warp per packed row, each lane 16 of the 512 columns. Launched as a programmatic dependent of
+// the forward kernel (launch_dependent_kernel): it is resident before that grid ends and waits for it
+// (griddepcontrol.wait) only before reading the partials. Split s of a row weighs
 // exp(lse_s - max_s lse_s); a split that saw no key has lse -inf and weighs 0, and a row no split saw
 // stores 0 and LSE -inf.
 #pragma once
@@ -8,6 +10,7 @@
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
+#include "sm90/arch/sync.cuh"
 #include "sm90/mla/params.hpp"
 
 namespace hopattn::sm90 {
@@ -28,27 +31,38 @@ __global__ void __launch_bounds__(kMlaCombineWarps * 32)
   const int q_row = int(p.head_ratio_divisor.divide(unsigned(packed)));
   const int head = kv_head * p.head_ratio + packed - q_row * p.head_ratio;
 
+  wait_for_primary_grid();
   const std::int64_t first_slot = std::int64_t(tile) * p.splits;
   float max_lse = -INFINITY;
   for (int s = lane; s < p.splits; s += 32) max_lse = fmaxf(max_lse, p.partial_lse[(first_slot + s) * Traits::kBlockM + tile_row]);
 #pragma unroll
   for (int w = 16; w > 0; w /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, w));
 
+  // The weights 32 splits at a time, one a lane (shuffled out in turn), and the partials' loads
+  // unrolled so that several splits' rows are in flight: one split after another, each load waiting for
+  // the last, a 32- or 64-split row took most of a batch-1 step (perf-notes v139).
   float acc[kColumnsPerLane] = {};
   float weight_sum = 0.0f;
   if (max_lse != -INFINITY) {
-    for (int s = 0; s < p.splits; ++s) {
-      const std::int64_t slot = first_slot + s;
-      const float weight = __expf(p.partial_lse[slot * Traits::kBlockM + tile_row] - max_lse);
+    for (int base = 0; base < p.splits; base += 32) {
+      const int s = base + lane;
+      const float weight = s < p.splits ? __expf(p.partial_lse[(first_slot + s) * Traits::kBlockM + tile_row] - max_lse) : 0.0f;
       weight_sum += weight;
-      const float4* src = reinterpret_cast<const float4*>(p.partial_o + (slot * Traits::kBlockM + tile_row) * Traits::kHeadDimV);
+      const int count = min(32, p.splits - base);
+#pragma unroll 4
+      for (int j = 0; j < count; ++j) {
+        const float w = __shfl_sync(0xffffffffu, weight, j);
+        const float4* src = reinterpret_cast<const float4*>(
+            p.partial_o + ((first_slot + base + j) * Traits::kBlockM + tile_row) * Traits::kHeadDimV);
 #pragma unroll
-      for (int j = 0; j < kColumnsPerLane / 4; ++j) {
-        const float4 v = src[j * 32 + lane];
-        acc[4 * j] += weight * v.x, acc[4 * j + 1] += weight * v.y, acc[4 * j + 2] += weight * v.z,
-            acc[4 * j + 3] += weight * v.w;
+        for (int c = 0; c < kColumnsPerLane / 4; ++c) {
+          const float4 v = src[c * 32 + lane];
+          acc[4 * c] += w * v.x, acc[4 * c + 1] += w * v.y, acc[4 * c + 2] += w * v.z, acc[4 * c + 3] += w * v.w;
+        }
       }
     }
+#pragma unroll
+    for (int w = 16; w > 0; w /= 2) weight_sum += __shfl_xor_sync(0xffffffffu, weight_sum, w);
   }
   const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
   using Element = typename Traits::Element;

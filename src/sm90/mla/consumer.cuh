@@ -63,6 +63,7 @@ class MlaConsumer {
     if (threadIdx.x == 0) {
       for (int i = 0; i < min(blocks, Traits::kStages); ++i) load_kv_block<Traits>(s_, maps_.k, maps_.v, p_, t_, i);
     }
+    __syncwarp();  // bar.sync is .aligned: warp 0 reconverges after thread 0's loads
     load_q_tile();
     float o[kO];
 #pragma unroll
@@ -96,12 +97,13 @@ class MlaConsumer {
         mbarrier_wait(&s_.kv_empty[next % Traits::kStages], ((next - Traits::kStages) / Traits::kStages) & 1);
         load_kv_block<Traits>(s_, maps_.k, maps_.v, p_, t_, next);
       }
+      __syncwarp();
       wgmma_wait<0>();
       pin_registers(s);
       std::uint32_t p[kPSteps][4];
       float rescale[2];
       score(s, i, mask_from, tile_mask_from, softmax, p, rescale);
-      if (i > 0) named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);  // block i - 1's P read
+      if (i > 0) named_barrier_sync_unaligned(Traits::kPEmptyBarrier, Traits::kConsumerThreads);  // block i - 1's P read
       hand_over_p(p, rescale);
       const int n0 = (t_.block_begin + i) * Traits::kBlockN;
       if (n0 + Traits::kBlockN > t_.seqlen_k) zero_v_tail(stage, t_.seqlen_k - n0);
@@ -122,8 +124,8 @@ class MlaConsumer {
 #pragma unroll
       for (int r = 0; r < 2; ++r) s_.row_inv_sum[accumulator_row(thread_, 2 * r)] = inv_sum[r];
     }
-    if (blocks > 0) named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
-    named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
+    if (blocks > 0) named_barrier_sync_unaligned(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
+    named_barrier_sync_unaligned(Traits::kPFullBarrier, Traits::kConsumerThreads);
     store(o, inv_sum, lse);
   }
 
@@ -131,7 +133,7 @@ class MlaConsumer {
     for (int i = 0; i < blocks; ++i) {
       const int stage = i % Traits::kStages;
       mbarrier_wait(&s_.kv_full[stage], (i / Traits::kStages) & 1);  // this warpgroup's view of the TMA writes
-      named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
+      named_barrier_sync_unaligned(Traits::kPFullBarrier, Traits::kConsumerThreads);
       const int n0 = (t_.block_begin + i) * Traits::kBlockN;
       if (n0 + Traits::kBlockN > t_.seqlen_k) zero_v_tail(stage, t_.seqlen_k - n0);
       float rescale[2];
@@ -144,9 +146,9 @@ class MlaConsumer {
       wgmma_wait<0>();
       pin_registers(o);
       release_stage(stage);
-      named_barrier_sync(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
+      named_barrier_sync_unaligned(Traits::kPEmptyBarrier, Traits::kConsumerThreads);
     }
-    named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
+    named_barrier_sync_unaligned(Traits::kPFullBarrier, Traits::kConsumerThreads);
     float inv_sum[2], lse[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) inv_sum[r] = s_.row_inv_sum[accumulator_row(thread_, 2 * r)];
@@ -181,7 +183,8 @@ class MlaConsumer {
   // of the fragment as one matrix) and the rows' rescale factors beside it; then tells the accumulator.
   // P_full and P_empty are full barriers on both sides, not arrive / sync pairs: racecheck does not take
   // an arrive as ordering the arriving side's accesses before the other's (it reported the factors'
-  // hand-over), and the scorer finds the accumulator already waiting.
+  // hand-over), and the scorer finds the accumulator already waiting. Unaligned: the two roles reach
+  // them at different instructions.
   __device__ void hand_over_p(const std::uint32_t (&p)[kPSteps][4], const float (&rescale)[2]) {
     const int lane = thread_ % 32, matrix = lane / 8;
     const int row = 16 * (thread_ / 32) + lane % 8 + 8 * (matrix % 2);
@@ -196,7 +199,7 @@ class MlaConsumer {
       for (int r = 0; r < 2; ++r) s_.row_scale[accumulator_row(thread_, 2 * r)] = rescale[r];
     }
     fence_proxy_async_shared();  // P is read by the accumulator's wgmma
-    named_barrier_sync(Traits::kPFullBarrier, Traits::kConsumerThreads);
+    named_barrier_sync_unaligned(Traits::kPFullBarrier, Traits::kConsumerThreads);
   }
 
   __device__ void read_row_scales(float (&scale)[2]) const {

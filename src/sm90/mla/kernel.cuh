@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // 1024-byte aligned (the 128B swizzle's atom); no static shared memory, so the window's start.
   extern __shared__ __align__(kSwizzleAtomBytes) std::uint8_t dynamic_smem[];
   auto& s = *reinterpret_cast<typename Traits::SharedStorage*>(dynamic_smem);
+  allow_dependent_launch();  // the split combine (mla/combine.cuh) may start; it waits for this grid
   if (threadIdx.x == 0) {
     if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();
     tma_prefetch_descriptor(&tm_k);

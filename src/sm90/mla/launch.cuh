@@ -116,8 +116,9 @@ Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
   }
   if (launched.ok() && p.splits > 1) {
     const int rows = tiles * Traits::kBlockM;
-    mla_combine_kernel<Traits><<<(rows + kMlaCombineWarps - 1) / kMlaCombineWarps, kMlaCombineWarps * 32, 0, stream>>>(p);
-    launched = cuda_status(cudaGetLastError(), "launching the MLA split combine kernel");
+    static_assert(kMlaCombineWarps * 32 == 128, "launch_dependent_kernel launches 128-thread CTAs");
+    launched = launch_dependent_kernel(mla_combine_kernel<Traits>, dim3((rows + kMlaCombineWarps - 1) / kMlaCombineWarps),
+                                       stream, p, "launching the MLA split combine kernel");
   }
   if (workspace == nullptr) return launched;
   Status released = release_split_workspace(workspace, stream);
