@@ -22,14 +22,17 @@ namespace hopattn::sm90 {
 
 // Splits of each tile's key blocks: FwdArgs::num_splits when given, else the count that minimizes
 // waves x blocks per split (a CTA's blocks run one after another; CTAs past a whole wave of SMs wait for
-// one) plus the partials' traffic: a split writes and the combine reads back 513 floats a live row,
-// 64 rows about 3.6 K/V blocks' bytes, shared by every SM. Never a split without blocks.
+// one) plus what a split adds: its partial rows (513 floats a live row) written, then read back by the
+// combine, and its CTA's start. That last term's weight, 14 K/V blocks per 64 live rows spread over the
+// SMs, is fit to a sweep of num_splits (perf-notes v139, call L: batch 1 x 128 heads x 32k keys is
+// fastest at 48 splits, 1.14x the 64 that pure wave counting picks; 4k keys at 16-48). Never a split
+// without blocks.
 inline int mla_splits(int requested, int tiles, int live_rows_per_tile, int key_blocks, int sms) {
   if (requested > 0) {
     const int per_split = (key_blocks + std::min(requested, key_blocks) - 1) / std::min(requested, key_blocks);
     return (key_blocks + per_split - 1) / per_split;
   }
-  const double partial_blocks = 3.6 * live_rows_per_tile / 64.0;
+  const double partial_blocks = 14.0 * live_rows_per_tile / 64.0;
   int best = 1;
   double best_cost = 0.0;
   for (int splits = 1; splits <= std::min(key_blocks, 256); ++splits) {
