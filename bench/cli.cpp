@@ -151,7 +151,7 @@ std::string usage_text() {
          "  --no-lse         do not write the log-sum-exp (inference forward)\n"
          "  --queue-ahead    queue all of a shape's timed calls before the GPU starts them, so that each call's\n"
          "                   events time its GPU work alone, without the wait for its host-side launch (which\n"
-         "                   can take longer than a decoding call); default for --grid decode\n"
+         "                   can take longer than a decoding call); default for --grid decode and mla_decode\n"
          "  --list           print the shapes (and with --json write them, status not_run) and time nothing;\n"
          "                   runs on any machine (bench/decode_peers.py --shapes reads that JSON)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
@@ -397,7 +397,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       }
     }
     // A decoding call can take less GPU time than its launch, and inference does not write the LSE.
-    if (options->grid == "decode") {
+    if (options->grid == "decode" || options->grid == "mla_decode") {
       options->queue_ahead = true;
       options->write_lse = false;
     }
