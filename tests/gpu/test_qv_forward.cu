@@ -1,7 +1,7 @@
 // flash-attention 3's qv (FwdArgs::qv: DeepSeek's multi-head latent attention, decoding with the
 // projections absorbed) on the sm_90a forward: s_ij = softmax_scale * (q_i . k_j + qv_i . v_j), the
 // default scale 1/sqrt(64 + 512). The kernel's scope: bf16 / fp16, q and k head dim 64, v, qv and out
-// 512; dense q / qv / out; dense k / v or a paged cache (kPagedQvSupported below); seqused_k; any GQA
+// 512; dense q / qv / out; dense k / v or a paged cache; seqused_k; any GQA
 // ratio; causal (bottom-right aligned) or not; LSE or not; softmax_scale given or default; num_splits
 // 0, 1 or more.
 //
@@ -46,10 +46,6 @@ namespace {
 
 constexpr int kD = 64;    // q and k
 constexpr int kDv = 512;  // v, qv and out
-
-// Flip to true once the sm_90a kernel takes qv over a paged KV cache (page_table). While false, the
-// paged cases must be refused with kUnsupported naming qv and page_table, and leave out untouched.
-constexpr bool kPagedQvSupported = true;
 
 constexpr std::int64_t kGuardRows = 128;  // poisoned (row, head) rows of out before and after the view
 constexpr std::int64_t kLseGuard = 256;   // poisoned LSE entries before and after the view
@@ -455,6 +451,8 @@ TEST_F(QvForward, DecodeSteps) {
     cases.push_back({"decode 16/1, long cache", dtype, 2, 16, 1, 1, 4099});
     cases.push_back({"MTP 64/1, 2 rows causal", dtype, 2, 64, 1, 2, 1000, true});
   }
+  // 128 heads a K/V head over two query rows: four tiles, each of one query row's 64 heads.
+  cases.push_back({"MTP 128/1, 2 rows causal", kBf16, 1, 128, 1, 2, 777, true});
   cases.push_back({"decode 16/1, explicit softmax_scale", kBf16, 1, 16, 1, 1, 1000, false, {}, 0.07f});
   run_cases(cases);
 }
@@ -502,32 +500,11 @@ TEST_F(QvForward, PrefillCausal) {
 
 // A paged KV cache (page sizes powers of two >= 16), seqused_k, NaN in every pool row that is no key.
 TEST_F(QvForward, PagedCache) {
-  const std::vector<QvCase> cases = {
+  run_cases({
       {"decode 128/1, pages of 64", kBf16, 3, 128, 1, 1, 1500, false, {700, 1, 1500}, 0.0f, 64},
       {"MTP 16/1 causal, pages of 16", kFp16, 2, 16, 1, 2, 100, true, {100, 33}, 0.0f, 16},
       {"6/2, 4 rows causal, pages of 256", kBf16, 2, 6, 2, 4, 513, true, {513, 256}, 0.0f, 256},
-  };
-  if (kPagedQvSupported) {
-    run_cases(cases);
-    return;
-  }
-  // Not yet: each must be refused by name, writing nothing.
-  const std::uint64_t seed = run_seed();
-  for (const QvCase& c : cases) {
-    SCOPED_TRACE(c.describe());
-    const HostInputs in = draw_inputs(c, seed);
-    const DeviceCase d = upload_inputs(c, in);
-    GuardedOutputs o(c, c.dtype);
-    FwdArgs a = device_args(c, d);
-    a.out = o.out;
-    a.lse = o.lse;
-    const Status s = hopattn::forward(a);
-    HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
-    for (const char* named : {"qv", "page_table"})
-      EXPECT_NE(s.message().find(named), std::string::npos) << "message lacks '" << named << "': " << s.message();
-    EXPECT_EQ(o.out_changed(c.dtype)[1], 0) << "a refused call wrote out";
-  }
+  });
 }
 
 // ---- Refusals ---------------------------------------------------------------------------------------
