@@ -129,7 +129,9 @@ struct FwdArgs {
   // absorbed): a second query of v's head dim, in out's shape and q's dtype. The scores become
   // softmax_scale * (q_i . k_j + qv_i . v_j), and the default softmax_scale 1/sqrt(d + d_v). Forward
   // only (as in FA3: no backward takes it). The CPU reference backend takes it on 16/32-bit tensors;
-  // float8_e4m3 inputs and the sm_90a kernels answer kUnsupported.
+  // the sm_90a MLA kernel on bf16/fp16 q/k of head dim 64 with v 512 (DeepSeek's decoding: dense or
+  // paged k/v, seqused_k, causal, any GQA ratio, LSE, num_splits); other CUDA calls with qv, and
+  // float8_e4m3 inputs, answer kUnsupported naming qv.
   std::optional<Tensor> qv;
 
   // Variable-length batches: int32 prefix sums of length batch + 1. On CUDA tensors their values (and
