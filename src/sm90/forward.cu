@@ -106,7 +106,6 @@ bool takes_varlen_kernels(const FwdArgs& args, const detail::Problem& pr) {
          decodes(args, pr);
 }
 
-
 // Calls with attention_chunk > 0 or seqused_q take the variable-length kernels' variant for them (dense
 // batches too), so that no other kernel carries their tests. kHeadDimV: the V and O tiles' width.
 template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>

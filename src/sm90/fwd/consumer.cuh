@@ -332,24 +332,6 @@ class Consumer {
     }
   }
 
-  __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
-    // Skip the multiplies when no row of the warp changed its max (factor 1 everywhere).
-    if (!warp_rescales(factor)) return;
-#pragma unroll
-    for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
-  }
-
-  // The accumulators of S columns [16k, 16k+16) are, in order, the A fragment of P V step k.
-  __device__ static void convert_p(const float (&s)[kS], std::uint32_t (&p)[kPSteps][4]) {
-#pragma unroll
-    for (int step = 0; step < kPSteps; ++step) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        p[step][j] = pack_pair<Traits::kIsBf16>(s[8 * step + 2 * j], s[8 * step + 2 * j + 1]);
-      }
-    }
-  }
-
   template <class Bounds>
   __device__ void mainloop_sequential(const Bounds& seq, const MaskedBlocks& masked, int m0, int row0, int n_begin,
                                       int n_end, const QFragments& q, float (&o)[kO], OnlineSoftmax<kS>& softmax) {
@@ -370,8 +352,8 @@ class Consumer {
       prepare_scores(seq, s, masked, m0, row0, n);
       float factor[2];
       softmax.update(s, factor);
-      rescale(o, factor);
-      convert_p(s, p);
+      rescale_rows(o, factor);
+      pack_probabilities<Traits::kIsBf16>(s, p);
       wait_landed(&s_.v_full[stage], ring_.phase());  // producer -> us: V block landed
       issue_pv(o, p, stage);
       wgmma_wait<0>();
@@ -409,7 +391,7 @@ class Consumer {
     release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, true, n == n_begin);
     prepare_scores(seq, s, masked, m0, row0, n);
     softmax.update(s, factor);
-    convert_p(s, p);
+    pack_probabilities<Traits::kIsBf16>(s, p);
     std::uint32_t pv_phase = ring_.phase();
     ring_.advance();
     // Before the turn that issues this block's P V: the other warpgroups clear their shares right after
@@ -421,7 +403,7 @@ class Consumer {
       wait_landed(&s_.k_full[stage], ring_.phase());  // producer -> us: K block n landed
       begin_gemm_turn();
       issue_qk(s, q, stage);  // S_n, in flight during the softmax below
-      rescale(o, factor);  // O was last written by the P V waited for in the previous iteration
+      rescale_rows(o, factor);  // O was last written by the P V waited for in the previous iteration
       wait_landed(&s_.v_full[pv_stage], pv_phase);  // producer -> us: V block n+1 landed
       issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
       end_gemm_turn();
@@ -441,12 +423,12 @@ class Consumer {
         softmax.update(s, factor);
         wait_for_pv(o, p, pv_stage);
       }
-      convert_p(s, p);
+      pack_probabilities<Traits::kIsBf16>(s, p);
       pv_stage = stage;
       pv_phase = ring_.phase();
       ring_.advance();
     }
-    rescale(o, factor);
+    rescale_rows(o, factor);
     wait_landed(&s_.v_full[pv_stage], pv_phase);
     issue_pv(o, p, pv_stage);
     wgmma_wait<0>();

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+
+#include "sm90/arch/convert.cuh"
 
 namespace hopattn::sm90 {
 
@@ -42,6 +45,27 @@ __device__ __forceinline__ bool warp_rescales(const float (&factor)[2]) {
 // number fragment_row_entry(i) of that row's kSRegisters / 2.
 __device__ __forceinline__ constexpr int fragment_row_half(int i) { return (i >> 1) & 1; }
 __device__ __forceinline__ constexpr int fragment_row_entry(int i) { return (i >> 2) * 2 + (i & 1); }
+
+// O's accumulators times their row's factor (the online softmax's rescale), skipped where no row of the
+// warp changed its max (factor 1 everywhere).
+template <int kORegisters>
+__device__ __forceinline__ void rescale_rows(float (&o)[kORegisters], const float (&factor)[2]) {
+  if (!warp_rescales(factor)) return;
+#pragma unroll
+  for (int i = 0; i < kORegisters; ++i) o[i] *= factor[fragment_row_half(i)];
+}
+
+// P in 16 bits as the A operand of O += P V: the accumulators of S columns [16k, 16k+16) are, in order,
+// the A fragment of P V step k.
+template <bool kBf16, int kSRegisters>
+__device__ __forceinline__ void pack_probabilities(const float (&s)[kSRegisters],
+                                                   std::uint32_t (&p)[kSRegisters / 8][4]) {
+#pragma unroll
+  for (int step = 0; step < kSRegisters / 8; ++step) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) p[step][j] = pack_pair<kBf16>(s[8 * step + 2 * j], s[8 * step + 2 * j + 1]);
+  }
+}
 
 // Reduces each row half of a fragment with op into out[2] as kRowChains independent chains, then a
 // pairwise combine. Why: one chain is kSRegisters/2 dependent FMNMX/FADD (~4+ cycles each) between the

@@ -349,12 +349,6 @@ class Fp8Consumer {
     softmax.update(s, logit_scale(scales), factor, p16);
   }
 
-  __device__ static void rescale(float (&o)[kO], const float (&factor)[2]) {
-    if (!warp_rescales(factor)) return;
-#pragma unroll
-    for (int i = 0; i < kO; ++i) o[i] *= factor[fragment_row_half(i)];
-  }
-
   // rescale without a branch (a branch would split the code that interleaves it with the
   // exponentials): the multiplies are predicated off where no row of the warp moved its max, so they
   // issue but leave alone the FMA pipe, whose every instruction costs the other warpgroup's GEMMs a
@@ -405,7 +399,7 @@ class Fp8Consumer {
       std::uint32_t p16[kS / 2];
       softmax_update(s, scales, softmax, factor, p16);
       switch_v_block(scales, factor);
-      rescale(o, factor);
+      rescale_rows(o, factor);
       convert_p_of_block(s, p16, p, n);
       mbarrier_wait(&s_.vt_full[stage], ring_.phase());  // transposers -> us: V^T written
       issue_pv(o, p, stage);
@@ -460,7 +454,7 @@ class Fp8Consumer {
       scales = block_scales(n);
       begin_gemm_turn();
       issue_qk(s, q, stage);  // S_n, in flight during the softmax below
-      if constexpr (!Traits::kPvWaitInSoftmax) rescale(o, factor);
+      if constexpr (!Traits::kPvWaitInSoftmax) rescale_rows(o, factor);
       mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
       issue_pv(o, p, pv_stage);  // O += P_{n+1} V_{n+1}
       if constexpr (!Traits::kPvWaitAfterMax) end_gemm_turn();
@@ -497,7 +491,7 @@ class Fp8Consumer {
       pv_phase = ring_.phase();
       ring_.advance();
     }
-    if constexpr (!Traits::kPvWaitInSoftmax) rescale(o, factor);
+    if constexpr (!Traits::kPvWaitInSoftmax) rescale_rows(o, factor);
     mbarrier_wait(&s_.vt_full[pv_stage], pv_phase);
     issue_pv(o, p, pv_stage);
     wgmma_wait<0>();

@@ -107,10 +107,7 @@ class MlaConsumer {
       hand_over_p(p, rescale);
       const int n0 = (t_.block_begin + i) * Traits::kBlockN;
       if (n0 + Traits::kBlockN > t_.seqlen_k) zero_v_tail(stage, t_.seqlen_k - n0);
-      if (warp_rescales(rescale)) {
-#pragma unroll
-        for (int j = 0; j < kO; ++j) o[j] *= rescale[fragment_row_half(j)];
-      }
+      rescale_rows(o, rescale);
       issue_pv_from_registers(o, p, stage);
       wgmma_wait<0>();
       pin_registers(o);
@@ -138,10 +135,7 @@ class MlaConsumer {
       if (n0 + Traits::kBlockN > t_.seqlen_k) zero_v_tail(stage, t_.seqlen_k - n0);
       float rescale[2];
       read_row_scales(rescale);
-      if (warp_rescales(rescale)) {
-#pragma unroll
-        for (int j = 0; j < kO; ++j) o[j] *= rescale[fragment_row_half(j)];
-      }
+      rescale_rows(o, rescale);
       issue_pv_from_shared(o, stage);
       wgmma_wait<0>();
       pin_registers(o);
@@ -166,11 +160,7 @@ class MlaConsumer {
       }
     }
     softmax.update(s, rescale);
-#pragma unroll
-    for (int step = 0; step < kPSteps; ++step) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) p[step][j] = pack_pair<Traits::kIsBf16>(s[8 * step + 2 * j], s[8 * step + 2 * j + 1]);
-    }
+    pack_probabilities<Traits::kIsBf16>(s, p);
   }
 
   // Bottom-right causal: query row i sees keys up to i + seqlen_k - seqlen_q; every row stops at the
