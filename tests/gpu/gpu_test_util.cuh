@@ -106,6 +106,14 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// A device copy of `values`.
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& values) {
+  DeviceBuffer buffer(values.size() * sizeof(T));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
 // A rank-4 view of `data` with the given shape and strides (in elements).
 inline Tensor strided_tensor(void* data, Dtype dtype, const std::int64_t (&shape)[4],
                              const std::int64_t (&stride)[4], DeviceType device = DeviceType::kCuda) {

@@ -57,13 +57,6 @@ inline std::vector<int> prefix_sums(const std::vector<int>& lengths) {
   return sums;
 }
 
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& values) {
-  DeviceBuffer b(values.size() * sizeof(T));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(b.data(), values.data(), b.bytes(), cudaMemcpyHostToDevice));
-  return b;
-}
-
 inline Tensor cuda_view(void* data, Dtype dtype, std::initializer_list<std::int64_t> shape,
                         std::initializer_list<std::int64_t> stride) {
   Tensor t;

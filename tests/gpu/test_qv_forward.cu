@@ -282,16 +282,11 @@ struct DeviceCopy {
   Tensor tensor;
 };
 
-DeviceCopy upload(const HostTensor& h) {
+DeviceCopy upload_tensor(const HostTensor& h) {
   DeviceCopy d{upload_bytes(h.data(), h.numel() * dtype_size(h.dtype())), h.tensor()};
   d.tensor.data = d.buffer.data();
   d.tensor.device = DeviceType::kCuda;
   return d;
-}
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& values) {
-  return upload_bytes(values.data(), values.size() * sizeof(T));
 }
 
 // The inputs on the device, and the reference's (ref, naive, lse) for the comparisons.
@@ -304,12 +299,12 @@ struct DeviceCase {
 DeviceCase upload_inputs(const QvCase& c, const HostInputs& in) {
   const bool paged = c.page_size > 0;
   DeviceCase d;
-  d.q = upload(in.q);
-  d.qv = upload(in.qv);
-  d.k = upload(paged ? in.k_pool : in.k);
-  d.v = upload(paged ? in.v_pool : in.v);
-  if (!c.seqused_k.empty()) d.seqused_k = upload(in.seqused_k);
-  if (paged) d.page_table = upload(in.page_table);
+  d.q = upload_tensor(in.q);
+  d.qv = upload_tensor(in.qv);
+  d.k = upload_tensor(paged ? in.k_pool : in.k);
+  d.v = upload_tensor(paged ? in.v_pool : in.v);
+  if (!c.seqused_k.empty()) d.seqused_k = upload_tensor(in.seqused_k);
+  if (paged) d.page_table = upload_tensor(in.page_table);
   return d;
 }
 

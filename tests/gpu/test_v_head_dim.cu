@@ -164,13 +164,6 @@ struct Inputs {
   int batch = 0, max_q = 0, max_k = 0, pages_per_seq = 0;
 };
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& values) {
-  DeviceBuffer buffer(values.size() * sizeof(T));
-  HOPATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice));
-  return buffer;
-}
-
 Inputs make_inputs(const OwnVCase& c, int storage, std::uint64_t seed) {
   Inputs in;
   in.batch = static_cast<int>(c.len_q.size());
