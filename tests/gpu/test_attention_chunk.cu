@@ -4,7 +4,8 @@
 // test_backward.cu). Chunks smaller than a K block and
 // larger, chunk edges inside tiles, alone and with causal masks and windows, and diagonals before
 // key 0 (seqlen_q > seqlen_k: those rows see no key). The FP8 forward's chunk cases are in
-// test_fp8_forward.cu (its oracle), the random sweeps draw chunks too.
+// test_fp8_forward.cu and test_fp8_forward_varlen.cu (its oracle, fp8_oracle.cuh); the random sweeps
+// draw chunks too.
 #include <string>
 #include <vector>
 

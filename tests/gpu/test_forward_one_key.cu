@@ -110,7 +110,7 @@ class OneKeyProblem {
 
   // The score of q row (b, h, i) against the key of (kv_b, kv_h), and sum_d |q_d k_d| * scale: the
   // FP8 S GEMM (QGMMA) adds its products with ~14 mantissa bits, an error relative to that sum (the
-  // rule of test_fp8_forward.cu: 2e-3 + sum / 512). bf16 scores are exact in float32: 1e-3.
+  // rule of fp8_oracle.cuh: 2e-3 + sum / 512). bf16 scores are exact in float32: 1e-3.
   double score(int b, int h, int i, int kv_b, int kv_h, double* magnitude = nullptr) const {
     const double scale = 1.0 / std::sqrt(double(kHeadDim));
     double dot = 0.0, abs_dot = 0.0;

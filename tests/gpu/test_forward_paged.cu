@@ -12,7 +12,7 @@
 // the dense tests (forward_case.cu), with outputs poisoned with NaN and bracketed by poisoned guards
 // (the helpers and checks of sequence_checks.cuh, shared with test_forward_varlen.cu). Page sizes other
 // than powers of two >= 16 and the warp_specialized = false ablation are refused with kUnsupported. FP8
-// paged caches are tested in test_fp8_forward.cu (against its FP8 oracle).
+// paged caches are tested in test_fp8_forward_varlen.cu (against the FP8 oracle, fp8_oracle.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
