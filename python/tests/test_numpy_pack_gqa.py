@@ -1,7 +1,7 @@
 """pack_gqa (flash-attention 3's option, hopattn::KernelOptions::pack_gqa) on NumPy arrays: every
 setting reaches the library and gives the reference's results. The CPU backend has no tiles to pack,
 so these tests check the plumbing and the semantics; the kernels' packing is checked on a GPU
-(test_torch.py, test_gpu_pack_gqa_*)."""
+(test_torch_gpu_kernels.py, test_gpu_pack_gqa_*)."""
 
 import numpy as np
 import pytest
