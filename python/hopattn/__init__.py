@@ -14,6 +14,7 @@ the argument and what is allowed.
 
 from ._C import device_description, hopper_available
 from ._core import quantize_fp8
+from .flash_mla import flash_mla_with_kvcache, get_mla_metadata
 from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                         flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                         flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
@@ -22,7 +23,8 @@ from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qk
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
            "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
            "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "get_scheduler_metadata",
-           "quantize_fp8", "hopper_available", "device_description"]
+           "flash_mla_with_kvcache", "get_mla_metadata", "quantize_fp8", "hopper_available",
+           "device_description"]
 __version__ = "0.1.0"
 
 import sys as _sys
