@@ -131,7 +131,10 @@ struct FwdArgs {
   // only (as in FA3: no backward takes it). The CPU reference backend takes it on 16/32-bit tensors;
   // the sm_90a MLA kernel on bf16/fp16 q/k of head dim 64 with v 512 (DeepSeek's decoding: dense or
   // paged k/v, seqused_k, causal, any GQA ratio, LSE, num_splits); other CUDA calls with qv, and
-  // float8_e4m3 inputs, answer kUnsupported naming qv.
+  // float8_e4m3 inputs, answer kUnsupported naming qv. FlashMLA's layout (q and the cache one row of
+  // 512 latent then 64 rotary columns, the latent also v) is taken as column views of those arrays,
+  // no copy: q = q_all[..., 512:], qv = q_all[..., :512], k = cache[..., 512:], v = cache[..., :512]
+  // (strides in elements, as every Tensor; the Python flash_mla_with_kvcache does this).
   std::optional<Tensor> qv;
 
   // Variable-length batches: int32 prefix sums of length batch + 1. On CUDA tensors their values (and
