@@ -1,7 +1,8 @@
 // flash-attention 3's qv (FwdArgs::qv: DeepSeek's multi-head latent attention, decoding with the
 // projections absorbed) on the sm_90a forward: s_ij = softmax_scale * (q_i . k_j + qv_i . v_j), the
 // default scale 1/sqrt(64 + 512). The kernel's scope: bf16 / fp16, q and k head dim 64, v, qv and out
-// 512; dense q / qv / out; dense k / v or a paged cache; seqused_k; any GQA
+// 512; dense q / qv / out, or q and qv (and k and v) column views of one array as FlashMLA keeps them;
+// dense k / v or a paged cache; seqused_k; any GQA
 // ratio; causal (bottom-right aligned) or not; LSE or not; softmax_scale given or default; num_splits
 // 0, 1 or more.
 //
@@ -24,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <future>
 #include <initializer_list>
 #include <limits>
@@ -59,6 +61,7 @@ struct QvCase {
   std::vector<int> seqused_k = {};  // one per sequence (<= seqlen_k); empty: none
   float softmax_scale = 0.0f;       // 0: the default, 1/sqrt(64 + 512)
   int page_size = 0;                // > 0: k and v a paged cache (seqused_k required)
+  bool flash_mla_layout = false;    // q, qv and k, v as column views of rows [qv | q], [v | k]
 
   std::int64_t q_rows() const { return std::int64_t(batch) * seqlen_q * heads_q; }
   std::int64_t lse_numel() const { return std::int64_t(batch) * heads_q * seqlen_q; }
@@ -76,6 +79,7 @@ struct QvCase {
     }
     if (softmax_scale > 0.0f) s << ", softmax_scale " << softmax_scale;
     if (page_size > 0) s << ", page_size " << page_size;
+    if (flash_mla_layout) s << ", FlashMLA layout";
     s << ")";
     return s.str();
   }
@@ -289,9 +293,42 @@ DeviceCopy upload_tensor(const HostTensor& h) {
   return d;
 }
 
+// FlashMLA's layout: `latent` and `rope` (one shape but the last extent) as one device array whose rows
+// are [latent | rope], and views of its columns in their places.
+struct JoinedRows {
+  DeviceBuffer buffer;
+  Tensor latent, rope;
+};
+
+JoinedRows upload_joined(const HostTensor& latent, const HostTensor& rope) {
+  const std::size_t e = dtype_size(latent.dtype());
+  const std::int64_t latent_width = latent.shape().back(), rope_width = rope.shape().back();
+  const std::int64_t width = latent_width + rope_width, rows = latent.numel() / latent_width;
+  std::vector<char> bytes(static_cast<std::size_t>(rows * width) * e);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::memcpy(bytes.data() + r * width * e, static_cast<const char*>(latent.data()) + r * latent_width * e,
+                latent_width * e);
+    std::memcpy(bytes.data() + (r * width + latent_width) * e,
+                static_cast<const char*>(rope.data()) + r * rope_width * e, rope_width * e);
+  }
+  JoinedRows j{upload_bytes(bytes.data(), bytes.size()), latent.tensor(), rope.tensor()};
+  j.latent.data = j.buffer.data();
+  j.rope.data = j.buffer.as<char>() + latent_width * e;
+  for (Tensor* t : {&j.latent, &j.rope}) {
+    t->device = DeviceType::kCuda;
+    std::int64_t stride = width;
+    for (int d = t->rank - 2; d >= 0; --d) {
+      t->stride[d] = stride;
+      stride *= t->shape[d];
+    }
+  }
+  return j;
+}
+
 // The inputs on the device, and the reference's (ref, naive, lse) for the comparisons.
 struct DeviceCase {
   DeviceCopy q, qv, k, v;
+  std::optional<JoinedRows> joined_q, joined_kv;  // FlashMLA's layout: q, qv, k and v view these
   std::optional<DeviceCopy> seqused_k, page_table;
   DeviceBuffer ref, naive, lse_ref;
 };
@@ -299,10 +336,19 @@ struct DeviceCase {
 DeviceCase upload_inputs(const QvCase& c, const HostInputs& in) {
   const bool paged = c.page_size > 0;
   DeviceCase d;
-  d.q = upload_tensor(in.q);
-  d.qv = upload_tensor(in.qv);
-  d.k = upload_tensor(paged ? in.k_pool : in.k);
-  d.v = upload_tensor(paged ? in.v_pool : in.v);
+  if (c.flash_mla_layout) {
+    d.joined_q = upload_joined(in.qv, in.q);
+    d.joined_kv = upload_joined(paged ? in.v_pool : in.v, paged ? in.k_pool : in.k);
+    d.qv.tensor = d.joined_q->latent;
+    d.q.tensor = d.joined_q->rope;
+    d.v.tensor = d.joined_kv->latent;
+    d.k.tensor = d.joined_kv->rope;
+  } else {
+    d.q = upload_tensor(in.q);
+    d.qv = upload_tensor(in.qv);
+    d.k = upload_tensor(paged ? in.k_pool : in.k);
+    d.v = upload_tensor(paged ? in.v_pool : in.v);
+  }
   if (!c.seqused_k.empty()) d.seqused_k = upload_tensor(in.seqused_k);
   if (paged) d.page_table = upload_tensor(in.page_table);
   return d;
@@ -500,6 +546,16 @@ TEST_F(QvForward, PagedCache) {
       {"MTP 16/1 causal, pages of 16", kFp16, 2, 16, 1, 2, 100, true, {100, 33}, 0.0f, 16},
       {"6/2, 4 rows causal, pages of 256", kBf16, 2, 6, 2, 4, 513, true, {513, 256}, 0.0f, 256},
   });
+}
+
+// FlashMLA's layout (python/hopattn/flash_mla.py): q and qv as column views of one array of rows
+// [qv | q], 576 wide, and k and v of one cache of rows [v | k]: K's TMA boxes start 1024 bytes into rows
+// of 1152, and so do the Q tile's copies of q.
+TEST_F(QvForward, FlashMlaLayoutViews) {
+  QvCase decode{"decode 128/1, pages of 64", kBf16, 2, 128, 1, 1, 700, false, {700, 333}, 0.0f, 64};
+  QvCase mtp{"MTP 16/1 causal, dense", kFp16, 2, 16, 1, 2, 300, true, {300, 65}};
+  decode.flash_mla_layout = mtp.flash_mla_layout = true;
+  run_cases({decode, mtp});
 }
 
 // ---- Refusals ---------------------------------------------------------------------------------------
