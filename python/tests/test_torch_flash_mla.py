@@ -57,6 +57,25 @@ def test_cpu_flash_mla_with_kvcache_matches_float64(rng):
     torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-5)
 
 
+def test_cpu_flash_mla_with_kvcache_compiles_fullgraph(rng):
+    # Inference engines compile their decoding step: the column views and the operator trace without
+    # a graph break, and the compiled call gives the eager call's bits.
+    generator = torch_generator(rng, "cpu")
+    k_cache, block_table, _ = paged_cache(generator, "cpu", torch.float32, [40, 17], 48, 16)
+    q = torch.randn(2, 1, 4, 48, generator=generator)
+    cache_seqlens = torch.tensor([40, 17], dtype=torch.int32)
+    schedule, num_splits = hopattn.get_mla_metadata()
+
+    def step(q, k_cache, block_table, cache_seqlens):
+        return hopattn.flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, 32, schedule,
+                                              num_splits, causal=True)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for got, want in zip(compiled(q, k_cache, block_table, cache_seqlens),
+                         step(q, k_cache, block_table, cache_seqlens)):
+        assert torch.equal(got, want)
+
+
 @needs_hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("seqlen_q, causal", [(1, False), (2, True)], ids=["decode", "mtp_causal"])
