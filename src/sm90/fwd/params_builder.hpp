@@ -136,12 +136,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.cu_seqlens_k = int_array_or_null(args.cu_seqlens_k);
   p.seqused_k = int_array_or_null(args.seqused_k);
   p.seqused_q = int_array_or_null(args.seqused_q);
-  if (pr.paged) {
-    p.page_table = int_array_or_null(args.page_table);
-    p.page_table_batch_stride = args.page_table->stride[0];
-    p.page_table_page_stride = args.page_table->stride[1];
-    p.page_size = pr.page_size;
-  }
+  if (pr.paged) set_page_table(p, *args.page_table, pr.page_size);
   p.k_rows = kv_rows_view(args.k);
   p.v_rows = kv_rows_view(args.v);
   p.pack_gqa = pack_gqa;

@@ -72,12 +72,7 @@ Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
   p.scale_log2 = pr.softmax_scale * static_cast<float>(M_LOG2E);
   p.causal = pr.causal;
   p.seqused_k = int_array_or_null(args.seqused_k);
-  if (pr.paged) {
-    p.page_table = int_array_or_null(args.page_table);
-    p.page_table_batch_stride = args.page_table->stride[0];
-    p.page_table_page_stride = args.page_table->stride[1];
-    p.page_size = pr.page_size;
-  }
+  if (pr.paged) set_page_table(p, *args.page_table, pr.page_size);
   p.q = mla_rows(args.q);
   p.qv = mla_rows(*args.qv);
   p.out = mla_rows(args.out);
