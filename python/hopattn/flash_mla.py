@@ -10,7 +10,7 @@ k_cache[..., :head_dim_v] as v. On CUDA arrays this runs the sm_90a MLA kernel (
 head_dim_v 512, bf16/fp16); host arrays run the CPU reference backend at any head dims.
 """
 
-from .interface import _is_int, flash_attn_with_kvcache
+from .interface import _is_int, _reject, flash_attn_with_kvcache
 
 
 class MlaSchedule:
@@ -27,17 +27,6 @@ def get_mla_metadata(*args, **kwargs):
     (MlaSchedule(), None), the tile_scheduler_metadata and num_splits that flash_mla_with_kvcache
     takes. The arguments are not read."""
     return MlaSchedule(), None
-
-
-_NOT_IMPLEMENTED = {
-    "is_fp8_kvcache": "FP8 MLA caches",
-    "indices": "sparse attention (DeepSeek V3.2's top-k indices)",
-    "attn_sink": "attn_sink",
-    "extra_k_cache": "extra_k_cache",
-    "extra_indices_in_kvcache": "extra_indices_in_kvcache",
-    "topk_length": "topk_length",
-    "extra_topk_length": "extra_topk_length",
-}
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
@@ -65,15 +54,12 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     bfloat16 / float16, pages of a power of two from 16 keys (FlashMLA's 64 among them); other
     calls raise NotImplementedError naming what is taken.
     """
-    given = dict(is_fp8_kvcache=is_fp8_kvcache, indices=indices, attn_sink=attn_sink,
-                 extra_k_cache=extra_k_cache, extra_indices_in_kvcache=extra_indices_in_kvcache,
-                 topk_length=topk_length, extra_topk_length=extra_topk_length)
-    for name, value in given.items():
-        if value is not None and value is not False:
-            raise NotImplementedError(f"{name}: {_NOT_IMPLEMENTED[name]} are not implemented by "
-                                      "hopattn's flash_mla_with_kvcache; it takes dense MLA "
-                                      "decoding (bf16/fp16 caches, block_table, cache_seqlens, "
-                                      "softmax_scale, causal)")
+    _reject("is_fp8_kvcache", is_fp8_kvcache, False)  # FP8 MLA caches
+    for name, value in (("indices", indices), ("topk_length", topk_length),  # sparse attention
+                        ("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
+                        ("extra_indices_in_kvcache", extra_indices_in_kvcache),
+                        ("extra_topk_length", extra_topk_length)):
+        _reject(name, value)
     for name, array in (("q", q), ("k_cache", k_cache)):
         if len(array.shape) != 4:
             raise ValueError(f"{name}: rank {len(array.shape)} is not allowed; it must be 4-D "
