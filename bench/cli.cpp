@@ -113,13 +113,14 @@ std::string usage_text() {
          "                   read its TB/s column against the HBM rate. With PyTorch's peers beside it on\n"
          "                   a GPU machine: bench/device_bench.sh --grid decode;\n"
          "                   headdims: the forward at head dims 80, 96, 160 and 192;\n"
+         "                   fp8_headdims: FP8 at head dims 96 and 192, and the mla layers in FP8;\n"
          "                   mla: DeepSeek's layers, q/k 192 and v 128, forward; mla_bwd: their backward;\n"
          "                   cuDNN on them: bench/mla_peers.py [--backward];\n"
          "                   mla_decode: DeepSeek's decoding with MLA absorbed (qv: q/k 64, v and qv 512))\n"
          "  shape flags time one shape instead of a grid (defaults: bf16, batch 2, 16 heads, seqlen 8192, hdim 128):\n"
          "    --batch N --heads N --heads-kv N --seqlen-q N --seqlen-k N --hdim N --causal --dtype bf16|fp16|fp8\n"
          "    --hdim-v N (v, out, dout and dv of head dim N, flash-attention 3's headdim_v; DeepSeek: --hdim 192\n"
-         "      --hdim-v 128; FLOPs count QK^T at hdim and P V at N; bf16/fp16)\n"
+         "      --hdim-v 128; FLOPs count QK^T at hdim and P V at N)\n"
          "    --softcap X (scores -> X tanh(score / X); default 0: off)\n"
          "    --fp8-block-rows N (fp8: q, k and v descales per block of N rows, the block quantization path)\n"
          "    --fp8-scales quantized|amax|straddle|ones (with --fp8-block-rows: the descales' values;\n"
@@ -364,10 +365,6 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     }
     if (single.cache_seqlen_k > 0 && !check_cache_shape(single, error)) return false;
     if (single.padded_seqlen_q > 0 && !check_padded_q_shape(single, error)) return false;
-    if (single.hdim_v > 0 && single.dtype == Dtype::kFloat8E4M3) {
-      *error = "--hdim-v is not supported with --dtype fp8 (the FP8 kernels take v with q's head dim)";
-      return false;
-    }
     if (fp8_scales_given) {
       if (single.fp8_block_rows == 0) {
         *error = "--fp8-scales sets the values of per-block descales: add --fp8-block-rows N";

@@ -183,9 +183,9 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   if (s.padded_seqlen_q > 0) {
     args.seqused_q = make_tensor(set.seqused_q.get(), Dtype::kInt32, {s.batch}, cuda, options.device);
   }
-  if (s.v_keys_contiguous) {  // (batch, heads_kv, hdim, row keys) storage viewed as (batch, keys, heads_kv, hdim)
+  if (s.v_keys_contiguous) {  // (batch, heads_kv, d_v, row keys) storage viewed as (batch, keys, heads_kv, d_v)
     const std::int64_t row = e.v_row_keys;
-    const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * s.hdim * row, 1, std::int64_t{s.hdim} * row, row};
+    const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * d_v * row, 1, std::int64_t{d_v} * row, row};
     std::copy(strides, strides + 4, args.v.stride);
   }
   args.out = make_tensor(set.out.get(), e.out_dtype, {s.batch, q_rows, s.heads_q, d_v}, cuda, options.device);

@@ -79,6 +79,18 @@ std::vector<Shape> mla_grid() {
   return shapes;
 }
 
+// FP8 at head dims between its kernels' widths, forward: 96 (in the 128-wide kernel) and 192 (in the
+// 256-wide one) on the papers' grid at 2k and 8k, as headdims times them in bf16, then the mla grid's
+// DeepSeek layers (q/k 192, v 128) in FP8.
+std::vector<Shape> fp8_headdims_grid() {
+  std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {96, 192}, {2048, 8192});
+  for (Shape s : mla_grid()) {
+    s.dtype = Dtype::kFloat8E4M3;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 // The backward of the mla grid's layers (bench/mla_peers.py --backward times cuDNN on them).
 std::vector<Shape> mla_bwd_grid() {
   std::vector<Shape> shapes = mla_grid();
@@ -319,7 +331,9 @@ const char* dtype_short_name(Dtype dtype) {
   }
 }
 
-const char* grid_names() { return "quick, paper, long, ablation, fp8, bwd, decode, headdims, mla, mla_bwd, mla_decode"; }
+const char* grid_names() {
+  return "quick, paper, long, ablation, fp8, bwd, decode, headdims, fp8_headdims, mla, mla_bwd, mla_decode";
+}
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   if (name == "quick") *shapes = quick_grid();
@@ -330,6 +344,7 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   else if (name == "bwd") *shapes = bwd_grid();
   else if (name == "decode") *shapes = decode_grid();
   else if (name == "headdims") *shapes = headdims_grid();
+  else if (name == "fp8_headdims") *shapes = fp8_headdims_grid();
   else if (name == "mla") *shapes = mla_grid();
   else if (name == "mla_bwd") *shapes = mla_bwd_grid();
   else if (name == "mla_decode") *shapes = mla_decode_grid();

@@ -40,8 +40,9 @@ enum class QuantGranularity : int { kPerTensor, kPerHead, kPerBlock };
 const char* granularity_name(QuantGranularity granularity);
 
 struct QuantizeArgs {
-  // Inputs, all bf16 or all fp16, one device: q (batch, seqlen_q, heads_q, d), k and v
-  // (batch, seqlen_k, heads_kv, d); any strides with a contiguous last dimension.
+  // Inputs, all bf16 or all fp16, one device: q (batch, seqlen_q, heads_q, d), k (batch, seqlen_k,
+  // heads_kv, d) and v (batch, seqlen_k, heads_kv, d_v), d_v v's own head dim (DeepSeek's q/k 192 with
+  // v 128); any strides with a contiguous last dimension.
   Tensor q, k, v;
   // Outputs, fp8 e4m3, shapes of q, k, v; same stride rules. v8 may instead have its keys
   // contiguous (v8.stride[1] == 1: V^T in memory), under FwdArgs::v's rules (CUDA: every other stride

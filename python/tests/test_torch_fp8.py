@@ -138,13 +138,16 @@ def fp8_bound(q64, k64, v64, ref, causal=False):
     return (2.0 ** -3 + 4 * delta) * weighted_v + tiny_weights + 2.0 ** -7 * ref.abs() + 1e-5
 
 
+# Head dims of the FP8 kernels' widths and between them (96 in the 128-wide kernel, 192 in the 256),
+# and a v of its own (DeepSeek's 192 / 128; v 64 beside q/k 128).
 @needs_hopper
-def test_gpu_block_descales_match_float64_on_dequantized():
+@pytest.mark.parametrize("d, dv", [(128, 128), (96, 96), (192, 128), (128, 64)])
+def test_gpu_block_descales_match_float64_on_dequantized(d, dv):
     rows_q, rows_kv = 64, 128
-    shape_q, shape_kv = (2, 300, 4, 128), (2, 400, 2, 128)
+    shape_q, shape_kv = (2, 300, 4, d), (2, 400, 2, d)
     q = rows_in_blocks_of_magnitude(shape_q, rows_q, 1.0, "cuda")
     k = rows_in_blocks_of_magnitude(shape_kv, rows_kv, 1.0, "cuda")
-    v = rows_in_blocks_of_magnitude(shape_kv, rows_kv, 3.0, "cuda")
+    v = rows_in_blocks_of_magnitude(shape_kv[:3] + (dv,), rows_kv, 3.0, "cuda")
     q8, k8, v8, q_block, k_block, v_block = hopattn.quantize_fp8(q, k, v, block_rows_q=rows_q,
                                                                  block_rows_kv=rows_kv)
     try:

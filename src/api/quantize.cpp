@@ -76,7 +76,7 @@ Status check_input(const char* name, const Tensor& t) {
   return Status::Ok();
 }
 
-// q, k, v: dtypes, ranks, matching batch/heads/d, one device. Fills the (batch, seqlen, heads, d) of the jobs.
+// q, k, v: dtypes, ranks, matching batch/heads and q/k's d (v's may differ), one device. Fills the (batch, seqlen, heads, d) of the jobs.
 Status check_inputs(const QuantizeArgs& a) {
   if (Status s = check_input("q", a.q); !s.ok()) return s;
   if (Status s = check_input("k", a.k); !s.ok()) return s;
@@ -96,7 +96,11 @@ Status check_inputs(const QuantizeArgs& a) {
   if (a.v.dtype != a.q.dtype) {
     return invalid(std::string("v must have q's dtype ") + dtype_name(a.q.dtype) + ", got " + dtype_name(a.v.dtype));
   }
-  return check_tensor("v", a.v, a.q.dtype, k_shape, 4, "(batch, seqlen_k, heads_kv, d) of k", a.q, true);
+  // v may have a head dim of its own (DeepSeek's q/k 192 with v 128): it is quantized on its own and
+  // never transformed.
+  const std::int64_t v_shape[4] = {a.q.shape[0], a.k.shape[1], a.k.shape[2], a.v.shape[3]};
+  return check_tensor("v", a.v, a.q.dtype, v_shape, 4, "(batch, seqlen_k, heads_kv) of k with its own d_v", a.q,
+                      true);
 }
 
 Status check_options(const QuantizeArgs& a) {

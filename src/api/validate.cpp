@@ -206,20 +206,18 @@ Status check_heads_and_head_dim(const Problem& p, bool has_qv) {
   if (p.head_dim_v < 1 || p.head_dim_v > kHostMaxHeadDim)
     return invalid("v: head_dim " + str(p.head_dim_v) + " is not allowed; v's head_dim must be in 1..512");
   if (p.device != DeviceType::kCuda) return Status::Ok();
-  // FP8 kernels exist at their tile widths only, with one head dim for Q, K and V (V is transposed in
-  // shared memory at the tile's width). The 16-bit ones run any other head dim in the next wider
-  // kernel, whose TMA loads zero-fill the columns past it, and a v of its own head dim in the kernel of
-  // the wider: rows of a multiple of 8 columns are what keeps every stride a multiple of the 16 bytes
-  // TMA requires.
+  // The kernels run a head dim in the next wider kernel, whose TMA loads zero-fill the columns past it,
+  // and a v of its own head dim in the kernel of the wider. Rows of whole 16-byte units keep every
+  // stride a multiple of the 16 bytes TMA requires: multiples of 8 columns at 16 bits, of 16 in FP8
+  // (whose kernels are 64, 128 and 256 wide).
   if (p.in_dtype == Dtype::kFloat8E4M3) {
-    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-      return unsupported("q: head_dim " + str(p.head_dim) +
-                         " is not supported for FP8 CUDA tensors; the sm_90a FP8 kernels take head_dim 64, 128 or "
-                         "256 (bf16/fp16 take any multiple of 8 from 8 to 256; host tensors 1..512)");
-    if (p.head_dim_v != p.head_dim)
-      return unsupported("v: head_dim " + str(p.head_dim_v) + " differs from q's and k's " + str(p.head_dim) +
-                         "; the sm_90a FP8 kernels take v with q's head_dim (bf16/fp16 CUDA tensors and host "
-                         "tensors may differ)");
+    for (const auto& [name, head_dim] : {std::pair{"q", p.head_dim}, std::pair{"v", p.head_dim_v}}) {
+      if (head_dim % 16 != 0 || head_dim > kMaxCudaHeadDim)
+        return unsupported(std::string(name) + ": head_dim " + str(head_dim) +
+                           " is not supported for FP8 CUDA tensors; the sm_90a FP8 kernels take a head_dim that is "
+                           "a multiple of 16 from 16 to 256, for q and k and for v (bf16/fp16 take any multiple of 8 "
+                           "from 8 to 256; host tensors 1..512)");
+    }
     return Status::Ok();
   }
   // qv's MLA kernel (DeepSeek's latent attention decoding) takes q/k 64 with v 512.

@@ -20,8 +20,8 @@ Status unsupported(const std::string& what) {
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
                        "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q) or with a paged KV "
                        "cache (page_size a power of two >= 16), and FP8 e4m3 q/k/v likewise, "
-                       "with head dim 64, 128 "
-                       "or 256 (bf16/fp16: any multiple of 8 up to 256), causal or not, sliding window, "
+                       "with head dims up to 256 (bf16/fp16: multiples of 8; FP8: multiples of 16), causal or not, "
+                       "sliding window, "
                        "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE, and qv (DeepSeek's MLA) "
                        "at q/k head dim 64 with v 512 (the CPU reference backend supports every feature on host "
                        "tensors)");

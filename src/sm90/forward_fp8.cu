@@ -3,6 +3,7 @@
 
 #include "sm90/fwd_fp8/dispatch.hpp"
 #include "sm90/fwd_fp8/launch.hpp"
+#include "sm90/host/tile_width.hpp"
 
 namespace hopattn::sm90 {
 
@@ -31,7 +32,11 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
                   "v keys-contiguous (V^T in memory) with variable-length input (cu_seqlens_q, cu_seqlens_k, "
                   "seqused_k, seqused_q) or pack_gqa = kOn is not supported by the sm_90a fp8 forward kernel; with those it "
                   "takes v with its head dim contiguous (stride[-1] == 1)");
-  switch (pr.head_dim) {
+  // The kernel of the tile width that holds both head dims (validation admits multiples of 16 up to
+  // 256): its TMA loads zero-fill q's and k's columns past head_dim and v's past head_dim_v, which add
+  // nothing to S or to P V, and its stores leave out's columns past head_dim_v.
+  const int width = fp8_tile_width(detail::widest_head_dim(pr));
+  switch (width) {
     case 64:
       if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<64>(args, pr);
       if (varlen) return launch_forward_fp8<64, false, true>(args, pr);
@@ -40,20 +45,17 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
       if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<128>(args, pr);
       if (varlen) return launch_forward_fp8<128, false, true>(args, pr);
       return vt ? launch_forward_fp8<128, true, false>(args, pr) : launch_forward_fp8<128, false, false>(args, pr);
-    case 256:
+    default:
       if (chunks_or_seqused_q && varlen)
         return Status(StatusCode::kUnsupported,
                       which() +
-                          " with FP8 inputs at head dim 256 and variable lengths (cu_seqlens, seqused_k, "
-                          "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; at d 256 "
-                          "it takes attention_chunk on dense batches, and at d 64 and 128 both on any");
+                          " with FP8 inputs at head dims above 128 and variable lengths (cu_seqlens, seqused_k, "
+                          "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; above 128 "
+                          "(the 256-wide kernel) it takes attention_chunk on dense batches, and up to 128 both on "
+                          "any");
       if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<256>(args, pr);
       if (varlen) return launch_forward_fp8<256, false, true>(args, pr);
       return vt ? launch_forward_fp8<256, true, false>(args, pr) : launch_forward_fp8<256, false, false>(args, pr);
-    default:
-      return Status(StatusCode::kUnsupported, "head dim " + std::to_string(pr.head_dim) +
-                                                  " is not supported by the sm_90a fp8 forward kernel; it supports "
-                                                  "64, 128 and 256");
   }
 }
 

@@ -63,6 +63,26 @@ TEST(BenchHeadDimsGrid, RowsAreForwardsAtTheOtherHeadDims) {
   EXPECT_EQ(dims, (std::set<int>{80, 96, 160, 192}));
 }
 
+// FP8 between its kernels' widths: 96 and 192 on the papers' convention, then DeepSeek's 192 / 128 layers.
+TEST(BenchFp8HeadDimsGrid, RowsAreFp8ForwardsAtTheOtherHeadDims) {
+  std::vector<Shape> shapes, mla;
+  ASSERT_TRUE(make_grid("fp8_headdims", &shapes));
+  ASSERT_TRUE(make_grid("mla", &mla));
+  ASSERT_EQ(shapes.size(), 8u + mla.size());  // 2 head dims x causal or not x 2 lengths, then the mla rows
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    EXPECT_EQ(s.dtype, Dtype::kFloat8E4M3);
+    EXPECT_FALSE(s.backward);
+    if (i < 8) {
+      EXPECT_TRUE(s.hdim == 96 || s.hdim == 192) << s.hdim;
+      EXPECT_EQ(head_dim_v(s), s.hdim);
+    } else {
+      EXPECT_EQ(s.hdim, 192);
+      EXPECT_EQ(head_dim_v(s), 128);
+    }
+  }
+}
+
 // DeepSeek's layers: forwards of q/k 192 and v 128 (the kernels of v's own width), one packed.
 TEST(BenchMlaGrid, RowsAreDeepSeekForwards) {
   std::vector<Shape> shapes;
@@ -228,7 +248,9 @@ TEST(BenchCli, HdimVCountsPVAtItsOwnHeadDim) {
   same.hdim_v = 0;
   EXPECT_EQ(head_dim_v(same), 192);
   EXPECT_DOUBLE_EQ(forward_flops(same), 4.0 * 2 * 3 * 192 * 1000.0 * 1000.0);
-  EXPECT_NE(parse_error({"--hdim-v", "64", "--dtype", "fp8"}).find("--dtype fp8"), std::string::npos);
+  const CliOptions fp8 = parsed({"--hdim", "192", "--hdim-v", "128", "--dtype", "fp8"});
+  ASSERT_EQ(fp8.shapes.size(), 1u);
+  EXPECT_EQ(head_dim_v(fp8.shapes[0]), 128);
 }
 
 TEST(BenchCli, PaddedSeqlenQRefusals) {

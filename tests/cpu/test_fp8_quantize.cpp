@@ -36,7 +36,7 @@ double m_entry(int i, int j, int d, const hopattn::detail::HadamardSigns& signs)
 
 // Row (b, s, h) of tensor t as quantize_fp8 should see it: x, or x M, in float64.
 std::vector<double> expected_row(const QuantCase& c, int t, int b, int s, int h) {
-  const int d = c.shape.d;
+  const int d = c.dim(t);
   std::vector<double> x(d), y(d, 0.0);
   for (int j = 0; j < d; ++j) x[j] = c.input_value(t, c.offset(t, b, s, h, j));
   if (!c.args.hadamard || t == 2) return x;
@@ -71,7 +71,7 @@ void check_round_trip(const QuantCase& c) {
                 const std::vector<double> x = expected_row(c, t, b, s, h);
                 double norm = 0.0;
                 for (double e : x) norm += e * e;
-                for (int j = 0; j < c.shape.d; ++j) {
+                for (int j = 0; j < c.dim(t); ++j) {
                   const float code = decode_e4m3_code(c.codes[t][c.offset(t, b, s, h, j)]);
                   ASSERT_FALSE(std::isnan(code)) << "b " << b << " s " << s << " h " << h << " j " << j;
                   // Half an e4m3 step: 2^-4 relative for normals, 2^-10 * scale on the subnormal grid;
@@ -82,7 +82,7 @@ void check_round_trip(const QuantCase& c) {
                   amax = std::max(amax, std::fabs(x[j]));
                   code_max = std::max(code_max, std::fabs(static_cast<double>(code)));
                 }
-                for (int j = c.shape.d; j < c.shape.d + c.pad; ++j) {
+                for (int j = c.dim(t); j < c.dim(t) + c.pad; ++j) {
                   ASSERT_EQ(c.codes[t][c.offset(t, b, s, h, j)], fp8_test::kPoisonCode) << "wrote into row padding";
                 }
               }
@@ -124,11 +124,14 @@ TEST(Fp8Quantize, RoundTripWithinE4M3RoundingAndScalesFromAmax) {
       {{3, 7, 5, 5, 5, 40}, QuantGranularity::kPerBlock, false, 1, 2, 0},
       {{1, 9, 4, 1, 1, 1}, QuantGranularity::kPerHead, false, 128, 128, 2},
       {{2, 129, 31, 2, 1, 3}, QuantGranularity::kPerBlock, false, 128, 16, 0},
+      // v of its own head dim (DeepSeek's q/k 192 with v 128; a transformed q/k 128 beside v 64)
+      {{2, 70, 90, 4, 2, 192, 128}, QuantGranularity::kPerBlock, false, 64, 32, 0},
+      {{1, 40, 33, 2, 1, 128, 64}, QuantGranularity::kPerHead, true, 128, 128, 2},
   };
   for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
     for (const Config& cfg : configs) {
       SCOPED_TRACE(std::string(hopattn::dtype_name(dtype)) + " " + hopattn::granularity_name(cfg.granularity) +
-                   (cfg.hadamard ? " hadamard" : "") + " d " + std::to_string(cfg.shape.d) + " sq " +
+                   (cfg.hadamard ? " hadamard" : "") + " d " + std::to_string(cfg.shape.d) + " dv " + std::to_string(cfg.shape.d_v) + " sq " +
                    std::to_string(cfg.shape.seqlen_q) + " sk " + std::to_string(cfg.shape.seqlen_k));
       QuantCase c = fp8_test::make_case(cfg.shape, dtype, cfg.granularity, cfg.hadamard, rng(), cfg.block_q,
                                         cfg.block_kv, cfg.pad);

@@ -17,6 +17,7 @@ namespace fp8_test {
 
 struct QuantShape {
   int batch = 1, seqlen_q = 1, seqlen_k = 1, heads_q = 1, heads_kv = 1, d = 64;
+  int d_v = 0;  // v's head dim; 0: d
 };
 
 constexpr std::uint8_t kPoisonCode = 0x7F;  // e4m3 NaN
@@ -34,6 +35,7 @@ struct QuantCase {
 
   int seqlen(int t) const { return t == 0 ? shape.seqlen_q : shape.seqlen_k; }
   int heads(int t) const { return t == 0 ? shape.heads_q : shape.heads_kv; }
+  int dim(int t) const { return t == 2 && shape.d_v > 0 ? shape.d_v : shape.d; }
   int block_rows(int t) const { return t == 0 ? args.block_rows_q : args.block_rows_kv; }
   hopattn::Tensor& input(int t) { return t == 0 ? args.q : t == 1 ? args.k : args.v; }
   hopattn::Tensor& output(int t) { return t == 0 ? args.q8 : t == 1 ? args.k8 : args.v8; }
@@ -51,7 +53,7 @@ struct QuantCase {
   }
   // Element offset of (b, s, h, j) in tensor t's input and code buffers.
   std::int64_t offset(int t, int b, int s, int h, int j) const {
-    const std::int64_t row = shape.d + pad;
+    const std::int64_t row = dim(t) + pad;
     return ((static_cast<std::int64_t>(b) * seqlen(t) + s) * heads(t) + h) * row + j;
   }
   // Element offset of (b, s, h, j) in tensor t's code buffer, through the output view's strides
@@ -92,9 +94,8 @@ inline QuantCase make_case(const QuantShape& shape, hopattn::Dtype dtype, hopatt
   c.args.block_rows_kv = block_rows_kv;
   std::normal_distribution<float> normal(0.0f, sigma);
   std::bernoulli_distribution outlier(0.01);
-  const std::int64_t row = shape.d + pad;
   for (int t = 0; t < 3; ++t) {
-    const std::int64_t b = shape.batch, s = c.seqlen(t), h = c.heads(t), d = shape.d;
+    const std::int64_t b = shape.batch, s = c.seqlen(t), h = c.heads(t), d = c.dim(t), row = d + pad;
     c.in[t].resize(static_cast<std::size_t>(b * s * h * row));
     for (std::uint16_t& e : c.in[t]) e = to_bits(normal(rng) + (outlier(rng) ? 10.0f * normal(rng) : 0.0f), dtype);
     c.codes[t].assign(c.in[t].size(), kPoisonCode);
@@ -128,7 +129,7 @@ inline QuantCase make_case(const QuantShape& shape, hopattn::Dtype dtype, hopatt
 // padded_keys) buffer, viewed as (batch, seqlen_k, heads_kv, d) with stride[1] == 1 (V^T in memory).
 // Keys seqlen_k .. padded_keys - 1 of each column are padding that must stay poisoned.
 inline void store_v8_keys_contiguous(QuantCase& c, std::int64_t padded_keys) {
-  const std::int64_t b = c.shape.batch, h = c.shape.heads_kv, d = c.shape.d;
+  const std::int64_t b = c.shape.batch, h = c.shape.heads_kv, d = c.dim(2);
   c.codes[2].assign(static_cast<std::size_t>(b * h * d * padded_keys), kPoisonCode);
   hopattn::Tensor& v8 = c.args.v8;
   v8.data = c.codes[2].data();

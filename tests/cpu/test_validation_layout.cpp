@@ -43,8 +43,8 @@ TEST(ValidationLayout, VMustHaveKShape) {
 }
 
 // flash-attention 3's headdim_v: v's last extent may differ from k's (host tensors: 1..512), and out
-// then ends in it. On CUDA tensors the 16-bit kernels take it under their head-dim rule (a multiple of
-// 8 up to 256); the FP8 ones refuse it, naming v.
+// then ends in it. On CUDA tensors the kernels take it under their head-dim rule: a multiple of 8 up to
+// 256 at 16 bits, of 16 in FP8.
 TEST(ValidationLayout, VMayHaveAHeadDimOfItsOwn) {
   DenseCall call;  // q, k head_dim 33
   HostTensor v(Dtype::kBFloat16, {2, 7, 2, 20}), out(Dtype::kBFloat16, {2, 5, 4, 20});
@@ -78,12 +78,21 @@ TEST(ValidationLayout, VMayHaveAHeadDimOfItsOwn) {
     EXPECT_TRUE(Fails(cuda.validate(), StatusCode::kUnsupported, "v",
                       {named.c_str(), "multiple of 8 from 8 to 256", "for v"}));
   }
-  DenseCall fp8(128, Dtype::kFloat8E4M3);
-  HostTensor v_fp8(Dtype::kFloat8E4M3, {2, 7, 2, 64}), out_fp8(Dtype::kBFloat16, {2, 5, 4, 64});
-  fp8.args.v = v_fp8.tensor();
-  fp8.args.out = out_fp8.tensor();
-  fp8.to_cuda();
-  EXPECT_TRUE(Fails(fp8.validate(), StatusCode::kUnsupported, "v", {"head_dim 64", "q's and k's 128", "FP8"}));
+  for (int head_dim_v : {64, 16, 256, 40, 264}) {
+    DenseCall fp8(192, Dtype::kFloat8E4M3);
+    HostTensor v_fp8(Dtype::kFloat8E4M3, {2, 7, 2, head_dim_v}), out_fp8(Dtype::kBFloat16, {2, 5, 4, head_dim_v});
+    fp8.args.v = v_fp8.tensor();
+    fp8.args.out = out_fp8.tensor();
+    fp8.to_cuda();
+    if (head_dim_v % 16 == 0 && head_dim_v <= 256) {
+      ASSERT_TRUE(fp8.validate(&p).ok()) << head_dim_v << ": " << fp8.validate().message();
+      EXPECT_EQ(p.head_dim_v, head_dim_v);
+      continue;
+    }
+    const std::string named = "head_dim " + std::to_string(head_dim_v);
+    EXPECT_TRUE(Fails(fp8.validate(), StatusCode::kUnsupported, "v",
+                      {named.c_str(), "FP8", "a multiple of 16 from 16 to 256", "for v"}));
+  }
 }
 
 // qv (FA3's): out's shape, q's dtype, 16/32-bit tensors; its default scale is 1/sqrt(d + d_v). On CUDA
@@ -360,18 +369,20 @@ TEST(ValidationLayout, CudaHeadDimsMultiplesOf8To256Pass) {
   }
 }
 
-// FP8 kernels exist at 64, 128 and 256 only: no wider kernel runs the others.
-TEST(ValidationLayout, CudaFp8HeadDimOutside64_128_256IsUnsupported) {
-  for (int d : {32, 96, 200}) {
+// FP8 kernels are 64, 128 and 256 wide; they run any multiple of 16 up to 256 in the next wider one
+// (rows of whole 16-byte units keep TMA's strides), and refuse the rest naming q's head_dim.
+TEST(ValidationLayout, CudaFp8HeadDimNotAMultipleOf16IsUnsupported) {
+  for (int d : {8, 40, 100, 200, 264}) {
     DenseCall call(d, Dtype::kFloat8E4M3);
     call.to_cuda();
     const std::string named = "head_dim " + std::to_string(d);
-    EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q", {named.c_str(), "64, 128 or 256"})) << "d=" << d;
+    EXPECT_TRUE(Fails(call.validate(), StatusCode::kUnsupported, "q", {named.c_str(), "a multiple of 16 from 16 to 256"}))
+        << "d=" << d;
   }
 }
 
-TEST(ValidationLayout, CudaFp8HeadDims64_128_256Pass) {
-  for (int d : {64, 128, 256}) {
+TEST(ValidationLayout, CudaFp8HeadDimsMultiplesOf16Pass) {
+  for (int d = 16; d <= 256; d += 16) {
     DenseCall call(d, Dtype::kFloat8E4M3);
     call.to_cuda();
     EXPECT_TRUE(call.validate().ok()) << "d=" << d << ": " << call.validate().message();

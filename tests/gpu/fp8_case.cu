@@ -145,6 +145,22 @@ void draw_mask_scales_and_options(std::mt19937_64& rng, Case& c, int block_scale
   }
 }
 
+// Head dims: one of the kernels' widths (64, 128, 256) in most cases, else a narrower multiple of 16,
+// which runs in the next wider kernel (its loads zero-fill the columns past it); and in one case in
+// five a v of its own head dim (the kernel of the wider of the two; DeepSeek's 192 / 128 among them).
+template <class Case>
+void draw_head_dims(std::mt19937_64& rng, Case& c) {
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  c.head_dim = rng() % 4 != 0 ? pick({64, 128, 256}) : pick({16, 48, 80, 96, 112, 144, 192, 208, 240});
+  if (rng() % 5 == 0) c.head_dim_v = c.head_dim == 192 && rng() % 2 ? 128 : pick({32, 64, 96, 128, 160, 256});
+}
+
+// The widest of a case's head dims: the FP8 kernel's width is the narrowest of 64, 128, 256 that holds it.
+template <class Case>
+int widest_head_dim(const Case& c) {
+  return std::max(c.head_dim, c.head_dim_v);
+}
+
 }  // namespace
 
 DeviceBuffer random_e4m3(std::int64_t n, std::uint64_t seed, float amplitude) {
@@ -186,19 +202,22 @@ DeviceBuffer keys_contiguous_copy(const DeviceBuffer& v, int batch, int keys, in
 std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const std::int64_t nq = std::int64_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim;
+  const int dv = c.head_dim_v > 0 ? c.head_dim_v : c.head_dim;
   const std::int64_t nkv = std::int64_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim;
+  const std::int64_t nv = nkv / c.head_dim * dv;
   const std::int64_t nlse = std::int64_t(c.batch) * c.heads_q * c.seqlen_q;
   const int blocks_q = (c.seqlen_q + c.rows_q - 1) / c.rows_q, blocks_kv = (c.seqlen_k + c.rows_kv - 1) / c.rows_kv;
   DeviceBuffer q = random_e4m3(nq, rng(), c.q_amplitude), k = random_e4m3(nkv, rng(), 1.0f),
-               v = random_e4m3(nkv, rng(), 1.0f);
+               v = random_e4m3(nv, rng(), 1.0f);
   Fp8Descales scales(c.batch, c.heads_q, c.heads_kv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
   if (c.zero_v_block_scale > 0.0f && c.block_scales) {
-    zero_v_blocks(v, scales.v_block, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.rows_kv, blocks_kv,
+    zero_v_blocks(v, scales.v_block, c.batch, c.seqlen_k, c.heads_kv, dv, c.rows_kv, blocks_kv,
                   c.zero_v_block_scale);
   }
-  // out: (b, sq, hq, d) in rows of d + out_pad elements; the padding must stay poisoned.
-  const int out_row = c.head_dim + c.out_pad;
+  // out: (b, sq, hq, dv) in rows of dv + out_pad elements; the padding must stay poisoned.
+  const int out_row = dv + c.out_pad;
   const std::int64_t nout = nq / c.head_dim * out_row;
+  const std::int64_t nout_view = nq / c.head_dim * dv;
   DeviceBuffer out(nout * 2), lse(nlse * 4);
   poison_nan(out.data(), Dtype::kBFloat16, nout);
   poison_nan(lse.data(), Dtype::kFloat32, nlse);
@@ -206,26 +225,26 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
   FwdArgs args;
   args.q = make_tensor(q.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, DeviceType::kCuda);
   args.k = make_tensor(k.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
-  args.v = make_tensor(v.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, DeviceType::kCuda);
+  args.v = make_tensor(v.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, dv}, DeviceType::kCuda);
   DeviceBuffer v_keys_contiguous;
   if (c.v_keys_contiguous) {
     const int row_keys = (c.seqlen_k + 15) / 16 * 16 + c.v_key_pad;
-    v_keys_contiguous = keys_contiguous_copy(v, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, row_keys);
-    const std::int64_t strides[4] = {std::int64_t(c.heads_kv) * c.head_dim * row_keys, 1,
-                                     std::int64_t(c.head_dim) * row_keys, row_keys};
-    args.v = strided_tensor(v_keys_contiguous.data(), Dtype::kFloat8E4M3,
-                            {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}, strides);
+    v_keys_contiguous = keys_contiguous_copy(v, c.batch, c.seqlen_k, c.heads_kv, dv, row_keys);
+    const std::int64_t strides[4] = {std::int64_t(c.heads_kv) * dv * row_keys, 1, std::int64_t(dv) * row_keys,
+                                     row_keys};
+    args.v = strided_tensor(v_keys_contiguous.data(), Dtype::kFloat8E4M3, {c.batch, c.seqlen_k, c.heads_kv, dv},
+                            strides);
   }
   const std::int64_t out_strides[4] = {std::int64_t(c.seqlen_q) * c.heads_q * out_row,
                                        std::int64_t(c.heads_q) * out_row, out_row, 1};
-  args.out = strided_tensor(out.data(), Dtype::kBFloat16, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, out_strides);
+  args.out = strided_tensor(out.data(), Dtype::kBFloat16, {c.batch, c.seqlen_q, c.heads_q, dv}, out_strides);
   if (c.with_lse) args.lse = make_tensor(lse.data(), Dtype::kFloat32, {c.batch, c.heads_q, c.seqlen_q}, DeviceType::kCuda);
   scales.attach(args, c.rows_q, c.rows_kv);
   set_mask_and_options(args, c);
   const Status status = forward(args);
   if (!status.ok()) return "forward failed: " + status.message();
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
-  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nout) != nq)
+  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nout) != nout_view)
     return "out not written exactly (NaN left in the view, or the padding overwritten)";
   if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != nlse) return "lse not fully written";
 
@@ -238,16 +257,18 @@ std::string run_fp8_case(const Fp8Case& c, std::uint64_t seed) {
                blocks_q, blocks_kv, c.window_left, c.causal ? 0 : c.window_right,
                1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.softcap};
   o.attention_chunk = c.attention_chunk;
+  o.dv = dv;
   const auto out_h = out.to_host<std::uint16_t>();
   const auto lse_h = lse.to_host<float>();
   return check_against_oracle(
-      o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[i / c.head_dim * out_row + i % c.head_dim])); },
+      o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[i / dv * out_row + i % dv])); },
       c.with_lse ? [&](std::int64_t row) { return lse_h[row]; } : std::function<float(std::int64_t)>());
 }
 
 std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int batch = static_cast<int>(c.lens_q.size()), hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
+  const int dv = c.head_dim_v > 0 ? c.head_dim_v : d;
   const std::vector<int> starts_q = prefix_sums(c.lens_q), starts_k = prefix_sums(c.lens_k);
   const std::vector<int>& used = c.used_k.empty() ? c.lens_k : c.used_k;
   const std::vector<int>& used_q = c.used_q.empty() ? c.lens_q : c.used_q;
@@ -259,31 +280,30 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   const int blocks_q = (max_q + c.rows_q - 1) / c.rows_q, blocks_kv = (kv_len + c.rows_kv - 1) / c.rows_kv;
   DeviceBuffer q = random_e4m3(std::int64_t(total_q) * hq * d, rng(), c.q_amplitude);
   DeviceBuffer k = random_e4m3(std::int64_t(total_k) * hkv * d, rng(), 1.0f);
-  DeviceBuffer v = random_e4m3(std::int64_t(total_k) * hkv * d, rng(), 1.0f);
+  DeviceBuffer v = random_e4m3(std::int64_t(total_k) * hkv * dv, rng(), 1.0f);
   for (int b = 0; b < batch; ++b) {  // the rows past the keys in use: e4m3 NaN
-    const std::size_t row_bytes = std::size_t(hkv) * d, first = std::size_t(starts_k[b] + used[b]) * row_bytes;
-    const std::size_t bytes = std::size_t(c.lens_k[b] - used[b]) * row_bytes;
-    HOPATTN_CUDA_CHECK(cudaMemset(k.as<std::uint8_t>() + first, 0x7f, bytes));
-    HOPATTN_CUDA_CHECK(cudaMemset(v.as<std::uint8_t>() + first, 0x7f, bytes));
+    const std::size_t unused = std::size_t(c.lens_k[b] - used[b]), first = std::size_t(starts_k[b] + used[b]);
+    HOPATTN_CUDA_CHECK(cudaMemset(k.as<std::uint8_t>() + first * hkv * d, 0x7f, unused * hkv * d));
+    HOPATTN_CUDA_CHECK(cudaMemset(v.as<std::uint8_t>() + first * hkv * dv, 0x7f, unused * hkv * dv));
     const std::size_t q_row_bytes = std::size_t(hq) * d;  // and the query rows past those in use
     HOPATTN_CUDA_CHECK(cudaMemset(q.as<std::uint8_t>() + (starts_q[b] + used_q[b]) * q_row_bytes, 0x7f,
                                   (c.lens_q[b] - used_q[b]) * q_row_bytes));
   }
   const Fp8Descales scales(batch, hq, hkv, blocks_q, blocks_kv, c.head_scales, c.block_scales, rng);
-  const std::int64_t nq = std::int64_t(total_q) * hq * d, nlse = std::int64_t(total_q) * hq;
-  DeviceBuffer out(nq * 2), lse(nlse * 4);
-  poison_nan(out.data(), Dtype::kBFloat16, nq);
+  const std::int64_t nout = std::int64_t(total_q) * hq * dv, nlse = std::int64_t(total_q) * hq;
+  DeviceBuffer out(nout * 2), lse(nlse * 4);
+  poison_nan(out.data(), Dtype::kBFloat16, nout);
   poison_nan(lse.data(), Dtype::kFloat32, nlse);
   const DeviceBuffer cu_q = upload(starts_q), cu_k = upload(starts_k);
 
   FwdArgs args;
-  const auto rows = [&](const DeviceBuffer& x, Dtype dtype, int total, int heads, bool dense, int len) {
-    return dense ? make_tensor(x.data(), dtype, {batch, len, heads, d}, DeviceType::kCuda)
-                 : make_tensor(x.data(), dtype, {total, heads, d}, DeviceType::kCuda);
+  const auto rows = [&](const DeviceBuffer& x, Dtype dtype, int total, int heads, bool dense, int len, int cols) {
+    return dense ? make_tensor(x.data(), dtype, {batch, len, heads, cols}, DeviceType::kCuda)
+                 : make_tensor(x.data(), dtype, {total, heads, cols}, DeviceType::kCuda);
   };
-  args.q = rows(q, Dtype::kFloat8E4M3, total_q, hq, c.dense_q, max_q);
-  args.k = rows(k, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k);
-  args.v = rows(v, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k);
+  args.q = rows(q, Dtype::kFloat8E4M3, total_q, hq, c.dense_q, max_q, d);
+  args.k = rows(k, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k, d);
+  args.v = rows(v, Dtype::kFloat8E4M3, total_k, hkv, c.dense_k, max_k, dv);
   DeviceBuffer k_pages, v_pages, page_table;
   if (c.page_size > 0) {
     const int num_pages = batch * pages_per_seq + 3;
@@ -291,8 +311,8 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
     for (int i = 0; i < num_pages; ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), rng);
     for (std::size_t i = 0; i < table.size(); ++i) table[i] = order[i];
-    const std::size_t row_bytes = std::size_t(hkv) * d;
-    const auto paged = [&](const DeviceBuffer& rows_buffer) {
+    const auto paged = [&](const DeviceBuffer& rows_buffer, int cols) {
+      const std::size_t row_bytes = std::size_t(hkv) * cols;
       const auto host = rows_buffer.to_host<std::uint8_t>();
       std::vector<std::uint8_t> pages(std::size_t(num_pages) * c.page_size * row_bytes, 0x7f);
       for (int b = 0; b < batch; ++b)
@@ -305,12 +325,12 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
       HOPATTN_CUDA_CHECK(cudaMemcpy(out.data(), pages.data(), pages.size(), cudaMemcpyHostToDevice));
       return out;
     };
-    k_pages = paged(k), v_pages = paged(v), page_table = upload(table);
+    k_pages = paged(k, d), v_pages = paged(v, dv), page_table = upload(table);
     args.k = make_tensor(k_pages.data(), Dtype::kFloat8E4M3, {num_pages, c.page_size, hkv, d}, DeviceType::kCuda);
-    args.v = make_tensor(v_pages.data(), Dtype::kFloat8E4M3, {num_pages, c.page_size, hkv, d}, DeviceType::kCuda);
+    args.v = make_tensor(v_pages.data(), Dtype::kFloat8E4M3, {num_pages, c.page_size, hkv, dv}, DeviceType::kCuda);
     args.page_table = make_tensor(page_table.data(), Dtype::kInt32, {batch, pages_per_seq}, DeviceType::kCuda);
   }
-  args.out = rows(out, Dtype::kBFloat16, total_q, hq, c.dense_q, max_q);
+  args.out = rows(out, Dtype::kBFloat16, total_q, hq, c.dense_q, max_q, dv);
   if (c.with_lse) {
     args.lse = c.dense_q ? make_tensor(lse.data(), Dtype::kFloat32, {batch, hq, max_q}, DeviceType::kCuda)
                          : make_tensor(lse.data(), Dtype::kFloat32, {hq, total_q}, DeviceType::kCuda);
@@ -332,7 +352,7 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
   // Exactly the rows in use written (all of them without seqused_q).
   const std::int64_t rows_used = std::int64_t(prefix_sums(used_q).back()) * hq;
-  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nq) != rows_used * d) return "out not written exactly";
+  if (count_unpoisoned(out.data(), Dtype::kBFloat16, nout) != rows_used * dv) return "out not written exactly";
   if (c.with_lse && count_unpoisoned(lse.data(), Dtype::kFloat32, nlse) != rows_used)
     return "lse not written exactly";
 
@@ -343,15 +363,16 @@ std::string run_fp8_varlen_case(const Fp8VarlenCase& c, std::uint64_t seed) {
     if (len_q == 0) continue;
     const std::size_t q_row = starts_q[b], k_row = starts_k[b];
     OracleArgs o{q.as<std::uint8_t>() + q_row * hq * d, k.as<std::uint8_t>() + k_row * hkv * d,
-                 v.as<std::uint8_t>() + k_row * hkv * d,
+                 v.as<std::uint8_t>() + k_row * hkv * dv,
                  scales.per_head(scales.q_head, b), scales.per_head(scales.k_head, b), scales.per_head(scales.v_head, b),
                  scales.per_block(scales.q_block, b, hq, blocks_q), scales.per_block(scales.k_block, b, hkv, blocks_kv),
                  scales.per_block(scales.v_block, b, hkv, blocks_kv),
                  1, hq, hkv, len_q, used[b], d, c.rows_q, c.rows_kv, blocks_q, blocks_kv,
                  c.window_left, c.causal ? 0 : c.window_right, 1.0f / std::sqrt(static_cast<float>(d)), c.softcap};
     o.attention_chunk = c.attention_chunk;
+    o.dv = dv;
     const std::string why = check_against_oracle(
-        o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[q_row * hq * d + i])); },
+        o, [&](std::int64_t i) { return double(bf16_bits_to_float(out_h[q_row * hq * dv + i])); },
         c.with_lse ? [&](std::int64_t r) {
           // r: (head, query) of this sequence; the kernel's LSE is (batch, hq, max_q) dense, else (hq, total_q).
           const std::int64_t h = r / len_q, i = r % len_q;
@@ -368,7 +389,7 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   c.batch = 1 + int(rng() % 3);
   c.heads_kv = 1 + int(rng() % 3);
   c.heads_q = c.heads_kv * pick({1, 2, 4});
-  c.head_dim = pick({64, 128, 256});
+  draw_head_dims(rng, c);
   c.seqlen_q = forced_q > 0 ? forced_q : log_uniform(rng, 1, 3000);
   c.seqlen_k = forced_k > 0 ? forced_k : log_uniform(rng, 1, 3000);
   draw_mask_scales_and_options(rng, c, 2);
@@ -377,7 +398,7 @@ Fp8Case random_fp8_case(std::mt19937_64& rng, int forced_q, int forced_k) {
   c.v_keys_contiguous = rng() % 2 && c.attention_chunk == 0;
   c.v_key_pad = c.v_keys_contiguous && rng() % 2 ? 16 * int(1 + rng() % 4) : 0;
   // Keep the oracle's work (one block per query row) bounded; forced lengths stay as given.
-  while (double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * c.head_dim > 1.5e9) {
+  while (double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * widest_head_dim(c) > 1.5e9) {
     if (c.batch > 1) --c.batch;
     else if (c.heads_q > c.heads_kv) c.heads_q = c.heads_kv;
     else if (c.heads_kv > 1) c.heads_q = --c.heads_kv;
@@ -399,12 +420,12 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   }
   c.heads_kv = 1 + int(rng() % 2);
   c.heads_q = c.heads_kv * pick({1, 2, 4});
-  c.head_dim = pick({64, 128, 256});
+  draw_head_dims(rng, c);
   draw_mask_scales_and_options(rng, c, 3);
   // GQA packing: by default where it saves tiles (few query rows), forced on (head dims up to 128,
   // no q block descale: what packs), or off.
   const int pack = int(rng() % 4);
-  if (pack == 1 && c.head_dim <= 128 && !c.block_scales) c.options.pack_gqa = KernelOptions::PackGqa::kOn;
+  if (pack == 1 && widest_head_dim(c) <= 128 && !c.block_scales) c.options.pack_gqa = KernelOptions::PackGqa::kOn;
   if (pack == 2) c.options.pack_gqa = KernelOptions::PackGqa::kOff;
   c.num_splits = pick({0, 0, 1, 3});
   if (rng() % 4 == 0) c.page_size = pick({16, 32, 64, 128, 256});
@@ -412,16 +433,17 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   const auto work = [&] {
     double w = 0;
     for (int b = 0; b < batch; ++b) w += double(c.lens_q[b]) * c.lens_k[b];
-    return w * c.heads_q * c.head_dim;
+    return w * c.heads_q * widest_head_dim(c);
   };
   while (work() > 1.5e9) {
     for (int b = 0; b < batch; ++b) c.lens_q[b] /= 2;
   }
   // At least one query row: CUDA tensors must not be empty (validation refuses them).
   if (*std::max_element(c.lens_q.begin(), c.lens_q.end()) == 0) c.lens_q[0] = 1;
-  // Neither chunks nor seqused_q at d 256 with variable lengths (launch_forward_fp8_chunks_seqused_q).
-  if (c.head_dim == 256) c.attention_chunk = 0;
-  if (c.head_dim != 256 && rng() % 5 == 0)  // seqused_q: the queries in use, none to all
+  // Neither chunks nor seqused_q in the 256-wide kernel with variable lengths
+  // (launch_forward_fp8_chunks_seqused_q).
+  if (widest_head_dim(c) > 128) c.attention_chunk = 0;
+  if (widest_head_dim(c) <= 128 && rng() % 5 == 0)  // seqused_q: the queries in use, none to all
     for (int len : c.lens_q) c.used_q.push_back(int(rng() % (len + 1)));
   return c;
 }

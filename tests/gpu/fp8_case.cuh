@@ -20,6 +20,7 @@ namespace hopattn::test {
 
 struct Fp8Case {
   int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 128;
+  int head_dim_v = 0;  // v's and out's head dim; 0: head_dim
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;  // -1: unbounded; causal is window_right 0
   int attention_chunk = 0;                   // 0: off
@@ -44,6 +45,7 @@ struct Fp8Case {
       << " d " << head_dim << (causal ? " causal" : "") << (with_lse ? " lse" : "") << " qamp " << q_amplitude
       << " window (" << window_left << ", " << window_right << ")"
       << (head_scales ? " head-scales" : "");
+    if (head_dim_v > 0) s << " dv " << head_dim_v;
     if (attention_chunk > 0) s << " chunk " << attention_chunk;
     if (softcap > 0.0f) s << " softcap " << softcap;
     if (out_pad > 0) s << " out-pad " << out_pad;
@@ -70,6 +72,7 @@ struct Fp8VarlenCase {
   bool dense_q = false, dense_k = false;
   int page_size = 0;
   int heads_q = 4, heads_kv = 2, head_dim = 128;
+  int head_dim_v = 0;  // v's and out's head dim; 0: head_dim
   bool causal = false, with_lse = true;
   int window_left = -1, window_right = -1;
   int attention_chunk = 0;
@@ -92,7 +95,9 @@ struct Fp8VarlenCase {
     if (dense_q) s << " dense q";
     if (dense_k) s << " dense k/v";
     if (page_size > 0) s << " paged " << page_size;
-    s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim << (causal ? " causal" : "")
+    s << " hq " << heads_q << " hkv " << heads_kv << " d " << head_dim;
+    if (head_dim_v > 0) s << " dv " << head_dim_v;
+    s << (causal ? " causal" : "")
       << (with_lse ? " lse" : "") << " qamp " << q_amplitude << " window (" << window_left << ", " << window_right
       << ")" << (head_scales ? " head-scales" : "");
     if (attention_chunk > 0) s << " chunk " << attention_chunk;

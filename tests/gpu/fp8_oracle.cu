@@ -68,7 +68,7 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
     return top / row[j / a.rows_kv];
   };
   const auto v_at = [&](int j, int c) {
-    return e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.d + c]);
+    return e4m3_value(a.v[((std::size_t(b) * a.seqlen_k + j) * a.heads_kv + kvh) * a.dv + c]);
   };
   const int diagonal = i + a.seqlen_k - a.seqlen_q;
   int key_end = a.window_right >= 0 ? min(a.seqlen_k, diagonal + a.window_right + 1) : a.seqlen_k;
@@ -119,14 +119,14 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
   const float l = block_reduce(local_sum, scratch, false);
   const float l8 = block_reduce(local_sum8, scratch, false);
   __syncthreads();
-  for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+  for (int c = threadIdx.x; c < a.dv; c += blockDim.x) {
     float acc = 0.0f, acc8 = 0.0f;
     for (int j = key_begin; j < key_end; ++j) {
       const float v = v_at(j, c);
       acc += p[j] * v;
       acc8 += p8[j] * v;
     }
-    const std::size_t o = ((std::size_t(b) * a.seqlen_q + i) * a.heads_q + h) * a.d + c;
+    const std::size_t o = ((std::size_t(b) * a.seqlen_q + i) * a.heads_q + h) * a.dv + c;
     const float ref = l > 0.0f ? acc / l : 0.0f;
     a.ref[o] = ref;
     a.emul[o] = l8 > 0.0f ? __bfloat162float(__float2bfloat16_rn(acc8 / l8)) : 0.0f;
@@ -158,7 +158,8 @@ __global__ void fp8_oracle_kernel(OracleArgs a) {
 
 std::string check_against_oracle(OracleArgs o, const std::function<double(std::int64_t)>& out_at,
                                  const std::function<float(std::int64_t)>& lse_at) {
-  const std::int64_t nq = std::int64_t(o.batch) * o.seqlen_q * o.heads_q * o.d;
+  if (o.dv == 0) o.dv = o.d;
+  const std::int64_t nq = std::int64_t(o.batch) * o.seqlen_q * o.heads_q * o.dv;
   const std::int64_t nlse = std::int64_t(o.batch) * o.heads_q * o.seqlen_q;
   DeviceBuffer ref(nq * 4), emul(nq * 4), bound(nq * 4), lse_ref(nlse * 4), lse_tolerance(nlse * 4);
   o.ref = ref.as<float>(), o.emul = emul.as<float>(), o.lse = lse_ref.as<float>();
@@ -184,20 +185,20 @@ std::string check_against_oracle(OracleArgs o, const std::function<double(std::i
     // What tells a kernel fault (many rows, out far from emul) from a bound the rounding outran (one
     // peaky row): how many elements are past their bounds, and the worst element's row (batch, query,
     // head) with its columns furthest past theirs, beside the emulation.
-    const std::int64_t row = worst / o.d;
+    const std::int64_t row = worst / o.dv;
     std::ostringstream s;
     s << elements_over << " elements past their bounds, the worst by " << worst_ratio << "x; its row (b "
       << row / (o.seqlen_q * o.heads_q) << ", query " << row / o.heads_q % o.seqlen_q << ", head " << row % o.heads_q
       << "), columns by |out - ref| / bound:";
-    std::vector<int> cols(o.d);
-    for (int col = 0; col < o.d; ++col) cols[col] = col;
+    std::vector<int> cols(o.dv);
+    for (int col = 0; col < o.dv; ++col) cols[col] = col;
     const auto miss = [&](int col) {
-      const std::int64_t i = row * o.d + col;
+      const std::int64_t i = row * o.dv + col;
       return std::fabs(out_at(i) - ref_h[i]) / bound_h[i];
     };
     std::sort(cols.begin(), cols.end(), [&](int a, int b) { return miss(a) > miss(b); });
-    for (int n = 0; n < 6 && n < o.d; ++n) {
-      const std::int64_t i = row * o.d + cols[n];
+    for (int n = 0; n < 6 && n < o.dv; ++n) {
+      const std::int64_t i = row * o.dv + cols[n];
       s << "\n    col " << cols[n] << ": out " << out_at(i) << " emul " << emul_h[i] << " ref " << ref_h[i]
         << " bound " << bound_h[i];
     }

@@ -35,22 +35,23 @@
 namespace hopattn::test {
 
 struct OracleArgs {
-  const std::uint8_t *q, *k, *v;                            // contiguous (b, s, h, d) e4m3 codes
+  const std::uint8_t *q, *k, *v;                            // contiguous (b, s, h, d) e4m3 codes (v: dv)
   const float *q_head, *k_head, *v_head;                    // (batch, heads_kv) or null
   const float *q_block, *k_block, *v_block;                 // (batch, heads, blocks) or null
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, d, rows_q, rows_kv, blocks_q, blocks_kv;
   int window_left, window_right;  // bottom-right aligned, -1 unbounded (causal: window_right 0)
   float softmax_scale, softcap;   // softcap 0: off
   // Outputs (check_against_oracle allocates them):
-  float *ref = nullptr, *emul = nullptr, *lse = nullptr;  // dense (b, sq, hq, d) and (b, hq, sq)
-  float* bound = nullptr;          // dense (b, sq, hq, d): how far out may be from ref (the header)
+  float *ref = nullptr, *emul = nullptr, *lse = nullptr;  // dense (b, sq, hq, dv) and (b, hq, sq)
+  float* bound = nullptr;          // dense (b, sq, hq, dv): how far out may be from ref (the header)
   float* lse_tolerance = nullptr;  // (b, hq, sq): what the QGMMA accumulation may move the row's LSE by
   int attention_chunk = 0;  // 0 = off; else only keys in the chunk of the row's diagonal (floor division)
+  int dv = 0;               // v's and out's head dim (v (b, sk, hkv, dv), out (b, sq, hq, dv)); 0: d
 };
 
 // Runs the oracle on problem `o` (its output pointers are filled here) and compares: empty when
 // every output element is within its bound and every LSE row within its tolerance, else why not.
-// out_at(i): the kernel's element i in the dense (batch, seqlen_q, heads_q, d) order; lse_at(r): its
+// out_at(i): the kernel's element i in the dense (batch, seqlen_q, heads_q, dv) order; lse_at(r): its
 // LSE row r in (batch, heads_q, seqlen_q) order, or empty where the case has no LSE.
 std::string check_against_oracle(OracleArgs o, const std::function<double(std::int64_t)>& out_at,
                                  const std::function<float(std::int64_t)>& lse_at);

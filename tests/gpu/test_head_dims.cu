@@ -5,8 +5,9 @@
 // cases (causal or not, odd lengths, one query row, GQA, LSE, contiguous rows and rows followed by
 // poisoned padding, where a store past d shows), a variable-length batch, a paged cache and decoding
 // steps (GQA packed, split), the backward dense and variable-length, and the refusals of what has no
-// kernel: 16-bit dims that are no multiple of 8 or above 256, FP8 dims other than 64, 128 and 256
-// (the backward's refusal of d 264: test_backward_varlen.cu, BackwardVarlenRefusals).
+// kernel: 16-bit dims that are no multiple of 8 or above 256, FP8 dims that are no multiple of 16 or
+// above 256 (the backward's refusal of d 264: test_backward_varlen.cu, BackwardVarlenRefusals; FP8's
+// padded dims: test_fp8_head_dims.cu).
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -160,8 +161,8 @@ INSTANTIATE_TEST_SUITE_P(Padded, PaddedHeadDimBackward,
 class HeadDimRefusals : public HopperTest {};
 
 // Head dims with no kernel to run them are refused with kUnsupported, naming head_dim and the rule,
-// before anything is written: 16-bit ones that are no multiple of 8 or wider than 256, and FP8 ones
-// other than its tile widths.
+// before anything is written: 16-bit ones that are no multiple of 8 or wider than 256, FP8 ones that
+// are no multiple of 16 or wider than 256.
 TEST_F(HeadDimRefusals, ForwardHeadDimsWithoutAKernelAreUnsupported) {
   struct Refused {
     int head_dim;
@@ -171,7 +172,8 @@ TEST_F(HeadDimRefusals, ForwardHeadDimsWithoutAKernelAreUnsupported) {
   const Refused refused[] = {{100, Dtype::kBFloat16, "a multiple of 8 from 8 to 256"},
                              {264, Dtype::kBFloat16, "a multiple of 8 from 8 to 256"},
                              {4, Dtype::kFloat16, "a multiple of 8 from 8 to 256"},
-                             {96, Dtype::kFloat8E4M3, "64, 128 or 256"}};
+                             {72, Dtype::kFloat8E4M3, "a multiple of 16 from 16 to 256"},
+                             {264, Dtype::kFloat8E4M3, "a multiple of 16 from 16 to 256"}};
   for (const Refused& r : refused) {
     const DenseExtents e{1, 4, 2, 77, 300, r.head_dim};
     const bool fp8 = r.dtype == Dtype::kFloat8E4M3;

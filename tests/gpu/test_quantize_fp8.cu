@@ -51,6 +51,10 @@ const Config kConfigs[] = {
     {{1, 300, 520, 2, 2, 128}, QuantGranularity::kPerBlock, true, 256, 192, 3},
     // Transformed blocks of up to 128 rows are held in registers between amax and codes (16 warps at d 256).
     {{2, 200, 130, 2, 1, 256}, QuantGranularity::kPerBlock, true, 128, 64, 0},
+    // v of its own head dim: q/k in the generic kernel with v in the staged one (DeepSeek's 192 / 128),
+    // and transformed q/k 128 with v 64 (two launches of the staged kernel).
+    {{2, 300, 257, 4, 2, 192, 128}, QuantGranularity::kPerBlock, false, 64, 128, 0},
+    {{1, 130, 200, 2, 1, 128, 64}, QuantGranularity::kPerBlock, true, 128, 128, 16},
 };
 
 // Runs the case on the host, then the same inputs on the device with poisoned outputs, and compares.
@@ -109,7 +113,7 @@ void expect_all_configs_match(bool keys_contiguous_v8) {
   for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
     for (const Config& cfg : kConfigs) {
       SCOPED_TRACE(std::string(hopattn::dtype_name(dtype)) + " " + hopattn::granularity_name(cfg.granularity) +
-                   (cfg.hadamard ? " hadamard" : "") + " d " + std::to_string(cfg.shape.d) + " sq " +
+                   (cfg.hadamard ? " hadamard" : "") + " d " + std::to_string(cfg.shape.d) + " dv " + std::to_string(cfg.shape.d_v) + " sq " +
                    std::to_string(cfg.shape.seqlen_q) + " sk " + std::to_string(cfg.shape.seqlen_k));
       expect_device_matches_host(cfg, dtype, rng, stream, keys_contiguous_v8);
       if (::testing::Test::HasFatalFailure()) break;
@@ -176,7 +180,7 @@ TEST_F(QuantizeFp8Gpu, AllZeroBlocksGiveTheHostsScales) {
         const int rows = t == 0 ? cfg.block_q : cfg.block_kv;
         const int first = per_block ? rows : 0, last = per_block ? 2 * rows : c.seqlen(t);
         for (int s = first; s < std::min(last, c.seqlen(t)); ++s) {
-          for (int j = 0; j < cfg.shape.d; ++j) c.in[t][c.offset(t, 0, s, 0, j)] = 0;
+          for (int j = 0; j < c.dim(t); ++j) c.in[t][c.offset(t, 0, s, 0, j)] = 0;
         }
       }
     };

@@ -96,7 +96,10 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   // Where V^T comes from global memory: V^T boxes of 128 keys x the head dim, and K's permuted rows
   // (producer.cuh); otherwise V in K's boxes, and the permuted map is not read.
   CUtensorMap tm_k_permuted = tm_k;
-  const bool k_block_boxes = Traits::kVtFromGlobal && permuted_block_map_applies(k_view);
+  // The block map folds heads into K's columns, so a box past head_dim would read the next head's
+  // columns, not TMA's zero fill: head dims narrower than the kernel's take the rows map.
+  const bool k_block_boxes =
+      Traits::kVtFromGlobal && pr.head_dim == Traits::kHeadDim && permuted_block_map_applies(k_view);
   if constexpr (Traits::kVtFromGlobal) {
     if (Status st = k_block_boxes ? make_permuted_block_map(&tm_k_permuted, k_view, kBox, Traits::kBlockN)
                                   : make_permuted_rows_map(&tm_k_permuted, k_view, kBox);

@@ -188,9 +188,11 @@ cudaError_t launch_pass(const JobPlan* plans, int count, int sms, Pass pass, cud
   }
 }
 
-// Jobs that take the same kernel and the same passes, so that one launch can serve them.
+// Jobs that take the same kernel and the same passes, so that one launch can serve them (v may have
+// a head dim of its own, and the kernel is chosen by it).
 bool same_launch(const JobPlan& a, const JobPlan& b) {
-  return a.fused == b.fused && a.aligned == b.aligned && a.transform == b.transform && a.held == b.held;
+  return a.p.head_dim == b.p.head_dim && a.fused == b.fused && a.aligned == b.aligned &&
+         a.transform == b.transform && a.held == b.held;
 }
 
 // The passes of jobs [0, count) of `plans`, which share a launch, on a device of `sms` SMs.
