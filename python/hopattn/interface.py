@@ -25,7 +25,7 @@ _INT32_MAX = 2**31 - 1
 _FEATURES = ("hopattn supports softmax_scale, causal, window_size, attention_chunk, softcap, "
              "learnable_sink, GQA/MQA, variable lengths (cu_seqlens), seqused_q, seqused_k / "
              "cache_seqlens, qv (host arrays; CUDA arrays: q/k head dim 64 with v 512), "
-             "v's own head dim (not FP8), "
+             "v's own head dim, "
              "paged KV (page_table), FP8 e4m3 inputs with q/k/v_descale (and per-block "
              "q/k/v_block_descale in flash_attn_func), deterministic backward passes, and in "
              "flash_attn_with_kvcache k/v appends, rotary embedding, cache_batch_idx and "
@@ -167,11 +167,13 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     seqlen_q), natural log) is returned, not the attention probabilities.
 
     head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256, forward and backward
-    (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 64, 128 or 256; host
+    (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 any multiple of 16 from
+    16 to 256 (64, 128 and 256 native, others in the next wider of those); host
     arrays any head dim from 1 to 512. v (and v_cache) may have a head dim of its own
     (flash-attention 3's headdim_v, e.g. DeepSeek's q/k 192 and v 128): out then ends in it. Host
     arrays take any (1 to 512), bfloat16/float16 CUDA arrays any multiple of 8 up to 256 (forward
-    and backward), FP8 none for now (NotImplementedError naming v). The same holds for every
+    and backward), FP8 any multiple of 16 up to 256 (the kernel of the wider head dim runs). The same
+    holds for every
     function here.
 
     attention_chunk (flash-attention 3's; Llama 4's chunked local attention): 0 (default) is off;
