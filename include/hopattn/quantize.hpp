@@ -22,8 +22,11 @@
 // before quantization: H the d x d Walsh-Hadamard matrix, s in {+1, -1}^d drawn from `seed`, the same M
 // for every head of q and k. M is orthogonal, so (qM)(kM)^T = qk^T: attention over the quantized tensors
 // needs no inverse transform, while outliers are spread over the whole head before they meet the
-// quantizer. Needs d in {64, 128, 256}. The transform runs in float32 and gives the same bits on the
-// CPU and the GPU, so host and CUDA tensors give identical e4m3 codes and scales.
+// quantizer. Needs d a multiple of 16 up to 256; where d is no power of two (96, 192, ...) M is
+// block-diagonal, one H diag(s) / sqrt(b) per block of b columns, b the largest power of two dividing d
+// (32 at d 96, 64 at d 192): still orthogonal, each outlier spread over its block. The transform runs
+// in float32 and gives the same bits on the CPU and the GPU, so host and CUDA tensors give identical
+// e4m3 codes and scales.
 //
 // Host tensors run on the CPU; CUDA tensors on the GPU (one kernel per block; per-tensor and per-head
 // scales first reduce amax across blocks). Non-finite inputs: NaN is ignored by amax, an infinity makes

@@ -161,8 +161,9 @@ def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_k
       "head"    one (batch, head): (batch, heads)
       "tensor"  the whole tensor: (1,)
     hadamard: multiply q and k rows (not v) by M = H diag(s) / sqrt(d) first (H Walsh-Hadamard,
-    s random signs drawn from seed, d in {64, 128, 256}). M is orthogonal, so (qM)(kM)^T = qk^T:
-    attention over the results needs no inverse transform. Host arrays quantize on the CPU, CUDA
+    s random signs drawn from seed, d a multiple of 16 up to 256; where d is no power of two, H is
+    block-diagonal over blocks of the largest power of two dividing d, and sqrt(d) that block's).
+    M is orthogonal, so (qM)(kM)^T = qk^T: attention over the results needs no inverse transform. Host arrays quantize on the CPU, CUDA
     arrays on the GPU, with bit-identical codes and scales.
     v_keys_contiguous: return v8 with its keys contiguous (stride 1 along seqlen_k: V^T in memory,
     a (batch, heads_kv, d_v, seqlen_k padded to a multiple of 16) buffer viewed as (batch, seqlen_k,

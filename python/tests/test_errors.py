@@ -309,8 +309,8 @@ def bf16_qkv(rng):
      "^quantize_fp8: k must have q's dtype bfloat16"),
     (lambda q, k, v: dict(k=k[:1], v=v[:1]), ValueError, r"^quantize_fp8: k must have shape"),
     (lambda q, k, v: dict(v=v[:, :5]), ValueError, r"^quantize_fp8: v must have shape"),
-    (lambda q, k, v: dict(q=q[..., :32], k=k[..., :32], v=v[..., :32], hadamard=True), ValueError,
-     r"^quantize_fp8: hadamard .* needs head dim d in \{64, 128, 256\}"),
+    (lambda q, k, v: dict(q=q[..., :40], k=k[..., :40], v=v[..., :40], hadamard=True), ValueError,
+     r"^quantize_fp8: hadamard .* needs head dim d a multiple of 16 from 16 to 256"),
 ])
 def test_quantize_fp8_rejections(bf16_qkv, change, error, message):
     inputs, options = apply_change(bf16_qkv, change)

@@ -113,9 +113,10 @@ Status check_options(const QuantizeArgs& a) {
     if (a.block_rows_kv < 1) return invalid("block_rows_kv must be >= 1, got " + std::to_string(a.block_rows_kv));
   }
   const std::int64_t d = a.q.shape[3];
-  if (a.hadamard && d != 64 && d != 128 && d != 256) {
-    return invalid("hadamard (incoherent processing) needs head dim d in {64, 128, 256} (a power of two for the "
-                   "Walsh-Hadamard transform), got d = " + std::to_string(d));
+  if (a.hadamard && (d % 16 != 0 || d > detail::kMaxHadamardDim)) {
+    return invalid("hadamard (incoherent processing) needs head dim d a multiple of 16 from 16 to 256 (the "
+                   "Walsh-Hadamard transform runs over blocks of the largest power of two dividing d), got d = " +
+                   std::to_string(d));
   }
   return Status::Ok();
 }
@@ -201,7 +202,7 @@ detail::QuantizePlan make_plan(const QuantizeArgs& a) {
     // v per block: hopattn/quantize.hpp says why
     job.power_of_two_scales = i == 2 && a.granularity == QuantGranularity::kPerBlock;
     job.out_keys_contiguous = detail::keys_contiguous(*outs[i]);
-    job.hadamard_norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(job.head_dim)));
+    job.hadamard_norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(detail::hadamard_block(job.head_dim))));
   }
   return plan;
 }

@@ -19,6 +19,11 @@ namespace hopattn::detail {
 constexpr float kE4M3MaxFloat = 448.0f;
 constexpr int kMaxHadamardDim = 256;
 
+// The Walsh-Hadamard transform's block at head dim d: the largest power of two dividing d (d itself for
+// 16, 32, 64, 128 and 256). M is block-diagonal, one H diag(s) / sqrt(block) per block of columns: still
+// orthogonal, so that (qM)(kM)^T = qk^T at d 96 or 192 too, each outlier spread over its block.
+HOPATTN_QUANT_HD constexpr int hadamard_block(int d) { return d & -d; }
+
 // The random signs s of M = H diag(s) / sqrt(d): bit j set means column j is negated.
 struct HadamardSigns {
   std::uint64_t bits[kMaxHadamardDim / 64] = {};
@@ -36,7 +41,7 @@ struct QuantizeJob {
   int batch = 0, seqlen = 0, heads = 0, head_dim = 0;
   int block_rows = 0;   // rows per scale for kPerBlock, rows per work tile otherwise
   bool hadamard = false;
-  float hadamard_norm = 1.0f;  // 1/sqrt(d) rounded to float once, here, for both quantizers
+  float hadamard_norm = 1.0f;  // 1/sqrt(hadamard_block(d)) rounded to float once, here, for both quantizers
   bool out_keys_contiguous = false;  // v8 given as V^T in memory (out.stride[1] == 1)
   // v's block scales: rounded up to powers of two (hopattn/quantize.hpp says why)
   bool power_of_two_scales = false;

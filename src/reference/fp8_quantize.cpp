@@ -83,7 +83,7 @@ void quantize_job(const QuantizeJob& job, QuantGranularity g, const detail::Hada
 }  // namespace
 
 void fwht(float* x, int d) {
-  for (int stride = 1; stride < d; stride *= 2) {
+  for (int stride = 1; stride < detail::hadamard_block(d); stride *= 2) {
     for (int base = 0; base < d; base += 2 * stride) {
       for (int j = base; j < base + stride; ++j) {
         const float lo = x[j], hi = x[j + stride];

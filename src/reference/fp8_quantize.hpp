@@ -9,11 +9,12 @@
 
 namespace hopattn::reference {
 
-// In place, unnormalized: x <- x H for the d x d Walsh-Hadamard matrix H (d a power of two). Butterfly
-// stages run at strides 1, 2, 4, ...; the pair (j, j + stride) becomes (x_j + x_{j+stride}, x_j - x_{j+stride}).
+// In place, unnormalized: x <- x H for H block-diagonal, one Walsh-Hadamard matrix per block of
+// detail::hadamard_block(d) columns (H itself where d is a power of two). Butterfly stages run at strides
+// 1, 2, 4, ... below the block; the pair (j, j + stride) becomes (x_j + x_{j+stride}, x_j - x_{j+stride}).
 void fwht(float* x, int d);
 
-// In place: x <- x M with M = H diag(s) / sqrt(d), `norm` = 1/sqrt(d) as a float.
+// In place: x <- x M with M = H diag(s) / sqrt(block), `norm` = 1/sqrt(block) as a float.
 void incoherent_transform(float* x, int d, const detail::HadamardSigns& signs, float norm);
 
 // The e4m3 code of x * inverse_scale (detail::inverse_scale of the group's scale), rounded to nearest

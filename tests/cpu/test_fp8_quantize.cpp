@@ -28,10 +28,13 @@ std::mt19937_64& rng() {
   return engine;
 }
 
-// Entry (i, j) of M = H diag(s) / sqrt(d), from the definitions: H_ij = (-1)^popcount(i & j).
+// Entry (i, j) of M = H diag(s) / sqrt(b), from the definitions: H block-diagonal over blocks of b =
+// the largest power of two dividing d, H_ij = (-1)^popcount(i & j) within a block and 0 across blocks.
 double m_entry(int i, int j, int d, const hopattn::detail::HadamardSigns& signs) {
-  const double h = std::bitset<32>(static_cast<unsigned>(i & j)).count() % 2 ? -1.0 : 1.0;
-  return h * (signs.negated(j) ? -1.0 : 1.0) / std::sqrt(static_cast<double>(d));
+  const int b = d & -d;
+  if (i / b != j / b) return 0.0;
+  const double h = std::bitset<32>(static_cast<unsigned>(i % b & j % b)).count() % 2 ? -1.0 : 1.0;
+  return h * (signs.negated(j) ? -1.0 : 1.0) / std::sqrt(static_cast<double>(b));
 }
 
 // Row (b, s, h) of tensor t as quantize_fp8 should see it: x, or x M, in float64.
@@ -127,6 +130,10 @@ TEST(Fp8Quantize, RoundTripWithinE4M3RoundingAndScalesFromAmax) {
       // v of its own head dim (DeepSeek's q/k 192 with v 128; a transformed q/k 128 beside v 64)
       {{2, 70, 90, 4, 2, 192, 128}, QuantGranularity::kPerBlock, false, 64, 32, 0},
       {{1, 40, 33, 2, 1, 128, 64}, QuantGranularity::kPerHead, true, 128, 128, 2},
+      // the block-diagonal transform: blocks of 32 at d 96, of 64 at d 192, of 16 at d 48
+      {{2, 30, 41, 2, 2, 96}, QuantGranularity::kPerBlock, true, 16, 32, 0},
+      {{1, 25, 30, 4, 2, 192, 128}, QuantGranularity::kPerTensor, true, 128, 128, 1},
+      {{1, 9, 12, 1, 1, 48}, QuantGranularity::kPerHead, true, 128, 128, 0},
   };
   for (Dtype dtype : {Dtype::kBFloat16, Dtype::kFloat16}) {
     for (const Config& cfg : configs) {
@@ -235,9 +242,9 @@ TEST(Fp8Quantize, AllZeroBlocksGetTheirScalesAndZeroCodes) {
 }
 
 TEST(Fp8Hadamard, TransformMatchesMatrixDefinition) {
-  for (int d : {64, 128, 256}) {
+  for (int d : {16, 32, 48, 64, 96, 128, 192, 240, 256}) {
     const auto signs = hopattn::detail::hadamard_signs(rng()());
-    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hopattn::detail::hadamard_block(d))));
     std::vector<float> e(d);
     for (int i = 0; i < d; ++i) {  // e_i M is row i of M
       std::fill(e.begin(), e.end(), 0.0f);
@@ -250,9 +257,9 @@ TEST(Fp8Hadamard, TransformMatchesMatrixDefinition) {
 
 TEST(Fp8Hadamard, OrthogonalSoDotProductsSurvive) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int d : {64, 128, 256}) {
+  for (int d : {32, 64, 96, 128, 192, 256}) {
     const auto signs = hopattn::detail::hadamard_signs(rng()());
-    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hopattn::detail::hadamard_block(d))));
     // M M^T = I in float64 over the float32 rows of M.
     std::vector<std::vector<float>> m(d, std::vector<float>(d, 0.0f));
     for (int i = 0; i < d; ++i) {

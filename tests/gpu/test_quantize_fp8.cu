@@ -55,6 +55,12 @@ const Config kConfigs[] = {
     // and transformed q/k 128 with v 64 (two launches of the staged kernel).
     {{2, 300, 257, 4, 2, 192, 128}, QuantGranularity::kPerBlock, false, 64, 128, 0},
     {{1, 130, 200, 2, 1, 128, 64}, QuantGranularity::kPerBlock, true, 128, 128, 16},
+    // The generic kernel's block-diagonal transform (blocks of 32 at d 96, 64 at d 192, 16 at d 48, the
+    // whole row at d 32), fused and in two passes.
+    {{2, 300, 257, 4, 2, 96}, QuantGranularity::kPerBlock, true, 64, 128, 0},
+    {{1, 200, 333, 2, 2, 192, 128}, QuantGranularity::kPerHead, true, 128, 128, 3},
+    {{3, 70, 50, 2, 1, 48}, QuantGranularity::kPerBlock, true, 32, 16, 16},
+    {{1, 100, 100, 1, 1, 32}, QuantGranularity::kPerTensor, true, 128, 128, 0},
 };
 
 // Runs the case on the host, then the same inputs on the device with poisoned outputs, and compares.

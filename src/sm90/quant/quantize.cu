@@ -166,7 +166,9 @@ cudaError_t launch_pass(const JobPlan* plans, int count, int sms, Pass pass, cud
   if (!staged_head_dim(d)) {
     for (int j = 0; j < count; ++j) {
       const Params& p = plans[j].p;
-      quant::quantize_generic_chunks<T><<<static_cast<unsigned>(p.chunks), quant::kGenericThreads, 0, stream>>>(p, pass);
+      const auto kernel = plans[j].transform ? quant::quantize_generic_chunks<T, true>
+                                             : quant::quantize_generic_chunks<T, false>;
+      kernel<<<static_cast<unsigned>(p.chunks), quant::kGenericThreads, 0, stream>>>(p, pass);
     }
     return cudaSuccess;
   }
