@@ -51,8 +51,13 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
                       which() +
                           " with FP8 inputs at head dims above 128 and variable lengths (cu_seqlens, seqused_k, "
                           "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; above 128 "
-                          "(the 256-wide kernel) it takes attention_chunk on dense batches, and up to 128 both on "
-                          "any");
+                          "(the 192- and 256-wide kernels) it takes attention_chunk on dense batches, and up to 128 "
+                          "both on any");
+      if (width == 192) {
+        if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<192>(args, pr);
+        if (varlen) return launch_forward_fp8<192, false, true>(args, pr);
+        return vt ? launch_forward_fp8<192, true, false>(args, pr) : launch_forward_fp8<192, false, false>(args, pr);
+      }
       if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<256>(args, pr);
       if (varlen) return launch_forward_fp8<256, false, true>(args, pr);
       return vt ? launch_forward_fp8<256, true, false>(args, pr) : launch_forward_fp8<256, false, false>(args, pr);

@@ -145,17 +145,17 @@ void draw_mask_scales_and_options(std::mt19937_64& rng, Case& c, int block_scale
   }
 }
 
-// Head dims: one of the kernels' widths (64, 128, 256) in most cases, else a narrower multiple of 16,
+// Head dims: one of the kernels' widths (64, 128, 192, 256) in most cases, else a narrower multiple of 16,
 // which runs in the next wider kernel (its loads zero-fill the columns past it); and in one case in
 // five a v of its own head dim (the kernel of the wider of the two; DeepSeek's 192 / 128 among them).
 template <class Case>
 void draw_head_dims(std::mt19937_64& rng, Case& c) {
   auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
-  c.head_dim = rng() % 4 != 0 ? pick({64, 128, 256}) : pick({16, 48, 80, 96, 112, 144, 192, 208, 240});
+  c.head_dim = rng() % 4 != 0 ? pick({64, 128, 192, 256}) : pick({16, 48, 80, 96, 112, 144, 160, 208, 240});
   if (rng() % 5 == 0) c.head_dim_v = c.head_dim == 192 && rng() % 2 ? 128 : pick({32, 64, 96, 128, 160, 256});
 }
 
-// The widest of a case's head dims: the FP8 kernel's width is the narrowest of 64, 128, 256 that holds it.
+// The widest of a case's head dims: the FP8 kernel's width is the narrowest of 64, 128, 192, 256 that holds it.
 template <class Case>
 int widest_head_dim(const Case& c) {
   return std::max(c.head_dim, c.head_dim_v);

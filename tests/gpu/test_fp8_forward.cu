@@ -30,7 +30,7 @@ TEST_F(Fp8Forward, RandomConfigurationsMatchTheOracle) {
 TEST_F(Fp8Forward, CornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 256, 192}) {
     Fp8Case c;
     c.head_dim = d, c.batch = 2, c.heads_q = 4, c.heads_kv = 1, c.seqlen_q = 200, c.seqlen_k = 333;
     c.q_amplitude = 4.0f, c.head_scales = true, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
@@ -171,7 +171,7 @@ TEST_F(Fp8Forward, ZeroVBlocksKeepTheirKeysInTheRowSums) {
 
 // The tail split (sm90/fwd/split_plan.hpp; the FP8 kernels merge pieces in a second kernel,
 // fwd_fp8/split_combine.cuh): one round of tiles and a few more, so the last rounds are cut along the
-// keys, at every head dim (d 256 never splits) and both d 128 block widths; explicit pieces;
+// keys, at every head dim (d 192 and 256 never split) and both d 128 block widths; explicit pieces;
 // single-row decoding over every SM; head descales (the pieces' O carries the v descale, their LSE
 // must combine); a softcap; block descales with a softcap (pieces end in different v block scales)
 // and alone (that kernel never splits).
@@ -179,9 +179,9 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
   const std::uint64_t seed = run_seed();
   const int sms = multiprocessor_count();
   std::vector<Fp8Case> cases;
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 256, 192}) {
     for (int seqlen_k : {700, 8333}) {
-      if (seqlen_k > 700 && d == 256) continue;  // d 64 and 128 change block width with the keys
+      if (seqlen_k > 700 && d > 128) continue;  // d 64 and 128 change block width with the keys
       Fp8Case c;
       c.head_dim = d, c.heads_q = 3, c.heads_kv = 1, c.seqlen_k = seqlen_k, c.q_amplitude = 3.0f;
       c.head_scales = true;
@@ -213,7 +213,7 @@ TEST_F(Fp8Forward, TailSplitPiecesMergeToTheOracle) {
 TEST_F(Fp8Forward, KeysContiguousVMatchesTheOracle) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8Case> cases;
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 192, 256}) {
     for (int seqlen_k : {1, 15, 17, 128, 333, 1024}) {
       Fp8Case c;
       // One batch at 333 keys: the one-box K map over whole 16-key groups only (20 of them).

@@ -37,8 +37,8 @@ TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
 }
 
 // Chunks and seqused_q run in kernels of their own (launch_forward_fp8_chunks_seqused_q), which take v in
-// the ordinary layout, and at head dim 256 dense batches only (the d 256 variable-length kernel spilled
-// with chunks and seqused_q): refused, naming the argument and what takes it.
+// the ordinary layout, and in the 256-wide kernel (a q or v head dim above 128) dense batches only (its
+// variable-length kernel spilled with chunks and seqused_q): refused, naming the argument and what takes it.
 TEST_F(Fp8Forward, ChunksOrSequsedQWithKeysContiguousVOrD256VariableLengthsAreRefused) {
   for (int d : {64, 256}) {
     Fp8Case dense;  // lengths past the chunk: a chunk that masks nothing is turned off before the kernels
@@ -56,7 +56,11 @@ TEST_F(Fp8Forward, ChunksOrSequsedQWithKeysContiguousVOrD256VariableLengthsAreRe
   varlen.attention_chunk = 0, varlen.used_q = {50, 30};
   why = run_fp8_varlen_case(varlen, run_seed());
   EXPECT_NE(why.find("seqused_q"), std::string::npos) << why;
-  EXPECT_NE(why.find("at d 64 and 128"), std::string::npos) << why;
+  EXPECT_NE(why.find("up to 128 both on any"), std::string::npos) << why;
+  varlen.head_dim = 128, varlen.head_dim_v = 192;  // v's head dim takes the 256-wide kernel too
+  why = run_fp8_varlen_case(varlen, run_seed());
+  EXPECT_NE(why.find("seqused_q"), std::string::npos) << why;
+  EXPECT_NE(why.find("head dims above 128"), std::string::npos) << why;
 }
 
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {

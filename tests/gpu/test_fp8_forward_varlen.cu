@@ -33,7 +33,7 @@ TEST_F(Fp8Forward, VariableLengthBatchesMatchTheOracle) {
 TEST_F(Fp8Forward, VariableLengthCornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 192, 256}) {
     Fp8VarlenCase c;
     c.head_dim = d, c.lens_q = {1, 200, 77}, c.lens_k = {333, 1, 700}, c.used_k = {300, 0, 517};
     c.q_amplitude = 4.0f;
@@ -110,7 +110,7 @@ TEST_F(Fp8Forward, VariableLengthCornerCases) {
     c.causal = false, c.block_scales = true, c.rows_q = 64, c.rows_kv = 128, c.softcap = 10.0f, c.num_splits = 4;
     cases.push_back(c);
   }
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 192, 256}) {
     for (int page_size : {16, 64, 256}) {
       c = Fp8VarlenCase{};
       c.head_dim = d, c.heads_q = 8, c.heads_kv = 2, c.page_size = page_size, c.q_amplitude = 3.0f;

@@ -241,7 +241,7 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
 // spilled with chunks (perf-notes session 42).
 template <int kHeadDim>
 Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& pr) {
-  constexpr bool kVarlen = kHeadDim != 256;
+  constexpr bool kVarlen = kHeadDim <= 128;
   const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
   if (pr.softcap > 0.0f) {
     if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, false, kVarlen, true>>(args, pr);

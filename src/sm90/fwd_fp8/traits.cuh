@@ -12,10 +12,11 @@ namespace hopattn::sm90 {
 
 // Keys per K/V block: 128 (at d 256, S 64 and P 16 registers beside O's 128 fit the consumers' 240;
 // 96 keys ran 4-8% slower and 64 keys 11-24% slower, H200 2026-11-29). The block-descale and softcap
-// kernels at d 256 keep 64: their scales push 128 keys into spills (40 and 16 bytes). Descale rows
-// must be multiples of kBlockN, so 128-row descales work at every head dim.
+// kernels at d 256 keep 64: their scales push 128 keys into spills (40 and 16 bytes); so do the softcap
+// kernels at d 192 (4 bytes). Descale rows must be multiples of kBlockN, so 128-row descales work at
+// every head dim.
 constexpr int fp8_default_block_n(int head_dim, bool block_descales, bool softcap = false) {
-  return head_dim == 256 && (block_descales || softcap) ? 64 : 128;
+  return (head_dim == 256 && (block_descales || softcap)) || (head_dim == 192 && softcap) ? 64 : 128;
 }
 // Head dim 128 from 2048 keys on: 192-key blocks, which since the 192-key-only changes of v37-v39
 // take 13-14% fewer cycles than 128-key blocks at 8k-16k, 7-11% at 2k-4k (causal 4k 7%). At 1k the
@@ -80,7 +81,8 @@ struct Fp8FwdTraits {
   // which pages (powers of two from 16) divide or are divided by (load_paged_chunks); the 192- and
   // 96-key kernels would straddle pages and do without the code (with it the 192-key ones spilled).
   static constexpr bool kPagedKv = kVarlen && (kBlockN_ & (kBlockN_ - 1)) == 0;
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "fp8 head dims are 64, 128 and 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "fp8 head dims are 64, 128, 192 and 256");
   static constexpr int kElementBytes = 1;
 
   static constexpr int kConsumerWarpgroups = 2;
@@ -88,10 +90,11 @@ struct Fp8FwdTraits {
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "keys per block: k32 steps of P V, at most a 256-wide S");
-  // Q, K and V are loaded in 128-byte (128-element) column blocks. Head dim 64 fills half of one: the
-  // TMA box stays 128 wide and zero-fills columns 64..127 (outside the tensor), so every tile keeps the
-  // 128B swizzle; the Q K^T GEMM reads only the first kHeadDim columns.
-  static constexpr int kTileCols = kHeadDim < 128 ? 128 : kHeadDim;
+  // Q, K and V are loaded in 128-byte (128-element) column blocks. Head dims 64 and 192 fill half of
+  // their last one: the TMA box stays 128 wide and zero-fills the columns past kHeadDim (outside the
+  // tensor), so every tile keeps the 128B swizzle; the Q K^T GEMM reads only the first kHeadDim columns
+  // and the V transpose only V's first kHeadDim.
+  static constexpr int kTileCols = (kHeadDim + 127) / 128 * 128;
   using QTile = SwizzledTile<kBlockM, kTileCols, kElementBytes>;
   using KTile = SwizzledTile<kBlockN, kTileCols, kElementBytes>;
   using VTile = KTile;
@@ -118,14 +121,14 @@ struct Fp8FwdTraits {
   // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit
   // (225 KB for the tiles leaves the rest of the 227 KB for barriers and the alignment pad).
   static constexpr int kStageBytes = KTile::kBytes + (kVtFromGlobal ? 0 : VTile::kBytes) + VtTile::kBytes;
-  static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
+  static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);  // d 192: 2 fit
   static constexpr int kStagesFitting = (225 * 1024 - QTile::kBytes - kOStageBytes) / kStageBytes;
   static constexpr int kStages = kStagesWanted < kStagesFitting ? kStagesWanted : kStagesFitting;
   static_assert(kStages >= 2, "a K/V block this wide leaves no room for two stages");
   // Ping-pong pays where the softmax is long against the GEMMs (d 64, 128: d128 2k 707 vs 676
   // TFLOP/s without). At d 256 the barrier hand-over costs more than the overlap brings: without it
-  // 1-2% faster from 4k on with 64-key blocks, 0-1% with 128 (H200, 2026-11-29).
-  static constexpr bool kPingPongPays = kHeadDim != 256;
+  // 1-2% faster from 4k on with 64-key blocks, 0-1% with 128 (H200, 2026-11-29). d 192 as d 256.
+  static constexpr bool kPingPongPays = kHeadDim <= 128;
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
@@ -214,7 +217,7 @@ struct Fp8FwdTraits {
   // dim 256 (the forward kernel 0.4% faster, the combine +1%) nor with block descales alone: that
   // consumer ran 3-7% slower with the split's code, split or not (2k: +7.3%).
   // Not with variable lengths: the split plan assumes every tile has the same key blocks.
-  static constexpr bool kTailSplit = kHeadDim != 256 && (kSoftcap || !kBlockDescales) && !kVarlen;
+  static constexpr bool kTailSplit = kHeadDim <= 128 && (kSoftcap || !kBlockDescales) && !kVarlen;
   // The variable-length split (plan_varlen_split: every tile in equal-count pieces, for decoding) and
   // GQA packing (fwd/packed_gqa.cuh), as in the 16-bit variable-length kernels and, as there, up to
   // head dim 128; packing not over q block descales (a packed tile's rows span query heads). A piece

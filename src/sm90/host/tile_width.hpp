@@ -20,9 +20,10 @@ Status launch_at_tile_width(int head_dim, Launch&& launch) {
   return launch(std::integral_constant<int, 256>{});
 }
 
-// The FP8 kernels' tile width for a head dim of at most 256: 64, 128 or 256 (there is no 192-wide FP8
-// kernel: d 160-256 run in the 256-wide one).
-constexpr int fp8_tile_width(int head_dim) { return head_dim <= 64 ? 64 : (head_dim <= 128 ? 128 : 256); }
+// The FP8 kernels' width for a head dim of at most 256: 64, 128, 192 or 256, as the 16-bit ones.
+constexpr int fp8_tile_width(int head_dim) {
+  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
+}
 
 // The one pair of head dims with kernels of v's own width: q/k at the 192 tile with v at most 128
 // (DeepSeek's 192 / 128). The forward's V and O tiles and the backward's V and dO tiles are then 128
