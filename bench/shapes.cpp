@@ -79,8 +79,8 @@ std::vector<Shape> mla_grid() {
   return shapes;
 }
 
-// FP8 at head dims between its kernels' widths, forward: 96 (in the 128-wide kernel) and 192 (in the
-// 256-wide one) on the papers' grid at 2k and 8k, as headdims times them in bf16, then the mla grid's
+// FP8 at head dims the 16-bit kernels have grids for, forward: 96 (in the 128-wide kernel) and 192 on
+// the papers' grid at 2k and 8k, as headdims times them in bf16, then the mla grid's
 // DeepSeek layers (q/k 192, v 128) in FP8.
 std::vector<Shape> fp8_headdims_grid() {
   std::vector<Shape> shapes = flash_papers_grid(Dtype::kFloat8E4M3, {96, 192}, {2048, 8192});

@@ -168,7 +168,7 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
 
     head_dim: on CUDA, bfloat16/float16 take any multiple of 8 from 8 to 256, forward and backward
     (a head dim other than 64, 128 or 256 runs in the next wider kernel), FP8 any multiple of 16 from
-    16 to 256 (64, 128 and 256 native, others in the next wider of those); host
+    16 to 256 (64, 128, 192 and 256 native, others in the next wider of those); host
     arrays any head dim from 1 to 512. v (and v_cache) may have a head dim of its own
     (flash-attention 3's headdim_v, e.g. DeepSeek's q/k 192 and v 128): out then ends in it. Host
     arrays take any (1 to 512), bfloat16/float16 CUDA arrays any multiple of 8 up to 256 (forward

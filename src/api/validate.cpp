@@ -209,7 +209,7 @@ Status check_heads_and_head_dim(const Problem& p, bool has_qv) {
   // The kernels run a head dim in the next wider kernel, whose TMA loads zero-fill the columns past it,
   // and a v of its own head dim in the kernel of the wider. Rows of whole 16-byte units keep every
   // stride a multiple of the 16 bytes TMA requires: multiples of 8 columns at 16 bits, of 16 in FP8
-  // (whose kernels are 64, 128 and 256 wide).
+  // (whose kernels are 64, 128, 192 and 256 wide).
   if (p.in_dtype == Dtype::kFloat8E4M3) {
     for (const auto& [name, head_dim] : {std::pair{"q", p.head_dim}, std::pair{"v", p.head_dim_v}}) {
       if (head_dim % 16 != 0 || head_dim > kMaxCudaHeadDim)

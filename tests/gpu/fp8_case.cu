@@ -440,7 +440,7 @@ Fp8VarlenCase random_fp8_varlen_case(std::mt19937_64& rng) {
   }
   // At least one query row: CUDA tensors must not be empty (validation refuses them).
   if (*std::max_element(c.lens_q.begin(), c.lens_q.end()) == 0) c.lens_q[0] = 1;
-  // Neither chunks nor seqused_q in the 256-wide kernel with variable lengths
+  // Neither chunks nor seqused_q in the 192- or 256-wide kernels with variable lengths
   // (launch_forward_fp8_chunks_seqused_q).
   if (widest_head_dim(c) > 128) c.attention_chunk = 0;
   if (widest_head_dim(c) <= 128 && rng() % 5 == 0)  // seqused_q: the queries in use, none to all

@@ -19,7 +19,7 @@ struct HeadDims {
   int d, dv;  // dv 0: v has q's head dim
 };
 
-// Either side of the 64 and 128 widths, the smallest, and 192 / 240 in the 256-wide kernel; then v of
+// Either side of the 64, 128 and 192 widths, the smallest, 192 itself and 240; then v of
 // its own width: DeepSeek's 192 / 128, narrower and wider than q's in one kernel, and across kernels.
 const HeadDims kDims[] = {{16, 0},  {48, 0},   {96, 0},   {112, 0},  {144, 0},  {192, 0},
                           {240, 0}, {192, 128}, {128, 64}, {64, 128}, {96, 160}, {256, 32}};
