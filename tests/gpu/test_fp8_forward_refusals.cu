@@ -37,8 +37,9 @@ TEST_F(Fp8Forward, KeysContiguousVWithVariableLengthsIsUnsupported) {
 }
 
 // Chunks and seqused_q run in kernels of their own (launch_forward_fp8_chunks_seqused_q), which take v in
-// the ordinary layout, and in the 192- and 256-wide kernels (a q or v head dim above 128) dense batches only (its
-// variable-length kernel spilled with chunks and seqused_q): refused, naming the argument and what takes it.
+// the ordinary layout, and in the 192- and 256-wide kernels (a q or v head dim above 128) dense batches
+// only (the d 256 variable-length kernel spilled with chunks and seqused_q): refused, naming the
+// argument and what takes it.
 TEST_F(Fp8Forward, ChunksOrSequsedQWithKeysContiguousVOrD256VariableLengthsAreRefused) {
   for (int d : {64, 256}) {
     Fp8Case dense;  // lengths past the chunk: a chunk that masks nothing is turned off before the kernels
