@@ -53,6 +53,12 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
                           "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; above 128 "
                           "(the 192- and 256-wide kernels) it takes attention_chunk on dense batches, and up to 128 "
                           "both on any");
+      if (width == 192 && takes_v128_kernels(pr)) {  // DeepSeek's 192 / 128: V and O tiles 128 wide
+        if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<192, 128>(args, pr);
+        if (varlen) return launch_forward_fp8<192, false, true, 128>(args, pr);
+        return vt ? launch_forward_fp8<192, true, false, 128>(args, pr)
+                  : launch_forward_fp8<192, false, false, 128>(args, pr);
+      }
       if (width == 192) {
         if (chunks_or_seqused_q) return launch_forward_fp8_chunks_seqused_q<192>(args, pr);
         if (varlen) return launch_forward_fp8<192, false, true>(args, pr);

@@ -19,10 +19,11 @@ struct HeadDims {
   int d, dv;  // dv 0: v has q's head dim
 };
 
-// Either side of the 64, 128 and 192 widths, the smallest, 192 itself and 240; then v of
-// its own width: DeepSeek's 192 / 128, narrower and wider than q's in one kernel, and across kernels.
-const HeadDims kDims[] = {{16, 0},  {48, 0},   {96, 0},   {112, 0},  {144, 0},  {192, 0},
-                          {240, 0}, {192, 128}, {128, 64}, {64, 128}, {96, 160}, {256, 32}};
+// Either side of the 64, 128 and 192 widths, the smallest, 192 itself and 240; then v of its own width:
+// DeepSeek's 192 / 128 and 160 / 64 (the 192-wide kernel with 128-wide V and O tiles), narrower and
+// wider than q's in one kernel, and across kernels.
+const HeadDims kDims[] = {{16, 0},   {48, 0},    {96, 0},   {112, 0},  {144, 0},   {192, 0},  {240, 0},
+                          {192, 128}, {160, 64}, {128, 64}, {64, 128}, {96, 160}, {256, 32}};
 
 std::string dims_name(const ::testing::TestParamInfo<HeadDims>& info) {
   return "d" + std::to_string(info.param.d) + (info.param.dv > 0 ? "_dv" + std::to_string(info.param.dv) : "");

@@ -277,7 +277,7 @@ class Fp8Consumer {
       const std::uint64_t desc_vt =
           Traits::kVtSwizzle64 ? advance_descriptor(vt_desc, offset)
                                : kmajor_descriptor_at<Traits::kLeanAddressing>(vt_desc, vt_base, offset);
-      wgmma_rs_e4m3<Traits::kHeadDim>(o, p[step], desc_vt, 1);
+      wgmma_rs_e4m3<Traits::kHeadDimV>(o, p[step], desc_vt, 1);
     }
     wgmma_commit();
   }

@@ -107,7 +107,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
       return st;
     const CUtensorMapSwizzle swizzle = Traits::kVtSwizzle64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
     if (Status st = make_tensor_map(&tm_v, fp8_transposed_byte_view(args.v), Traits::VtTile::kColsPerBlock,
-                                    Traits::kHeadDim, swizzle);
+                                    Traits::kHeadDimV, swizzle);
         !st.ok())
       return st;
   } else {
@@ -191,17 +191,22 @@ inline bool fp8_block_descales_take_wide_blocks(const FwdArgs& args, long long t
 // kVtFromGlobal: v is keys-contiguous. kVarlen: the variable-length kernels (cu_seqlens_q /
 // cu_seqlens_k / seqused_k / a paged cache), with the same choices by max_seqlen_k, but a paged cache
 // takes neither wide block (192 or 96 keys would straddle pages of 128 keys or more).
-template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
+template <int kHeadDim, bool kVtFromGlobal, bool kVarlen, int kHeadDimV>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(!(kVarlen && kVtFromGlobal), "variable-length FP8 kernels take v in the ordinary layout");
+  // The default-width kernels: Traits<block descales, softcap>.
+  using Plain = Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen, false, kHeadDimV>;
+  using Descales = Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen, false, kHeadDimV>;
+  using Softcap = Fp8Traits<kHeadDim, false, true, kVtFromGlobal, kVarlen, false, kHeadDimV>;
+  using SoftcapDescales = Fp8Traits<kHeadDim, true, true, kVtFromGlobal, kVarlen, false, kHeadDimV>;
   const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
   if (pr.softcap > 0.0f) {
-    if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, kVtFromGlobal, kVarlen>>(args, pr);
-    return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, kVtFromGlobal, kVarlen>>(args, pr);
+    if (block_descales) return launch_fp8_kernel<SoftcapDescales>(args, pr);
+    return launch_fp8_kernel<Softcap>(args, pr);
   }
   const bool wide_blocks_fit = !pr.paged;
   // Every FP8 kernel's tiles are kBlockM rows high: the keys one of them sees pick the wide blocks.
-  const long long tile_keys = keys_per_tile(pr, Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>::kBlockM);
+  const long long tile_keys = keys_per_tile(pr, Plain::kBlockM);
   if (block_descales) {
     if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
       if (wide_blocks_fit && fp8_block_descales_take_wide_blocks(args, tile_keys, kVarlen)) {
@@ -224,31 +229,32 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& pr) {
                                                 kFp8D256DescaleGroupKeys>>(args, pr);
       }
     }
-    return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, kVtFromGlobal, kVarlen>>(args, pr);
+    return launch_fp8_kernel<Descales>(args, pr);
   }
   if constexpr (kHeadDim == 128 || (kHeadDim == 64 && !kVtFromGlobal)) {
     if (wide_blocks_fit && tile_keys >= kFp8WideBlockMinKeys)
       return launch_fp8_kernel<Fp8FwdTraits<kHeadDim, false, false, kFp8WideBlockN, kVtFromGlobal, kVarlen>>(args, pr);
   }
-  return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, kVtFromGlobal, kVarlen>>(args, pr);
+  return launch_fp8_kernel<Plain>(args, pr);
 }
 
 // Calls with attention_chunk > 0 or seqused_q in kernels of their own (Fp8FwdTraits::kChunksAndSequsedQ),
 // so that no other kernel carries their tests: the default-width kernels (128 keys; 64 at d 256 with
 // block descales or softcap), softcap and block descales as launch_forward_fp8 picks them. At d 64 and
-// 128 the variable-length ones, which take dense batches too; at d 256 the dense one, so chunks only
-// (its variable-length kernel spilled with chunks and seqused_q, 2026-12-05). The wide-block kernels
-// spilled with chunks (perf-notes session 42).
-template <int kHeadDim>
+// 128 the variable-length ones, which take dense batches too; at d 192 and 256 the dense one, so chunks
+// only (the d 256 variable-length kernel spilled with chunks and seqused_q, 2026-12-05). The wide-block
+// kernels spilled with chunks (perf-notes session 42).
+template <int kHeadDim, int kHeadDimV>
 Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& pr) {
   constexpr bool kVarlen = kHeadDim <= 128;
+  using Plain = Fp8Traits<kHeadDim, false, false, false, kVarlen, true, kHeadDimV>;
+  using Descales = Fp8Traits<kHeadDim, true, false, false, kVarlen, true, kHeadDimV>;
+  using Softcap = Fp8Traits<kHeadDim, false, true, false, kVarlen, true, kHeadDimV>;
+  using SoftcapDescales = Fp8Traits<kHeadDim, true, true, false, kVarlen, true, kHeadDimV>;
   const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
-  if (pr.softcap > 0.0f) {
-    if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, true, false, kVarlen, true>>(args, pr);
-    return launch_fp8_kernel<Fp8Traits<kHeadDim, false, true, false, kVarlen, true>>(args, pr);
-  }
-  if (block_descales) return launch_fp8_kernel<Fp8Traits<kHeadDim, true, false, false, kVarlen, true>>(args, pr);
-  return launch_fp8_kernel<Fp8Traits<kHeadDim, false, false, false, kVarlen, true>>(args, pr);
+  if (pr.softcap > 0.0f)
+    return block_descales ? launch_fp8_kernel<SoftcapDescales>(args, pr) : launch_fp8_kernel<Softcap>(args, pr);
+  return block_descales ? launch_fp8_kernel<Descales>(args, pr) : launch_fp8_kernel<Plain>(args, pr);
 }
 
 }  // namespace hopattn::sm90

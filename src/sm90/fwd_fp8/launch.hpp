@@ -7,10 +7,11 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, bool kVtFromGlobal, bool kVarlen>
+// kHeadDimV: the V and O tiles' width (Fp8FwdTraits::kHeadDimV): 128 at 192 for DeepSeek's 192 / 128.
+template <int kHeadDim, bool kVtFromGlobal, bool kVarlen, int kHeadDimV = kHeadDim>
 Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& problem);
 
-template <int kHeadDim>
+template <int kHeadDim, int kHeadDimV = kHeadDim>
 Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& problem);
 
 }  // namespace hopattn::sm90

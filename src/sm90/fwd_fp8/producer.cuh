@@ -237,7 +237,7 @@ class VTransposer {
 template <class Traits>
 __device__ void run_v_transposer(typename Traits::SharedStorage& s, unsigned warp) {
   const int lane = threadIdx.x % 32;
-  using Transposer = VTransposer<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDim, Traits::kBlockN,
+  using Transposer = VTransposer<typename Traits::VTile, typename Traits::VtTile, Traits::kHeadDimV, Traits::kBlockN,
                                  Traits::kTransposeWarps>;
   // The ring position as one count of stages seen, not StageRing's index and phase: with 24 registers
   // the transposers have none to spare.

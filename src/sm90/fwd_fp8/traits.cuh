@@ -67,11 +67,16 @@ constexpr int kFp8D256DescaleGroupKeys = 32;
 //    that 192-row descales take (H200, 2026-12-04, perf-notes v127-v128);
 //  - 96-key d 256, groups of 32 (kFp8D256DescaleGroupKeys): 6-9% faster than the 64-key kernel
 //    (perf-notes v129).
+// kHeadDimV_: the width of the V, V^T and O tiles, below kHeadDim only for DeepSeek's q/k 192 with v at
+// most 128 (takes_v128_kernels, host/tile_width.hpp), whose P V then skips the 64 columns the 192-wide
+// V tile would zero-fill.
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
           int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
-          bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_, bool kChunksAndSequsedQ_ = false>
+          bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_, bool kChunksAndSequsedQ_ = false,
+          int kHeadDimV_ = kHeadDim_>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kBlockDescales = kBlockDescales_;
   static constexpr bool kSoftcap = kSoftcap_;
   static constexpr bool kVtFromGlobal = kVtFromGlobal_;
@@ -83,6 +88,7 @@ struct Fp8FwdTraits {
   static constexpr bool kPagedKv = kVarlen && (kBlockN_ & (kBlockN_ - 1)) == 0;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "fp8 head dims are 64, 128, 192 and 256");
+  static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128), "fp8 v widths: q's, or 128 at 192");
   static constexpr int kElementBytes = 1;
 
   static constexpr int kConsumerWarpgroups = 2;
@@ -97,14 +103,14 @@ struct Fp8FwdTraits {
   static constexpr int kTileCols = (kHeadDim + 127) / 128 * 128;
   using QTile = SwizzledTile<kBlockM, kTileCols, kElementBytes>;
   using KTile = SwizzledTile<kBlockN, kTileCols, kElementBytes>;
-  using VTile = KTile;
+  using VTile = SwizzledTile<kBlockN, (kHeadDimV + 127) / 128 * 128, kElementBytes>;
   // V^T: dims x keys (keys contiguous: 8-bit B must be K-major) in whole 128-key column blocks; where
   // kBlockN is not a multiple of 128 the P V GEMM reads only the first kBlockN keys of the last one.
   // Where V^T comes from global memory and kBlockN is not a multiple of 128 (192 keys): 64-key column
   // blocks under the 64-byte swizzle instead, so the TMA brings exactly the block's keys.
   static constexpr bool kVtSwizzle64 = kVtFromGlobal_ && kBlockN_ % 128 != 0;
-  using VtTile = std::conditional_t<kVtSwizzle64, Swizzled64Tile<kHeadDim, kBlockN_>,
-                                    SwizzledTile<kHeadDim, (kBlockN_ + 127) / 128 * 128, kElementBytes>>;
+  using VtTile = std::conditional_t<kVtSwizzle64, Swizzled64Tile<kHeadDimV, kBlockN_>,
+                                    SwizzledTile<kHeadDimV, (kBlockN_ + 127) / 128 * 128, kElementBytes>>;
   static constexpr int kColsPerBlock = QTile::kColsPerBlock;  // TMA box width: 128 elements
   // O (bf16) staged in shared memory for a TMA store, 64 rows per consumer warpgroup, as in the
   // 16-bit kernel (fwd/traits.cuh says why) where it fits beside Q and the wanted stages: d 64
@@ -112,7 +118,7 @@ struct Fp8FwdTraits {
   // from registers, and so do the block-descale kernels, which ran 5-7% slower with the stage.
   static constexpr bool kOThroughSmem = kHeadDim <= 128 && !kBlockDescales_;
   static constexpr bool kOStageShared = false;
-  using OTile = SwizzledTile<kBlockM, kHeadDim, 2>;
+  using OTile = SwizzledTile<kBlockM, kHeadDimV, 2>;
   struct OStage {
     alignas(kSwizzleAtomBytes) std::uint8_t bytes[OTile::kBytes];
   };
@@ -189,7 +195,7 @@ struct Fp8FwdTraits {
   static_assert(kDescaleGroups == 1 || (kBlockDescales && !kSoftcap && !kVarlen),
                 "descale groups are built for the dense block-descale kernels without a softcap");
   static constexpr int kSRegisters = kBlockN / 2;
-  static constexpr int kORegisters = kHeadDim / 2;
+  static constexpr int kORegisters = kHeadDimV / 2;
   static constexpr int kPSteps = kBlockN / 32;    // k32 steps of O += P V
   static constexpr int kQKSteps = kHeadDim / 32;  // k32 steps of S = Q K^T
   // Lean addressing at head dims 128 and 256, as in the 16-bit kernel (fwd/traits.cuh says why; FP8
@@ -283,9 +289,10 @@ using Fp8VarlenCombineTraits = FwdTraits<kHeadDim, __nv_bfloat16, 128, kHeadDim 
 
 // Fp8FwdTraits with the default block width (kChunksAndSequsedQ: the variant for chunks and seqused_q).
 template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal, bool kVarlen = false,
-          bool kChunksAndSequsedQ = false>
+          bool kChunksAndSequsedQ = false, int kHeadDimV = kHeadDim>
 using Fp8Traits =
     Fp8FwdTraits<kHeadDim, kBlockDescales, kSoftcap, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap),
-                 kVtFromGlobal, kVarlen, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap), kChunksAndSequsedQ>;
+                 kVtFromGlobal, kVarlen, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap), kChunksAndSequsedQ,
+                 kHeadDimV>;
 
 }  // namespace hopattn::sm90
