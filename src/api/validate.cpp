@@ -194,6 +194,16 @@ Status resolve_v_layout(const Common& c, Problem* p) {
   return check_v_layout(c.v, forbidden, &p->v_keys_contiguous);
 }
 
+// q's and v's head dims against a CUDA kernel rule: multiples of `multiple` up to 256; `rule` finishes
+// the message ("head_dim N is not supported " + rule).
+Status check_cuda_head_dims(const Problem& p, int multiple, const char* rule) {
+  for (const auto& [name, head_dim] : {std::pair{"q", p.head_dim}, std::pair{"v", p.head_dim_v}}) {
+    if (head_dim % multiple != 0 || head_dim > kMaxCudaHeadDim)
+      return unsupported(std::string(name) + ": head_dim " + str(head_dim) + " is not supported " + rule);
+  }
+  return Status::Ok();
+}
+
 // has_qv: FwdArgs::qv given.
 Status check_heads_and_head_dim(const Problem& p, bool has_qv) {
   if (p.heads_q < 1) return invalid("q: heads_q is 0; it must be >= 1");
@@ -211,25 +221,16 @@ Status check_heads_and_head_dim(const Problem& p, bool has_qv) {
   // stride a multiple of the 16 bytes TMA requires: multiples of 8 columns at 16 bits, of 16 in FP8
   // (whose kernels are 64, 128, 192 and 256 wide).
   if (p.in_dtype == Dtype::kFloat8E4M3) {
-    for (const auto& [name, head_dim] : {std::pair{"q", p.head_dim}, std::pair{"v", p.head_dim_v}}) {
-      if (head_dim % 16 != 0 || head_dim > kMaxCudaHeadDim)
-        return unsupported(std::string(name) + ": head_dim " + str(head_dim) +
-                           " is not supported for FP8 CUDA tensors; the sm_90a FP8 kernels take a head_dim that is "
-                           "a multiple of 16 from 16 to 256, for q and k and for v (bf16/fp16 take any multiple of 8 "
-                           "from 8 to 256; host tensors 1..512)");
-    }
-    return Status::Ok();
+    return check_cuda_head_dims(p, 16,
+                                "for FP8 CUDA tensors; the sm_90a FP8 kernels take a head_dim that is a multiple of 16 "
+                                "from 16 to 256, for q and k and for v (bf16/fp16 take any multiple of 8 from 8 to 256; "
+                                "host tensors 1..512)");
   }
   // qv's MLA kernel (DeepSeek's latent attention decoding) takes q/k 64 with v 512.
   if (has_qv && p.head_dim == 64 && p.head_dim_v == 512) return Status::Ok();
-  for (const auto& [name, head_dim] : {std::pair{"q", p.head_dim}, std::pair{"v", p.head_dim_v}}) {
-    if (head_dim % 8 != 0 || head_dim > kMaxCudaHeadDim)
-      return unsupported(std::string(name) + ": head_dim " + str(head_dim) +
-                         " is not supported on CUDA tensors; the sm_90a kernels take a head_dim that is a multiple "
-                         "of 8 from 8 to 256, for q and k and for v, or with qv q/k 64 and v 512 (host tensors "
-                         "take 1..512)");
-  }
-  return Status::Ok();
+  return check_cuda_head_dims(p, 8,
+                              "on CUDA tensors; the sm_90a kernels take a head_dim that is a multiple of 8 from 8 to "
+                              "256, for q and k and for v, or with qv q/k 64 and v 512 (host tensors take 1..512)");
 }
 
 // Checks the masking and scaling scalars and stores them normalized: causal folded into the window
