@@ -76,7 +76,7 @@ Status check_input(const char* name, const Tensor& t) {
   return Status::Ok();
 }
 
-// q, k, v: dtypes, ranks, matching batch/heads and q/k's d (v's may differ), one device. Fills the (batch, seqlen, heads, d) of the jobs.
+// q, k, v: dtypes, ranks, matching batch/heads and q/k's d (v's may differ), one device.
 Status check_inputs(const QuantizeArgs& a) {
   if (Status s = check_input("q", a.q); !s.ok()) return s;
   if (Status s = check_input("k", a.k); !s.ok()) return s;
