@@ -147,7 +147,8 @@ def descale_shape(granularity, x_shape, block_rows):
 def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_kv=128,
                  hadamard=False, seed=0, v_keys_contiguous=False):
     """FP8 pre-pass: q, k, v (bfloat16 or float16; q (batch, seqlen_q, heads_q, d), k (batch,
-    seqlen_k, heads_kv, d), v (batch, seqlen_k, heads_kv, d_v), v's head dim its own) to float8_e4m3fn codes with float32 scales, x ~= code * scale,
+    seqlen_k, heads_kv, d), v (batch, seqlen_k, heads_kv, d_v), v's head dim its own) to
+    float8_e4m3fn codes with float32 scales, x ~= code * scale,
     scale = amax(group) / 448 (1 for an all-zero group), v's "block" scales rounded up to a power of
     two (the FP8 forward then keeps P exact where a key block spans several v scales;
     hopattn/quantize.hpp) and 2^-40 for an all-zero v block.
@@ -163,8 +164,8 @@ def quantize_fp8(q, k, v, *, granularity="block", block_rows_q=128, block_rows_k
     hadamard: multiply q and k rows (not v) by M = H diag(s) / sqrt(d) first (H Walsh-Hadamard,
     s random signs drawn from seed, d a multiple of 16 up to 256; where d is no power of two, H is
     block-diagonal over blocks of the largest power of two dividing d, and sqrt(d) that block's).
-    M is orthogonal, so (qM)(kM)^T = qk^T: attention over the results needs no inverse transform. Host arrays quantize on the CPU, CUDA
-    arrays on the GPU, with bit-identical codes and scales.
+    M is orthogonal, so (qM)(kM)^T = qk^T: attention over the results needs no inverse transform.
+    Host arrays quantize on the CPU, CUDA arrays on the GPU, with bit-identical codes and scales.
     v_keys_contiguous: return v8 with its keys contiguous (stride 1 along seqlen_k: V^T in memory,
     a (batch, heads_kv, d_v, seqlen_k padded to a multiple of 16) buffer viewed as (batch, seqlen_k,
     heads_kv, d_v)); the codes are the same, and flash_attn_func takes v8 as it is, the GPU kernel

@@ -172,9 +172,8 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     arrays any head dim from 1 to 512. v (and v_cache) may have a head dim of its own
     (flash-attention 3's headdim_v, e.g. DeepSeek's q/k 192 and v 128): out then ends in it. Host
     arrays take any (1 to 512), bfloat16/float16 CUDA arrays any multiple of 8 up to 256 (forward
-    and backward), FP8 any multiple of 16 up to 256 (the kernel of the wider head dim runs). The same
-    holds for every
-    function here.
+    and backward), FP8 any multiple of 16 up to 256 (the kernel of the wider head dim runs). The
+    same holds for every function here.
 
     attention_chunk (flash-attention 3's; Llama 4's chunked local attention): 0 (default) is off;
     c > 0 cuts the keys into chunks [0, c), [c, 2c), ... and query i sees only the keys of the

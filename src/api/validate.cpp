@@ -222,9 +222,9 @@ Status check_heads_and_head_dim(const Problem& p, bool has_qv) {
   // (whose kernels are 64, 128, 192 and 256 wide).
   if (p.in_dtype == Dtype::kFloat8E4M3) {
     return check_cuda_head_dims(p, 16,
-                                "for FP8 CUDA tensors; the sm_90a FP8 kernels take a head_dim that is a multiple of 16 "
-                                "from 16 to 256, for q and k and for v (bf16/fp16 take any multiple of 8 from 8 to 256; "
-                                "host tensors 1..512)");
+                                "for FP8 CUDA tensors; the sm_90a FP8 kernels take a head_dim that is a multiple of "
+                                "16 from 16 to 256, for q and k and for v (bf16/fp16 take any multiple of 8 from 8 "
+                                "to 256; host tensors 1..512)");
   }
   // qv's MLA kernel (DeepSeek's latent attention decoding) takes q/k 64 with v 512.
   if (has_qv && p.head_dim == 64 && p.head_dim_v == 512) return Status::Ok();

@@ -127,7 +127,8 @@ struct Fp8FwdTraits {
   // K, V and V^T stages: 4 at d 64, 3 at d 128, 2 at d 256, fewer where wider K blocks do not fit
   // (225 KB for the tiles leaves the rest of the 227 KB for barriers and the alignment pad).
   static constexpr int kStageBytes = KTile::kBytes + (kVtFromGlobal ? 0 : VTile::kBytes) + VtTile::kBytes;
-  static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);  // d 192: 2 fit
+  // d 192 as d 256 (3 stages would fit beside 128-wide V tiles; not timed yet, perf-notes v145).
+  static constexpr int kStagesWanted = kHeadDim == 64 ? 4 : (kHeadDim == 128 ? 3 : 2);
   static constexpr int kStagesFitting = (225 * 1024 - QTile::kBytes - kOStageBytes) / kStageBytes;
   static constexpr int kStages = kStagesWanted < kStagesFitting ? kStagesWanted : kStagesFitting;
   static_assert(kStages >= 2, "a K/V block this wide leaves no room for two stages");

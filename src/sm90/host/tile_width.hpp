@@ -1,4 +1,4 @@
-// The kernel tile width a head dim runs in, shared by the forward and backward dispatch.
+// The kernel tile width a head dim runs in, shared by the forward (16-bit and FP8) and backward dispatch.
 #pragma once
 
 #include <type_traits>
@@ -18,11 +18,6 @@ Status launch_at_tile_width(int head_dim, Launch&& launch) {
   if (head_dim <= 128) return launch(std::integral_constant<int, 128>{});
   if (head_dim <= 192) return launch(std::integral_constant<int, 192>{});
   return launch(std::integral_constant<int, 256>{});
-}
-
-// The FP8 kernels' width for a head dim of at most 256: 64, 128, 192 or 256, as the 16-bit ones.
-constexpr int fp8_tile_width(int head_dim) {
-  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
 // The one pair of head dims with kernels of v's own width: q/k at the 192 tile with v at most 128
