@@ -9,7 +9,7 @@ Run: python3 tools/gen_wgmma.py > src/sm90/arch/wgmma_instructions.inc
 
 import sys
 
-N_VALUES = (8, 32, 48, 64, 80, 96, 128, 176, 192, 256)
+N_VALUES = (8, 16, 32, 48, 64, 80, 96, 128, 176, 192, 256)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 
 

@@ -507,6 +507,11 @@ TEST_F(QvForward, OddSizes) {
       {"1000 keys, 6/2 heads", kBf16, 1, 6, 2, 33, 1000},
       {"4099 keys, 3/1 heads", kFp16, 1, 3, 1, 3, 4099},
       {"MHA 4/4", kBf16, 2, 4, 4, 9, 130, true},
+      // The narrow tiles' edges (16 and 32 packed rows) and key blocks split unevenly between their two
+      // warpgroups (3 and 5 blocks).
+      {"17/1 heads, 191 keys", kBf16, 2, 17, 1, 1, 191},
+      {"16/1 heads x 2 rows causal, 257 keys", kFp16, 1, 16, 1, 2, 257, true},
+      {"11/1 heads x 3 rows causal (33 rows)", kBf16, 1, 11, 1, 3, 320, true},
   });
 }
 

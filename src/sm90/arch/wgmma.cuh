@@ -65,6 +65,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], std::uint64_t desc_
     return;                                                                                                    \
   }
   HOPATTN_WGMMA_SS_CASE(8)
+  HOPATTN_WGMMA_SS_CASE(16)
   HOPATTN_WGMMA_SS_CASE(32)
   HOPATTN_WGMMA_SS_CASE(48)
   HOPATTN_WGMMA_SS_CASE(64)
@@ -75,7 +76,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], std::uint64_t desc_
   HOPATTN_WGMMA_SS_CASE(192)
   HOPATTN_WGMMA_SS_CASE(256)
 #undef HOPATTN_WGMMA_SS_CASE
-  static_assert(kN == 8 || kN == 32 || kN == 48 || kN == 64 || kN == 80 || kN == 96 || kN == 128 || kN == 176 ||
+  static_assert(kN == 8 || kN == 16 || kN == 32 || kN == 48 || kN == 64 || kN == 80 || kN == 96 || kN == 128 || kN == 176 ||
                     kN == 192 || kN == 256,
                 "no wgmma wrapper generated for this N: add it to tools/gen_wgmma.py");
 }

@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
-#include "sm90/arch/cp_async.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/sync.cuh"
@@ -19,31 +18,12 @@
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/mla/params.hpp"
 #include "sm90/mla/producer.cuh"
+#include "sm90/mla/q_tile.cuh"
 #include "sm90/mla/tile.cuh"
 #include "sm90/tile/fragment.hpp"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
-
-// Packed tile row -> (query row, query head); live: a row of the output at all.
-struct MlaRow {
-  int q_row, head;
-  bool live;
-};
-
-__device__ __forceinline__ MlaRow mla_row(const MlaParams& p, const MlaTile& t, int tile_row, int block_m) {
-  const int packed = t.m_block * block_m + tile_row;
-  MlaRow r;
-  r.q_row = int(p.head_ratio_divisor.divide(unsigned(packed)));
-  r.head = t.kv_head * p.head_ratio + packed - r.q_row * p.head_ratio;
-  r.live = packed < p.packed_rows;
-  return r;
-}
-
-struct KvMaps {
-  const CUtensorMap* k;
-  const CUtensorMap* v;
-};
 
 template <class Traits>
 class MlaConsumer {
@@ -58,13 +38,21 @@ class MlaConsumer {
                          KvMaps maps)
       : s_(s), p_(p), t_(t), warpgroup_(warpgroup), thread_(threadIdx.x % Traits::kWarpgroupThreads), maps_(maps) {}
 
+  // By thread 0 before the CTA's first __syncthreads.
+  __device__ static void init_barriers(typename Traits::SharedStorage& s) {
+    for (int i = 0; i < Traits::kStages; ++i) {
+      mbarrier_init(&s.kv_full[i], 1);
+      mbarrier_init(&s.kv_empty[i], Traits::kConsumerWarps);
+    }
+  }
+
   __device__ void run() {
     const int blocks = t_.block_end - t_.block_begin;
     if (threadIdx.x == 0) {
       for (int i = 0; i < min(blocks, Traits::kStages); ++i) load_kv_block<Traits>(s_, maps_.k, maps_.v, p_, t_, i);
     }
     __syncwarp();  // bar.sync is .aligned: warp 0 reconverges after thread 0's loads
-    load_q_tile();
+    load_mla_q_tile<Traits>(s_.q, p_, t_, threadIdx.x);
     float o[kO];
 #pragma unroll
     for (int i = 0; i < kO; ++i) o[i] = 0.0f;
@@ -84,8 +72,8 @@ class MlaConsumer {
     // The first key each of this thread's rows may not see, and the first some row of the tile may not.
     int mask_from[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) mask_from[r] = first_masked_key(mla_row(p_, t_, accumulator_row(thread_, 2 * r), Traits::kBlockM));
-    const int tile_mask_from = first_masked_key(mla_row(p_, t_, 0, Traits::kBlockM));
+    for (int r = 0; r < 2; ++r) mask_from[r] = mla_first_masked_key(p_, t_, mla_row(p_, t_, accumulator_row(thread_, 2 * r), Traits::kBlockM));
+    const int tile_mask_from = mla_first_masked_key(p_, t_, mla_row(p_, t_, 0, Traits::kBlockM));
     OnlineSoftmax<kS> softmax(p_.scale_log2);
     for (int i = 0; i < blocks; ++i) {
       const int stage = i % Traits::kStages;
@@ -163,12 +151,6 @@ class MlaConsumer {
     pack_probabilities<Traits::kIsBf16>(s, p);
   }
 
-  // Bottom-right causal: query row i sees keys up to i + seqlen_k - seqlen_q; every row stops at the
-  // sequence's keys (seqused_k, the tensor's end).
-  __device__ int first_masked_key(const MlaRow& row) const {
-    return p_.causal ? min(t_.seqlen_k, max(0, row.q_row + t_.seqlen_k - p_.seqlen_q + 1)) : t_.seqlen_k;
-  }
-
   // P into the shared P tile (the A operand's K-major swizzled layout: stmatrix writes each 8 x 8 block
   // of the fragment as one matrix) and the rows' rescale factors beside it; then tells the accumulator.
   // P_full and P_empty are full barriers on both sides, not arrive / sync pairs: racecheck does not take
@@ -211,30 +193,6 @@ class MlaConsumer {
       inv_sum[r] = empty ? 0.0f : __fdividef(1.0f, sum);
       lse[r] = empty ? -INFINITY : (softmax.row_max[r] * p_.scale_log2 + __log2f(sum)) * 0.69314718055994531f;
     }
-  }
-
-  // Q and QV rows of the tile into the shared [Q QV] tile (both consumer warpgroups, 16-byte cp.async
-  // copies, all in flight at once, swizzled as TMA would): a packed tile's rows come from as many query
-  // heads as the ratio gives, which one TMA box cannot name at every ratio; rows past the packed ones
-  // are zeros. (Copied through registers, one load waiting for the last, it took a tenth of a 32-block
-  // CTA's time: perf-notes v139.)
-  __device__ void load_q_tile() {
-    constexpr int kChunksPerRow = (Traits::kHeadDim + Traits::kHeadDimV) / 8;
-    constexpr int kQChunks = Traits::kHeadDim / 8;
-    const int consumer_thread = warpgroup_ * Traits::kWarpgroupThreads + thread_;
-    const std::uint32_t tile = smem_address(s_.q);
-    for (int idx = consumer_thread; idx < Traits::kBlockM * kChunksPerRow; idx += Traits::kConsumerThreads) {
-      const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
-      const MlaRow row = mla_row(p_, t_, r, Traits::kBlockM);
-      const MlaRows& src = c < kQChunks ? p_.q : p_.qv;
-      const int col = (c < kQChunks ? c : c - kQChunks) * 8;
-      const Element* base = static_cast<const Element*>(src.data) + t_.batch * src.batch_stride +
-                            std::int64_t(row.q_row) * src.row_stride + std::int64_t(row.head) * src.head_stride;
-      cp_async_16_or_zero(tile + (c / 8) * kCB + swizzle_128b(r, (c % 8) * 16), base + col, row.live);
-    }
-    cp_async_wait_all();
-    fence_proxy_async_shared();  // the copies wrote through the generic proxy; wgmma reads them
-    named_barrier_sync(Traits::kQReadyBarrier, Traits::kConsumerThreads);
   }
 
   // S = [Q QV] [K V]^T: 36 k16 steps, both operands K-major from shared memory, one commit group.

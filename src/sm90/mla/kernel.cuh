@@ -1,6 +1,6 @@
-// The MLA forward kernel (qv): one CTA per (split, tile, K/V head, batch entry); roles as in
-// mla/traits.cuh: two consumer warpgroups (mla/consumer.cuh), whose first thread also loads K and V
-// (mla/producer.cuh).
+// The MLA forward kernel (qv): one CTA per (split, tile, K/V head, batch entry), two warpgroups whose
+// first threads also load K and V (mla/producer.cuh). Consumer is MlaConsumer (64-row tiles: roles in
+// mla/traits.cuh) or MlaNarrowConsumer (16 or 32 rows, transposed: mla/narrow_traits.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -8,13 +8,13 @@
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/tma.cuh"
-#include "sm90/mla/consumer.cuh"
 #include "sm90/mla/params.hpp"
+#include "sm90/mla/producer.cuh"
 #include "sm90/mla/tile.cuh"
 
 namespace hopattn::sm90 {
 
-template <class Traits>
+template <class Traits, class Consumer>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     mla_forward_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                        const __grid_constant__ MlaParams params) {
@@ -26,15 +26,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();
     tma_prefetch_descriptor(&tm_k);
     tma_prefetch_descriptor(&tm_v);
-    for (int i = 0; i < Traits::kStages; ++i) {
-      mbarrier_init(&s.kv_full[i], 1);
-      mbarrier_init(&s.kv_empty[i], Traits::kConsumerWarps);
-    }
+    Consumer::init_barriers(s);
     fence_barrier_init();
   }
   __syncthreads();
   const MlaTile tile = mla_tile<Traits::kBlockM, Traits::kBlockN>(params);
-  MlaConsumer<Traits>(s, params, tile, warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>(),
+  Consumer(s, params, tile, warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>(),
                       KvMaps{&tm_k, &tm_v})
       .run();
 }

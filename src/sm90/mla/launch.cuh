@@ -14,8 +14,11 @@
 #include "sm90/host/split_workspace.hpp"
 #include "sm90/host/tensor_map.hpp"
 #include "sm90/mla/combine.cuh"
+#include "sm90/mla/consumer.cuh"
 #include "sm90/mla/kernel.cuh"
 #include "sm90/mla/launch.hpp"
+#include "sm90/mla/narrow_consumer.cuh"
+#include "sm90/mla/narrow_traits.cuh"
 #include "sm90/mla/traits.cuh"
 
 namespace hopattn::sm90 {
@@ -47,10 +50,9 @@ inline int mla_splits(int requested, int tiles, int live_rows_per_tile, int key_
 
 inline MlaRows mla_rows(const Tensor& t) { return MlaRows{const_cast<void*>(t.data), t.stride[0], t.stride[1], t.stride[2]}; }
 
-template <typename Element>
-Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
-  using Traits = MlaTraits<Element>;
-  if (pr.seqlen_q == 0) return Status::Ok();
+// One MLA forward launch in tiles of Traits::kBlockM packed rows, computed by Consumer.
+template <class Traits, class Consumer>
+Status launch_mla_tiles(const FwdArgs& args, const detail::Problem& pr) {
   const CUtensorMapDataType dtype = Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   // A paged cache (num_pages, page_size, heads_kv, d) is a dense tensor of num_pages entries, loaded
   // in boxes of at most a page (mla/producer.cuh).
@@ -103,7 +105,7 @@ Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
     p.partial_o = static_cast<float*>(workspace);
     p.partial_lse = p.partial_o + slots * Traits::kHeadDimV;
   }
-  auto kernel = mla_forward_kernel<Traits>;
+  auto kernel = mla_forward_kernel<Traits, Consumer>;
   Status launched = cuda_status(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes),
       "raising the MLA forward kernel's shared-memory limit");
@@ -121,6 +123,17 @@ Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (workspace == nullptr) return launched;
   Status released = release_split_workspace(workspace, stream);
   return launched.ok() ? released : launched;
+}
+
+// A step of at most 32 packed rows (a decoding step of 16 or 32 query heads a K/V head, or two rows of
+// 16) runs in narrow tiles, computed transposed (mla/narrow_traits.cuh); wider ones in 64-row tiles.
+template <typename Element>
+Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
+  if (pr.seqlen_q == 0) return Status::Ok();
+  const int packed_rows = pr.seqlen_q * (pr.heads_q / pr.heads_kv);
+  if (packed_rows <= 16) return launch_mla_tiles<MlaNarrowTraits<Element, 16>, MlaNarrowConsumer<MlaNarrowTraits<Element, 16>>>(args, pr);
+  if (packed_rows <= 32) return launch_mla_tiles<MlaNarrowTraits<Element, 32>, MlaNarrowConsumer<MlaNarrowTraits<Element, 32>>>(args, pr);
+  return launch_mla_tiles<MlaTraits<Element>, MlaConsumer<MlaTraits<Element>>>(args, pr);
 }
 
 }  // namespace hopattn::sm90

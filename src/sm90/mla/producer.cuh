@@ -14,6 +14,11 @@
 
 namespace hopattn::sm90 {
 
+struct KvMaps {
+  const CUtensorMap* k;
+  const CUtensorMap* v;
+};
+
 template <class Traits>
 __device__ void load_kv_block(typename Traits::SharedStorage& s, const CUtensorMap* tm_k, const CUtensorMap* tm_v,
                               const MlaParams& p, const MlaTile& t, int i) {

@@ -1,5 +1,6 @@
-// Which tile and key blocks a CTA of the MLA forward takes: blockIdx.x is the split, blockIdx.y the
-// (tile row block, K/V head) pair, blockIdx.z the batch entry. Producer and consumers decode it alike.
+// Which tile and key blocks a CTA of the MLA forward takes (blockIdx.x is the split, blockIdx.y the
+// (tile row block, K/V head) pair, blockIdx.z the batch entry), and which query row and head a tile row
+// is. Producer and consumers decode them alike.
 #pragma once
 
 #include "sm90/mla/params.hpp"
@@ -33,6 +34,27 @@ __device__ __forceinline__ MlaTile mla_tile(const MlaParams& p) {
   t.block_begin = min(blocks, t.split * p.blocks_per_split);
   t.block_end = min(blocks, t.block_begin + p.blocks_per_split);
   return t;
+}
+
+// Packed tile row -> (query row, query head); live: a row of the output at all.
+struct MlaRow {
+  int q_row, head;
+  bool live;
+};
+
+__device__ __forceinline__ MlaRow mla_row(const MlaParams& p, const MlaTile& t, int tile_row, int block_m) {
+  const int packed = t.m_block * block_m + tile_row;
+  MlaRow r;
+  r.q_row = int(p.head_ratio_divisor.divide(unsigned(packed)));
+  r.head = t.kv_head * p.head_ratio + packed - r.q_row * p.head_ratio;
+  r.live = packed < p.packed_rows;
+  return r;
+}
+
+// The first key a row may not see. Bottom-right causal: query row i sees keys up to
+// i + seqlen_k - seqlen_q; every row stops at the sequence's keys (seqused_k, the tensor's end).
+__device__ __forceinline__ int mla_first_masked_key(const MlaParams& p, const MlaTile& t, const MlaRow& row) {
+  return p.causal ? min(t.seqlen_k, max(0, row.q_row + t.seqlen_k - p.seqlen_q + 1)) : t.seqlen_k;
 }
 
 }  // namespace hopattn::sm90
