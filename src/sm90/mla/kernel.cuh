@@ -31,8 +31,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
   const MlaTile tile = mla_tile<Traits::kBlockM, Traits::kBlockN>(params);
-  Consumer(s, params, tile, warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>(),
-                      KvMaps{&tm_k, &tm_v})
+  Consumer(s, params, tile, warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>(), KvMaps{&tm_k, &tm_v})
       .run();
 }
 

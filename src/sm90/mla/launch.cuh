@@ -131,9 +131,12 @@ template <typename Element>
 Status launch_mla_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.seqlen_q == 0) return Status::Ok();
   const int packed_rows = pr.seqlen_q * (pr.heads_q / pr.heads_kv);
-  if (packed_rows <= 16) return launch_mla_tiles<MlaNarrowTraits<Element, 16>, MlaNarrowConsumer<MlaNarrowTraits<Element, 16>>>(args, pr);
-  if (packed_rows <= 32) return launch_mla_tiles<MlaNarrowTraits<Element, 32>, MlaNarrowConsumer<MlaNarrowTraits<Element, 32>>>(args, pr);
-  return launch_mla_tiles<MlaTraits<Element>, MlaConsumer<MlaTraits<Element>>>(args, pr);
+  using Narrow16 = MlaNarrowTraits<Element, 16>;
+  using Narrow32 = MlaNarrowTraits<Element, 32>;
+  using Wide = MlaTraits<Element>;
+  if (packed_rows <= 16) return launch_mla_tiles<Narrow16, MlaNarrowConsumer<Narrow16>>(args, pr);
+  if (packed_rows <= 32) return launch_mla_tiles<Narrow32, MlaNarrowConsumer<Narrow32>>(args, pr);
+  return launch_mla_tiles<Wide, MlaConsumer<Wide>>(args, pr);
 }
 
 }  // namespace hopattn::sm90
