@@ -5,7 +5,8 @@
 //   O^T += V^T P^T         (A = the stage's V read MN-major, B = P^T stored by the warpgroup): 8 m64 tiles.
 // A 64-row tile (mla/traits.cuh) spends its m64 wgmmas, exponentials and O on 16 live rows of 64: at
 // the H200's 4.2 TB/s a 64-key block streams in about the time that tile's two GEMMs take at the tensor
-// cores' peak, so the 16-head steps ran at 0.45-0.81 of the copy rate (perf-notes v139, v146).
+// cores' peak, so the 16-head steps ran at 0.45-0.81 of its copy rate (session 51). On an H100
+// both tile kinds are bound by DRAM and time level; the narrow one keeps the SMs 15% busy, not 36% (v146).
 // The two warpgroups take alternate key blocks, each with its own ring stage, softmax state and O^T
 // (kRows / 2 x 8 registers); they meet only at the end, where each leaves its O^T in its stage and both
 // merge the two halves into out (or the split's partials).
