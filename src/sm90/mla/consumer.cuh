@@ -235,17 +235,12 @@ class MlaConsumer {
     wgmma_commit();
   }
 
-  // P is 0 for keys past the sequence, but 0 times a NaN in their V rows is NaN: this warpgroup zeroes
-  // those rows of its own V columns (the other warpgroup's P V reads only its own) before its P V.
+  // V rows past the sequence's keys zeroed (zero_v_rows_past_keys): this warpgroup's own V columns (the
+  // other warpgroup's P V reads only its own) before its P V.
   __device__ void zero_v_tail(int stage, int live_keys) {
     constexpr int kBlocks = Traits::kOColumns / 64;
-    const int dead_rows = Traits::kBlockN - live_keys;
-    const std::uint32_t v = smem_address(s_.kv[stage]) +
-                            (Traits::kVFirstColumnBlock + warpgroup_ * kBlocks) * kCB + live_keys * kSwizzleBytes;
-    for (int idx = thread_; idx < dead_rows * kBlocks * 8; idx += Traits::kWarpgroupThreads) {
-      const int chunk = idx % 8, row = idx / 8 % dead_rows, block = idx / 8 / dead_rows;
-      store_zero_16b(v + block * kCB + row * kSwizzleBytes + chunk * 16);
-    }
+    zero_v_rows_past_keys<Traits>(smem_address(s_.kv[stage]) + (Traits::kVFirstColumnBlock + warpgroup_ * kBlocks) * kCB,
+                                  live_keys, kBlocks, thread_, Traits::kWarpgroupThreads);
     fence_proxy_async_shared();
     named_barrier_sync(Traits::kVTailBarrierBase + warpgroup_, Traits::kWarpgroupThreads);
   }

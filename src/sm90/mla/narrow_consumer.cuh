@@ -198,16 +198,11 @@ class MlaNarrowConsumer {
     }
   }
 
-  // P is 0 for keys past the sequence, but 0 times a NaN in their V rows is NaN (a paged block's boxes
-  // past the keys are not loaded at all): the V rows past live_keys are zeroed before the P V. Fenced
-  // and published by store_probabilities' barrier.
+  // V rows past the sequence's keys zeroed (zero_v_rows_past_keys), all of v's columns: this warpgroup's
+  // P V reads them all. Fenced and published by store_probabilities' barrier.
   __device__ void zero_v_tail(int stage, int live_keys) {
-    const int dead_rows = Traits::kBlockN - live_keys;
-    const std::uint32_t v = smem_address(s_.kv[stage]) + Traits::kVFirstColumnBlock * kCB + live_keys * kSwizzleBytes;
-    for (int idx = thread_; idx < dead_rows * kDimTiles * 8; idx += Traits::kWarpgroupThreads) {
-      const int chunk = idx % 8, row = idx / 8 % dead_rows, block = idx / 8 / dead_rows;
-      store_zero_16b(v + block * kCB + row * kSwizzleBytes + chunk * 16);
-    }
+    zero_v_rows_past_keys<Traits>(smem_address(s_.kv[stage]) + Traits::kVFirstColumnBlock * kCB, live_keys, kDimTiles,
+                                  thread_, Traits::kWarpgroupThreads);
   }
 
   // P^T into this warpgroup's P tile (query rows x keys, K-major): a warp's 16 keys of 8 query rows are

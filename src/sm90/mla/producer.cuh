@@ -8,6 +8,7 @@
 #include <cuda.h>
 
 #include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/mla/params.hpp"
 #include "sm90/mla/tile.cuh"
@@ -50,6 +51,20 @@ __device__ void load_kv_block(typename Traits::SharedStorage& s, const CUtensorM
     tma_load_4d(box_dst, tm_k, full, 0, row, t.kv_head, page);
     for (int cb = 0; cb < kVColumnBlocks; ++cb)
       tma_load_4d(box_dst + (1 + cb) * kColumnBlockBytes, tm_v, full, cb * 64, row, t.kv_head, page);
+  }
+}
+
+// P is 0 for keys past the sequence, but 0 times a NaN in their V rows is NaN (a dense cache's rows
+// past seqused_k, a paged block's boxes that were not loaded): zeroes rows [live_keys, kBlockN) of
+// `column_blocks` V column blocks from `v` (the shared address of the first), each of `threads` threads
+// every threads-th 16-byte chunk. The caller fences and synchronizes before its P V reads them.
+template <class Traits>
+__device__ void zero_v_rows_past_keys(std::uint32_t v, int live_keys, int column_blocks, int thread, int threads) {
+  const int dead_rows = Traits::kBlockN - live_keys;
+  v += live_keys * kSwizzleBytes;
+  for (int idx = thread; idx < dead_rows * column_blocks * 8; idx += threads) {
+    const int chunk = idx % 8, row = idx / 8 % dead_rows, block = idx / 8 / dead_rows;
+    store_zero_16b(v + block * Traits::kColumnBlockBytes + row * kSwizzleBytes + chunk * 16);
   }
 }
 
