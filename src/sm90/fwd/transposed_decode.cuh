@@ -9,13 +9,13 @@
 // an eighth of the tensor work and of the exponentials.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/shared_access.cuh"
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/fwd/softmax.cuh"
+#include "sm90/fwd/transposed_columns.cuh"
 #include "sm90/fwd/transposed_tile.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
@@ -70,16 +70,7 @@ class TransposedDecode
     float block_max[2];
     this->reduce_scores(block_max, MaxOp{});
     float factor[2], bias[2];
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const float new_max = fmaxf(this->col_max_[c], block_max[c]);
-      // A column that has seen no key keeps max -inf; exponentiate against 0 (no -inf - -inf).
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2_;
-      factor[c] = fast_exp2(this->col_max_[c] * scale_log2_ - max_scaled);
-      bias[c] = -max_scaled;
-      this->col_max_[c] = new_max;
-      this->col_sum_[c] *= factor[c];
-    }
+    step_column_softmax(this->col_max_, this->col_sum_, block_max, scale_log2_, factor, bias);
     this->exponentiate_and_rescale(scale_log2_, bias, factor);
     // A warp's 16 keys of tile j are two 8 x 8 matrices (keys x columns), stored transposed: lanes 0-7
     // address query rows 0-7 of the first 8 keys, lanes 8-15 those of the next 8.

@@ -2,8 +2,8 @@
 // fwd_fp8/transposed_decode.cuh): a tile of at most kRows = 8 live query rows computed by warpgroup 0
 // with the keys (S^T = K Q^T) and the head dim (O^T += V^T P^T) as the wgmma's M and the query rows as
 // its N = 8. Thread t = 32 w + l holds, per m64n8 tile, rows 16 w + l / 4 (+ 8) for query columns
-// 2 (l % 4) and 2 (l % 4) + 1; a column's max or sum is reduced over the 8 lanes of the same l % 4
-// (shuffles) and the four warps (shared memory, one named barrier). At the end O^T goes through shared
+// 2 (l % 4) and 2 (l % 4) + 1, reduced over the warpgroup as transposed_columns.cuh says (one named
+// barrier). At the end O^T goes through shared
 // memory into the consumer's accumulator layout (o, row_max, row_sum of warp 0's first row half), so
 // the tile leaves through the usual epilogues.
 //
@@ -22,6 +22,7 @@
 #include "sm90/fwd/attention_chunk.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/softmax.cuh"
+#include "sm90/fwd/transposed_columns.cuh"
 #include "sm90/tile/fragment.hpp"
 #include "sm90/tile/smem_layout.hpp"
 
@@ -150,11 +151,11 @@ class TransposedTile {
   using QTile = typename Traits::QTile;
   using KTile = typename Traits::KTile;
   using PTile = PTile_;  // P^T as the second GEMM's B: query rows x keys
-  static constexpr int kWarps = 4;
+  using Columns = TransposedColumns<kRows>;
   // Byte offsets into the Q stage's first column block, past the live rows' swizzle atom.
   static constexpr std::uint32_t kScratchP = kSwizzleAtomBytes;
-  static constexpr std::uint32_t kScratchExchange = kScratchP + PTile::kBytes;         // kWarps x kRows floats
-  static constexpr std::uint32_t kScratchMax = kScratchExchange + kWarps * kRows * 4;  // kRows floats
+  static constexpr std::uint32_t kScratchExchange = kScratchP + PTile::kBytes;            // Columns::reduce's slots
+  static constexpr std::uint32_t kScratchMax = kScratchExchange + Columns::kSlotFloats * 4;  // kRows floats
   static constexpr std::uint32_t kScratchSum = kScratchMax + kRows * 4;                // kRows floats
   static constexpr std::uint32_t kScratchO = kScratchSum + kRows * 4;                  // kRows x kHeadDim floats
   static_assert(kScratchO + kRows * Traits::kHeadDim * 4 <= QTile::kColumnBlockBytes,
@@ -182,33 +183,11 @@ class TransposedTile {
     reduce_columns(out, op);
   }
 
-  // values[c] (one per thread and query column) reduced with op over the warpgroup: the 8 lanes of the
-  // same l % 4 by shuffles, then the 4 warps through the exchange slots. The slots are rewritten only
-  // after the next named barrier of this warpgroup (the derived loop's store of P^T, or finish's),
-  // which every thread reaches after its reads here.
+  // values[c] (one per thread and query column) reduced with op over the warpgroup, through the
+  // exchange slots.
   template <typename Op>
   __device__ void reduce_columns(float (&values)[2], Op op) const {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) {
-        values[c] = op(values[c], __shfl_xor_sync(0xffffffffu, values[c], offset));
-      }
-    }
-    float* slots = scratch(kScratchExchange);
-    const int lane = thread_ % 32, warp = thread_ / 32;
-    if (lane < 4) {
-      slots[warp * kRows + 2 * lane] = values[0];
-      slots[warp * kRows + 2 * lane + 1] = values[1];
-    }
-    named_barrier_sync(barrier_, Traits::kWarpgroupThreads);
-    const int column = 2 * (thread_ % 4);
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      values[c] = slots[column + c];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) values[c] = op(values[c], slots[w * kRows + column + c]);
-    }
+    Columns::reduce(values, q_stage_ + kScratchExchange, thread_, barrier_, op);
   }
 
   // The block's scores -> probabilities 2^(s scale + bias[column]), added to the column sums, and O^T

@@ -4,9 +4,8 @@
 // At the end both warpgroups' O^T and statistics meet in shared memory and leave, merged, as rows.
 //
 // Thread t = 32 w + l of a warpgroup holds, per 8-row group j of the N = kRows query rows, the
-// accumulators of keys (or v's columns) 16 w + l / 4 (+ 8) for query rows 8 j + 2 (l % 4) + {0, 1}
-// (tile/fragment.hpp with rows and columns swapped): kRows / 4 query rows a thread, whose max or sum is
-// reduced over the 8 lanes of the same l % 4 (shuffles) and the 4 warps (shared memory).
+// accumulators of keys (or v's columns) 16 w + l / 4 (+ 8) for query rows 8 j + 2 (l % 4) + {0, 1}:
+// kRows / 4 query rows a thread, reduced over the warpgroup as fwd/transposed_columns.cuh says.
 #pragma once
 
 #include <cmath>
@@ -18,6 +17,7 @@
 #include "sm90/arch/sync.cuh"
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/fwd/softmax.cuh"
+#include "sm90/fwd/transposed_columns.cuh"
 #include "sm90/mla/params.hpp"
 #include "sm90/mla/producer.cuh"
 #include "sm90/mla/q_tile.cuh"
@@ -32,7 +32,8 @@ class MlaNarrowConsumer {
   using Element = typename Traits::Element;
   static constexpr int kRows = Traits::kBlockM;
   static constexpr int kS = kRows / 2;     // S^T (then P^T) accumulators a thread: m64 x kRows
-  static constexpr int kCols = kRows / 4;  // query rows a thread holds
+  using Columns = TransposedColumns<kRows>;
+  static constexpr int kCols = Columns::kPerThread;  // query rows a thread holds
   static constexpr int kDimTiles = Traits::kDimTiles;
   static constexpr int kCB = Traits::kColumnBlockBytes;
 
@@ -94,7 +95,7 @@ class MlaNarrowConsumer {
   __device__ int barrier() const { return Traits::kWarpgroupBarrierBase + warpgroup_; }
 
   // The tile row (query column) of this thread's c-th query row, and the slot of accumulator i.
-  __device__ int query_row(int c) const { return 8 * (c / 2) + 2 * (thread_ % 4) + c % 2; }
+  __device__ int query_row(int c) const { return Columns::column(thread_, c); }
   __device__ static constexpr int slot(int i) { return 2 * (i / 4) + i % 2; }
 
   // S^T = [K V] [Q QV]^T: 36 k16 steps, both operands K-major from shared memory, one commit group.
@@ -140,30 +141,12 @@ class MlaNarrowConsumer {
     }
   }
 
-  // values[c] (one per thread and query row) reduced with op over the warpgroup: the 8 lanes of the same
-  // l % 4 by shuffles, then the 4 warps through the exchange slots. The slots are rewritten only after
-  // this warpgroup's next barrier (store_probabilities', or the merge's), which every thread reaches
-  // after its reads here.
+  // values[c] (one per thread and query row) reduced with op over the warpgroup, through this
+  // warpgroup's exchange slots (rewritten only after its next barrier: store_probabilities' or the
+  // merge's).
   template <typename Op>
   __device__ void reduce_columns(float (&values)[kCols], Op op) {
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) values[c] = op(values[c], __shfl_xor_sync(0xffffffffu, values[c], offset));
-    }
-    float(&slots)[4][kRows] = s_.exchange[warpgroup_];
-    const int lane = thread_ % 32, warp = thread_ / 32;
-    if (lane < 4) {
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) slots[warp][query_row(c)] = values[c];
-    }
-    named_barrier_sync(barrier(), Traits::kWarpgroupThreads);
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      values[c] = slots[0][query_row(c)];
-#pragma unroll
-      for (int w = 1; w < 4; ++w) values[c] = op(values[c], slots[w][query_row(c)]);
-    }
+    Columns::reduce(values, smem_address(s_.exchange[warpgroup_]), thread_, barrier(), op);
   }
 
   // One block of the online softmax over raw scores (as OnlineSoftmax): the query rows' new max, the
@@ -176,16 +159,7 @@ class MlaNarrowConsumer {
     for (int i = 0; i < kS; ++i) block_max[slot(i)] = fmaxf(block_max[slot(i)], st_[i]);
     reduce_columns(block_max, MaxOp{});
     float factor[kCols], bias[kCols];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const float new_max = fmaxf(col_max_[c], block_max[c]);
-      // A row that has seen no key keeps max -inf; exponentiate against 0 (no -inf - -inf).
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * p_.scale_log2;
-      factor[c] = fast_exp2(col_max_[c] * p_.scale_log2 - max_scaled);
-      bias[c] = -max_scaled;
-      col_max_[c] = new_max;
-      col_sum_[c] *= factor[c];
-    }
+    step_column_softmax(col_max_, col_sum_, block_max, p_.scale_log2, factor, bias);
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
       st_[i] = fast_exp2(fmaf(st_[i], p_.scale_log2, bias[slot(i)]));
