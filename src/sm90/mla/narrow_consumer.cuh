@@ -86,6 +86,7 @@ class MlaNarrowConsumer {
         __syncwarp();
       }
     }
+    match_barrier_counts(blocks);
     leave_for_merge();
     named_barrier_sync(Traits::kMergeBarrier, Traits::kThreads);
     merge_and_store();
@@ -93,6 +94,21 @@ class MlaNarrowConsumer {
 
  private:
   __device__ int barrier() const { return Traits::kWarpgroupBarrierBase + warpgroup_; }
+
+  // The warpgroup that took fewer blocks passes its own barrier as often as the other passed theirs.
+  // The hardware needs none of it; compute-sanitizer's racecheck does: with unequal counts it reported
+  // the merge's reads of the other warpgroup's rows as racing their writes across the CTA barrier, and
+  // with equal counts nothing (perf-notes v148). A few barriers of a warpgroup that would wait for the
+  // other anyway. Per block of run()'s loop: the column exchange (update_softmax), P^T's publication
+  // and, but after its last block, the stage's release: keep the count in step with the loop.
+  __device__ void match_barrier_counts(int blocks) const {
+    const auto barriers_of = [blocks](int warpgroup) {
+      const int own_blocks = blocks > warpgroup ? (blocks - warpgroup + Traits::kStages - 1) / Traits::kStages : 0;
+      return own_blocks > 0 ? 3 * own_blocks - 1 : 0;
+    };
+    const int missing = max(barriers_of(0), barriers_of(1)) - barriers_of(warpgroup_);
+    for (int k = 0; k < missing; ++k) named_barrier_sync(barrier(), Traits::kWarpgroupThreads);
+  }
 
   // The tile row (query column) of this thread's c-th query row, and the slot of accumulator i.
   __device__ int query_row(int c) const { return Columns::column(thread_, c); }
