@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "sm90/fwd/transposed_columns.cuh"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -63,7 +64,7 @@ struct MlaNarrowTraits {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t kv[kStages][KvTile::kBytes];
     alignas(kSwizzleAtomBytes) std::uint8_t p[kConsumerWarpgroups][PTile::kBytes];
-    float exchange[kConsumerWarpgroups][4][kBlockM];  // a warp's column maxima or sums, per warpgroup
+    float exchange[kConsumerWarpgroups][TransposedColumns<kBlockM>::kSlotFloats];  // column reductions' slots
     float col_max[kConsumerWarpgroups][kBlockM];     // at the end: each warpgroup's raw-score max
     float col_sum[kConsumerWarpgroups][kBlockM];     // and its sum of 2^(s scale - max scale)
     std::uint64_t kv_full[kStages];                  // TMA -> the stage's warpgroup: its K and V landed
