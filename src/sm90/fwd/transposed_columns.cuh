@@ -25,15 +25,19 @@ struct TransposedColumns {
   __device__ static int column(int thread, int c) { return 8 * (c / 2) + 2 * (thread % 4) + c % 2; }
 
   // values[c] (one per thread and column; thread: its index in the warpgroup) reduced with op over the
-  // warpgroup: the 8 lanes of the same l % 4 by shuffles, then the 4 warps through the slots at slot_address (kSlotFloats floats of shared memory) behind the
-  // warpgroup's named barrier `barrier`. The caller rewrites the slots only after its next barrier of
-  // the warpgroup, which every thread reaches after its reads here.
+  // warpgroup: the 8 lanes of the same l % 4 by shuffles, then the 4 warps through the slots at
+  // slot_address (kSlotFloats floats of shared memory), behind the warpgroup's named barrier `barrier`.
+  // The caller rewrites the slots only after its next barrier of the warpgroup, which every thread
+  // reaches after its reads here.
   template <typename Op>
-  __device__ static void reduce(float (&values)[kPerThread], std::uint32_t slot_address, int thread, int barrier, Op op) {
+  __device__ static void reduce(float (&values)[kPerThread], std::uint32_t slot_address, int thread, int barrier,
+                                Op op) {
 #pragma unroll
     for (int c = 0; c < kPerThread; ++c) {
 #pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) values[c] = op(values[c], __shfl_xor_sync(0xffffffffu, values[c], offset));
+      for (int offset = 4; offset < 32; offset *= 2) {
+        values[c] = op(values[c], __shfl_xor_sync(0xffffffffu, values[c], offset));
+      }
     }
     float* slots = static_cast<float*>(__cvta_shared_to_generic(slot_address));
     const int lane = thread % 32, warp = thread / 32;

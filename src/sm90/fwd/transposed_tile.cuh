@@ -3,9 +3,8 @@
 // with the keys (S^T = K Q^T) and the head dim (O^T += V^T P^T) as the wgmma's M and the query rows as
 // its N = 8. Thread t = 32 w + l holds, per m64n8 tile, rows 16 w + l / 4 (+ 8) for query columns
 // 2 (l % 4) and 2 (l % 4) + 1, reduced over the warpgroup as transposed_columns.cuh says (one named
-// barrier). At the end O^T goes through shared
-// memory into the consumer's accumulator layout (o, row_max, row_sum of warp 0's first row half), so
-// the tile leaves through the usual epilogues.
+// barrier). At the end O^T goes through shared memory into the consumer's accumulator layout (o,
+// row_max, row_sum of warp 0's first row half), so the tile leaves through the usual epilogues.
 //
 // Shared memory: the Q stage's rows past the first 8 (the tile's live rows) are loaded but never read
 // in such a tile, and the stage stays this tile's until the consumers release it, so P^T (PTile, the
@@ -154,10 +153,10 @@ class TransposedTile {
   using Columns = TransposedColumns<kRows>;
   // Byte offsets into the Q stage's first column block, past the live rows' swizzle atom.
   static constexpr std::uint32_t kScratchP = kSwizzleAtomBytes;
-  static constexpr std::uint32_t kScratchExchange = kScratchP + PTile::kBytes;            // Columns::reduce's slots
+  static constexpr std::uint32_t kScratchExchange = kScratchP + PTile::kBytes;              // Columns::reduce's slots
   static constexpr std::uint32_t kScratchMax = kScratchExchange + Columns::kSlotFloats * 4;  // kRows floats
-  static constexpr std::uint32_t kScratchSum = kScratchMax + kRows * 4;                // kRows floats
-  static constexpr std::uint32_t kScratchO = kScratchSum + kRows * 4;                  // kRows x kHeadDim floats
+  static constexpr std::uint32_t kScratchSum = kScratchMax + kRows * 4;                      // kRows floats
+  static constexpr std::uint32_t kScratchO = kScratchSum + kRows * 4;                        // kRows x kHeadDim floats
   static_assert(kScratchO + kRows * Traits::kHeadDim * 4 <= QTile::kColumnBlockBytes,
                 "the scratch must fit in the Q stage's first column block");
 

@@ -100,7 +100,8 @@ class MlaNarrowConsumer {
   // the merge's reads of the other warpgroup's rows as racing their writes across the CTA barrier, and
   // with equal counts nothing (perf-notes v148). A few barriers of a warpgroup that would wait for the
   // other anyway. Per block of run()'s loop: the column exchange (update_softmax), P^T's publication
-  // and, but after its last block, the stage's release: keep the count in step with the loop.
+  // and, after every block but the warpgroup's last, the stage's release: keep the count in step with
+  // the loop.
   __device__ void match_barrier_counts(int blocks) const {
     const auto barriers_of = [blocks](int warpgroup) {
       const int own_blocks = blocks > warpgroup ? (blocks - warpgroup + Traits::kStages - 1) / Traits::kStages : 0;
