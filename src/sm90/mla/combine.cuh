@@ -1,4 +1,4 @@
-// Merges the MLA forward's split partials (mla/consumer.cuh, MlaConsumer::store) into out and LSE:
+// Merges the MLA forward's split partials (mla_partial_index, mla/tile.cuh) into out and LSE:
 // one warp per packed row, each lane 16 of the 512 columns. Launched as a programmatic dependent of
 // the forward kernel (launch_dependent_kernel): it is resident before that grid ends and waits for it
 // (griddepcontrol.wait) only before reading the partials. Split s of a row weighs
@@ -12,6 +12,7 @@
 #include "sm90/arch/convert.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/mla/params.hpp"
+#include "sm90/mla/tile.cuh"
 
 namespace hopattn::sm90 {
 
@@ -26,15 +27,13 @@ __global__ void __launch_bounds__(kMlaCombineWarps * 32)
   const int tile = packed_row_index / Traits::kBlockM, tile_row = packed_row_index % Traits::kBlockM;
   const int m_block = tile % p.m_blocks, kv_head = tile / p.m_blocks % p.heads_kv, batch = tile / p.m_blocks / p.heads_kv;
   if (batch >= p.batch) return;
-  const int packed = m_block * Traits::kBlockM + tile_row;
-  if (packed >= p.packed_rows) return;
-  const int q_row = int(p.head_ratio_divisor.divide(unsigned(packed)));
-  const int head = kv_head * p.head_ratio + packed - q_row * p.head_ratio;
+  const MlaRow row = mla_packed_row(p, kv_head, m_block * Traits::kBlockM + tile_row);
+  if (!row.live) return;
+  const auto partial = [&](int split) { return mla_partial_index(p, tile, split, Traits::kBlockM, tile_row); };
 
   wait_for_primary_grid();
-  const std::int64_t first_slot = std::int64_t(tile) * p.splits;
   float max_lse = -INFINITY;
-  for (int s = lane; s < p.splits; s += 32) max_lse = fmaxf(max_lse, p.partial_lse[(first_slot + s) * Traits::kBlockM + tile_row]);
+  for (int s = lane; s < p.splits; s += 32) max_lse = fmaxf(max_lse, p.partial_lse[partial(s)]);
 #pragma unroll
   for (int w = 16; w > 0; w /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, w));
 
@@ -46,14 +45,13 @@ __global__ void __launch_bounds__(kMlaCombineWarps * 32)
   if (max_lse != -INFINITY) {
     for (int base = 0; base < p.splits; base += 32) {
       const int s = base + lane;
-      const float weight = s < p.splits ? __expf(p.partial_lse[(first_slot + s) * Traits::kBlockM + tile_row] - max_lse) : 0.0f;
+      const float weight = s < p.splits ? __expf(p.partial_lse[partial(s)] - max_lse) : 0.0f;
       weight_sum += weight;
       const int count = min(32, p.splits - base);
 #pragma unroll 4
       for (int j = 0; j < count; ++j) {
         const float w = __shfl_sync(0xffffffffu, weight, j);
-        const float4* src = reinterpret_cast<const float4*>(
-            p.partial_o + ((first_slot + base + j) * Traits::kBlockM + tile_row) * Traits::kHeadDimV);
+        const float4* src = reinterpret_cast<const float4*>(p.partial_o + partial(base + j) * Traits::kHeadDimV);
 #pragma unroll
         for (int c = 0; c < kColumnsPerLane / 4; ++c) {
           const float4 v = src[c * 32 + lane];
@@ -66,8 +64,7 @@ __global__ void __launch_bounds__(kMlaCombineWarps * 32)
   }
   const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
   using Element = typename Traits::Element;
-  Element* out = static_cast<Element*>(p.out.data) + batch * p.out.batch_stride + std::int64_t(q_row) * p.out.row_stride +
-                 std::int64_t(head) * p.out.head_stride;
+  Element* out = mla_out_row<Element>(p, batch, row);
 #pragma unroll
   for (int j = 0; j < kColumnsPerLane / 4; ++j) {
     const int col = (j * 32 + lane) * 4;
@@ -77,8 +74,7 @@ __global__ void __launch_bounds__(kMlaCombineWarps * 32)
         pack_pair<Traits::kIsBf16>(acc[4 * j + 2] * inv, acc[4 * j + 3] * inv);
   }
   if (lane == 0 && p.lse != nullptr) {
-    p.lse[batch * p.lse_batch_stride + std::int64_t(head) * p.lse_head_stride + std::int64_t(q_row) * p.lse_row_stride] =
-        max_lse == -INFINITY ? -INFINITY : max_lse + logf(weight_sum);
+    *mla_lse_entry(p, batch, row) = max_lse == -INFINITY ? -INFINITY : max_lse + logf(weight_sum);
   }
 }
 

@@ -253,8 +253,8 @@ class MlaConsumer {
     for (int r = 0; r < 2; ++r) rows[r] = mla_row(p_, t_, accumulator_row(thread_, 2 * r), Traits::kBlockM);
     const int col0 = warpgroup_ * Traits::kOColumns;
     if (p_.splits > 1) {
-      const std::int64_t slot = std::int64_t(t_.index) * p_.splits + t_.split;
-      float* partial = p_.partial_o + slot * Traits::kBlockM * Traits::kHeadDimV;
+      const std::int64_t first = mla_partial_index(p_, t_.index, t_.split, Traits::kBlockM, 0);
+      float* partial = p_.partial_o + first * Traits::kHeadDimV;
       // Live rows only: the combine reads no other (a 16-head decoding tile has 16 of 64).
 #pragma unroll
       for (int i = 0; i < kO; i += 2) {
@@ -268,7 +268,7 @@ class MlaConsumer {
       if (warpgroup_ == 0 && thread_ % 4 == 0) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          if (rows[r].live) p_.partial_lse[slot * Traits::kBlockM + accumulator_row(thread_, 2 * r)] = lse[r];
+          if (rows[r].live) p_.partial_lse[first + accumulator_row(thread_, 2 * r)] = lse[r];
         }
       }
       return;
@@ -276,8 +276,7 @@ class MlaConsumer {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!rows[r].live) continue;
-      Element* out = static_cast<Element*>(p_.out.data) + t_.batch * p_.out.batch_stride +
-                     std::int64_t(rows[r].q_row) * p_.out.row_stride + std::int64_t(rows[r].head) * p_.out.head_stride;
+      Element* out = mla_out_row<Element>(p_, t_.batch, rows[r]);
 #pragma unroll
       for (int i = 2 * r; i < kO; i += 4) {
         const int col = col0 + accumulator_col(thread_, i);
@@ -285,8 +284,7 @@ class MlaConsumer {
             pack_pair<Traits::kIsBf16>(o[i] * inv_sum[r], o[i + 1] * inv_sum[r]);
       }
       if (warpgroup_ == 0 && thread_ % 4 == 0 && p_.lse != nullptr) {
-        p_.lse[t_.batch * p_.lse_batch_stride + std::int64_t(rows[r].head) * p_.lse_head_stride +
-               std::int64_t(rows[r].q_row) * p_.lse_row_stride] = lse[r];
+        *mla_lse_entry(p_, t_.batch, rows[r]) = lse[r];
       }
     }
   }

@@ -247,7 +247,7 @@ class MlaNarrowConsumer {
     constexpr int kChunks = Traits::kHeadDimV / 8;
     const float* rows0 = reinterpret_cast<const float*>(s_.kv[0]);
     const float* rows1 = reinterpret_cast<const float*>(s_.kv[1]);
-    const std::int64_t slot_index = std::int64_t(t_.index) * p_.splits + t_.split;
+    const std::int64_t first_partial = mla_partial_index(p_, t_.index, t_.split, kRows, 0);
     for (int idx = threadIdx.x; idx < kRows * kChunks; idx += Traits::kThreads) {
       const int r = idx / kChunks, col = idx % kChunks * 8;
       const MlaRow row = mla_row(p_, t_, r, kRows);
@@ -271,20 +271,18 @@ class MlaNarrowConsumer {
       }
       const float lse = sum == 0.0f ? -INFINITY : (m_scaled + __log2f(sum)) * 0.69314718055994531f;
       if (p_.splits > 1) {
-        float* partial = p_.partial_o + (slot_index * kRows + r) * Traits::kHeadDimV + col;
+        float* partial = p_.partial_o + (first_partial + r) * Traits::kHeadDimV + col;
         *reinterpret_cast<float4*>(partial) = make_float4(o[0], o[1], o[2], o[3]);
         *reinterpret_cast<float4*>(partial + 4) = make_float4(o[4], o[5], o[6], o[7]);
-        if (col == 0) p_.partial_lse[slot_index * kRows + r] = lse;
+        if (col == 0) p_.partial_lse[first_partial + r] = lse;
         continue;
       }
-      Element* out = static_cast<Element*>(p_.out.data) + t_.batch * p_.out.batch_stride +
-                     std::int64_t(row.q_row) * p_.out.row_stride + std::int64_t(row.head) * p_.out.head_stride + col;
+      Element* out = mla_out_row<Element>(p_, t_.batch, row) + col;
 #pragma unroll
       for (int k = 0; k < 4; ++k)
         reinterpret_cast<std::uint32_t*>(out)[k] = pack_pair<Traits::kIsBf16>(o[2 * k], o[2 * k + 1]);
       if (col == 0 && p_.lse != nullptr) {
-        p_.lse[t_.batch * p_.lse_batch_stride + std::int64_t(row.head) * p_.lse_head_stride +
-               std::int64_t(row.q_row) * p_.lse_row_stride] = lse;
+        *mla_lse_entry(p_, t_.batch, row) = lse;
       }
     }
   }

@@ -3,6 +3,8 @@
 // is. Producer and consumers decode them alike.
 #pragma once
 
+#include <cstdint>
+
 #include "sm90/mla/params.hpp"
 
 namespace hopattn::sm90 {
@@ -42,13 +44,36 @@ struct MlaRow {
   bool live;
 };
 
-__device__ __forceinline__ MlaRow mla_row(const MlaParams& p, const MlaTile& t, int tile_row, int block_m) {
-  const int packed = t.m_block * block_m + tile_row;
+// Packed row `packed` of K/V head kv_head's query rows (query row major, its heads minor).
+__device__ __forceinline__ MlaRow mla_packed_row(const MlaParams& p, int kv_head, int packed) {
   MlaRow r;
   r.q_row = int(p.head_ratio_divisor.divide(unsigned(packed)));
-  r.head = t.kv_head * p.head_ratio + packed - r.q_row * p.head_ratio;
+  r.head = kv_head * p.head_ratio + packed - r.q_row * p.head_ratio;
   r.live = packed < p.packed_rows;
   return r;
+}
+
+__device__ __forceinline__ MlaRow mla_row(const MlaParams& p, const MlaTile& t, int tile_row, int block_m) {
+  return mla_packed_row(p, t.kv_head, t.m_block * block_m + tile_row);
+}
+
+// Where a row's results go: its row of out, and its LSE entry.
+template <typename Element>
+__device__ __forceinline__ Element* mla_out_row(const MlaParams& p, int batch, const MlaRow& row) {
+  return static_cast<Element*>(p.out.data) + batch * p.out.batch_stride + std::int64_t(row.q_row) * p.out.row_stride +
+         std::int64_t(row.head) * p.out.head_stride;
+}
+__device__ __forceinline__ float* mla_lse_entry(const MlaParams& p, int batch, const MlaRow& row) {
+  return p.lse + batch * p.lse_batch_stride + std::int64_t(row.head) * p.lse_head_stride +
+         std::int64_t(row.q_row) * p.lse_row_stride;
+}
+
+// With splits: the index of split `split`'s partial for row tile_row of tile `tile` (of block_m rows),
+// a row of kHeadDimV floats in partial_o and an entry of partial_lse. The forward's tiles write them,
+// mla/combine.cuh reads them.
+__device__ __forceinline__ std::int64_t mla_partial_index(const MlaParams& p, int tile, int split, int block_m,
+                                                          int tile_row) {
+  return (std::int64_t(tile) * p.splits + split) * block_m + tile_row;
 }
 
 // The first key a row may not see. Bottom-right causal: query row i sees keys up to
