@@ -112,6 +112,7 @@ std::string usage_text() {
          "                   GQA and MHA, paged and seqused_k rows; timed with --queue-ahead and --no-lse;\n"
          "                   read its TB/s column against the HBM rate. With PyTorch's peers beside it on\n"
          "                   a GPU machine: bench/device_bench.sh --grid decode;\n"
+         "                   decode_wide: decoding at head dims 192 and 256 (Gemma's d 256), timed as decode;\n"
          "                   headdims: the forward at head dims 80, 96, 160 and 192;\n"
          "                   fp8_headdims: FP8 at head dims 96 and 192, and the mla layers in FP8;\n"
          "                   mla: DeepSeek's layers, q/k 192 and v 128, forward; mla_bwd: their backward;\n"
@@ -394,7 +395,7 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       }
     }
     // A decoding call can take less GPU time than its launch, and inference does not write the LSE.
-    if (options->grid == "decode" || options->grid == "mla_decode") {
+    if (options->grid == "decode" || options->grid == "decode_wide" || options->grid == "mla_decode") {
       options->queue_ahead = true;
       options->write_lse = false;
     }

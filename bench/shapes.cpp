@@ -320,6 +320,40 @@ std::vector<Shape> decode_grid() {
   return shapes;
 }
 
+// Decoding at head dims above 128, bf16: Gemma 2 / 3's d 256 (16/8 heads as Gemma 3 12B's, 8/4 as 4B's,
+// 4/1 as 1B's), one query row against 4k-64k cached keys at batch 1, 8 and 32, dense and from pages of
+// 256 and 16 keys; 16/16 (MHA), two draft rows causal (speculative decoding); d 192 (32/8) and
+// DeepSeek's 192 / 128 (16/16, one sequence).
+std::vector<Shape> decode_wide_grid() {
+  struct Row {
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, hdim, hdim_v, page_size;
+  };
+  std::vector<Shape> shapes;
+  for (const Row& r : {Row{1, 16, 8, 1, 4096, 256, 0, 0}, Row{1, 16, 8, 1, 16384, 256, 0, 0},
+                       Row{1, 16, 8, 1, 65536, 256, 0, 0}, Row{8, 16, 8, 1, 16384, 256, 0, 0},
+                       Row{32, 16, 8, 1, 4096, 256, 0, 0}, Row{1, 8, 4, 1, 32768, 256, 0, 0},
+                       Row{16, 4, 1, 1, 8192, 256, 0, 0}, Row{1, 16, 16, 1, 16384, 256, 0, 0},
+                       Row{8, 16, 8, 2, 16384, 256, 0, 0}, Row{1, 16, 8, 1, 16384, 256, 0, 256},
+                       Row{8, 16, 8, 1, 16384, 256, 0, 256}, Row{8, 16, 8, 1, 16384, 256, 0, 16},
+                       Row{8, 32, 8, 1, 8192, 192, 0, 0}, Row{1, 16, 16, 1, 16384, 192, 128, 0}}) {
+    Shape s;
+    s.batch = r.batch;
+    s.heads_q = r.heads_q;
+    s.heads_kv = r.heads_kv;
+    s.seqlen_q = r.seqlen_q;
+    s.seqlen_k = r.seqlen_k;
+    s.causal = r.seqlen_q > 1;
+    s.hdim = r.hdim;
+    s.hdim_v = r.hdim_v;
+    if (r.page_size > 0) {
+      s.page_size = r.page_size;
+      s.variant = "paged_" + std::to_string(r.page_size);
+    }
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 }  // namespace
 
 const char* dtype_short_name(Dtype dtype) {
@@ -332,7 +366,7 @@ const char* dtype_short_name(Dtype dtype) {
 }
 
 const char* grid_names() {
-  return "quick, paper, long, ablation, fp8, bwd, decode, headdims, fp8_headdims, mla, mla_bwd, mla_decode";
+  return "quick, paper, long, ablation, fp8, bwd, decode, decode_wide, headdims, fp8_headdims, mla, mla_bwd, mla_decode";
 }
 
 bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
@@ -343,6 +377,7 @@ bool make_grid(const std::string& name, std::vector<Shape>* shapes) {
   else if (name == "fp8") *shapes = fp8_grid();
   else if (name == "bwd") *shapes = bwd_grid();
   else if (name == "decode") *shapes = decode_grid();
+  else if (name == "decode_wide") *shapes = decode_wide_grid();
   else if (name == "headdims") *shapes = headdims_grid();
   else if (name == "fp8_headdims") *shapes = fp8_headdims_grid();
   else if (name == "mla") *shapes = mla_grid();
