@@ -442,10 +442,13 @@ def test_gpu_pack_gqa_decoding_matches_float64(rng, seqlen_q, heads_q, heads_kv,
                                what=f"out (pack_gqa={pack_gqa}, sequence {b})")
 
 
-# pack_gqa=True where no kernel packs. The library refuses KernelOptions::PackGqa::kOn there
+# pack_gqa=True where no kernel packs (at head dim 256: a tile of 12 rows). The library refuses KernelOptions::PackGqa::kOn there
 # (kUnsupported); its message must come out in NotImplementedError as it is.
 PACK_GQA_REFUSALS = {
-    "head_dim_256": (dict(head_dim=256), "at head dim 256 (head dims up to 128 pack)"),
+    "head_dim_256": (dict(head_dim=256, seqlen_q=3),
+                     "at head dim 256 for this call (head dims up to 128 pack; above 128, bf16 / fp16 "
+                     "decoding steps of at most 8 query rows a K/V head, seqlen_q x heads_q / heads_kv, "
+                     "without attention_chunk or seqused_q)"),
     "129_heads_per_kv_head": (dict(heads_q=129), "with heads_q / heads_kv = 129 (packing takes at "
                                                  "most 128 query heads per K/V head)"),
 }
@@ -455,10 +458,10 @@ PACK_GQA_REFUSALS = {
 @pytest.mark.parametrize("case", PACK_GQA_REFUSALS)
 def test_gpu_pack_gqa_true_where_no_kernel_packs_says_so(case):
     change, reason = PACK_GQA_REFUSALS[case]
-    shape = {**dict(heads_q=4, head_dim=128, dtype=torch.bfloat16), **change}
+    shape = {**dict(heads_q=4, head_dim=128, seqlen_q=1, dtype=torch.bfloat16), **change}
     q, k, v = (x.to(shape["dtype"]) for x in random_qkv(
-        (2, 1, shape["heads_q"], shape["head_dim"]), (2, 300, 1, shape["head_dim"]), torch.bfloat16,
-        "cuda"))
+        (2, shape["seqlen_q"], shape["heads_q"], shape["head_dim"]), (2, 300, 1, shape["head_dim"]),
+        torch.bfloat16, "cuda"))
     message = (f"KernelOptions::pack_gqa = kOn {reason} is not supported by the sm_90a forward "
                "kernel yet; it supports bf16/fp16")
     with pytest.raises(NotImplementedError, match=f"^{re.escape(message)}"):

@@ -146,6 +146,36 @@ TEST(VarlenParams, DenseLaunchesPassNoArrays) {
   EXPECT_EQ(p.out_row_stride, 4 * 64);
 }
 
+// The decoding kernel of the wide head dims takes tiles of at most 8 live rows: packed where the packed
+// rows fit (by default from a ratio of 2), else unpacked steps of at most 8 query rows; pack_gqa = kOn
+// takes only the packed ones.
+TEST(DecodingKernelRouting, TilesOfAtMostEightRows) {
+  const auto problem = [](int heads_q, int heads_kv, int seqlen_q) {
+    detail::Problem pr;
+    pr.batch = 3, pr.heads_q = heads_q, pr.heads_kv = heads_kv, pr.seqlen_q = seqlen_q, pr.seqlen_k = 5000;
+    pr.head_dim = 256;
+    return pr;
+  };
+  using Pack = KernelOptions::PackGqa;
+  EXPECT_EQ(kTransposedRows, 8);
+  EXPECT_TRUE(decoding_kernel_packs(Pack::kAuto, problem(16, 8, 1)));    // Gemma 3 12B: 2 rows a K/V head
+  EXPECT_TRUE(decoding_kernel_packs(Pack::kAuto, problem(16, 2, 1)));    // 8 rows: the limit
+  EXPECT_TRUE(decoding_kernel_packs(Pack::kAuto, problem(16, 8, 4)));    // 4 draft rows x 2
+  EXPECT_FALSE(decoding_kernel_packs(Pack::kAuto, problem(16, 8, 5)));   // 10 rows
+  EXPECT_FALSE(decoding_kernel_packs(Pack::kAuto, problem(16, 1, 1)));   // ratio 16
+  EXPECT_FALSE(decoding_kernel_packs(Pack::kAuto, problem(8, 8, 1)));    // no GQA
+  EXPECT_TRUE(decoding_kernel_packs(Pack::kOn, problem(8, 8, 8)));       // forced, 8 rows
+  EXPECT_FALSE(decoding_kernel_packs(Pack::kOff, problem(16, 8, 1)));
+
+  EXPECT_TRUE(fits_decoding_kernel(Pack::kAuto, problem(16, 8, 1)));
+  EXPECT_TRUE(fits_decoding_kernel(Pack::kAuto, problem(16, 1, 1)));     // unpacked: 1 row a tile
+  EXPECT_TRUE(fits_decoding_kernel(Pack::kAuto, problem(16, 8, 5)));     // unpacked: 5 rows a tile
+  EXPECT_TRUE(fits_decoding_kernel(Pack::kOff, problem(16, 16, 8)));
+  EXPECT_FALSE(fits_decoding_kernel(Pack::kAuto, problem(16, 16, 9)));   // 9 rows
+  EXPECT_FALSE(fits_decoding_kernel(Pack::kOn, problem(16, 8, 5)));      // packed: 10 rows
+  EXPECT_FALSE(fits_decoding_kernel(Pack::kAuto, problem(16, 8, 4096))); // a prompt
+}
+
 // GQA packing: by default where it needs fewer tiles for queries shorter than a tile; the packed grid counts tiles per K/V head, with
 // kBlockM / ratio query rows each (a ratio that does not divide kBlockM leaves rows idle).
 TEST(PackedGqaParams, PackingWhereItSavesTilesAndTheGridItMakes) {

@@ -92,8 +92,9 @@ INSTANTIATE_TEST_SUITE_P(OnAndOff, ForwardPackGqa,
                            return std::string(info.param == KernelOptions::PackGqa::kOn ? "on" : "off");
                          });
 
-// Forced on where no kernel packs: head dim 256, the ablation without warp specialization, more query
-// heads per K/V head than a tile has rows.
+// Forced on where no kernel packs: head dim 256 beyond the decoding kernel's 8 rows a tile (5 query
+// rows x 2 heads), the ablation without warp specialization, more query heads per K/V head than a tile
+// has rows.
 class ForwardPackGqaRefusals : public HopperTest {};
 
 TEST_F(ForwardPackGqaRefusals, SayWhatPacks) {
@@ -102,11 +103,14 @@ TEST_F(ForwardPackGqaRefusals, SayWhatPacks) {
     return run_forward_case(c, options, 1);
   };
   ForwardCase c;
-  c.batch = 1, c.heads_q = 4, c.heads_kv = 2, c.seqlen_q = 1, c.seqlen_k = 100, c.head_dim = 256;
+  c.batch = 1, c.heads_q = 4, c.heads_kv = 2, c.seqlen_q = 5, c.seqlen_k = 100, c.head_dim = 256;
   CaseResult r = refusal(c, KernelOptions{});
   EXPECT_EQ(r.kind, CaseResult::kUnsupported) << r.detail;
   EXPECT_NE(r.detail.find("head dim 256"), std::string::npos) << r.detail;
-  c.head_dim = 128;
+  EXPECT_NE(r.detail.find("at most 8 query rows a K/V head"), std::string::npos) << r.detail;
+  c.seqlen_q = 4;  // 8 rows: the decoding kernel packs them
+  EXPECT_EQ(refusal(c, KernelOptions{}).kind, CaseResult::kPassed);
+  c.seqlen_q = 1, c.head_dim = 128;
   KernelOptions no_ws;
   no_ws.warp_specialized = false;
   r = refusal(c, no_ws);

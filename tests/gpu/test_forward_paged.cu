@@ -176,14 +176,16 @@ INSTANTIATE_TEST_SUITE_P(Tails, ForwardPagedNonFiniteTail, ::testing::ValuesIn(n
 
 // Decoding from a paged cache, as a serving engine does: one query row per sequence (a few draft rows
 // in some), NaN in every row that is no key, GQA ratios 4 and 7 (28 / 4, which does not divide the
-// 128-row tile), packed by default or not at all, split by the heuristic, into 4 pieces, or not.
+// 128-row tile), packed by default or not at all, split by the heuristic, into 4 pieces, or not. At
+// d 256 (the decoding kernel: tiles of at most 8 rows) one row a sequence, so that ratio 7 packs.
 std::vector<NamedCase<PagedCase>> decode_cases() {
   std::vector<NamedCase<PagedCase>> cases;
   const std::vector<int> keys = {1, 17, 2000, 129, 250, 1100, 0, 3333};
-  const std::vector<int> rows = {1, 1, 1, 3, 1, 1, 1, 2};
   int index = 0;
   for (const int page_size : {16, 64, 256}) {
-    for (const int d : {64, 128}) {
+    for (const int d : {64, 128, 256}) {
+      const std::vector<int> rows =
+          d == 256 ? std::vector<int>{1, 1, 1, 1, 1, 1, 1, 1} : std::vector<int>{1, 1, 1, 3, 1, 1, 1, 2};
       for (const int num_splits : {0, 1, 4}) {
         for (const auto pack : {KernelOptions::PackGqa::kAuto, KernelOptions::PackGqa::kOff}) {
           const bool ratio7 = index % 2 == 0;

@@ -247,6 +247,51 @@ std::vector<NamedCase<VarlenCase>> transposed_decode_cases() {
 INSTANTIATE_TEST_SUITE_P(TransposedDecode, ForwardVarlenCorners, ::testing::ValuesIn(transposed_decode_cases()),
                          CaseName());
 
+// Decoding steps at the wide head dims (136-256): the d 256 decoding kernel computes every tile
+// transposed, so its tiles hold at most 8 live rows: packed up to that (ratio 8 x 1 row, ratio 2 x 4
+// draft rows, forced), unpacked beyond it (ratio 16, MHA drafts of up to 8 rows, pack_gqa off); 9 rows
+// take the ordinary kernel. Caches of 1 key to 40 64-key blocks with ragged ends, split by the
+// heuristic or in 3 or not at all, causal, windowed or softcapped; d 136 and 192 run padded to 256.
+std::vector<NamedCase<VarlenCase>> wide_decode_cases() {
+  struct Shape {
+    const char* name;
+    int heads_q, heads_kv;
+    std::vector<int> len_q;
+    KernelOptions::PackGqa pack;
+  };
+  const Shape shapes[] = {
+      {"Ratio8", 16, 2, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto},
+      {"Ratio2Drafts", 4, 2, {4, 1, 3, 2}, KernelOptions::PackGqa::kOn},
+      {"Ratio16", 16, 1, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto},
+      {"MhaDrafts", 4, 4, {8, 1, 5, 2}, KernelOptions::PackGqa::kAuto},
+      {"Ratio2Unpacked", 4, 2, {1, 8, 3, 2}, KernelOptions::PackGqa::kOff},
+      {"NineRows", 4, 4, {9, 1, 2, 1}, KernelOptions::PackGqa::kAuto},
+  };
+  std::vector<NamedCase<VarlenCase>> cases;
+  int index = 0;
+  for (const Shape& shape : shapes) {
+    for (const int d : {256, 192, 136}) {
+      for (const int num_splits : {0, 1, 3}) {
+        if (d != 256 && num_splits == 1) continue;
+        VarlenCase c = varlen(shape.len_q, {2500, 1, 193, 1100}, shape.heads_q, shape.heads_kv, d,
+                              index % 2 == 0 ? kBf16 : kFp16);
+        c.pack_gqa = shape.pack;
+        c.num_splits = num_splits;
+        c.causal = index % 3 == 0 || shape.len_q[0] > 1;
+        if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
+        if (index % 5 == 3) c.softcap = 15.0f;
+        const std::string name =
+            std::string(shape.name) + "_d" + std::to_string(d) + "_splits" + std::to_string(num_splits);
+        cases.push_back({name, c});
+        ++index;
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(WideDecode, ForwardVarlenCorners, ::testing::ValuesIn(wide_decode_cases()), CaseName());
+
 // NaN and +Inf in every k and v row no sequence uses: between a sequence's seqused_k entry and the next
 // sequence (varlen k) or its dense row's end (dense k), and after the last sequence in a varlen k (with
 // seqused_k or cu_seqlens_k alone). Each

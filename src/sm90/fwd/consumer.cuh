@@ -114,7 +114,9 @@ class Consumer {
       if constexpr (Traits::kVarlen) {
         idle = !warpgroup_has_live_row(p_, c, seq.seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup);
       }
-      if constexpr (Traits::kTransposedDecode) {
+      if constexpr (Traits::kDecodingOnly) {
+        transposed = warpgroup_ == 0;  // its launch takes only tiles of at most 8 live rows
+      } else if constexpr (Traits::kTransposedDecode) {
         transposed = warpgroup_ == 0 && tile_live_rows(p_, c, seq.seqlen_q) <= TransposedDecode<Traits>::kRows;
       }
 
@@ -138,10 +140,12 @@ class Consumer {
       } else if (transposed) {
         // Only the kernels that can take the branch instantiate the loop (its tiles need m64 key blocks).
         if constexpr (Traits::kTransposedDecode) mainloop_transposed(seq, masked, m0, row0, n_begin, n_end, o, softmax);
-      } else if (p_.intra_wg_overlap) {
-        mainloop_overlapped(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
-      } else {
-        mainloop_sequential(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
+      } else if constexpr (!Traits::kDecodingOnly) {
+        if (p_.intra_wg_overlap) {
+          mainloop_overlapped(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
+        } else {
+          mainloop_sequential(seq, masked, m0, row0, n_begin, n_end, q, o, softmax);
+        }
       }
       if constexpr (Traits::kVarlenSplit) {
         if (piece.split()) {  // the combine kernel stores the tile (varlen_combine.cuh)

@@ -100,7 +100,15 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   const CUtensorMapDataType dtype =
       Traits::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q, tm_k, tm_v;
-  const bool pack_gqa = Traits::kPacksGqa && packs_gqa(args.options.pack_gqa, pr, Traits::kBlockM);
+  if constexpr (Traits::kDecodingOnly) {
+    static_assert(TransposedDecode<Traits>::kRows == kTransposedRows,
+                  "the decoding kernel's routing (params_builder.hpp) counts the transposed tile's rows");
+    if (!fits_decoding_kernel(args.options.pack_gqa, pr))
+      return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: a tile of more than " +
+                                                  std::to_string(kTransposedRows) + " rows for the decoding kernel");
+  }
+  const bool pack_gqa = Traits::kDecodingOnly ? decoding_kernel_packs(args.options.pack_gqa, pr)
+                                              : Traits::kPacksGqa && packs_gqa(args.options.pack_gqa, pr, Traits::kBlockM);
   const int head_ratio = pr.heads_q / pr.heads_kv;
   if (Status st = pack_gqa ? make_packed_q_map(&tm_q, bshd_view(args.q, dtype), Traits::kColsPerBlock, head_ratio,
                                                Traits::kBlockM / head_ratio)

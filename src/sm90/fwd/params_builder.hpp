@@ -58,6 +58,23 @@ inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m
   return 2 * seqlen_q * rows_per_query <= block_m;
 }
 
+// The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly: d 256, where 136-256 run)
+// computes every tile transposed, with the query rows as the wgmma's N = 8 (fwd/transposed_decode.cuh),
+// so it takes launches whose tiles hold at most kTransposedRows live rows. It packs GQA where the packed
+// rows fit (seqlen_q * heads_q / heads_kv <= 8): as pack_gqa = kOn says, and by default from a ratio of
+// 2; otherwise it takes steps of at most 8 query rows unpacked (pack_gqa = kOff, or a ratio above 8).
+constexpr int kTransposedRows = 8;
+inline bool decoding_kernel_packs(KernelOptions::PackGqa option, const detail::Problem& pr) {
+  const int ratio = pr.heads_q / pr.heads_kv;
+  if (option == KernelOptions::PackGqa::kOff || static_cast<long long>(pr.seqlen_q) * ratio > kTransposedRows)
+    return false;
+  return option == KernelOptions::PackGqa::kOn || ratio >= 2;
+}
+inline bool fits_decoding_kernel(KernelOptions::PackGqa option, const detail::Problem& pr) {
+  if (decoding_kernel_packs(option, pr)) return true;
+  return option != KernelOptions::PackGqa::kOn && pr.seqlen_q <= kTransposedRows;
+}
+
 // Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with
 // cp.async (FwdTraits::kKvByCpAsync; head dims up to 128, from rows or a paged cache). kAuto: tiles of
 // at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and at least 64 MiB
