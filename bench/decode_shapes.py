@@ -37,6 +37,8 @@ def skip_reason(row):
         return f"variant {row['variant']} has no SDPA form"
     if row["causal"] and row["seqlen_q"] > row["seqlen_k"]:
         return "causal with seqlen_q > seqlen_k (rows that see no key)"
+    if row.get("hdim_v", row["hdim"]) != row["hdim"]:
+        return f"v of head dim {row['hdim_v']} beside q/k's {row['hdim']} (not every SDPA backend takes it)"
     return None
 
 

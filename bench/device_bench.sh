@@ -3,13 +3,14 @@
 # (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then a report
 # that merges them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
 #
-#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode|headdims] [--flex] [--build DIR] [--peers PATH]
+#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode|decode_wide|headdims] [--flex] [--build DIR] [--peers PATH]
 #
 #   --grid   default paper. The peers script only runs the FlashAttention papers' shapes (16k tokens,
 #            hidden 2048, bf16), so it is run for paper, quick, headdims and bwd (the backward: peers.py --bwd,
 #            which also times their forward); long, ablation and fp8 time hopattn alone. decode times
 #            the decoding grid, then bench/decode_peers.py on the same shapes (SDPA's flash, cuDNN
-#            and efficient backends), then bench/decode_report.py (us, TB/s, ours/peer time ratios).
+#            and efficient backends), then bench/decode_report.py (us, TB/s, ours/peer time ratios);
+#            decode_wide (head dims 192 and 256) likewise.
 #   --flex   also time FlexAttention (its Triton compile adds minutes; with decode, one per shape).
 #   --build  build folder holding bench/hopattn-bench (default build); configured and built here
 #            (HOPATTN_SM90=ON, tests off) when the binary is missing.
@@ -40,8 +41,8 @@ case "$grid" in
   quick) peer_hdims=64,128,256; peer_seqlens=8192 ;;
   bwd) peer_hdims=64,128,256; peer_seqlens=512,1024,2048,4096,8192,16384; peer_pass=(--bwd) ;;
   headdims) peer_hdims=80,96,160,192; peer_seqlens=2048,8192 ;;
-  long|ablation|fp8|decode) peer_hdims="" ;;
-  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8, bwd, decode or headdims, got '$grid'" >&2; exit 2 ;;
+  long|ablation|fp8|decode|decode_wide) peer_hdims="" ;;
+  *) echo "device_bench.sh: --grid wants paper, quick, long, ablation, fp8, bwd, decode, decode_wide or headdims, got '$grid'" >&2; exit 2 ;;
 esac
 
 out="${OUT:-/tmp/hopattn-bench-out}"
@@ -65,8 +66,10 @@ echo "== hopattn-bench --grid $grid"
 ours_status=${PIPESTATUS[0]}
 
 peers_args=()
-if [ "$grid" = decode ]; then
-  if ! "$bin" --grid decode --list --json "$out/shapes.json" > /dev/null; then
+decoding=0
+case "$grid" in decode|decode_wide) decoding=1 ;; esac
+if [ "$decoding" = 1 ]; then
+  if ! "$bin" --grid "$grid" --list --json "$out/shapes.json" > /dev/null; then
     echo "== peers: hopattn-bench --list failed; report without peers"
   elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
     echo "== peers: PyTorch with CUDA not importable; report without peers"
@@ -94,7 +97,7 @@ else
 fi
 
 report=bench/report.py
-[ "$grid" = decode ] && report=bench/decode_report.py
+[ "$decoding" = 1 ] && report=bench/decode_report.py
 if [ -f "$out/ours.json" ]; then
   echo "== report"
   python3 "$report" --ours "$out/ours.json" "${peers_args[@]}" --out-dir "$out" 2>&1 | tee "$out/report.txt"
