@@ -323,7 +323,8 @@ std::vector<Shape> decode_grid() {
 // Decoding at head dims above 128, bf16: Gemma 2 / 3's d 256 (16/8 heads as Gemma 3 12B's, 8/4 as 4B's,
 // 4/1 as 1B's), one query row against 4k-64k cached keys at batch 1, 8 and 32, dense and from pages of
 // 256 and 16 keys; 16/16 (MHA), two draft rows causal (speculative decoding); d 192 (32/8) and
-// DeepSeek's 192 / 128 (16/16, one sequence).
+// DeepSeek's 192 / 128 (16/16, one sequence); then FP8 (an e4m3 cache, per-head descales) at d 256:
+// 1 x 16/8 x 16k, 1 x 8/4 x 32k and 8 x 16/8 x 16k.
 std::vector<Shape> decode_wide_grid() {
   struct Row {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, hdim, hdim_v, page_size;
@@ -349,6 +350,18 @@ std::vector<Shape> decode_wide_grid() {
       s.page_size = r.page_size;
       s.variant = "paged_" + std::to_string(r.page_size);
     }
+    shapes.push_back(s);
+  }
+  for (const Row& r : {Row{1, 16, 8, 1, 16384, 256, 0, 0}, Row{1, 8, 4, 1, 32768, 256, 0, 0},
+                       Row{8, 16, 8, 1, 16384, 256, 0, 0}}) {
+    Shape s;
+    s.dtype = Dtype::kFloat8E4M3;
+    s.batch = r.batch;
+    s.heads_q = r.heads_q;
+    s.heads_kv = r.heads_kv;
+    s.seqlen_q = r.seqlen_q;
+    s.seqlen_k = r.seqlen_k;
+    s.hdim = r.hdim;
     shapes.push_back(s);
   }
   return shapes;

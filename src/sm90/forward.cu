@@ -97,15 +97,6 @@ bool decodes(const FwdArgs& args, const detail::Problem& pr) {
   return has_decoding_kernels(args, pr) && pr.seqlen_q <= kTileRows / 2;
 }
 
-// Decoding steps at head dims 136-256 take the d 256 decoding kernel, which packs GQA and splits every
-// tile (fits_decoding_kernel, params_builder.hpp); calls with attention_chunk or seqused_q keep their
-// kernels.
-bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr) {
-  const int head_dim = detail::widest_head_dim(pr);
-  return head_dim > 128 && head_dim <= 256 && pr.in_dtype != Dtype::kFloat8E4M3 && args.options.warp_specialized &&
-         !detail::has_chunks_or_seqused_q(pr) && fits_decoding_kernel(args.options.pack_gqa, pr);
-}
-
 // Batches whose sequences differ in length or location (seqused_q: a dense q's too) take the
 // variable-length kernels, and so do
 // launches that pack GQA heads into tiles (only those kernels pack; a dense batch is a special case)
@@ -134,6 +125,8 @@ template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
   if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
+  // Decoding steps at head dims 136-256: the d 256 decoding kernel, which packs GQA and splits every tile
+  // (takes_decoding_kernel, params_builder.hpp).
   if (takes_decoding_kernel(args, pr)) return launch_shipped_decoding_forward<256, Element>(args, pr);
   if (takes_v128_kernels(pr) && args.options.warp_specialized) return launch<192, Element, 128>(args, pr);
   return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
@@ -154,10 +147,10 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
   if (args.options.pack_gqa == KernelOptions::PackGqa::kOn) {
     if (const int head_dim = detail::widest_head_dim(pr); head_dim > 128 && !takes_decoding_kernel(args, pr))
       return unsupported("KernelOptions::pack_gqa = kOn at head dim " + std::to_string(head_dim) +
-                         " for this call (head dims up to 128 pack; above 128, bf16 / fp16 decoding steps of at "
-                         "most " + std::to_string(kTransposedRows) +
+                         " for this call (head dims up to 128 pack; above 128, decoding steps of at most " +
+                         std::to_string(kTransposedRows) +
                          " query rows a K/V head, seqlen_q x heads_q / heads_kv, without attention_chunk or "
-                         "seqused_q)");
+                         "seqused_q, and in FP8 without block descales or a keys-contiguous v)");
     if (!args.options.warp_specialized)
       return unsupported("KernelOptions::pack_gqa = kOn with warp_specialized = false (the packing kernels are "
                          "warp-specialized)");

@@ -48,20 +48,23 @@ TEST(BenchDecodeGrid, ParsesAndTimesAsInference) {
 }
 
 // Decoding at the wide head dims: inference timing, one or two query rows a sequence (a tile's live
-// rows: at most 8 packed), head dims 192 and 256, paged rows among them.
+// rows: at most 8 packed), head dims 192 and 256, paged rows among them, FP8 ones last.
 TEST(BenchDecodeWideGrid, RowsAreDecodingStepsAtWideHeadDims) {
   const CliOptions options = parsed({"--grid", "decode_wide"});
   EXPECT_TRUE(options.queue_ahead);
   EXPECT_FALSE(options.write_lse);
-  ASSERT_EQ(options.shapes.size(), 14u);
-  int paged = 0;
+  ASSERT_EQ(options.shapes.size(), 17u);
+  int paged = 0, fp8 = 0;
   for (const Shape& s : options.shapes) {
     EXPECT_TRUE(s.hdim == 192 || s.hdim == 256) << s.hdim;
     EXPECT_LE(s.seqlen_q * s.heads_q / s.heads_kv, 8);
     EXPECT_EQ(s.causal, s.seqlen_q > 1);
     paged += s.page_size > 0 ? 1 : 0;
+    fp8 += s.dtype == Dtype::kFloat8E4M3 ? 1 : 0;
   }
   EXPECT_EQ(paged, 3);
+  EXPECT_EQ(fp8, 3);
+  EXPECT_EQ(options.shapes.back().dtype, Dtype::kFloat8E4M3);
 }
 
 // The head-dim grid: forward rows at head dims other than the papers' 64, 128 and 256, on the papers'

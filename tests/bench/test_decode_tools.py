@@ -77,7 +77,7 @@ class DecodeTools(unittest.TestCase):
         self.assertIn("flex: block mask (bottom-right)", speculative[0])
         self.assertTrue(all("dense equivalent" in line for line in lines if "paged_" in line or "seqused_k" in line))
 
-    def test_wide_grid_dry_run_skips_v_of_its_own_head_dim(self):
+    def test_wide_grid_dry_run_skips_v_of_its_own_head_dim_and_fp8(self):
         path = os.path.join(self.tmp.name, "wide.json")
         listed = run([BENCH_BIN, "--grid", "decode_wide", "--list", "--json", path])
         self.assertEqual(listed.returncode, 0, listed.stderr)
@@ -88,9 +88,10 @@ class DecodeTools(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         lines = out.stdout.splitlines()
         skipped = [line for line in lines if line.startswith("skip ")]
-        self.assertEqual(len(skipped), 1, skipped)
-        self.assertIn("v of head dim 128 beside q/k's 192", skipped[0])
-        self.assertEqual(len([line for line in lines if line.startswith("time ")]), len(rows) - 1)
+        self.assertEqual(len(skipped), 4, skipped)  # the 192 / 128 row and the three FP8 rows
+        self.assertEqual(len([line for line in skipped if "v of head dim 128 beside q/k's 192" in line]), 1)
+        self.assertEqual(len([line for line in skipped if "dtype fp8" in line]), 3)
+        self.assertEqual(len([line for line in lines if line.startswith("time ")]), len(rows) - 4)
 
     def test_peers_refuse_other_json(self):
         path = self.write("not_bench.json", {"tool": "decode_peers.py", "rows": []})

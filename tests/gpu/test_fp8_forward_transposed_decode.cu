@@ -45,6 +45,55 @@ TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
   expect_cases_match_oracle(cases, seed);
 }
 
+// Decoding steps at the wide head dims (160-256) in the d 256 decoding kernel, every tile of at most 8
+// live rows transposed: packed up to 8 rows (ratio 8, ratio 2 x 4 drafts forced), unpacked beyond
+// (ratio 16, MHA drafts, pack_gqa off), 9 rows in the ordinary kernel; split by the heuristic or in 3,
+// causal, windowed, softcapped, paged; block scales (which keep the ordinary kernel) beside them.
+TEST_F(Fp8Forward, WideDecodeCornerCases) {
+  struct Shape {
+    int heads_q, heads_kv;
+    std::vector<int> len_q;
+    KernelOptions::PackGqa pack;
+  };
+  const Shape shapes[] = {
+      {16, 2, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto}, {4, 2, {4, 1, 3, 2}, KernelOptions::PackGqa::kOn},
+      {16, 1, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto}, {4, 4, {8, 1, 5, 2}, KernelOptions::PackGqa::kAuto},
+      {4, 2, {1, 8, 3, 2}, KernelOptions::PackGqa::kOff},   {4, 4, {9, 1, 2, 1}, KernelOptions::PackGqa::kAuto},
+  };
+  const std::uint64_t seed = run_seed();
+  std::vector<Fp8VarlenCase> cases;
+  int index = 0;
+  for (const Shape& shape : shapes) {
+    for (const int d : {256, 192, 160}) {
+      for (const int num_splits : {0, 3}) {
+        Fp8VarlenCase c;
+        c.head_dim = d, c.heads_q = shape.heads_q, c.heads_kv = shape.heads_kv, c.lens_q = shape.len_q;
+        c.lens_k = {2500, 1, 193, 1100}, c.used_k = {2499, 1, 193, 1000};
+        c.options.pack_gqa = shape.pack;
+        c.num_splits = num_splits;
+        c.q_amplitude = 4.0f;
+        c.causal = index % 3 == 0 || shape.len_q[0] > 1;
+        if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
+        if (index % 5 == 3) c.softcap = 15.0f;
+        if (index % 9 == 2 && shape.pack != KernelOptions::PackGqa::kOn)
+          c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
+        if (index % 7 == 4) c.page_size = index % 2 == 0 ? 16 : 256;
+        cases.push_back(c);
+        ++index;
+      }
+    }
+  }
+  Fp8VarlenCase dense;  // a dense step (q and k/v as batches), 16/8 heads
+  dense.head_dim = 256, dense.heads_q = 16, dense.heads_kv = 8, dense.lens_q = {1, 1, 1};
+  dense.lens_k = {3000, 3000, 3000}, dense.dense_q = dense.dense_k = true;
+  cases.push_back(dense);
+  Fp8VarlenCase v128 = dense;  // DeepSeek's 192 / 128, in the 256-wide kernel
+  v128.head_dim = 192, v128.head_dim_v = 128, v128.heads_q = 8, v128.heads_kv = 8, v128.lens_k = {700, 1, 2000};
+  v128.dense_q = v128.dense_k = false;
+  cases.push_back(v128);
+  expect_cases_match_oracle(cases, seed);
+}
+
 // The transposed loop on small shapes, for compute-sanitizer (scripts/device_tests.sh): tiles of 8
 // live rows and of 1, split and not, a softcap, block scales, a page size, 192-key blocks (2100 keys);
 // d 128 (the ordinary loop) beside them.

@@ -462,8 +462,9 @@ void expect_each_equals_padded(const OwnVCase (&cases)[kCases], Mismatch&& misma
 class VHeadDimOfItsOwn : public HopperTest {};
 
 // Narrower v (DeepSeek's 192/128, and within one tile width) and wider v, dense and variable-length,
-// causal or not, GQA; decoding steps packed and split; a paged cache of pages small enough for the
-// cp.async copies (whose V rows end at v's head dim) and one loaded by TMA. q/k at the 192 tile with v at
+// causal or not, GQA; decoding steps packed and split (at 192 / 128 in the d 256 decoding kernel, as the
+// padded call); a paged cache of pages small enough for the cp.async copies (whose V rows end at v's
+// head dim) and one loaded by TMA. q/k at the 192 tile with v at
 // most 128 run in kernels whose V and O tiles are 128 wide (forward.cu), the padded call in the 192 one:
 // their P V differ in width only, so the outputs must still be the same bits. Those cases cover their
 // dense, variable-length, chunk and non-warp-specialized kernels, odd lengths, tiles enough for the
@@ -486,6 +487,8 @@ TEST_F(VHeadDimOfItsOwn, ForwardEqualsTheZeroPaddedCall) {
       {"varlen", 128, 64, {1, 127, 0, 300}, {300, 1, 65, 129}, 4, 2, Dtype::kBFloat16, true, true},
       {"varlen wider v", 32, 96, {1, 127, 300}, {300, 1, 129}, 4, 2, Dtype::kFloat16, false, true},
       {"decode packed, split", 128, 64, {1, 1, 1}, {3000, 1, 700}, 28, 4, Dtype::kBFloat16, true, true, 0, 5},
+      {"deepseek decode (the d 256 decoding kernel)", 192, 128, {1, 1, 1}, {3000, 1, 700}, 16, 2, Dtype::kFloat16,
+       true, true},
       {"decode cp.async", 96, 128, {1, 1}, {1000, 77}, 8, 2, Dtype::kFloat16, true, true, 0, 0, copies},
       {"paged 16 (copies)", 64, 32, {1, 77}, {300, 1000}, 4, 2, Dtype::kBFloat16, true, false, 16},
       {"paged 64 (TMA)", 192, 128, {33, 1}, {500, 64}, 4, 2, Dtype::kFloat16, true, false, 64},

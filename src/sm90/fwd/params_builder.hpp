@@ -58,7 +58,8 @@ inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m
   return 2 * seqlen_q * rows_per_query <= block_m;
 }
 
-// The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly: d 256, where 136-256 run)
+// The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: d 256,
+// where 136-256 run)
 // computes every tile transposed, with the query rows as the wgmma's N = 8 (fwd/transposed_decode.cuh),
 // so it takes launches whose tiles hold at most kTransposedRows live rows. It packs GQA where the packed
 // rows fit (seqlen_q * heads_q / heads_kv <= 8): as pack_gqa = kOn says, and by default from a ratio of
@@ -73,6 +74,17 @@ inline bool decoding_kernel_packs(KernelOptions::PackGqa option, const detail::P
 inline bool fits_decoding_kernel(KernelOptions::PackGqa option, const detail::Problem& pr) {
   if (decoding_kernel_packs(option, pr)) return true;
   return option != KernelOptions::PackGqa::kOn && pr.seqlen_q <= kTransposedRows;
+}
+
+// Whether a forward call takes that kernel: head dims 136-256, warp-specialized, without attention_chunk
+// or seqused_q (kernels of their own); FP8 with per-head descales and v in the ordinary layout (the
+// block-descale and keys-contiguous kernels keep theirs).
+inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr) {
+  const int head_dim = detail::widest_head_dim(pr);
+  const bool fp8_kernel_of_its_own = args.q_block_descale || args.k_block_descale || args.v_block_descale ||
+                                     pr.v_keys_contiguous;
+  return head_dim > 128 && head_dim <= 256 && args.options.warp_specialized && !detail::has_chunks_or_seqused_q(pr) &&
+         !(pr.in_dtype == Dtype::kFloat8E4M3 && fp8_kernel_of_its_own) && fits_decoding_kernel(args.options.pack_gqa, pr);
 }
 
 // Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with

@@ -99,14 +99,17 @@ class Fp8Consumer {
       for (int i = 0; i < kO; ++i) o[i] = 0.0f;
       Softmax softmax;
       // A variable-length tile's warpgroup without a live row computes nothing (mainloop_idle; the
-      // decoding kernels, d <= 128: at d 256 the loop's code spilled the 96-key kernel); a decoding
+      // decoding kernels, d <= 128 and the d 256 decoding-only one: in the other d 256 kernels the
+      // loop's code spilled the 96-key kernel); a decoding
       // tile's first warpgroup computes transposed (mainloop_transposed), from Q in shared memory,
       // whose dead rows hold its scratch until it releases Q at the end.
       bool idle = false, transposed = false;
       if constexpr (Traits::kPacksGqa) {
         const int seqlen_q = varlen_sequence<Traits::kChunksAndSequsedQ>(b_, c.batch).bounds.seqlen_q;
         idle = !warpgroup_has_live_row(b_, c, seqlen_q, warpgroup_ * Traits::kRowsPerWarpgroup);
-        if constexpr (Traits::kTransposedDecode) {
+        if constexpr (Traits::kDecodingOnly) {
+          transposed = warpgroup_ == 0;  // its launch takes only tiles of at most 8 live rows
+        } else if constexpr (Traits::kTransposedDecode) {
           transposed = warpgroup_ == 0 && tile_live_rows(b_, c, seqlen_q) <= Fp8TransposedDecode<Traits>::kRows;
         }
       }
@@ -125,10 +128,12 @@ class Fp8Consumer {
       } else if (transposed) {
         // Only the kernels that can take the branch instantiate the loop.
         if constexpr (Traits::kTransposedDecode) mainloop_transposed(masked, m0, row0, n_begin, n_end, o, softmax);
-      } else if (b_.intra_wg_overlap) {
-        mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
-      } else {
-        mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
+      } else if constexpr (!Traits::kDecodingOnly) {
+        if (b_.intra_wg_overlap) {
+          mainloop_overlapped(masked, m0, row0, n_begin, n_end, q, o, softmax);
+        } else {
+          mainloop_sequential(masked, m0, row0, n_begin, n_end, q, o, softmax);
+        }
       }
       if constexpr (Traits::kVarlen) {
         store_fp8_varlen_output<Traits>(b_, s_, tm_o_, c, warpgroup_, row0, thread_, o, softmax, v_factor_ * v_block_,

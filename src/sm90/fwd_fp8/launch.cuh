@@ -72,8 +72,14 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   }
   // GQA packing (variable-length kernels up to d 128): where packs_gqa says it pays, as in the 16-bit
   // launch, but not over a q block descale, whose entries are per query head.
-  const bool pack_gqa = Traits::kPacksGqa && !args.q_block_descale &&
-                        packs_gqa(args.options.pack_gqa, pr, Traits::kBlockM);
+  if constexpr (Traits::kDecodingOnly) {
+    if (!fits_decoding_kernel(args.options.pack_gqa, pr))
+      return Status(StatusCode::kUnsupported, "internal error in the sm_90a fp8 forward launch: a tile of more than " +
+                                                  std::to_string(kTransposedRows) + " rows for the decoding kernel");
+  }
+  const bool pack_gqa = Traits::kDecodingOnly ? decoding_kernel_packs(args.options.pack_gqa, pr)
+                                              : Traits::kPacksGqa && !args.q_block_descale &&
+                                                    packs_gqa(args.options.pack_gqa, pr, Traits::kBlockM);
   if (Traits::kPacksGqa && args.q_block_descale && args.options.pack_gqa == KernelOptions::PackGqa::kOn)
     return Status(StatusCode::kUnsupported,
                   "KernelOptions::pack_gqa = kOn with q_block_descale is not supported by the sm_90a fp8 forward "
@@ -255,6 +261,21 @@ Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Pr
   if (pr.softcap > 0.0f)
     return block_descales ? launch_fp8_kernel<SoftcapDescales>(args, pr) : launch_fp8_kernel<Softcap>(args, pr);
   return block_descales ? launch_fp8_kernel<Descales>(args, pr) : launch_fp8_kernel<Plain>(args, pr);
+}
+
+// Decoding steps at head dims 136-256 with per-head descales and v in the ordinary layout
+// (takes_decoding_kernel, params_builder.hpp): the d 256 variable-length kernel's decoding-only variant
+// (Fp8FwdTraits::kDecodingOnly), with the softcap step or without.
+template <int kHeadDim>
+Status launch_forward_fp8_decoding(const FwdArgs& args, const detail::Problem& pr) {
+  static_assert(kHeadDim == 256, "the decoding-only variant: d 256");
+  using Plain = Fp8FwdTraits<256, false, false, fp8_default_block_n(256, false, false), false, /*kVarlen=*/true,
+                             fp8_default_block_n(256, false, false), false, 256, /*kDecodingOnly=*/true>;
+  using Softcap = Fp8FwdTraits<256, false, true, fp8_default_block_n(256, false, true), false, /*kVarlen=*/true,
+                               fp8_default_block_n(256, false, true), false, 256, /*kDecodingOnly=*/true>;
+  static_assert(Fp8TransposedDecode<Plain>::kRows == kTransposedRows,
+                "the decoding kernel's routing (params_builder.hpp) counts the transposed tile's rows");
+  return pr.softcap > 0.0f ? launch_fp8_kernel<Softcap>(args, pr) : launch_fp8_kernel<Plain>(args, pr);
 }
 
 }  // namespace hopattn::sm90

@@ -14,4 +14,8 @@ Status launch_forward_fp8(const FwdArgs& args, const detail::Problem& problem);
 template <int kHeadDim, int kHeadDimV = kHeadDim>
 Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Problem& problem);
 
+// Decoding steps of at most 8 rows a tile at head dims 136-256 (shipped: 256; takes_decoding_kernel).
+template <int kHeadDim>
+Status launch_forward_fp8_decoding(const FwdArgs& args, const detail::Problem& problem);
+
 }  // namespace hopattn::sm90

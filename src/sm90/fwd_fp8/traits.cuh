@@ -70,10 +70,12 @@ constexpr int kFp8D256DescaleGroupKeys = 32;
 // kHeadDimV_: the width of the V, V^T and O tiles, below kHeadDim only for DeepSeek's q/k 192 with v at
 // most 128 (takes_v128_kernels, host/tile_width.hpp), whose P V then skips the 64 columns the 192-wide
 // V tile would zero-fill.
+// kDecodingOnly_: the d 256 variable-length kernel's variant for decoding steps (tiles of at most 8 live
+// rows, every one computed transposed), as the 16-bit FwdTraits::kDecodingOnly: per-head descales only.
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
           int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
           bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_, bool kChunksAndSequsedQ_ = false,
-          int kHeadDimV_ = kHeadDim_>
+          int kHeadDimV_ = kHeadDim_, bool kDecodingOnly_ = false>
 struct Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
@@ -147,9 +149,10 @@ struct Fp8FwdTraits {
   // setmaxnreg budgets: (24 + 2 x 240) x 128 = 168 x 384, the whole launch allocation. The transposers
   // fit in 24 because each warp takes a contiguous run of the key-group-major task order, reads its
   // lane id per stage and keeps the ring position in one counter (producer.cuh); 240 holds O, S and P
-  // of 128-key blocks at d 256 (232 spilled 76 bytes).
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // of 128-key blocks at d 256 (232 spilled 76 bytes). The d 256 decoding-only variant's producer
+  // (packed Q, the split's visits) spilled 12 bytes at 24, and its consumers keep no m64 tile: 40 / 232.
+  static constexpr int kProducerRegisters = kDecodingOnly_ ? 40 : 24;
+  static constexpr int kConsumerRegisters = kDecodingOnly_ ? 232 : 240;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
                     kLaunchRegisters * kThreads,
@@ -230,13 +233,18 @@ struct Fp8FwdTraits {
   // head dim 128; packing not over q block descales (a packed tile's rows span query heads). A piece
   // stores its O normalized and its LSE in the 16-bit kernels' partial format (store_combine_partial),
   // so their combine kernel of the same head dim (VarlenCombineTraits, bf16 out) merges the pieces.
-  static constexpr bool kVarlenSplit = kVarlen && kHeadDim <= 128;
-  static constexpr bool kPacksGqa = kVarlen && kHeadDim <= 128;
+  // At d 256 only in the decoding-only variant, whose consumers compile no m64 loop.
+  static constexpr bool kDecodingOnly = kDecodingOnly_;
+  static_assert(!kDecodingOnly || (kVarlen && kHeadDim == 256 && !kBlockDescales && !kChunksAndSequsedQ_),
+                "the decoding-only variant: the d 256 variable-length kernel with per-head descales");
+  static constexpr bool kVarlenSplit = kVarlen && (kHeadDim <= 128 || kDecodingOnly);
+  static constexpr bool kPacksGqa = kVarlenSplit;
   // Tiles of at most 8 live rows computed transposed (fwd_fp8/transposed_decode.cuh): the d 64 decoding
   // kernels, 4-6% faster steps at b 8 x 16k (over a cache or from pages of 16), b 1 x 64k 1% slower. At d 128,
   // as in the 16-bit kernels, the stream bounds the step: level at b 8 x 16k, b 1 x 64k 2% slower,
-  // b 32 x 1k 10% slower, the loop's longer chain per block showing (H200, 2026-12-03).
-  static constexpr bool kTransposedDecode = kPacksGqa && kHeadDim == 64;
+  // b 32 x 1k 10% slower, the loop's longer chain per block showing (H200, 2026-12-03). Every tile of
+  // the d 256 decoding-only variant.
+  static constexpr bool kTransposedDecode = kPacksGqa && (kHeadDim == 64 || kDecodingOnly);
   // The partial round alone: every split tile costs the combine kernel a pass over its pieces, and
   // 1 round splits a third as many tiles as 2 (68 against 200 at 2048 tiles on 132 SMs) for the same
   // balance.
@@ -283,10 +291,15 @@ struct Fp8FwdTraits {
 
 // The traits the variable-length split combine (fwd/varlen_combine.cuh) takes for FP8 pieces: those of
 // the bf16 variable-length kernel of the head dim (the combine reads only its O register count,
-// consumer warpgroups, rows per warpgroup and output type), so both merge with the same kernel.
+// consumer warpgroups, rows per warpgroup and output type), so both merge with the same kernel. At
+// d 256 those of the bf16 decoding kernel (the one variable-length d 256 kernel that splits).
 template <int kHeadDim, bool kChunksAndSequsedQ = false>
-using Fp8VarlenCombineTraits = FwdTraits<kHeadDim, __nv_bfloat16, 128, kHeadDim == 64 ? 4 : 2, true, 2,
-                                         /*kVarlen=*/true, false, kChunksAndSequsedQ>;
+using Fp8VarlenCombineTraits =
+    std::conditional_t<kHeadDim == 256,
+                       FwdTraits<256, __nv_bfloat16, 64, 2, true, 2, /*kVarlen=*/true, false, false, 256,
+                                 /*kDecodingOnly=*/true>,
+                       FwdTraits<kHeadDim, __nv_bfloat16, 128, kHeadDim == 64 ? 4 : 2, true, 2, /*kVarlen=*/true,
+                                 false, kChunksAndSequsedQ>>;
 
 // Fp8FwdTraits with the default block width (kChunksAndSequsedQ: the variant for chunks and seqused_q).
 template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal, bool kVarlen = false,
