@@ -213,11 +213,12 @@ def test_gpu_fp8_varlen_matches_float64_per_sequence(rng, causal):
 
 
 @needs_hopper
+@pytest.mark.parametrize("d", [128, 256])
 @pytest.mark.parametrize("pack_gqa", [None, True, False])
-def test_gpu_fp8_kvcache_decoding_step_matches_float64(rng, pack_gqa):
+def test_gpu_fp8_kvcache_decoding_step_matches_float64(rng, pack_gqa, d):
     # flash_attn_with_kvcache over an FP8 cache with cache_seqlens (seqused_k): one query per sequence,
-    # the 4 query heads of a K/V head packed into one tile or not.
-    batch, cache, heads_q, heads_kv, d = 3, 1000, 8, 2, 128
+    # the 4 query heads of a K/V head packed into one tile or not (d 256: the decoding kernel).
+    batch, cache, heads_q, heads_kv = 3, 1000, 8, 2
     generator = torch_generator(rng, "cuda")
     q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in
                   random_qkv((batch, 1, heads_q, d), (batch, cache, heads_kv, d), torch.float32, "cuda",

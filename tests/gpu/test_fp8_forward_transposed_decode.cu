@@ -96,11 +96,11 @@ TEST_F(Fp8Forward, WideDecodeCornerCases) {
 
 // The transposed loop on small shapes, for compute-sanitizer (scripts/device_tests.sh): tiles of 8
 // live rows and of 1, split and not, a softcap, block scales, a page size, 192-key blocks (2100 keys);
-// d 128 (the ordinary loop) beside them.
+// d 128 (the ordinary loop) beside them, and d 256 (the decoding kernel, but with block scales).
 TEST_F(Fp8Forward, TransposedDecodeSmall) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
-  for (const int d : {64, 128}) {
+  for (const int d : {64, 128, 256}) {
     Fp8VarlenCase c;
     c.head_dim = d, c.heads_q = 8, c.heads_kv = 1, c.lens_q = {1, 1}, c.lens_k = {300, 5}, c.num_splits = 2;
     cases.push_back(c);
