@@ -146,15 +146,20 @@ TEST(VarlenParams, DenseLaunchesPassNoArrays) {
   EXPECT_EQ(p.out_row_stride, 4 * 64);
 }
 
+// A batch of 3 sequences of seqlen_q query rows against 5000 keys.
+detail::Problem step_problem(int heads_q, int heads_kv, int seqlen_q, int head_dim) {
+  detail::Problem pr;
+  pr.batch = 3, pr.heads_q = heads_q, pr.heads_kv = heads_kv, pr.seqlen_q = seqlen_q, pr.seqlen_k = 5000;
+  pr.head_dim = head_dim;
+  return pr;
+}
+
 // The decoding kernel of the wide head dims takes tiles of at most 8 live rows: packed where the packed
 // rows fit (by default from a ratio of 2), else unpacked steps of at most 8 query rows; pack_gqa = kOn
 // takes only the packed ones.
 TEST(DecodingKernelRouting, TilesOfAtMostEightRows) {
   const auto problem = [](int heads_q, int heads_kv, int seqlen_q) {
-    detail::Problem pr;
-    pr.batch = 3, pr.heads_q = heads_q, pr.heads_kv = heads_kv, pr.seqlen_q = seqlen_q, pr.seqlen_k = 5000;
-    pr.head_dim = 256;
-    return pr;
+    return step_problem(heads_q, heads_kv, seqlen_q, 256);
   };
   using Pack = KernelOptions::PackGqa;
   EXPECT_EQ(kTransposedRows, 8);
@@ -180,10 +185,7 @@ TEST(DecodingKernelRouting, TilesOfAtMostEightRows) {
 // kBlockM / ratio query rows each (a ratio that does not divide kBlockM leaves rows idle).
 TEST(PackedGqaParams, PackingWhereItSavesTilesAndTheGridItMakes) {
   const auto problem = [](int heads_q, int heads_kv, int seqlen_q) {
-    detail::Problem pr;
-    pr.batch = 3, pr.heads_q = heads_q, pr.heads_kv = heads_kv, pr.seqlen_q = seqlen_q, pr.seqlen_k = 5000;
-    pr.head_dim = 128;
-    return pr;
+    return step_problem(heads_q, heads_kv, seqlen_q, 128);
   };
   using Pack = KernelOptions::PackGqa;
   EXPECT_TRUE(packs_gqa(Pack::kAuto, problem(32, 8, 1), kBlockM));    // decoding

@@ -10,13 +10,29 @@
 namespace hopattn::test {
 namespace {
 
+// One decoding case of a transposed_decode_shapes.cuh shape: caches of 1 key to several blocks with
+// ragged ends (2500 keys take 192-key blocks but when paged, block-scaled or softcapped); the case's
+// index picks whether it is causal, windowed, softcapped or paged.
+Fp8VarlenCase decoding_case(const TransposedDecodeShape& shape, int d, int num_splits, int index) {
+  Fp8VarlenCase c;
+  c.head_dim = d, c.heads_q = shape.heads_q, c.heads_kv = shape.heads_kv, c.lens_q = shape.len_q;
+  c.lens_k = {2500, 1, 193, 1100}, c.used_k = {2499, 1, 193, 1000};
+  c.options.pack_gqa = shape.pack;
+  c.num_splits = num_splits;
+  c.q_amplitude = 4.0f;
+  c.causal = index % 3 == 0;
+  if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
+  if (index % 5 == 3) c.softcap = 15.0f;
+  if (index % 7 == 4) c.page_size = index % 2 == 0 ? 16 : 256;
+  return c;
+}
+
 // Tiles of at most 8 live rows run transposed in the d 64 decoding kernels
 // (fwd_fp8/transposed_decode.cuh), tiles of 9 or more the ordinary loop; d 128 runs the same shapes
 // through the ordinary loop alone. Batches with tiles of exactly 8 and 9 rows side by side
-// (transposed_decode_shapes.cuh, the 16-bit suite's too), caches of 1 key to several blocks with
-// ragged ends (2500 keys take 192-key blocks but when paged, block-scaled or softcapped), split or not,
-// causal, windowed, softcapped, per-block k/v scales (whose v scale changes between a tile's blocks),
-// paged, and the schedules without overlap or ping-pong.
+// (transposed_decode_shapes.cuh, the 16-bit suite's too), split or not, causal, windowed, softcapped,
+// per-block k/v scales (whose v scale changes between a tile's blocks), paged, and the schedules
+// without overlap or ping-pong.
 TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
@@ -24,17 +40,8 @@ TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
   for (const TransposedDecodeShape& shape : transposed_decode_shapes()) {
     for (const int d : {64, 128}) {
       for (const int num_splits : {0, 3}) {
-        Fp8VarlenCase c;
-        c.head_dim = d, c.heads_q = shape.heads_q, c.heads_kv = shape.heads_kv, c.lens_q = shape.len_q;
-        c.lens_k = {2500, 1, 193, 1100}, c.used_k = {2499, 1, 193, 1000};
-        c.options.pack_gqa = shape.pack;
-        c.num_splits = num_splits;
-        c.q_amplitude = 4.0f;
-        c.causal = index % 3 == 0;
-        if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
-        if (index % 5 == 3) c.softcap = 15.0f;
+        Fp8VarlenCase c = decoding_case(shape, d, num_splits, index);
         if (index % 6 == 2) c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
-        if (index % 7 == 4) c.page_size = index % 2 == 0 ? 16 : 256;
         if (index % 8 == 5) c.options.intra_wg_overlap = false;
         if (index % 8 == 6) c.options.pingpong = false;
         cases.push_back(c);
@@ -45,39 +52,21 @@ TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
   expect_cases_match_oracle(cases, seed);
 }
 
-// Decoding steps at the wide head dims (160-256) in the d 256 decoding kernel, every tile of at most 8
-// live rows transposed: packed up to 8 rows (ratio 8, ratio 2 x 4 drafts forced), unpacked beyond
-// (ratio 16, MHA drafts, pack_gqa off), 9 rows in the ordinary kernel; split by the heuristic or in 3,
-// causal, windowed, softcapped, paged; block scales (which keep the ordinary kernel) beside them.
+// Decoding steps at the wide head dims (160-256) in the d 256 decoding kernel, every tile transposed
+// (wide_decode_shapes: at most 8 live rows a tile, packed or not; 9 rows take the ordinary kernel),
+// split by the heuristic or in 3, draft rows causal; block scales (which keep the ordinary kernel)
+// beside them, a dense step and DeepSeek's 192 / 128.
 TEST_F(Fp8Forward, WideDecodeCornerCases) {
-  struct Shape {
-    int heads_q, heads_kv;
-    std::vector<int> len_q;
-    KernelOptions::PackGqa pack;
-  };
-  const Shape shapes[] = {
-      {16, 2, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto}, {4, 2, {4, 1, 3, 2}, KernelOptions::PackGqa::kOn},
-      {16, 1, {1, 1, 1, 1}, KernelOptions::PackGqa::kAuto}, {4, 4, {8, 1, 5, 2}, KernelOptions::PackGqa::kAuto},
-      {4, 2, {1, 8, 3, 2}, KernelOptions::PackGqa::kOff},   {4, 4, {9, 1, 2, 1}, KernelOptions::PackGqa::kAuto},
-  };
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
   int index = 0;
-  for (const Shape& shape : shapes) {
+  for (const TransposedDecodeShape& shape : wide_decode_shapes()) {
     for (const int d : {256, 192, 160}) {
       for (const int num_splits : {0, 3}) {
-        Fp8VarlenCase c;
-        c.head_dim = d, c.heads_q = shape.heads_q, c.heads_kv = shape.heads_kv, c.lens_q = shape.len_q;
-        c.lens_k = {2500, 1, 193, 1100}, c.used_k = {2499, 1, 193, 1000};
-        c.options.pack_gqa = shape.pack;
-        c.num_splits = num_splits;
-        c.q_amplitude = 4.0f;
-        c.causal = index % 3 == 0 || shape.len_q[0] > 1;
-        if (index % 4 == 1) c.window_left = 300, c.window_right = 0;
-        if (index % 5 == 3) c.softcap = 15.0f;
+        Fp8VarlenCase c = decoding_case(shape, d, num_splits, index);
+        c.causal = c.causal || shape.len_q[0] > 1;
         if (index % 9 == 2 && shape.pack != KernelOptions::PackGqa::kOn)
           c.block_scales = true, c.rows_q = 64, c.rows_kv = 128;
-        if (index % 7 == 4) c.page_size = index % 2 == 0 ? 16 : 256;
         cases.push_back(c);
         ++index;
       }
