@@ -1,8 +1,8 @@
 // sm90::forward_fp8: picks the FP8 kernel instantiation for the head dim.
 #include <string>
 
-#include "sm90/fwd_fp8/dispatch.hpp"
 #include "sm90/fwd/params_builder.hpp"
+#include "sm90/fwd_fp8/dispatch.hpp"
 #include "sm90/fwd_fp8/launch.hpp"
 #include "sm90/host/tile_width.hpp"
 

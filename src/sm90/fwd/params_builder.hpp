@@ -58,12 +58,12 @@ inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m
   return 2 * seqlen_q * rows_per_query <= block_m;
 }
 
-// The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: d 256,
-// where 136-256 run)
-// computes every tile transposed, with the query rows as the wgmma's N = 8 (fwd/transposed_decode.cuh),
-// so it takes launches whose tiles hold at most kTransposedRows live rows. It packs GQA where the packed
-// rows fit (seqlen_q * heads_q / heads_kv <= 8): as pack_gqa = kOn says, and by default from a ratio of
-// 2; otherwise it takes steps of at most 8 query rows unpacked (pack_gqa = kOff, or a ratio above 8).
+// The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: the
+// d 256 one, where 136-256 run) computes every tile transposed, with the query rows as the wgmma's N = 8
+// (fwd/transposed_decode.cuh), so it takes launches whose tiles hold at most kTransposedRows live rows.
+// It packs GQA where the packed rows fit (seqlen_q * heads_q / heads_kv <= 8): as pack_gqa = kOn says,
+// and by default from a ratio of 2; otherwise it takes steps of at most 8 query rows unpacked (pack_gqa
+// = kOff, or a ratio above 8).
 constexpr int kTransposedRows = 8;
 inline bool decoding_kernel_packs(KernelOptions::PackGqa option, const detail::Problem& pr) {
   const int ratio = pr.heads_q / pr.heads_kv;

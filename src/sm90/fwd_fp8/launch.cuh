@@ -71,7 +71,8 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
                       std::to_string(Traits::kRowsPerWarpgroup) + " and " + std::to_string(Traits::kDescaleGroupKeys));
   }
   // GQA packing (variable-length kernels up to d 128): where packs_gqa says it pays, as in the 16-bit
-  // launch, but not over a q block descale, whose entries are per query head.
+  // launch, but not over a q block descale, whose entries are per query head; in the d 256 decoding
+  // kernel where decoding_kernel_packs says (its launch takes no block descales).
   if constexpr (Traits::kDecodingOnly) {
     if (!fits_decoding_kernel(args.options.pack_gqa, pr))
       return Status(StatusCode::kUnsupported, "internal error in the sm_90a fp8 forward launch: a tile of more than " +
