@@ -199,8 +199,8 @@ def flash_attn_func(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
     pack_gqa (flash-attention 3's): None lets the sm_90a kernels put the query heads that share a
     K/V head into one tile where that needs fewer tiles (GQA with fewer query rows than a 128-row
     tile: decoding); True packs every call they can (bf16/fp16 at head dims up to 128, at most 128
-    query heads per K/V head; above 128, decoding steps of at most 8 query rows a K/V head, FP8
-    without block descales; any other call raises NotImplementedError); False never packs.
+    query heads per K/V head; above 128, decoding steps of at most 8 query rows a K/V head; FP8 not
+    over a q block descale; any other call raises NotImplementedError); False never packs.
     Results match either way, to rounding. The CPU backend ignores it, as it does in the C++ API.
 
     deterministic: torch's backward gives bitwise reproducible dq, dk, dv (the CUDA kernel then

@@ -454,8 +454,8 @@ PACK_GQA_REFUSALS = {
     "head_dim_256": (dict(head_dim=256, seqlen_q=3),
                      "at head dim 256 for this call (head dims up to 128 pack; above 128, decoding steps "
                      "of at most 8 query rows a K/V head, seqlen_q x heads_q / heads_kv, without "
-                     "attention_chunk or seqused_q, and in FP8 without block descales or a "
-                     "keys-contiguous v)"),
+                     "attention_chunk or seqused_q, and in FP8 without a q block descale, block "
+                     "descales of other than multiples of 64 rows or a keys-contiguous v)"),
     "129_heads_per_kv_head": (dict(heads_q=129), "with heads_q / heads_kv = 129 (packing takes at "
                                                  "most 128 query heads per K/V head)"),
 }

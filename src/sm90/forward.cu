@@ -150,7 +150,8 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
                          " for this call (head dims up to 128 pack; above 128, decoding steps of at most " +
                          std::to_string(kTransposedRows) +
                          " query rows a K/V head, seqlen_q x heads_q / heads_kv, without attention_chunk or "
-                         "seqused_q, and in FP8 without block descales or a keys-contiguous v)");
+                         "seqused_q, and in FP8 without a q block descale, block descales of other than "
+                         "multiples of 64 rows or a keys-contiguous v)");
     if (!args.options.warp_specialized)
       return unsupported("KernelOptions::pack_gqa = kOn with warp_specialized = false (the packing kernels are "
                          "warp-specialized)");

@@ -155,8 +155,8 @@ detail::Problem step_problem(int heads_q, int heads_kv, int seqlen_q, int head_d
 }
 
 // The decoding kernel of the wide head dims takes tiles of at most 8 live rows: packed where the packed
-// rows fit (by default from a ratio of 2), else unpacked steps of at most 8 query rows; pack_gqa = kOn
-// takes only the packed ones.
+// rows fit (by default from a ratio of 2; not over a q block descale), else unpacked steps of at most 8
+// query rows; pack_gqa = kOn takes only the packed ones.
 TEST(DecodingKernelRouting, TilesOfAtMostEightRows) {
   const auto problem = [](int heads_q, int heads_kv, int seqlen_q) {
     return step_problem(heads_q, heads_kv, seqlen_q, 256);
@@ -179,6 +179,10 @@ TEST(DecodingKernelRouting, TilesOfAtMostEightRows) {
   EXPECT_FALSE(fits_decoding_kernel(Pack::kAuto, problem(16, 16, 9)));   // 9 rows
   EXPECT_FALSE(fits_decoding_kernel(Pack::kOn, problem(16, 8, 5)));      // packed: 10 rows
   EXPECT_FALSE(fits_decoding_kernel(Pack::kAuto, problem(16, 8, 4096))); // a prompt
+  // An FP8 q block descale (per query head) leaves the rows unpacked.
+  EXPECT_FALSE(decoding_kernel_packs(Pack::kAuto, problem(16, 8, 1), /*q_block_descale=*/true));
+  EXPECT_TRUE(fits_decoding_kernel(Pack::kAuto, problem(16, 8, 1), true));
+  EXPECT_FALSE(fits_decoding_kernel(Pack::kOn, problem(16, 8, 1), true));
 }
 
 // GQA packing: by default where it needs fewer tiles for queries shorter than a tile; the packed grid counts tiles per K/V head, with

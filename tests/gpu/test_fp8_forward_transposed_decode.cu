@@ -54,8 +54,9 @@ TEST_F(Fp8Forward, TransposedDecodeCornerCases) {
 
 // Decoding steps at the wide head dims (160-256) in the d 256 decoding kernel, every tile transposed
 // (wide_decode_shapes: at most 8 live rows a tile, packed or not; 9 rows take the ordinary kernel),
-// split by the heuristic or in 3, draft rows causal; block scales (which keep the ordinary kernel)
-// beside them, a dense step and DeepSeek's 192 / 128.
+// split by the heuristic or in 3, draft rows causal; block scales (unpacked: q's are per query head;
+// 64-key blocks), those of 96 k/v rows (the ordinary kernel's 96-key blocks) beside them, a dense step
+// and DeepSeek's 192 / 128.
 TEST_F(Fp8Forward, WideDecodeCornerCases) {
   const std::uint64_t seed = run_seed();
   std::vector<Fp8VarlenCase> cases;
@@ -71,6 +72,11 @@ TEST_F(Fp8Forward, WideDecodeCornerCases) {
         ++index;
       }
     }
+  }
+  for (const int rows_kv : {192, 96}) {
+    Fp8VarlenCase c = decoding_case(wide_decode_shapes()[0], 256, 0, 1);
+    c.block_scales = true, c.rows_q = 64, c.rows_kv = rows_kv;
+    cases.push_back(c);
   }
   Fp8VarlenCase dense;  // a dense step (q and k/v as batches), 16/8 heads
   dense.head_dim = 256, dense.heads_q = 16, dense.heads_kv = 8, dense.lens_q = {1, 1, 1};

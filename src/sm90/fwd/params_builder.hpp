@@ -62,29 +62,35 @@ inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m
 // d 256 one, where 136-256 run) computes every tile transposed, with the query rows as the wgmma's N = 8
 // (fwd/transposed_decode.cuh), so it takes launches whose tiles hold at most kTransposedRows live rows.
 // It packs GQA where the packed rows fit (seqlen_q * heads_q / heads_kv <= 8): as pack_gqa = kOn says,
-// and by default from a ratio of 2; otherwise it takes steps of at most 8 query rows unpacked (pack_gqa
-// = kOff, or a ratio above 8).
+// and by default from a ratio of 2, but not over an FP8 q block descale (its entries are per query
+// head); otherwise it takes steps of at most 8 query rows unpacked (pack_gqa = kOff, or a ratio above 8).
 constexpr int kTransposedRows = 8;
-inline bool decoding_kernel_packs(KernelOptions::PackGqa option, const detail::Problem& pr) {
+inline bool decoding_kernel_packs(KernelOptions::PackGqa option, const detail::Problem& pr,
+                                  bool q_block_descale = false) {
   const int ratio = pr.heads_q / pr.heads_kv;
-  if (option == KernelOptions::PackGqa::kOff || static_cast<long long>(pr.seqlen_q) * ratio > kTransposedRows)
+  if (option == KernelOptions::PackGqa::kOff || q_block_descale ||
+      static_cast<long long>(pr.seqlen_q) * ratio > kTransposedRows)
     return false;
   return option == KernelOptions::PackGqa::kOn || ratio >= 2;
 }
-inline bool fits_decoding_kernel(KernelOptions::PackGqa option, const detail::Problem& pr) {
-  if (decoding_kernel_packs(option, pr)) return true;
+inline bool fits_decoding_kernel(KernelOptions::PackGqa option, const detail::Problem& pr,
+                                 bool q_block_descale = false) {
+  if (decoding_kernel_packs(option, pr, q_block_descale)) return true;
   return option != KernelOptions::PackGqa::kOn && pr.seqlen_q <= kTransposedRows;
 }
 
 // Whether a forward call takes that kernel: head dims 136-256, warp-specialized, without attention_chunk
-// or seqused_q (kernels of their own); FP8 with per-head descales and v in the ordinary layout (the
-// block-descale and keys-contiguous kernels keep theirs).
+// or seqused_q (kernels of their own); in FP8 with v in the ordinary layout (keys-contiguous v keeps its
+// kernels) and block descales, if any, of multiples of 64 rows (its 64-key blocks and 64-row warpgroups).
 inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
-  const bool fp8_kernel_of_its_own = args.q_block_descale || args.k_block_descale || args.v_block_descale ||
-                                     pr.v_keys_contiguous;
+  const bool block_descales = args.q_block_descale || args.k_block_descale || args.v_block_descale;
+  const bool fp8_kernel_of_its_own =
+      pr.v_keys_contiguous ||
+      (block_descales && (args.descale_block_rows_q % 64 != 0 || args.descale_block_rows_kv % 64 != 0));
   return head_dim > 128 && head_dim <= 256 && args.options.warp_specialized && !detail::has_chunks_or_seqused_q(pr) &&
-         !(pr.in_dtype == Dtype::kFloat8E4M3 && fp8_kernel_of_its_own) && fits_decoding_kernel(args.options.pack_gqa, pr);
+         !(pr.in_dtype == Dtype::kFloat8E4M3 && fp8_kernel_of_its_own) &&
+         fits_decoding_kernel(args.options.pack_gqa, pr, args.q_block_descale.has_value());
 }
 
 // Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with

@@ -72,14 +72,15 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   }
   // GQA packing (variable-length kernels up to d 128): where packs_gqa says it pays, as in the 16-bit
   // launch, but not over a q block descale, whose entries are per query head; in the d 256 decoding
-  // kernel where decoding_kernel_packs says (its launch takes no block descales).
+  // kernel where decoding_kernel_packs says.
+  const bool q_block_descale = args.q_block_descale.has_value();
   if constexpr (Traits::kDecodingOnly) {
-    if (!fits_decoding_kernel(args.options.pack_gqa, pr))
+    if (!fits_decoding_kernel(args.options.pack_gqa, pr, q_block_descale))
       return Status(StatusCode::kUnsupported, "internal error in the sm_90a fp8 forward launch: a tile of more than " +
                                                   std::to_string(kTransposedRows) + " rows for the decoding kernel");
   }
-  const bool pack_gqa = Traits::kDecodingOnly ? decoding_kernel_packs(args.options.pack_gqa, pr)
-                                              : Traits::kPacksGqa && !args.q_block_descale &&
+  const bool pack_gqa = Traits::kDecodingOnly ? decoding_kernel_packs(args.options.pack_gqa, pr, q_block_descale)
+                                              : Traits::kPacksGqa && !q_block_descale &&
                                                     packs_gqa(args.options.pack_gqa, pr, Traits::kBlockM);
   if (Traits::kPacksGqa && args.q_block_descale && args.options.pack_gqa == KernelOptions::PackGqa::kOn)
     return Status(StatusCode::kUnsupported,
@@ -264,9 +265,10 @@ Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Pr
   return block_descales ? launch_fp8_kernel<Descales>(args, pr) : launch_fp8_kernel<Plain>(args, pr);
 }
 
-// Decoding steps at head dims 136-256 with per-head descales and v in the ordinary layout
-// (takes_decoding_kernel, params_builder.hpp): the d 256 variable-length kernel's decoding-only variant
-// (Fp8FwdTraits::kDecodingOnly), with the softcap step or without.
+// Decoding steps at head dims 136-256 with v in the ordinary layout (takes_decoding_kernel,
+// params_builder.hpp): the d 256 variable-length kernel's decoding-only variant (Fp8FwdTraits::kDecodingOnly),
+// with the softcap step or without, per-head descales (128-key blocks) or block descales too (64-key
+// blocks, as the other d 256 block-descale kernels take: 128 spilled there).
 template <int kHeadDim>
 Status launch_forward_fp8_decoding(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(kHeadDim == 256, "the decoding-only variant: d 256");
@@ -274,6 +276,15 @@ Status launch_forward_fp8_decoding(const FwdArgs& args, const detail::Problem& p
                              fp8_default_block_n(256, false, false), false, 256, /*kDecodingOnly=*/true>;
   using Softcap = Fp8FwdTraits<256, false, true, fp8_default_block_n(256, false, true), false, /*kVarlen=*/true,
                                fp8_default_block_n(256, false, true), false, 256, /*kDecodingOnly=*/true>;
+  using Descales = Fp8FwdTraits<256, true, false, fp8_default_block_n(256, true, false), false, /*kVarlen=*/true,
+                                fp8_default_block_n(256, true, false), false, 256, /*kDecodingOnly=*/true>;
+  using SoftcapDescales = Fp8FwdTraits<256, true, true, fp8_default_block_n(256, true, true), false,
+                                       /*kVarlen=*/true, fp8_default_block_n(256, true, true), false, 256,
+                                       /*kDecodingOnly=*/true>;
+  static_assert(Descales::kBlockN == 64 && SoftcapDescales::kBlockN == 64,
+                "takes_decoding_kernel admits block descales of multiples of 64 rows");
+  if (args.q_block_descale || args.k_block_descale || args.v_block_descale)
+    return pr.softcap > 0.0f ? launch_fp8_kernel<SoftcapDescales>(args, pr) : launch_fp8_kernel<Descales>(args, pr);
   static_assert(Fp8TransposedDecode<Plain>::kRows == kTransposedRows,
                 "the decoding kernel's routing (params_builder.hpp) counts the transposed tile's rows");
   return pr.softcap > 0.0f ? launch_fp8_kernel<Softcap>(args, pr) : launch_fp8_kernel<Plain>(args, pr);

@@ -71,7 +71,7 @@ constexpr int kFp8D256DescaleGroupKeys = 32;
 // most 128 (takes_v128_kernels, host/tile_width.hpp), whose P V then skips the 64 columns the 192-wide
 // V tile would zero-fill.
 // kDecodingOnly_: the d 256 variable-length kernel's variant for decoding steps (tiles of at most 8 live
-// rows, every one computed transposed), as the 16-bit FwdTraits::kDecodingOnly: per-head descales only.
+// rows, every one computed transposed), as the 16-bit FwdTraits::kDecodingOnly.
 template <int kHeadDim_, bool kBlockDescales_ = false, bool kSoftcap_ = false,
           int kBlockN_ = fp8_default_block_n(kHeadDim_, kBlockDescales_, kSoftcap_), bool kVtFromGlobal_ = false,
           bool kVarlen_ = false, int kDescaleGroupKeys_ = kBlockN_, bool kChunksAndSequsedQ_ = false,
@@ -235,8 +235,8 @@ struct Fp8FwdTraits {
   // so their combine kernel of the same head dim (VarlenCombineTraits, bf16 out) merges the pieces.
   // At d 256 only in the decoding-only variant, whose consumers compile no m64 loop.
   static constexpr bool kDecodingOnly = kDecodingOnly_;
-  static_assert(!kDecodingOnly || (kVarlen && kHeadDim == 256 && !kBlockDescales && !kChunksAndSequsedQ_),
-                "the decoding-only variant: the d 256 variable-length kernel with per-head descales");
+  static_assert(!kDecodingOnly || (kVarlen && kHeadDim == 256 && !kChunksAndSequsedQ_),
+                "the decoding-only variant: the d 256 variable-length kernel");
   static constexpr bool kVarlenSplit = kVarlen && (kHeadDim <= 128 || kDecodingOnly);
   static constexpr bool kPacksGqa = kVarlenSplit;
   // Tiles of at most 8 live rows computed transposed (fwd_fp8/transposed_decode.cuh): the d 64 decoding
