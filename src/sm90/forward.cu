@@ -125,12 +125,9 @@ template <typename Element>
 Status dispatch_head_dim(const FwdArgs& args, const detail::Problem& pr) {
   const int head_dim = detail::widest_head_dim(pr);
   if (head_dim > 256) return unsupported("head dim " + std::to_string(head_dim));
-  // Decoding steps at head dims 136-256: the decoding kernel of the 192 or 256 tile, which packs GQA and
-  // splits every tile (takes_decoding_kernel, params_builder.hpp).
-  if (takes_decoding_kernel(args, pr)) {
-    return head_dim <= 192 ? launch_shipped_decoding_forward<192, Element>(args, pr)
-                           : launch_shipped_decoding_forward<256, Element>(args, pr);
-  }
+  // Decoding steps at head dims 136-256: the d 256 decoding kernel, which packs GQA and splits every tile
+  // (takes_decoding_kernel, params_builder.hpp).
+  if (takes_decoding_kernel(args, pr)) return launch_shipped_decoding_forward<256, Element>(args, pr);
   if (takes_v128_kernels(pr) && args.options.warp_specialized) return launch<192, Element, 128>(args, pr);
   return launch_at_tile_width(head_dim, [&](auto width) { return launch<decltype(width)::value, Element>(args, pr); });
 }

@@ -248,9 +248,9 @@ std::vector<NamedCase<VarlenCase>> transposed_decode_cases() {
 INSTANTIATE_TEST_SUITE_P(TransposedDecode, ForwardVarlenCorners, ::testing::ValuesIn(transposed_decode_cases()),
                          CaseName());
 
-// Decoding steps at the wide head dims (136-256) in the d 192 and 256 decoding kernels, every tile
-// transposed (wide_decode_shapes: at most 8 live rows a tile, packed or not; 9 rows take the ordinary
-// kernel), split by the heuristic, in 3 or not at all, draft rows causal; d 136 runs padded to 192.
+// Decoding steps at the wide head dims (136-256) in the d 256 decoding kernel, every tile transposed
+// (wide_decode_shapes: at most 8 live rows a tile, packed or not; 9 rows take the ordinary kernel),
+// split by the heuristic, in 3 or not at all, draft rows causal; d 136 and 192 run padded to 256.
 std::vector<NamedCase<VarlenCase>> wide_decode_cases() {
   std::vector<NamedCase<VarlenCase>> cases;
   int index = 0;

@@ -19,7 +19,7 @@ Status launch_shipped_varlen_forward(const FwdArgs& args, const detail::Problem&
 template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
 Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail::Problem& problem);
 
-// Decoding steps whose tiles hold at most 8 live rows, at head dims 136-256 (shipped: 192 and 256).
+// Decoding steps whose tiles hold at most 8 live rows, at head dims 136-256 (shipped: 256).
 template <int kHeadDim, typename Element>
 Status launch_shipped_decoding_forward(const FwdArgs& args, const detail::Problem& problem);
 

@@ -58,12 +58,12 @@ inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m
   return 2 * seqlen_q * rows_per_query <= block_m;
 }
 
-// The decoding kernels of the head dims above 128 (FwdTraits::kDecodingOnly at d 192 and 256,
-// Fp8FwdTraits' at d 256) compute every tile transposed, with the query rows as the wgmma's N = 8
-// (fwd/transposed_decode.cuh), so they take launches whose tiles hold at most kTransposedRows live rows.
-// They pack GQA where the packed rows fit (seqlen_q * heads_q / heads_kv <= 8): as pack_gqa = kOn says,
+// The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: the
+// d 256 one, where 136-256 run) computes every tile transposed, with the query rows as the wgmma's N = 8
+// (fwd/transposed_decode.cuh), so it takes launches whose tiles hold at most kTransposedRows live rows.
+// It packs GQA where the packed rows fit (seqlen_q * heads_q / heads_kv <= 8): as pack_gqa = kOn says,
 // and by default from a ratio of 2, but not over an FP8 q block descale (its entries are per query
-// head); otherwise they take steps of at most 8 query rows unpacked (pack_gqa = kOff, or a ratio above 8).
+// head); otherwise it takes steps of at most 8 query rows unpacked (pack_gqa = kOff, or a ratio above 8).
 constexpr int kTransposedRows = 8;
 inline bool decoding_kernel_packs(KernelOptions::PackGqa option, const detail::Problem& pr,
                                   bool q_block_descale = false) {
@@ -79,7 +79,7 @@ inline bool fits_decoding_kernel(KernelOptions::PackGqa option, const detail::Pr
   return option != KernelOptions::PackGqa::kOn && pr.seqlen_q <= kTransposedRows;
 }
 
-// Whether a forward call takes those kernels: head dims 136-256, warp-specialized, without attention_chunk
+// Whether a forward call takes that kernel: head dims 136-256, warp-specialized, without attention_chunk
 // or seqused_q (kernels of their own); in FP8 with v in the ordinary layout (keys-contiguous v keeps its
 // kernels) and block descales, if any, of multiples of 64 rows (its 64-key blocks and 64-row warpgroups).
 inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr) {

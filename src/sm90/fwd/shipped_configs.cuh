@@ -97,16 +97,13 @@ Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail
   return launch_varlen_config<kHeadDim, Element, /*kChunksAndSequsedQ=*/true, kHeadDimV>(args, pr);
 }
 
-// Decoding steps at head dims 136-256 (takes_decoding_kernel, params_builder.hpp): the variable-length
-// kernels' decoding-only variant (FwdTraits::kDecodingOnly) at d 192 or 256, which packs GQA and splits.
-// 64-key blocks (the transposed tile's M); at d 192 three stages fit beside Q and a shared O stage, at
-// d 256 two.
+// Decoding steps at head dims 136-256 (fits_decoding_kernel, params_builder.hpp): the d 256
+// variable-length kernel's decoding-only variant (FwdTraits::kDecodingOnly), which packs GQA and splits.
 template <int kHeadDim, typename Element>
 Status launch_shipped_decoding_forward(const FwdArgs& args, const detail::Problem& pr) {
-  static_assert(kHeadDim == 192 || kHeadDim == 256, "the decoding-only variant: d 192 and 256");
-  constexpr int kStages = kHeadDim == 192 ? 3 : 2;
-  return launch_forward<FwdTraits<kHeadDim, Element, 64, kStages, /*kWarpSpecialized=*/true, 2, /*kVarlen=*/true,
-                                  false, false, kHeadDim, /*kDecodingOnly=*/true>>(args, pr);
+  static_assert(kHeadDim == 256, "the decoding-only variant: d 256");
+  return launch_forward<FwdTraits<256, Element, 64, 2, /*kWarpSpecialized=*/true, 2, /*kVarlen=*/true, false, false,
+                                  256, /*kDecodingOnly=*/true>>(args, pr);
 }
 
 }  // namespace hopattn::sm90

@@ -30,11 +30,10 @@ namespace hopattn::sm90 {
 // 1-4% (H100, perf-notes session 44).
 // kHeadDimV_: the width of the V and O tiles, where v's head dim is narrower than q's and k's
 // (DeepSeek's q/k 192, v 128): P V then runs at v's width instead of the zero-filled columns of q's.
-// kDecodingOnly_: the variable-length kernels' variant for decoding steps at head dims 192 and 256
-// (136-192 and 200-256 run there): the launch sends it only tiles of at most 8 live rows, which
-// warpgroup 0 computes transposed (kTransposedDecode), so the m64 loops are not compiled. At those
-// head dims they spill once packing and the split are in (kVarlenSplit below); without them the
-// variant packs and splits.
+// kDecodingOnly_: the variable-length kernels' variant for decoding steps at head dim 256 (head dims
+// 136-256 run there): the launch sends it only tiles of at most 8 live rows, which warpgroup 0 computes
+// transposed (kTransposedDecode), so the m64 loops are not compiled. At d 256 they spill once packing
+// and the split are in (kVarlenSplit below); without them the variant packs and splits.
 template <int kHeadDim_, typename Element_, int kBlockN_, int kStages_, bool kWarpSpecialized_ = true,
           int kConsumerWarpgroups_ = 2, bool kVarlen_ = false, bool kKvByCpAsync_ = false,
           bool kChunksAndSequsedQ_ = false, int kHeadDimV_ = kHeadDim_, bool kDecodingOnly_ = false>
@@ -69,8 +68,8 @@ struct FwdTraits {
   // A producer warpgroup that copies K and V itself (kKvByCpAsync below) spilled at 24 registers (its
   // leader's visit hand-out beside the copies); those kernels' consumers fit in 232. At d 64 it spilled
   // 4 bytes at 40 too once the consumers had the transposed decoding loop (the leader's Q phase):
-  // 48 / 224 there. The decoding-only variant's producer (packed Q, the split's visits) spilled 20 bytes
-  // at 24 (d 256): 40 / 232.
+  // 48 / 224 there. The d 256 decoding-only variant's producer (packed Q, the split's visits) spilled
+  // 20 bytes at 24: 40 / 232.
   static constexpr int kProducerRegisters =
       kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? (kHeadDim_ == 64 ? 48 : 40) : (kDecodingOnly_ ? 40 : 24)) : 32;
   static constexpr int kConsumerRegisters =
@@ -118,20 +117,19 @@ struct FwdTraits {
   static constexpr bool kTailSplit = !kVarlen;
   static constexpr int kSplitRegionRounds = 2;
   static constexpr bool kDecodingOnly = kDecodingOnly_;
-  static_assert(!kDecodingOnly || (kVarlen && (kHeadDim == 192 || kHeadDim == 256) && kHeadDimV == kHeadDim &&
-                                    !kChunksAndSequsedQ_),
-                "the decoding-only variant: the d 192 / 256 variable-length kernels without chunks or seqused_q");
+  static_assert(!kDecodingOnly || (kVarlen && kHeadDim == 256 && kHeadDimV == kHeadDim && !kChunksAndSequsedQ_),
+                "the decoding-only variant: the d 256 variable-length kernel without chunks or seqused_q");
   // The variable-length kernels' own split (every tile in equal-count pieces, plan_varlen_split) and
-  // GQA packing (fwd/packed_gqa.cuh), for decoding. At head dims 192 and 256 only in the decoding-only
-  // variant: beside the m64 loops their code spills (at d 256 O alone takes 128 of the 168 registers
-  // ptxas plans the kernel for).
+  // GQA packing (fwd/packed_gqa.cuh), for decoding. At head dim 256 only in the decoding-only variant:
+  // beside the m64 loops their code spills (O alone takes 128 of the 168 registers ptxas plans the
+  // kernel for).
   static constexpr bool kVarlenSplit = kVarlen && (kHeadDim <= 128 || kDecodingOnly);
   static constexpr bool kPacksGqa = kVarlenSplit;
   // Tiles of at most 8 live rows computed transposed (fwd/transposed_decode.cuh): at d 64 a decoding
   // step's 192-key blocks cost the m64 loop about as much tensor and exponential time as their bytes
   // take to stream (+6-11.5% with it on the decode grid, perf-notes v89); at d 128 the stream bounds
-  // the step and the transposed loop's longer chain per block cost 0-5% (H200, 2026-12-03). At d 192
-  // and 256 the decoding-only variant computes every tile so.
+  // the step and the transposed loop's longer chain per block cost 0-5% (H200, 2026-12-03). At d 256
+  // the decoding-only variant computes every tile so.
   static constexpr bool kTransposedDecode = kPacksGqa && (kHeadDim == 64 || kDecodingOnly);
   // K and V by the whole producer warpgroup's cp.async copies rather than one thread's TMA boxes
   // (fwd/kv_cp_async.cuh): a decoding step is bound by HBM, and streaming K/V alone the H200 reached

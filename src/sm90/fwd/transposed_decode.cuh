@@ -1,5 +1,5 @@
 // A decoding tile computed transposed in the 16-bit consumer (where FwdTraits::kTransposedDecode: d 64, and
-// every tile of the d 192 / 256 decoding-only variants).
+// every tile of the d 256 decoding-only variant).
 // A tile with at most 8 live query rows (a GQA-packed decoding step, an MHA step's single row) would
 // spend m64 wgmmas, 64 rows of exponentials and a 64-row O on those few rows: at d 64 a 192-key block's
 // m64 work takes about as long as its 48 KB take to stream from HBM. Here warpgroup 0 computes with the
