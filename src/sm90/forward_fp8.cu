@@ -54,7 +54,7 @@ Status forward_fp8(const FwdArgs& args, const detail::Problem& pr, bool varlen) 
                       "seqused_q, a paged cache) is not supported by the sm_90a fp8 forward kernel; above 128 "
                       "(the 192- and 256-wide kernels) it takes attention_chunk on dense batches, and up to 128 "
                       "both on any");
-  // Decoding steps at head dims 136-256 with per-head descales: the d 256 decoding kernel, which packs
+  // Decoding steps at head dims 136-256: the d 256 FP8 decoding kernel (block descales too), which packs
   // GQA and splits every tile (takes_decoding_kernel, params_builder.hpp).
   if (takes_decoding_kernel(args, pr)) return launch_forward_fp8_decoding<256>(args, pr);
   // The kernel of the tile width that holds both head dims (launch_at_tile_width; validation admits
