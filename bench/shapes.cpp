@@ -328,7 +328,9 @@ std::vector<Shape> decode_grid() {
 std::vector<Shape> decode_wide_grid() {
   struct Row {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, hdim, hdim_v, page_size;
+    Dtype dtype = Dtype::kBFloat16;
   };
+  constexpr Dtype kFp8 = Dtype::kFloat8E4M3;
   std::vector<Shape> shapes;
   for (const Row& r : {Row{1, 16, 8, 1, 4096, 256, 0, 0}, Row{1, 16, 8, 1, 16384, 256, 0, 0},
                        Row{1, 16, 8, 1, 65536, 256, 0, 0}, Row{8, 16, 8, 1, 16384, 256, 0, 0},
@@ -336,8 +338,11 @@ std::vector<Shape> decode_wide_grid() {
                        Row{16, 4, 1, 1, 8192, 256, 0, 0}, Row{1, 16, 16, 1, 16384, 256, 0, 0},
                        Row{8, 16, 8, 2, 16384, 256, 0, 0}, Row{1, 16, 8, 1, 16384, 256, 0, 256},
                        Row{8, 16, 8, 1, 16384, 256, 0, 256}, Row{8, 16, 8, 1, 16384, 256, 0, 16},
-                       Row{8, 32, 8, 1, 8192, 192, 0, 0}, Row{1, 16, 16, 1, 16384, 192, 128, 0}}) {
+                       Row{8, 32, 8, 1, 8192, 192, 0, 0}, Row{1, 16, 16, 1, 16384, 192, 128, 0},
+                       Row{1, 16, 8, 1, 16384, 256, 0, 0, kFp8}, Row{1, 8, 4, 1, 32768, 256, 0, 0, kFp8},
+                       Row{8, 16, 8, 1, 16384, 256, 0, 0, kFp8}}) {
     Shape s;
+    s.dtype = r.dtype;
     s.batch = r.batch;
     s.heads_q = r.heads_q;
     s.heads_kv = r.heads_kv;
@@ -350,18 +355,6 @@ std::vector<Shape> decode_wide_grid() {
       s.page_size = r.page_size;
       s.variant = "paged_" + std::to_string(r.page_size);
     }
-    shapes.push_back(s);
-  }
-  for (const Row& r : {Row{1, 16, 8, 1, 16384, 256, 0, 0}, Row{1, 8, 4, 1, 32768, 256, 0, 0},
-                       Row{8, 16, 8, 1, 16384, 256, 0, 0}}) {
-    Shape s;
-    s.dtype = Dtype::kFloat8E4M3;
-    s.batch = r.batch;
-    s.heads_q = r.heads_q;
-    s.heads_kv = r.heads_kv;
-    s.seqlen_q = r.seqlen_q;
-    s.seqlen_k = r.seqlen_k;
-    s.hdim = r.hdim;
     shapes.push_back(s);
   }
   return shapes;

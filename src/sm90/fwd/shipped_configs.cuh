@@ -102,8 +102,7 @@ Status launch_shipped_chunks_seqused_q_forward(const FwdArgs& args, const detail
 template <int kHeadDim, typename Element>
 Status launch_shipped_decoding_forward(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(kHeadDim == 256, "the decoding-only variant: d 256");
-  return launch_forward<FwdTraits<256, Element, 64, 2, /*kWarpSpecialized=*/true, 2, /*kVarlen=*/true, false, false,
-                                  256, /*kDecodingOnly=*/true>>(args, pr);
+  return launch_forward<DecodingTraits256<Element>>(args, pr);
 }
 
 }  // namespace hopattn::sm90

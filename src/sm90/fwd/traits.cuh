@@ -202,4 +202,10 @@ struct FwdTraits {
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
 };
 
+// The d 256 decoding-only kernel (kDecodingOnly_): 64-key blocks (the transposed tile's M), two stages.
+// launch_shipped_decoding_forward runs it; the FP8 decoding kernel's pieces merge in its combine.
+template <typename Element>
+using DecodingTraits256 = FwdTraits<256, Element, 64, 2, /*kWarpSpecialized=*/true, 2, /*kVarlen=*/true, false, false,
+                                    256, /*kDecodingOnly=*/true>;
+
 }  // namespace hopattn::sm90

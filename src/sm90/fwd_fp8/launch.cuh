@@ -272,21 +272,16 @@ Status launch_forward_fp8_chunks_seqused_q(const FwdArgs& args, const detail::Pr
 template <int kHeadDim>
 Status launch_forward_fp8_decoding(const FwdArgs& args, const detail::Problem& pr) {
   static_assert(kHeadDim == 256, "the decoding-only variant: d 256");
-  using Plain = Fp8FwdTraits<256, false, false, fp8_default_block_n(256, false, false), false, /*kVarlen=*/true,
-                             fp8_default_block_n(256, false, false), false, 256, /*kDecodingOnly=*/true>;
-  using Softcap = Fp8FwdTraits<256, false, true, fp8_default_block_n(256, false, true), false, /*kVarlen=*/true,
-                               fp8_default_block_n(256, false, true), false, 256, /*kDecodingOnly=*/true>;
-  using Descales = Fp8FwdTraits<256, true, false, fp8_default_block_n(256, true, false), false, /*kVarlen=*/true,
-                                fp8_default_block_n(256, true, false), false, 256, /*kDecodingOnly=*/true>;
-  using SoftcapDescales = Fp8FwdTraits<256, true, true, fp8_default_block_n(256, true, true), false,
-                                       /*kVarlen=*/true, fp8_default_block_n(256, true, true), false, 256,
-                                       /*kDecodingOnly=*/true>;
+  using Plain = Fp8Traits<256, false, false, false, /*kVarlen=*/true, false, 256, /*kDecodingOnly=*/true>;
+  using Softcap = Fp8Traits<256, false, true, false, /*kVarlen=*/true, false, 256, /*kDecodingOnly=*/true>;
+  using Descales = Fp8Traits<256, true, false, false, /*kVarlen=*/true, false, 256, /*kDecodingOnly=*/true>;
+  using SoftcapDescales = Fp8Traits<256, true, true, false, /*kVarlen=*/true, false, 256, /*kDecodingOnly=*/true>;
   static_assert(Descales::kBlockN == 64 && SoftcapDescales::kBlockN == 64,
                 "takes_decoding_kernel admits block descales of multiples of 64 rows");
-  if (args.q_block_descale || args.k_block_descale || args.v_block_descale)
-    return pr.softcap > 0.0f ? launch_fp8_kernel<SoftcapDescales>(args, pr) : launch_fp8_kernel<Descales>(args, pr);
   static_assert(Fp8TransposedDecode<Plain>::kRows == kTransposedRows,
                 "the decoding kernel's routing (params_builder.hpp) counts the transposed tile's rows");
+  if (args.q_block_descale || args.k_block_descale || args.v_block_descale)
+    return pr.softcap > 0.0f ? launch_fp8_kernel<SoftcapDescales>(args, pr) : launch_fp8_kernel<Descales>(args, pr);
   return pr.softcap > 0.0f ? launch_fp8_kernel<Softcap>(args, pr) : launch_fp8_kernel<Plain>(args, pr);
 }
 

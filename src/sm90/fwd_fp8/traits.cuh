@@ -295,18 +295,17 @@ struct Fp8FwdTraits {
 // d 256 those of the bf16 decoding kernel (the one variable-length d 256 kernel that splits).
 template <int kHeadDim, bool kChunksAndSequsedQ = false>
 using Fp8VarlenCombineTraits =
-    std::conditional_t<kHeadDim == 256,
-                       FwdTraits<256, __nv_bfloat16, 64, 2, true, 2, /*kVarlen=*/true, false, false, 256,
-                                 /*kDecodingOnly=*/true>,
+    std::conditional_t<kHeadDim == 256, DecodingTraits256<__nv_bfloat16>,
                        FwdTraits<kHeadDim, __nv_bfloat16, 128, kHeadDim == 64 ? 4 : 2, true, 2, /*kVarlen=*/true,
                                  false, kChunksAndSequsedQ>>;
 
-// Fp8FwdTraits with the default block width (kChunksAndSequsedQ: the variant for chunks and seqused_q).
+// Fp8FwdTraits with the default block width (kChunksAndSequsedQ: the variant for chunks and seqused_q;
+// kDecodingOnly: the d 256 decoding kernel's).
 template <int kHeadDim, bool kBlockDescales, bool kSoftcap, bool kVtFromGlobal, bool kVarlen = false,
-          bool kChunksAndSequsedQ = false, int kHeadDimV = kHeadDim>
+          bool kChunksAndSequsedQ = false, int kHeadDimV = kHeadDim, bool kDecodingOnly = false>
 using Fp8Traits =
     Fp8FwdTraits<kHeadDim, kBlockDescales, kSoftcap, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap),
                  kVtFromGlobal, kVarlen, fp8_default_block_n(kHeadDim, kBlockDescales, kSoftcap), kChunksAndSequsedQ,
-                 kHeadDimV>;
+                 kHeadDimV, kDecodingOnly>;
 
 }  // namespace hopattn::sm90
