@@ -162,7 +162,8 @@ TEST_F(ForwardTailSplit, PiecesMergeToTheReference) {
 }
 
 // A split launch captured in a CUDA graph (as inference engines run decoding steps): the in-kernel
-// merge's counters and the stream-ordered workspace must work on replay, bit for bit as a direct call;
+// merges' counters (left zero by each tile's last piece: the second replay reuses the first's) and
+// the stream-ordered workspace must work on replay, bit for bit as a direct call;
 // captured before and after a direct call. Run alone (scripts/device_tests.sh does), its first
 // capture is the process's first call, which sets up the per-device counters and pool under capture.
 TEST_F(ForwardTailSplit, CudaGraphReplayMatchesTheDirectCall) {
@@ -172,22 +173,26 @@ TEST_F(ForwardTailSplit, CudaGraphReplayMatchesTheDirectCall) {
     DenseExtents extents;
     Dtype dtype;
   };
+  // Decoding steps (GQA-packed, split: merged by each tile's last piece) at d 128 and in the d 256
+  // decoding kernel; a tail split of the last round.
   const Shape shapes[] = {{{1, 8, 2, 1, 8333, 128}, Dtype::kBFloat16},
+                          {{2, 16, 8, 1, 5001, 256}, Dtype::kBFloat16},
                           {{1, 3, 1, 128 * ((sms + 5) / 3) - 37, 700, 256}, Dtype::kFloat16}};
   int index = 0;
   for (const Shape& sh : shapes) {
     const DenseExtents& x = sh.extents;
-    const std::int64_t nq = std::int64_t(x.seqlen_q) * x.heads_q * x.head_dim;
-    const std::int64_t nkv = std::int64_t(x.seqlen_k) * x.heads_kv * x.head_dim;
+    const std::int64_t nq = std::int64_t(x.batch) * x.seqlen_q * x.heads_q * x.head_dim;
+    const std::int64_t nkv = std::int64_t(x.batch) * x.seqlen_k * x.heads_kv * x.head_dim;
     const std::size_t e = dtype_size(sh.dtype);
-    DeviceBuffer q(nq * e), k(nkv * e), v(nkv * e), out(nq * e), lse(std::int64_t(x.heads_q) * x.seqlen_q * 4);
+    DeviceBuffer q(nq * e), k(nkv * e), v(nkv * e), out(nq * e),
+        lse(std::int64_t(x.batch) * x.heads_q * x.seqlen_q * 4);
     fill_normal(q.data(), sh.dtype, nq, splitmix64(seed + index++), 3.0f);
     fill_normal(k.data(), sh.dtype, nkv, splitmix64(seed + index++));
     fill_normal(v.data(), sh.dtype, nkv, splitmix64(seed + index++));
     const FwdArgs args = dense_cuda_args(x, sh.dtype, sh.dtype, q.data(), k.data(), v.data(), out.data(), lse.data());
     for (bool capture_first : {true, false}) {
       const std::string why = graph_replay_mismatch(args, capture_first);
-      EXPECT_TRUE(why.empty()) << "hq " << x.heads_q << " sq " << x.seqlen_q << " sk " << x.seqlen_k << " d "
+      EXPECT_TRUE(why.empty()) << "b " << x.batch << " hq " << x.heads_q << " sq " << x.seqlen_q << " sk " << x.seqlen_k << " d "
                                << x.head_dim << (capture_first ? " captured first" : "")
                                << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
     }

@@ -217,6 +217,35 @@ std::vector<NamedCase<VarlenCase>> decode_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Decode, ForwardVarlenCorners, ::testing::ValuesIn(decode_cases()), CaseName());
 
+// Split launches of far more pieces than CTAs (320 tiles in 3 pieces: a persistent launch), where a CTA
+// completes several tiles and merges them after its last visit, found again by their counters
+// (last_piece_merge.cuh); one or two query rows a tile, packed (16/8 heads) or not (MHA), at each
+// head dim that splits variable-length launches (256: the decoding kernel).
+std::vector<NamedCase<VarlenCase>> many_pieces_cases() {
+  std::vector<NamedCase<VarlenCase>> cases;
+  constexpr int kSequences = 40;
+  std::vector<int> one_row(kSequences, 1), drafts(kSequences), len_k(kSequences);
+  for (int i = 0; i < kSequences; ++i) {
+    drafts[i] = 1 + i % 2;
+    len_k[i] = 1 + (i * 997) % 2100;
+  }
+  int index = 0;
+  for (const int d : {64, 128, 256}) {
+    VarlenCase mha = varlen(one_row, len_k, 8, 8, d, index++ % 2 == 0 ? kBf16 : kFp16);
+    mha.num_splits = 3;
+    mha.causal = d != 128;
+    cases.push_back({"Mha_d" + std::to_string(d) + "_splits3", mha});
+    VarlenCase packed = varlen(drafts, len_k, 16, 8, d, index++ % 2 == 0 ? kBf16 : kFp16);
+    packed.num_splits = 3;
+    packed.causal = true;
+    if (d == 128) packed.window_left = 300, packed.window_right = 0;
+    cases.push_back({"PackedDrafts_d" + std::to_string(d) + "_splits3", packed});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(ManyPieces, ForwardVarlenCorners, ::testing::ValuesIn(many_pieces_cases()), CaseName());
+
 // Tiles of at most 8 live rows run transposed at d 64 (fwd/transposed_decode.cuh), tiles of 9 or more
 // the ordinary loop; d 128 runs the same shapes through the ordinary loop alone. Batches with tiles of
 // exactly 8 and 9 rows side by side (transposed_decode_shapes.cuh, the FP8 suite's too), caches of 1
