@@ -15,6 +15,7 @@
 // spilled 0.9-1.9 KB at d 128 (even one piece at a time spilled); after it, they fit.
 #pragma once
 
+#include "sm90/arch/global_semaphore.cuh"
 #include "sm90/arch/sync.cuh"
 #include "sm90/fwd/combine_rows.cuh"
 #include "sm90/fwd/packed_gqa.cuh"
@@ -32,18 +33,17 @@ __device__ __forceinline__ int completed_mark(int block) { return -1 - block; }
 // After this CTA's consumers stored their piece's partials: counts the piece in its tile's counter,
 // and where that completes the tile, marks the counter with completed_mark. barrier: a named barrier
 // of the kConsumerThreads consumer threads alone. One thread releases and acquires for the CTA: the
-// barrier orders the others' stores before its fence, and merge_completed_tiles' barrier its fence
+// barrier orders the others' stores before its count, and merge_completed_tiles' barrier its count
 // before their loads.
 template <int kConsumerThreads, int kWarpgroups>
 __device__ __forceinline__ void count_split_piece(const FwdParams& p, SplitPiece piece, int consumer_thread,
                                                   int barrier) {
   named_barrier_sync(barrier, kConsumerThreads);
   if (consumer_thread != 0) return;
-  __threadfence();  // the CTA's partials, before the count says they are there
+  // Releases the CTA's partials with the count and, for the last piece, acquires the others'.
   int* counter = p.split_counters + piece.region_tile() * kWarpgroups;
-  if (atomicAdd(counter, 1) + 1 != TilePieces::of(p.split, piece.region_tile()).count(p.split)) return;
+  if (fetch_add_acq_rel_gpu(counter, 1) + 1 != TilePieces::of(p.split, piece.region_tile()).count(p.split)) return;
   atomicExch(counter, completed_mark(static_cast<int>(blockIdx.x)));
-  __threadfence();  // the other pieces' partials, after their counts
 }
 
 // How the consumer warps share a tile's merge: a task is kChunks O chunks (4 registers each) of one
