@@ -108,18 +108,18 @@ __device__ __forceinline__ void store_combine_partial(const FwdParams& p, int sl
 }
 
 // Merges the pieces of a split tile (pieces, in block order: deterministic) from unit first_unit on,
-// every unit_stride-th, into rows: chunks [first_chunk, + kChunks) of thread `thread`'s part of
-// warpgroup `warpgroup`'s slots, kBatch pieces at a time: all their loads first (L2 loads: L1 is not
-// coherent with other CTAs' stores), then the merge.
-template <class Partials, int kChunks = kCombineChunks, int kBatch = kCombineBatch>
+// every unit_stride-th, into rows: chunks [first_chunk, + kCombineChunks) of thread `thread`'s part of
+// warpgroup `warpgroup`'s slots, kCombineBatch pieces at a time: all their loads first (L2 loads: L1 is
+// not coherent with the forward kernel's stores), then the merge.
+template <class Partials>
 __device__ __forceinline__ void combine_pieces(const FwdParams& p, const TilePieces& pieces, int warpgroup,
-                                               int first_chunk, int thread, RowMerge<kChunks>& rows, int first_unit,
+                                               int first_chunk, int thread, CombinedRows& rows, int first_unit,
                                                int unit_stride) {
-  for (int u0 = first_unit; u0 <= pieces.last_unit; u0 += kBatch * unit_stride) {
-    PieceChunks<kChunks> batch[kBatch];
-    bool present[kBatch];
+  for (int u0 = first_unit; u0 <= pieces.last_unit; u0 += kCombineBatch * unit_stride) {
+    CombinePiece batch[kCombineBatch];
+    bool present[kCombineBatch];
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < kCombineBatch; ++j) {
       const int u = u0 + j * unit_stride;
       const int slot = u <= pieces.last_unit ? pieces.slot(p.split, u) : -1;
       present[j] = slot >= 0;
@@ -127,12 +127,12 @@ __device__ __forceinline__ void combine_pieces(const FwdParams& p, const TilePie
       const float4* mine = Partials::slot(p, slot, warpgroup) + thread;
       batch[j].state = __ldcg(mine + Partials::kStateChunk * Partials::kThreads);
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
+      for (int c = 0; c < kCombineChunks; ++c) {
         batch[j].chunks[c] = __ldcg(mine + (first_chunk + c) * Partials::kThreads);
       }
     }
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < kCombineBatch; ++j) {
       if (present[j]) rows.add(batch[j]);
     }
   }
