@@ -162,8 +162,8 @@ TEST_F(ForwardTailSplit, PiecesMergeToTheReference) {
 }
 
 // A split launch captured in a CUDA graph (as inference engines run decoding steps): the in-kernel
-// merges' counters (left zero by each tile's last piece: the second replay reuses the first's) and
-// the stream-ordered workspace must work on replay, bit for bit as a direct call;
+// merge's counters, the combine kernel's programmatic launch and the stream-ordered workspace must
+// work on replay, bit for bit as a direct call;
 // captured before and after a direct call. Run alone (scripts/device_tests.sh does), its first
 // capture is the process's first call, which sets up the per-device counters and pool under capture.
 TEST_F(ForwardTailSplit, CudaGraphReplayMatchesTheDirectCall) {
@@ -173,8 +173,8 @@ TEST_F(ForwardTailSplit, CudaGraphReplayMatchesTheDirectCall) {
     DenseExtents extents;
     Dtype dtype;
   };
-  // Decoding steps (GQA-packed, split: merged by each tile's last piece) at d 128 and in the d 256
-  // decoding kernel; a tail split of the last round.
+  // Decoding steps (GQA-packed, split, merged by the variable-length combine kernel) at d 128 and in
+  // the d 256 decoding kernel (batch 2); a tail split of the last round (merged in the kernel).
   const Shape shapes[] = {{{1, 8, 2, 1, 8333, 128}, Dtype::kBFloat16},
                           {{2, 16, 8, 1, 5001, 256}, Dtype::kBFloat16},
                           {{1, 3, 1, 128 * ((sms + 5) / 3) - 37, 700, 256}, Dtype::kFloat16}};
@@ -192,8 +192,8 @@ TEST_F(ForwardTailSplit, CudaGraphReplayMatchesTheDirectCall) {
     const FwdArgs args = dense_cuda_args(x, sh.dtype, sh.dtype, q.data(), k.data(), v.data(), out.data(), lse.data());
     for (bool capture_first : {true, false}) {
       const std::string why = graph_replay_mismatch(args, capture_first);
-      EXPECT_TRUE(why.empty()) << "b " << x.batch << " hq " << x.heads_q << " sq " << x.seqlen_q << " sk " << x.seqlen_k << " d "
-                               << x.head_dim << (capture_first ? " captured first" : "")
+      EXPECT_TRUE(why.empty()) << "b " << x.batch << " hq " << x.heads_q << " sq " << x.seqlen_q << " sk "
+                               << x.seqlen_k << " d " << x.head_dim << (capture_first ? " captured first" : "")
                                << " (HOPATTN_TEST_SEED=" << seed << "): " << why;
     }
   }

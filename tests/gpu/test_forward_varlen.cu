@@ -217,10 +217,10 @@ std::vector<NamedCase<VarlenCase>> decode_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Decode, ForwardVarlenCorners, ::testing::ValuesIn(decode_cases()), CaseName());
 
-// Split launches of far more pieces than CTAs (320 tiles in 3 pieces: a persistent launch), where a CTA
-// completes several tiles and merges them after its last visit, found again by their counters
-// (last_piece_merge.cuh); one or two query rows a tile, packed (16/8 heads) or not (MHA), at each
-// head dim that splits variable-length launches (256: the decoding kernel).
+// Split launches of far more pieces than CTAs (320 tiles in 3 pieces: a persistent launch, each CTA
+// taking pieces of several tiles, and a combine grid of 320 tiles); one or two query rows a tile,
+// packed (16/8 heads) or not (MHA), at each head dim that splits variable-length launches (256: the
+// decoding kernel).
 std::vector<NamedCase<VarlenCase>> many_pieces_cases() {
   std::vector<NamedCase<VarlenCase>> cases;
   constexpr int kSequences = 40;

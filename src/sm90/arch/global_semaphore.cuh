@@ -25,16 +25,6 @@ inline __device__ __noinline__ void wait_counter_at_least(const int* counter, in
   }
 }
 
-// Adds `value` and returns the old count, acquire and release at GPU scope in one: what this
-// thread (and, through a barrier before, its CTA) wrote is visible to whoever acquires the count
-// after it, and what the earlier counters wrote is visible here after it. Lighter than
-// __threadfence (fence.sc) on both sides.
-__device__ __forceinline__ int fetch_add_acq_rel_gpu(int* counter, int value) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(value) : "memory");
-  return old;
-}
-
 __device__ __forceinline__ void increment_release_gpu(int* counter) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }

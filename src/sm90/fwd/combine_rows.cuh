@@ -1,19 +1,16 @@
-// The merge of split pieces that a combine kernel does after the FP8 forward kernels
-// (fwd_fp8/split_combine.cuh, fwd/varlen_combine.cuh) and the last piece of a 16-bit variable-length
-// tile at the end of its CTA (fwd/last_piece_merge.cuh): each piece stored its O normalized as the
-// output is, in float32, and its LSE, in its slot (split_merge.cuh's layout, {lse[0], lse[1]} in the
-// state chunk). Thread t of a combine CTA merges what thread t of each piece's warpgroup stored (the
-// same fragment layout), kChunks O chunks of it, in one pass, weighting the pieces by their LSE.
+// The merge of split pieces that a combine kernel does after the forward kernel (the FP8 kernels'
+// fwd_fp8/split_combine.cuh, the 16-bit variable-length kernels' fwd/varlen_combine.cuh): each piece
+// stored its O normalized as the output is, in float32, and its LSE, in its slot (split_merge.cuh's
+// layout, {lse[0], lse[1]} in the state chunk). Thread t of a combine CTA merges what thread t of
+// each piece's warpgroup stored (the same fragment layout), kCombineChunks O chunks of it, in one
+// pass, weighting the pieces by their LSE.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 
-#include "sm90/fwd/packed_gqa.cuh"
 #include "sm90/fwd/params.hpp"
-#include "sm90/fwd/scheduler.cuh"
-#include "sm90/fwd/sequence.cuh"
 #include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd/split_plan.hpp"
 
@@ -35,29 +32,27 @@ inline dim3 combine_grid(const FwdParams& p) {
 }
 
 // What a combine thread reads of one piece: its LSE per row half ({lse[0], lse[1], -, -}: the state
-// chunk of store_combine_partial) and kChunks chunks of its normalized O.
-template <int kChunks>
-struct PieceChunks {
+// chunk of store_combine_partial) and its kCombineChunks chunks of normalized O.
+struct CombinePiece {
   float4 state;
-  float4 chunks[kChunks];
+  float4 chunks[kCombineChunks];
 };
 
-// The merge so far of kChunks O chunks, per row half of this thread: the largest LSE, the sum of
-// exp(lse - that), and O weighted alike.
-template <int kChunks>
-struct RowMerge {
+// The merge so far, per row half of this thread: the largest LSE, the sum of exp(lse - that), and O
+// weighted alike.
+struct CombinedRows {
   float max_lse[2] = {-INFINITY, -INFINITY};
   float weight_sum[2] = {0.0f, 0.0f};
-  float o[4 * kChunks] = {};
+  float o[4 * kCombineChunks] = {};
 
   // Adds a piece in one pass (online, like the softmax): the piece is a merge of its own, of weight 1
   // at its LSE.
-  __device__ __forceinline__ void add(const PieceChunks<kChunks>& x) {
-    RowMerge piece;
+  __device__ __forceinline__ void add(const CombinePiece& x) {
+    CombinedRows piece;
     piece.max_lse[0] = x.state.x, piece.max_lse[1] = x.state.y;
     piece.weight_sum[0] = piece.weight_sum[1] = 1.0f;
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
+    for (int j = 0; j < kCombineChunks; ++j) {
       piece.o[4 * j] = x.chunks[j].x, piece.o[4 * j + 1] = x.chunks[j].y;
       piece.o[4 * j + 2] = x.chunks[j].z, piece.o[4 * j + 3] = x.chunks[j].w;
     }
@@ -66,7 +61,7 @@ struct RowMerge {
 
   // Adds another merge of pieces of the same rows: both are weighted against the larger LSE; a side
   // with LSE -inf (no key seen) weighs 0, and no -inf - -inf is taken.
-  __device__ __forceinline__ void merge(const RowMerge& x) {
+  __device__ __forceinline__ void merge(const CombinedRows& x) {
     float old_weight[2], weight[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -78,7 +73,7 @@ struct RowMerge {
     }
     // Registers 4c, 4c + 1 are row half 0, 4c + 2, 4c + 3 row half 1 (fragment_row_half).
 #pragma unroll
-    for (int i = 0; i < 4 * kChunks; ++i) o[i] = fmaf(weight[i % 4 / 2], x.o[i], o[i] * old_weight[i % 4 / 2]);
+    for (int i = 0; i < 4 * kCombineChunks; ++i) o[i] = fmaf(weight[i % 4 / 2], x.o[i], o[i] * old_weight[i % 4 / 2]);
   }
 
   // The output's scale per row half (1 / weight sum; 0 for a row no piece saw a key of) and its LSE.
@@ -92,10 +87,6 @@ struct RowMerge {
     }
   }
 };
-
-// The combine kernels' unit: kCombineChunks chunks a thread.
-using CombinePiece = PieceChunks<kCombineChunks>;
-using CombinedRows = RowMerge<kCombineChunks>;
 
 // A split piece's O, normalized like the output (out_scale) but in float32, and its LSE, into its
 // slot, for a combine kernel to merge.
@@ -136,19 +127,6 @@ __device__ __forceinline__ void combine_pieces(const FwdParams& p, const TilePie
       if (present[j]) rows.add(batch[j]);
     }
   }
-}
-
-// A fragment thread's merged rows (O chunks [first_chunk, + kChunks)) into out, with_lse their LSE too.
-template <class Traits, int kChunks>
-__device__ __forceinline__ void store_merged_rows(const FwdParams& p, const VarlenSequence& seq, const TileCoord& c,
-                                                  int warpgroup_row, int thread, int first_chunk,
-                                                  const RowMerge<kChunks>& rows, bool with_lse) {
-  float out_scale[2];
-  float lse[2];
-  rows.finish(out_scale, lse);
-  join_tile_row_sinks(p, c, seq.bounds.seqlen_q, warpgroup_row, thread, out_scale, lse);
-  store_tile_registers<Traits::kIsBf16, typename Traits::Element>(p, seq, c, warpgroup_row, thread, 4 * first_chunk,
-                                                                  rows.o, out_scale, lse, with_lse);
 }
 
 }  // namespace hopattn::sm90

@@ -12,7 +12,7 @@
 // A variable-length kernel (Traits::kVarlen) masks each tile by its own sequence's lengths
 // (sequence.cuh), zeroes the V rows past them before their P V (v_tail.cuh) and stores each tile
 // through store_varlen_tile; at head dims 64 and 128 a tile may be GQA-packed (packed_gqa.cuh) and a
-// split piece's O goes to its slot, the tile's last piece merging them (last_piece_merge.cuh).
+// split piece's O goes to the combine kernel (varlen_combine.cuh) instead of the tile.
 #pragma once
 
 #include "sm90/arch/convert.cuh"
@@ -21,7 +21,6 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/fwd/combine_rows.cuh"
 #include "sm90/fwd/epilogue.cuh"
-#include "sm90/fwd/last_piece_merge.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/packed_gqa.cuh"
 #include "sm90/fwd/params.hpp"
@@ -82,7 +81,7 @@ class Consumer {
       if (visit_id == kNoVisitLeft) {
         if (thread_ == 0) tma_store_wait_all();  // O stores read shared memory until they finish
         if (shared_o_stage) retire_o_turns<Traits>(warpgroup_);
-        break;
+        return;
       }
       // The visit and what its masks see: FwdParams for a dense batch, its sequence's SequenceBounds
       // for a variable-length one. (The body stays in this loop: moved into a function it changed the
@@ -149,11 +148,9 @@ class Consumer {
         }
       }
       if constexpr (Traits::kVarlenSplit) {
-        if (piece.split()) {  // the tile's last piece merges and stores it (last_piece_merge.cuh)
+        if (piece.split()) {  // the combine kernel stores the tile (varlen_combine.cuh)
           store_varlen_piece(piece, c, o, softmax);
           if (shared_o_stage) skip_o_turn<Traits>(warpgroup_, thread_);
-          count_split_piece<Traits::kConsumerWarpgroups * Traits::kWarpgroupThreads, Traits::kConsumerWarpgroups>(
-              p_, piece, consumer_thread(), Traits::kSplitCountBarrier);
           continue;
         }
       } else if (__builtin_expect(piece.split(), 0) && !finish_split(piece, o, softmax)) {
@@ -173,16 +170,9 @@ class Consumer {
         store_output<Traits>(p_, p_, c, row0, thread_, o, softmax);
       }
     }
-    if constexpr (Traits::kVarlenSplit) {
-      // the tiles this CTA completed (last_piece_merge.cuh)
-      merge_completed_tiles<Traits>(p_, consumer_thread(), Traits::kSplitCountBarrier);
-    }
   }
 
  private:
-  // This thread among all the consumer warpgroups' threads.
-  __device__ int consumer_thread() const { return warpgroup_ * Traits::kWarpgroupThreads + thread_; }
-
   // What a tile's masks and K/V block range see (sequence.cuh).
   __device__ const auto& sequence_bounds(const VarlenVisit& varlen) const {
     if constexpr (Traits::kVarlen) return varlen.seq.bounds;

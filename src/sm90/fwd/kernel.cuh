@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   // Read from lane 0 in every 16-bit forward kernel (+1.5-2% at d 256, level elsewhere: perf-notes v98).
   const int warpgroup = warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>();
+  if constexpr (Traits::kVarlenSplit) allow_dependent_launch();  // the split combine (varlen_combine.cuh)
   if (threadIdx.x == 0) {
     if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();  // the alignment promised above
     tma_prefetch_descriptor(&tm_q);

@@ -14,6 +14,7 @@
 #include "sm90/fwd/params_builder.hpp"
 #include "sm90/fwd/split_merge.cuh"
 #include "sm90/fwd/traits.cuh"
+#include "sm90/fwd/varlen_combine.cuh"
 #include "sm90/host/device_guard.hpp"
 #include "sm90/host/launch_support.hpp"
 #include "sm90/host/tensor_map.hpp"
@@ -151,7 +152,10 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, p);
-  const Status launched = cuda_status(cudaGetLastError(), "launching the forward kernel");
+  Status launched = cuda_status(cudaGetLastError(), "launching the forward kernel");
+  if constexpr (Traits::kVarlenSplit) {  // split pieces are merged by a second kernel
+    if (launched.ok() && p.split.units > 0) launched = launch_varlen_combine<Traits>(p, stream);
+  }
   return end_schedule(args, schedule, launched);
 }
 

@@ -72,8 +72,8 @@ __device__ __forceinline__ int tile_live_rows(const FwdParams& p, const TileCoor
 }
 
 // Does this thread hold a live row (either half)? That is whether its first row is below the tile's
-// live rows. A split piece's partials of dead rows are neither stored nor merged
-// (last_piece_merge.cuh, varlen_combine.cuh): in a decoding step that is most of the tile.
+// live rows. A split piece's partials of dead rows are neither stored nor combined
+// (varlen_combine.cuh): in a decoding step that is most of the tile.
 __device__ __forceinline__ bool thread_has_live_row(const FwdParams& p, const TileCoord& c, int seqlen_q,
                                                     int warpgroup_row, int thread) {
   return warpgroup_row + accumulator_row(thread, 0) < tile_live_rows(p, c, seqlen_q);

@@ -1,8 +1,7 @@
 // The end of a split piece (split_plan.hpp) in the dense 16-bit kernels. (The FP8 kernels and the
 // 16-bit variable-length kernels store a piece's normalized O and LSE in the same slot layout,
-// store_combine_partial in combine_rows.cuh; a second kernel merges the FP8 ones,
-// fwd_fp8/split_combine.cuh and fwd/varlen_combine.cuh, and the tile's last piece the 16-bit ones,
-// fwd/last_piece_merge.cuh.) The warpgroup stores its unnormalized O, row max and row sums into the piece's
+// store_combine_partial in combine_rows.cuh, and a second kernel merges: fwd_fp8/split_combine.cuh,
+// fwd/varlen_combine.cuh.) The warpgroup stores its unnormalized O, row max and row sums into the piece's
 // slot, then counts itself in the tile's counter; the warpgroup whose count completes the tile merges
 // every piece's slot into its registers and goes on to the epilogue, the others skip it. No one waits
 // for another piece, so the hand-out order cannot deadlock. The merge reads the slots in block order,

@@ -193,8 +193,7 @@ HOPATTN_HOST_DEVICE constexpr SplitPlan plan_split(int num_tiles, int tile_block
 // of n taking blocks [b + (e - b) k / n, b + (e - b) (k + 1) / n) of the tile's own range [b, e) (a
 // short sequence's pieces may be empty). It is the plan above over n virtual blocks per tile: unit u
 // is piece u % n of tile u / n, and that plan's visit ids and slots carry over unchanged (the pieces
-// are merged by each tile's last piece in the 16-bit kernels, fwd/last_piece_merge.cuh, and by
-// fwd/varlen_combine.cuh after the FP8 ones).
+// are merged by fwd/varlen_combine.cuh).
 // num_splits: as plan_split's; the heuristic (0) splits only launches of at most half as many tiles
 // as CTAs (a few tiles per sequence, each over the whole cache), into as many pieces as fill the CTAs
 // once, of at least kMinVarlenPieceBlocks blocks of the longest sequence. A decoding step (`decoding`:

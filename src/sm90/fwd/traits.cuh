@@ -175,10 +175,7 @@ struct FwdTraits {
   static constexpr int kOTurnBarrierThreads = kWarpgroupThreads + 32;
   // The cp.async producer warpgroup: its leader hands each visit id to the other threads.
   static constexpr int kProducerBarrier = kOTurnBarrierBase + kConsumerWarpgroups;
-  // A variable-length split piece's end: the consumer threads count the CTA's piece together
-  // (last_piece_merge.cuh).
-  static constexpr int kSplitCountBarrier = kProducerBarrier + 1;
-  static_assert(kSplitCountBarrier < 16, "named barrier ids are 0-15");
+  static_assert(kProducerBarrier < 16, "named barrier ids are 0-15");
 
   struct alignas(kSwizzleAtomBytes) SharedStorage {
     alignas(kSwizzleAtomBytes) std::uint8_t q[QTile::kBytes];

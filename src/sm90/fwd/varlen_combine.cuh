@@ -1,9 +1,8 @@
-// The merge of the FP8 variable-length kernels' split pieces (plan_varlen_split), as a kernel of its
-// own after the forward kernel, as their tail split's (fwd_fp8/split_combine.cuh). (The 16-bit
-// kernels' tiles are merged by their last piece: last_piece_merge.cuh, which saves this kernel's
-// wait for the whole grid; not tried in the FP8 kernels.) Why not the dense kernels' in-kernel merge (split_merge.cuh): a decoding tile is split in
-// up to 32 pieces, and there the last piece's warpgroup read every other piece's partial one L2 round
-// trip after another, with only the threads of the few live rows working: ~1.4 us a piece (H200,
+// The merge of the 16-bit variable-length kernels' split pieces (plan_varlen_split), as a kernel of
+// its own after the forward kernel, as the FP8 kernels merge theirs (fwd_fp8/split_combine.cuh).
+// Why not the dense kernels' in-kernel merge (split_merge.cuh): a decoding tile is split in up to 32
+// pieces, and there the last piece's warpgroup read every other piece's partial one L2 round trip
+// after another, with only the threads of the few live rows working: ~1.4 us a piece (H200,
 // 2026-12-02, perf-notes v61). Here one 128-thread CTA per (tile, consumer warpgroup, kCombineChunks
 // O chunks) merges in one pass, kCombineBatch pieces' loads at a time, and CTAs, warpgroups and
 // threads without a live row (past a sequence, a packed tile's idle rows) return at once. Where tiles
@@ -49,7 +48,7 @@ __global__ void __launch_bounds__(128) attention_forward_varlen_combine_kernel(c
   const TilePieces pieces = TilePieces::of(p.split, region_tile);
   CombinedRows rows;
   combine_pieces<Partials>(p, pieces, warpgroup, first_chunk, thread, rows, pieces.first_unit, 1);
-  store_merged_rows<Traits>(p, seq, c, warpgroup_row, thread, first_chunk, rows, blockIdx.z == 0);
+  store_merged_rows<Traits>(p, seq, c, warpgroup_row, thread, first_chunk, rows);
 }
 
 // Queues the combine after the forward kernel (p.split.units > 0): one CTA per tile, consumer

@@ -20,6 +20,19 @@ namespace hopattn::sm90 {
 
 constexpr int kCombineWarps = 4;
 
+// A fragment thread's merged rows into out (and, from the CTAs of the first O chunks, the LSE).
+template <class Traits>
+__device__ __forceinline__ void store_merged_rows(const FwdParams& p, const VarlenSequence& seq, const TileCoord& c,
+                                                  int warpgroup_row, int thread, int first_chunk,
+                                                  const CombinedRows& rows) {
+  float out_scale[2];
+  float lse[2];
+  rows.finish(out_scale, lse);
+  join_tile_row_sinks(p, c, seq.bounds.seqlen_q, warpgroup_row, thread, out_scale, lse);
+  store_tile_registers<Traits::kIsBf16, typename Traits::Element>(p, seq, c, warpgroup_row, thread, 4 * first_chunk,
+                                                                  rows.o, out_scale, lse, blockIdx.z == 0);
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(32 * kCombineWarps) attention_forward_varlen_shared_combine_kernel(
     const __grid_constant__ FwdParams p) {
@@ -56,7 +69,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) attention_forward_varlen_s
       CombinedRows rows = partials[lane];
 #pragma unroll
       for (int w = 1; w < kCombineWarps; ++w) rows.merge(partials[w * 32 + lane]);
-      store_merged_rows<Traits>(p, seq, c, warpgroup_row, thread, first_chunk, rows, blockIdx.z == 0);
+      store_merged_rows<Traits>(p, seq, c, warpgroup_row, thread, first_chunk, rows);
     }
     __syncthreads();
   }

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "sm90/fwd/launch.cuh"
-#include "sm90/fwd/varlen_combine.cuh"
 #include "sm90/fwd_fp8/descale_plan.cuh"
 #include "sm90/fwd_fp8/kernel.cuh"
 #include "sm90/fwd_fp8/launch.hpp"
