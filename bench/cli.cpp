@@ -100,7 +100,7 @@ bool check_padded_q_shape(const Shape& s, std::string* error) {
 
 std::string usage_text() {
   return std::string(
-             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead]\n"
+             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead] [--back-to-back]\n"
              "                     [--list] [--json PATH]\n"
              "Times hopattn::forward, or hopattn::backward with --backward / --grid bwd (CUDA events, median),\n"
              "and prints TFLOP/s and TB/s (the bytes a forward must move, over its time) per shape.\n"
@@ -154,6 +154,11 @@ std::string usage_text() {
          "  --queue-ahead    queue all of a shape's timed calls before the GPU starts them, so that each call's\n"
          "                   events time its GPU work alone, without the wait for its host-side launch (which\n"
          "                   can take longer than a decoding call); default for --grid decode and mla_decode\n"
+         "  --back-to-back   --queue-ahead with events around groups of 10 calls instead of each call: the\n"
+         "                   calls' kernels follow one another as in a model's stream (an event between two\n"
+         "                   kernels keeps the second from launching early); time: a group's mean per call\n"
+         "  --no-programmatic-launch   every shape's forward kernel launched as an ordinary kernel, not as a\n"
+         "                   programmatic dependent of the call ahead (KernelOptions::programmatic_launch)\n"
          "  --list           print the shapes (and with --json write them, status not_run) and time nothing;\n"
          "                   runs on any machine (bench/decode_peers.py --shapes reads that JSON)\n"
          "  --no-pingpong, --no-overlap, --no-persistent   switch one speed technique off (single shape)\n"
@@ -171,7 +176,7 @@ std::string usage_text() {
 bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
   Shape single;
   bool single_given = false, grid_given = false, heads_kv_given = false, seqlen_k_given = false;
-  bool deterministic = false, fp8_scales_given = false;
+  bool deterministic = false, fp8_scales_given = false, programmatic_launch = true;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     std::string value;
@@ -214,12 +219,25 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       options->write_lse = false;
       continue;
     }
-    if (flag == "--queue-ahead" || flag == "--list") {
+    // Every shape's forward launched as an ordinary kernel (KernelOptions::programmatic_launch off),
+    // to time what the overlap with the call ahead buys (with --back-to-back: events keep it from
+    // happening).
+    if (flag == "--no-programmatic-launch") {
       if (has_inline_value) {
         *error = flag + " takes no value; got '" + value + "'";
         return false;
       }
-      (flag == "--list" ? options->list_only : options->queue_ahead) = true;
+      programmatic_launch = false;
+      continue;
+    }
+    if (flag == "--queue-ahead" || flag == "--back-to-back" || flag == "--list") {
+      if (has_inline_value) {
+        *error = flag + " takes no value; got '" + value + "'";
+        return false;
+      }
+      if (flag == "--list") options->list_only = true;
+      if (flag == "--back-to-back") options->back_to_back = true;
+      if (flag != "--list") options->queue_ahead = true;
       continue;
     }
     if (flag == "--backward") {
@@ -404,6 +422,9 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       std::any_of(options->shapes.begin(), options->shapes.end(), [](const Shape& s) { return s.backward; })) {
     *error = "--no-lse does not apply to the backward (--backward, --grid bwd): it needs the forward's LSE";
     return false;
+  }
+  if (!programmatic_launch) {
+    for (Shape& s : options->shapes) s.options.programmatic_launch = false;
   }
   return true;
 }

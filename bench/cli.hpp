@@ -16,6 +16,7 @@ struct CliOptions {
   bool write_lse = true;  // a training forward writes the log-sum-exp; --no-lse times inference
   // Each shape's timed calls are all queued before the GPU may start them (TimingOptions::queue_ahead).
   bool queue_ahead = false;
+  bool back_to_back = false;  // TimingOptions::back_to_back (and queue_ahead)
   bool list_only = false;  // --list: print (and with --json write) the shapes, time nothing
   std::string json_path;  // empty: no JSON
   bool help = false;

@@ -54,8 +54,8 @@ def moved_bytes(row, expand_kv):
 
 
 class PeerRunner:
-    def __init__(self, iters, warmup, device="cuda"):
-        self.iters, self.warmup, self.device = iters, warmup, device
+    def __init__(self, iters, warmup, group=1, device="cuda"):
+        self.iters, self.warmup, self.group, self.device = iters, warmup, group, device
         self.gate = SleepGate()
         self._check_errors = {}  # check_error per (impl, heads, sq, d, causal, expanded, dtype)
 
@@ -108,7 +108,7 @@ class PeerRunner:
         n_sets = input_sets_for(per_set)
         sets += [make_set(row, expand, self.device) for _ in range(n_sets - 1)]
         calls = [peer_call(impl, q, k, v, causal, expand) for q, k, v in sets]
-        ms, held = median_gpu_ms(calls, self.gate, self.iters, self.warmup)
+        ms, held = median_gpu_ms(calls, self.gate, self.iters, self.warmup, self.group)
         if not torch.isfinite(run_once(calls[0])).all():
             notes.append("its output has NaN/Inf")
             return
@@ -130,14 +130,14 @@ def print_record(r):
     print(f"{r['impl']:14s} {shape_text(r)} {timing}{flags}{message}", flush=True)
 
 
-def run_all(rows, impls, iters, warmup):
-    """Every peer on every row that has one; the JSON document decode_peers.py writes, less its
-    header."""
+def run_all(rows, impls, iters, warmup, group=1):
+    """Every peer on every row that has one, `group` calls between a pair of events (median_gpu_ms); the
+    JSON document decode_peers.py writes, less its header."""
     if not torch.cuda.is_available():
         raise SystemExit("decode_peers.py: no CUDA GPU visible to PyTorch (--dry-run prints the plan without one)")
     device = torch.cuda.get_device_name()
     print(f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {device}", flush=True)
-    runner = PeerRunner(iters, warmup)
+    runner = PeerRunner(iters, warmup, group)
     ceilings = {"copy_tbps": copy_tbps(runner.gate)}
     print(f"device-to-device copy: {ceilings['copy_tbps']:.2f} TB/s (bytes read + written / time)", flush=True)
     measured = {}  # one measurement per (impl, dense shape), shared by its paged and seqused_k rows
@@ -158,4 +158,4 @@ def run_all(rows, impls, iters, warmup):
             records.append(record)
             print_record(record)
     return dict(device=device, torch=torch.__version__, cudnn=torch.backends.cudnn.version(), iters=iters,
-                warmup=warmup, impls=impls, ceilings=ceilings, rows=records)
+                warmup=warmup, back_to_back=group > 1, impls=impls, ceilings=ceilings, rows=records)

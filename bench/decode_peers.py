@@ -24,7 +24,9 @@ How a row is timed, and what its JSON fields say:
 - Inputs rotate over sets that together pass 128 MiB, so K and V come from HBM, as in hopattn-bench.
 - All timed calls are queued behind a GPU sleep before any runs, as hopattn-bench --queue-ahead does,
   so each call's CUDA events time its GPU work and not PyTorch's host overhead (backlog_held: false
-  when the sleep ran out first). Median of --iters calls after --warmup.
+  when the sleep ran out first). Median of --iters calls after --warmup. With --back-to-back the events
+  bracket groups of 10 calls (the time: a group's mean), as hopattn-bench --back-to-back, so that the
+  calls' kernels follow one another as in a model's stream.
 - Before timing, the call is checked against a float32 reference on a small copy of the shape
   (check_max_abs_err); a wrong answer is an error row, not a time. Failures are recorded per row
   (status "error", message) and the run goes on.
@@ -39,6 +41,7 @@ import time
 from decode_shapes import dense_equivalent, load_rows, shape_text, skip_reason
 
 DEFAULT_IMPLS = "sdpa_flash,sdpa_cudnn,sdpa_efficient"
+BACK_TO_BACK_GROUP = 10  # as hopattn-bench's kBackToBackGroup (bench/gpu_timing.cpp)
 SDPA_IMPLS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
 
 
@@ -71,6 +74,8 @@ def parse_args():
     p.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles every shape)")
     p.add_argument("--iters", type=int, default=50, help="timed calls per row (median; default 50)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls first (default 10)")
+    p.add_argument("--back-to-back", action="store_true",
+                   help="events around groups of 10 calls instead of each call, as hopattn-bench --back-to-back")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--dry-run", action="store_true", help="print what would be timed and how; no PyTorch needed")
     a = p.parse_args()
@@ -92,7 +97,7 @@ def main():
         return 0
     from decode_peer_runner import run_all  # PyTorch is needed from here on
 
-    doc = run_all(rows, a.impls, a.iters, a.warmup)
+    doc = run_all(rows, a.impls, a.iters, a.warmup, BACK_TO_BACK_GROUP if a.back_to_back else 1)
     doc.update(tool="decode_peers.py", shapes_from=a.shapes, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     if a.json:
         with open(a.json, "w") as f:

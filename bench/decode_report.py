@@ -144,10 +144,15 @@ def main():
 
     device = ours.get("device", "")
     peak = HBM_PEAK_TBPS.get(gpu_slug(device))
-    print(f"hopattn {ours.get('git_commit', '?')} on {device}, {ours.get('date', '?')}, grid {ours.get('grid', '?')}")
+    print(f"hopattn {ours.get('git_commit', '?')} on {device}, {ours.get('date', '?')}, grid {ours.get('grid', '?')}"
+          + (", timed back to back in groups of 10" if ours.get("back_to_back") else ""))
     if peers:
         print(f"peers: PyTorch {peers.get('torch', '?')}, cuDNN {peers.get('cudnn', '?')}, {peers.get('iters')} calls "
-              f"(median), queued behind a GPU sleep")
+              f"(median), queued behind a GPU sleep"
+              + (", timed back to back in groups of 10" if peers.get("back_to_back") else ""))
+    if peers and bool(ours.get("back_to_back")) != bool(peers.get("back_to_back")):
+        print("warning: one side was timed back to back (--back-to-back) and the other call by call: the ratios "
+              "are not like for like")
     copy = (peers.get("ceilings") or {}).get("copy_tbps")
     hbm = [text for text in (f"spec peak {peak} TB/s" if peak else "",
                              f"device-to-device copy {copy:.2f} TB/s" if copy else "") if text]

@@ -3,7 +3,7 @@
 # (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then a report
 # that merges them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
 #
-#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode|decode_wide|headdims] [--flex] [--build DIR] [--peers PATH]
+#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode|decode_wide|headdims] [--flex] [--back-to-back] [--build DIR] [--peers PATH]
 #
 #   --grid   default paper. The peers script only runs the FlashAttention papers' shapes (16k tokens,
 #            hidden 2048, bf16), so it is run for paper, quick, headdims and bwd (the backward: peers.py --bwd,
@@ -12,6 +12,8 @@
 #            and efficient backends), then bench/decode_report.py (us, TB/s, ours/peer time ratios);
 #            decode_wide (head dims 192 and 256) likewise.
 #   --flex   also time FlexAttention (its Triton compile adds minutes; with decode, one per shape).
+#   --back-to-back  (decode, decode_wide) both sides timed with events around groups of 10 calls instead
+#            of each call, so that the calls' kernels follow one another as in a model's stream.
 #   --build  build folder holding bench/hopattn-bench (default build); configured and built here
 #            (HOPATTN_SM90=ON, tests off) when the binary is missing.
 #   --peers  the peers script (default .carry/peers.py: a copy of shared/peers.py, since ../shared
@@ -23,15 +25,17 @@ set -uo pipefail
 
 grid=paper
 flex=0
+back_to_back=()
 build=build
 peers=.carry/peers.py
 while [ $# -gt 0 ]; do
   case "$1" in
     --grid) grid="$2"; shift 2 ;;
     --flex) flex=1; shift ;;
+    --back-to-back) back_to_back=(--back-to-back); shift ;;
     --build) build="$2"; shift 2 ;;
     --peers) peers="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "device_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,7 +66,7 @@ if [ ! -x "$bin" ]; then
 fi
 
 echo "== hopattn-bench --grid $grid"
-"$bin" --grid "$grid" --json "$out/ours.json" 2>&1 | tee "$out/ours.txt"
+"$bin" --grid "$grid" "${back_to_back[@]}" --json "$out/ours.json" 2>&1 | tee "$out/ours.txt"
 ours_status=${PIPESTATUS[0]}
 
 peers_args=()
@@ -77,7 +81,8 @@ if [ "$decoding" = 1 ]; then
     flex_arg=()
     [ "$flex" = 1 ] && flex_arg=(--flex)
     echo "== decode peers"
-    python3 bench/decode_peers.py --shapes "$out/shapes.json" "${flex_arg[@]}" --json "$out/peers.json" 2>&1 |
+    python3 bench/decode_peers.py --shapes "$out/shapes.json" "${flex_arg[@]}" "${back_to_back[@]}" \
+      --json "$out/peers.json" 2>&1 |
       tee "$out/peers.txt"
     [ -f "$out/peers.json" ] && peers_args=(--peers "$out/peers.json")
   fi

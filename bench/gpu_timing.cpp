@@ -24,6 +24,9 @@ constexpr int kMaxInputSets = 64;
 constexpr double kWarmupBudgetMs = 2000.0;
 constexpr double kTimedBudgetMs = 10000.0;
 constexpr int kMinTimedIters = 5;
+// --back-to-back: calls per pair of events. An event recorded between two kernels keeps the second
+// from launching early by programmatic dependent launch (bench/probes/launch_floor.cu).
+constexpr int kBackToBackGroup = 10;
 
 struct InputSet {
   DeviceBuffer q, k, v, out, lse;
@@ -389,30 +392,35 @@ Status warm_up_and_time(int n_sets, const Call& call, const Check& check_warmed_
   if (Status st = check_warmed_up(); !st.ok()) return st;
 
   const int iters = std::min(options.iters, std::max(kMinTimedIters, static_cast<int>(kTimedBudgetMs / std::max(estimate_ms, 1e-3))));
-  EventList events(2 * static_cast<std::size_t>(iters));
+  // Each group of calls is bracketed by its own pair of events: one call, or kBackToBackGroup.
+  const int group = options.back_to_back ? kBackToBackGroup : 1;
+  const int groups = (iters + group - 1) / group;
+  EventList events(2 * static_cast<std::size_t>(groups));
   if (Status st = events.create(); !st.ok()) return st;
   LaunchGate gate;
   if (options.queue_ahead) {
     if (Status st = gate.close(stream); !st.ok()) return st;
   }
-  // Calls are queued back to back; each is bracketed by its own pair of events.
-  for (int i = 0; i < iters; ++i) {
-    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i], stream));
-    if (Status st = call((i + 1) % n_sets); !st.ok()) return st;
-    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * i + 1], stream));
+  for (int g = 0, i = 0; g < groups; ++g) {
+    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * g], stream));
+    for (int j = 0; j < group; ++j, ++i) {
+      if (Status st = call((i + 1) % n_sets); !st.ok()) return st;
+    }
+    HOPATTN_BENCH_CHECK_CUDA(cudaEventRecord(events[2 * g + 1], stream));
   }
   if (options.queue_ahead && !gate.open()) {
     m->message = "--queue-ahead: the gate opened by itself before all calls were queued; times may include "
                  "host launch gaps";
   }
   HOPATTN_BENCH_CHECK_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> times(iters);
-  for (int i = 0; i < iters; ++i) {
-    if (Status st = elapsed_ms(events[2 * i], events[2 * i + 1], &times[i]); !st.ok()) return st;
+  std::vector<double> times(groups);
+  for (int g = 0; g < groups; ++g) {
+    if (Status st = elapsed_ms(events[2 * g], events[2 * g + 1], &times[g]); !st.ok()) return st;
+    times[g] /= group;
   }
   std::sort(times.begin(), times.end());
   m->median_ms = times[times.size() / 2];
-  m->iters = iters;
+  m->iters = groups * group;
   return Status::Ok();
 }
 

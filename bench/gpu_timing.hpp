@@ -16,6 +16,9 @@ struct TimingOptions {
   // The timed calls all queued behind a LaunchGate before the GPU starts them: each call's time is then
   // its GPU work alone, with no wait for the host to launch it.
   bool queue_ahead = false;
+  // With queue_ahead: events around groups of calls instead of each call, so the calls' kernels follow
+  // one another as in a model's stream; the time is a group's mean, the median over groups.
+  bool back_to_back = false;
   void* stream = nullptr;  // cudaStream_t
   int device = 0;
 };

@@ -49,13 +49,16 @@ int run_on_gpu(const CliOptions& options, RunInfo info) {
   info.backend = "sm90";
   std::printf("hopattn-bench on %s, grid %s, %d iters (median), %d warm-up%s%s\n", info.device.c_str(),
               info.grid.c_str(), options.iters, options.warmup, options.write_lse ? "" : ", no LSE",
-              options.queue_ahead ? ", calls queued ahead" : "");
+              options.back_to_back ? ", calls queued ahead and timed back to back in groups"
+              : options.queue_ahead ? ", calls queued ahead"
+                                    : "");
 
   TimingOptions timing;
   timing.iters = options.iters;
   timing.warmup = options.warmup;
   timing.write_lse = options.write_lse;
   timing.queue_ahead = options.queue_ahead;
+  timing.back_to_back = options.back_to_back;
   cudaStream_t stream = nullptr;
   if (cudaGetDevice(&timing.device) != cudaSuccess ||
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
   info.warmup = options.warmup;
   info.write_lse = options.write_lse;
   info.queue_ahead = options.queue_ahead;
+  info.back_to_back = options.back_to_back;
   if (options.list_only) {
     info.device = hopattn::device_description();
     return list_shapes(options, info);

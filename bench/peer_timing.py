@@ -1,6 +1,7 @@
 """GPU time of a PyTorch call, measured as hopattn-bench measures its own (bench/gpu_timing.cpp): inputs
 rotated until they exceed the L2, warm-up, then all timed calls queued behind a GPU sleep before any of
-them runs, each bracketed by its own pair of CUDA events; the median.
+them runs, each bracketed by its own pair of CUDA events; the median. With group > 1 (hopattn-bench's
+--back-to-back) the events bracket groups of that many calls instead, and the time is a group's mean.
 
 The sleep is what makes a decoding peer's time its GPU time: timed one call at a time, PyTorch's host
 work per call (tens of microseconds) would be longer than the kernel and the events would time the host.
@@ -46,10 +47,11 @@ class SleepGate:
         return not self._open.query()
 
 
-def median_gpu_ms(calls, gate, iters, warmup):
-    """Times zero-argument callables `calls` (one per input set, rotated). Returns (median ms,
-    backlog_held): backlog_held is False when the sleep ran out before every timed call was queued, twice
-    (the second try sleeps four times longer), so that times may hold host launch gaps."""
+def median_gpu_ms(calls, gate, iters, warmup, group=1):
+    """Times zero-argument callables `calls` (one per input set, rotated), `group` calls between a pair
+    of events. Returns (median ms a call, backlog_held): backlog_held is False when the sleep ran out
+    before every timed call was queued, twice (the second try sleeps four times longer), so that times
+    may hold host launch gaps."""
     n = len(calls)
     calls[0]()  # alone first: one-time setup (cuDNN plans, Triton compiles)
     torch.cuda.synchronize()
@@ -59,20 +61,22 @@ def median_gpu_ms(calls, gate, iters, warmup):
     host_ms_per_call = (time.perf_counter() - started) * 1e3 / max(1, warmup)
     torch.cuda.synchronize()
 
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    groups = -(-iters // group)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(groups)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(groups)]
     held = False
     for attempt in range(2):
-        gate.close(min(MAX_SLEEP_MS, 5.0 + 2.0 * iters * host_ms_per_call * 4**attempt))
-        for i in range(iters):
-            starts[i].record()
-            calls[(i + 1) % n]()
-            stops[i].record()
+        gate.close(min(MAX_SLEEP_MS, 5.0 + 2.0 * groups * group * host_ms_per_call * 4**attempt))
+        for g in range(groups):
+            starts[g].record()
+            for j in range(group):
+                calls[(g * group + j + 1) % n]()
+            stops[g].record()
         held = gate.still_closed()
         torch.cuda.synchronize()
         if held:
             break
-    times = sorted(a.elapsed_time(b) for a, b in zip(starts, stops))
+    times = sorted(a.elapsed_time(b) / group for a, b in zip(starts, stops))
     return times[len(times) // 2], held
 
 

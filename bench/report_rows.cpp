@@ -94,6 +94,7 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
      << "  \"warmup\": " << info.warmup << ",\n"
      << "  \"write_lse\": " << json_bool(info.write_lse) << ",\n"
      << "  \"queue_ahead\": " << json_bool(info.queue_ahead) << ",\n"
+     << "  \"back_to_back\": " << json_bool(info.back_to_back) << ",\n"
      << "  \"rows\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Shape& s = rows[i].shape;

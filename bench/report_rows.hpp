@@ -30,6 +30,7 @@ struct RunInfo {
   int warmup = 0;
   bool write_lse = true;
   bool queue_ahead = false;
+  bool back_to_back = false;
 };
 
 // Date and git commit filled in; the rest left to the caller.

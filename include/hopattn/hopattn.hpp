@@ -95,6 +95,13 @@ struct KernelOptions {
   // does not take the variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
   KvLoads kv_loads = KvLoads::kAuto;
+  // The sm_90a forward kernels launched as programmatic dependents of the kernel queued before them
+  // on the stream (CUDA's programmatic dependent launch): a kernel that lets its dependents launch
+  // early (griddepcontrol.launch_dependents; every hopattn forward kernel does) then overlaps its end
+  // with this call's launch and prologue, which wait for it before touching memory. Off: an ordinary
+  // launch. Either way the call sees everything queued before it, and the kernel queued after it sees
+  // everything it writes.
+  bool programmatic_launch = true;
 };
 
 struct FwdArgs {

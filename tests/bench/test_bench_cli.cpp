@@ -1,5 +1,5 @@
 // hopattn-bench's command line and grids (bench/cli.cpp, bench/shapes.cpp): the decode grid, the
-// byte count behind its TB/s column, the flags it brought (--list, --queue-ahead, --cache-seqlen), and
+// byte count behind its TB/s column, the flags it brought (--list, --queue-ahead, --back-to-back, --cache-seqlen), and
 // the FP8 block descales' values (--fp8-scales).
 #include <gtest/gtest.h>
 
@@ -142,7 +142,28 @@ TEST(BenchMlaGrid, BackwardRowsAreTheSameLayers) {
 TEST(BenchDecodeGrid, OtherGridsKeepTheirTiming) {
   const CliOptions options = parsed({"--grid", "paper"});
   EXPECT_FALSE(options.queue_ahead);
+  EXPECT_FALSE(options.back_to_back);
   EXPECT_TRUE(options.write_lse);
+}
+
+// --back-to-back queues the calls ahead too (its groups of calls would otherwise time the host).
+TEST(BenchDecodeGrid, BackToBackQueuesAhead) {
+  const CliOptions options = parsed({"--grid", "decode", "--back-to-back"});
+  EXPECT_TRUE(options.back_to_back);
+  EXPECT_TRUE(options.queue_ahead);
+  const CliOptions plain = parsed({"--back-to-back"});
+  EXPECT_TRUE(plain.back_to_back);
+  EXPECT_TRUE(plain.queue_ahead);
+}
+
+// --no-programmatic-launch reaches every shape of a grid, and only then.
+TEST(BenchDecodeGrid, NoProgrammaticLaunchReachesEveryShape) {
+  const CliOptions off = parsed({"--grid", "decode", "--no-programmatic-launch"});
+  ASSERT_FALSE(off.shapes.empty());
+  for (const Shape& s : off.shapes) EXPECT_FALSE(s.options.programmatic_launch);
+  const CliOptions on = parsed({"--grid", "decode"});
+  for (const Shape& s : on.shapes) EXPECT_TRUE(s.options.programmatic_launch);
+  EXPECT_NE(parse_error({"--no-programmatic-launch=1"}).find("takes no value"), std::string::npos);
 }
 
 TEST(BenchDecodeGrid, RowsAreDecodingSteps) {

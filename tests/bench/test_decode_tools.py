@@ -131,6 +131,14 @@ class DecodeTools(unittest.TestCase):
             # cuDNN was faster but read expanded K/V: the best like-for-like peer is flash.
             self.assertEqual(e["best_peer"], "sdpa_flash")
             self.assertEqual(e["dense_equivalent_peers"], e["variant"] != "default")
+        self.assertNotIn("not like for like", out.stdout)
+        # One side timed back to back (--back-to-back), the other call by call: the report says so.
+        peers["back_to_back"] = True
+        out = run([sys.executable, os.path.join(BENCH_DIR, "decode_report.py"), "--ours", self.write("ours.json", ours),
+                   "--peers", self.write("peers.json", peers), "--out-dir", out_dir])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("timed back to back in groups of 10", out.stdout)
+        self.assertIn("the ratios are not like for like", out.stdout)
 
 
 @unittest.skipUnless(HAVE_TORCH, "PyTorch not installed")

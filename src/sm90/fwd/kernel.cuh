@@ -58,7 +58,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   // Read from lane 0 in every 16-bit forward kernel (+1.5-2% at d 256, level elsewhere: perf-notes v98).
   const int warpgroup = warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>();
-  if constexpr (Traits::kVarlenSplit) allow_dependent_launch();  // the split combine (varlen_combine.cuh)
   if (threadIdx.x == 0) {
     if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();  // the alignment promised above
     tma_prefetch_descriptor(&tm_q);
@@ -67,6 +66,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (params.store_o_by_tma) tma_prefetch_descriptor(&tm_o);
     init_barriers<Traits>(s);
   }
+  // Launched as a programmatic dependent (launch.cuh): the kernel queued before this one may still be
+  // running. Nothing above touches global memory; everything below may.
+  wait_for_primary_grid();
+  // The next kernel (the split combine, or whatever the caller queues) may launch; it waits for this
+  // grid before it reads what it writes.
+  allow_dependent_launch();
   __syncthreads();
 
   const TensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_o};

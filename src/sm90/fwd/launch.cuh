@@ -151,8 +151,9 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   Schedule schedule;
   if (Status st = begin_schedule<Traits>(args, pr, &p, &schedule); !st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, p);
-  Status launched = cuda_status(cudaGetLastError(), "launching the forward kernel");
+  Status launched = launch_kernel(kernel, schedule.grid, dim3(Traits::kThreads), Traits::kSharedBytes, stream,
+                                  args.options.programmatic_launch, "launching the forward kernel", tm_q, tm_k, tm_v,
+                                  tm_o, p);
   if constexpr (Traits::kVarlenSplit) {  // split pieces are merged by a second kernel
     if (launched.ok() && p.split.units > 0) launched = launch_varlen_combine<Traits>(p, stream);
   }

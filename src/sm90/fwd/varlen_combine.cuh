@@ -10,9 +10,10 @@
 // (varlen_combine_shared.cuh).
 //
 // A split piece's consumer stores its O normalized and its LSE (store_combine_partial) for its live
-// rows, and stores no tile. The forward kernel lets this one launch at its start (programmatic
-// stream serialization), so its CTAs are dispatched as forward CTAs exit, and each waits
-// (griddepcontrol.wait) until the forward grid has completed and its stores are visible.
+// rows, and stores no tile. The forward kernel lets this one launch right after its own wait for the
+// kernel before it (programmatic stream serialization), so its CTAs are dispatched as forward CTAs
+// exit, and each waits (griddepcontrol.wait) until the forward grid has completed and its stores are
+// visible.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,6 +33,7 @@ namespace hopattn::sm90 {
 template <class Traits>
 __global__ void __launch_bounds__(128) attention_forward_varlen_combine_kernel(const __grid_constant__ FwdParams p) {
   using Partials = SplitPartials<Traits::kORegisters, Traits::kConsumerWarpgroups>;
+  allow_dependent_launch();  // the caller's next kernel may launch: it waits for this grid
   const int region_tile = static_cast<int>(blockIdx.x);
   const int warpgroup = static_cast<int>(blockIdx.y);
   const int first_chunk = static_cast<int>(blockIdx.z) * kCombineChunks;

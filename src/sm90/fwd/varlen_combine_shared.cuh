@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) attention_forward_varlen_s
     const __grid_constant__ FwdParams p) {
   using Partials = SplitPartials<Traits::kORegisters, Traits::kConsumerWarpgroups>;
   static_assert(Partials::kThreads == 32 * kCombineWarps, "a combine thread per fragment thread");
+  allow_dependent_launch();  // the caller's next kernel may launch: it waits for this grid
   // Raw storage: CombinedRows' member initializers are not allowed on a __shared__ variable.
   __shared__ alignas(16) unsigned char partial_bytes[kCombineWarps * 32 * sizeof(CombinedRows)];
   CombinedRows* partials = reinterpret_cast<CombinedRows*>(partial_bytes);

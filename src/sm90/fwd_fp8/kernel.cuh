@@ -47,8 +47,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                  const __grid_constant__ Fp8FwdParams params) {
   typename Traits::SharedStorage& s = fp8_shared_storage<Traits>();
   const int warpgroup = warpgroup_of_thread<Traits::kWarpgroupThreads, Traits::kWarpUniformWarpgroup>();
-  // The split combines (split_combine.cuh; fwd/varlen_combine.cuh for the variable-length split).
-  if constexpr (Traits::kTailSplit || Traits::kVarlenSplit) allow_dependent_launch();
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&tm_q);
     tma_prefetch_descriptor(&tm_k);
@@ -56,6 +54,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tma_prefetch_descriptor(&tm_v);
     fp8_init_barriers<Traits>(s);
   }
+  // A programmatic dependent, as the 16-bit kernel (fwd/kernel.cuh): no global memory before the wait.
+  wait_for_primary_grid();
+  // The split combines (split_combine.cuh; fwd/varlen_combine.cuh), or the caller's next kernel.
+  allow_dependent_launch();
   __syncthreads();
 
   if (warpgroup == 0) {

@@ -159,9 +159,9 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
   void* plan = nullptr;
   if constexpr (Traits::kDescaleGroups > 1) launched = plan_descale_groups<Traits>(&fp, pr.device_index, stream, &plan);
   if (launched.ok()) {
-    kernel<<<schedule.grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_q, tm_k, tm_k_permuted, tm_v,
-                                                                               tm_o, fp);
-    launched = cuda_status(cudaGetLastError(), "launching the fp8 forward kernel");
+    launched = launch_kernel(kernel, dim3(schedule.grid), dim3(Traits::kThreads), Traits::kSharedBytes, stream,
+                             args.options.programmatic_launch, "launching the fp8 forward kernel", tm_q, tm_k,
+                             tm_k_permuted, tm_v, tm_o, fp);
   }
   if (plan != nullptr) {
     const Status released = release_split_workspace(plan, stream);

@@ -8,7 +8,7 @@
 // pieces by their LSE, then stores its rows' columns as the FP8 epilogue's register path does.
 //
 // Launched with programmatic stream serialization: the forward kernel lets it launch at once
-// (griddepcontrol.launch_dependents at its start), so its CTAs are dispatched as the forward CTAs
+// (griddepcontrol.launch_dependents right after its own wait for the kernel before it), so its CTAs are dispatched as the forward CTAs
 // exit instead of after a launch gap, and each waits (griddepcontrol.wait) until the forward grid
 // has completed and its stores are visible.
 #pragma once
@@ -25,6 +25,7 @@ template <class Traits>
 __global__ void __launch_bounds__(128) attention_forward_fp8_split_combine_kernel(
     const __grid_constant__ Fp8FwdParams params) {
   using Partials = SplitPartials<Traits::kORegisters, Traits::kConsumerWarpgroups>;
+  allow_dependent_launch();  // the caller's next kernel may launch: it waits for this grid
   wait_for_primary_grid();
   const FwdParams& p = params.base;
   const int region_tile = static_cast<int>(blockIdx.x);

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -55,23 +56,34 @@ inline int device_attribute(cudaDeviceAttr attr, int device, int fallback) {
   return value;
 }
 
-// Launches `kernel` (128-thread CTAs) on `stream` as a programmatic dependent of the kernel queued
+// Launches `kernel` on `stream`; with `programmatic`, as a programmatic dependent of the kernel queued
 // before it (programmatic stream serialization): it may start once every CTA of that kernel has run
-// griddepcontrol.launch_dependents or exited, and must griddepcontrol.wait before reading its
-// results. The split combine kernels use it to start as the forward kernel's CTAs exit. `what` names
-// the kernel in the error.
-template <class Kernel, class Params>
-Status launch_dependent_kernel(Kernel kernel, dim3 grid, cudaStream_t stream, const Params& params, const char* what) {
+// griddepcontrol.launch_dependents or exited, so that its launch and prologue overlap that kernel's
+// last CTAs (about 0.8 us a kernel boundary on an H100: bench/probes/launch_floor.cu). Such a kernel
+// must run griddepcontrol.wait (wait_for_primary_grid) before it reads or writes global memory the
+// kernels before it may use, and launch_dependents only after that wait: the split combine kernels
+// read the sequence arrays before their own wait. `what` names the kernel in the error.
+template <class Kernel, class... Args>
+Status launch_kernel(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream,
+                     bool programmatic, const char* what, const Args&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
-  config.blockDim = dim3(128);
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &overlap;
-  config.numAttrs = 1;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, params), what);
+  config.numAttrs = programmatic ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, args...), what);
+}
+
+// The split combine kernels (128-thread CTAs, no dynamic shared memory): programmatic dependents of
+// the forward kernel, so their CTAs are dispatched as the forward CTAs exit.
+template <class Kernel, class Params>
+Status launch_dependent_kernel(Kernel kernel, dim3 grid, cudaStream_t stream, const Params& params, const char* what) {
+  return launch_kernel(kernel, grid, dim3(128), 0, stream, /*programmatic=*/true, what, params);
 }
 
 }  // namespace hopattn::sm90

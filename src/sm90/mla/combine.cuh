@@ -22,6 +22,7 @@ template <class Traits>
 __global__ void __launch_bounds__(kMlaCombineWarps * 32)
     mla_combine_kernel(const __grid_constant__ MlaParams p) {
   constexpr int kColumnsPerLane = Traits::kHeadDimV / 32;
+  allow_dependent_launch();  // the caller's next kernel may launch: it waits for this grid
   const int lane = threadIdx.x % 32;
   const int packed_row_index = blockIdx.x * kMlaCombineWarps + threadIdx.x / 32;  // over every tile's rows
   const int tile = packed_row_index / Traits::kBlockM, tile_row = packed_row_index % Traits::kBlockM;

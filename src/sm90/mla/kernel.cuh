@@ -21,7 +21,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // 1024-byte aligned (the 128B swizzle's atom); no static shared memory, so the window's start.
   extern __shared__ __align__(kSwizzleAtomBytes) std::uint8_t dynamic_smem[];
   auto& s = *reinterpret_cast<typename Traits::SharedStorage*>(dynamic_smem);
-  allow_dependent_launch();  // the split combine (mla/combine.cuh) may start; it waits for this grid
   if (threadIdx.x == 0) {
     if (smem_address(&s) % kSwizzleAtomBytes != 0) __trap();
     tma_prefetch_descriptor(&tm_k);
@@ -29,6 +28,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Consumer::init_barriers(s);
     fence_barrier_init();
   }
+  // A programmatic dependent, as the 16-bit forward kernel (fwd/kernel.cuh): no global memory before
+  // the wait; then the split combine (mla/combine.cuh) or the caller's next kernel may launch.
+  wait_for_primary_grid();
+  allow_dependent_launch();
   __syncthreads();
   const MlaTile tile = mla_tile<Traits::kBlockM, Traits::kBlockN>(params);
   Consumer(s, params, tile, warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>(), KvMaps{&tm_k, &tm_v})

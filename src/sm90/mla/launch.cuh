@@ -111,8 +111,8 @@ Status launch_mla_tiles(const FwdArgs& args, const detail::Problem& pr) {
       "raising the MLA forward kernel's shared-memory limit");
   if (launched.ok()) {
     const dim3 grid(p.splits, p.m_blocks * p.heads_kv, p.batch);
-    kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tm_k, tm_v, p);
-    launched = cuda_status(cudaGetLastError(), "launching the MLA forward kernel");
+    launched = launch_kernel(kernel, grid, dim3(Traits::kThreads), Traits::kSharedBytes, stream,
+                             args.options.programmatic_launch, "launching the MLA forward kernel", tm_k, tm_v, p);
   }
   if (launched.ok() && p.splits > 1) {
     const int rows = tiles * Traits::kBlockM;
