@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "probe_check.hpp"
+#include "sm90/host/launch_support.hpp"
 
 namespace {
 
@@ -53,18 +55,15 @@ struct Kind {
   unsigned busy_ns;
 };
 
-void launch(const Kind& k, bool pdl_attribute, bool wait_first, bool trigger_first, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(k.ctas);
-  config.blockDim = dim3(k.threads);
-  config.dynamicSmemBytes = k.smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = pdl_attribute ? 1 : 0;
-  PROBE_CHECK(cudaLaunchKernelEx(&config, busy, k.busy_ns, wait_first, trigger_first, static_cast<int*>(nullptr)));
+// Through the library's own launcher (launch_kernel), with or without the programmatic attribute.
+void launch(const Kind& k, bool programmatic, bool wait_first, bool trigger_first, cudaStream_t stream) {
+  const hopattn::Status st = hopattn::sm90::launch_kernel(busy, dim3(k.ctas), dim3(k.threads), k.smem, stream,
+                                                          programmatic, "launching the probe's kernel", k.busy_ns,
+                                                          wait_first, trigger_first, static_cast<int*>(nullptr));
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.message().c_str());
+    std::exit(1);
+  }
 }
 
 struct Result {
