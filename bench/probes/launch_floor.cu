@@ -133,8 +133,12 @@ int main() {
           std::printf("  %-58s %7.2f\n", what, r.total_per_step_us);
       };
       std::printf(" %s\n", events ? "with an event pair around each step" : "back to back, no events between");
-      report("forward alone", time_steps(kSteps, events, stream, flag, [&] { launch(forward, false, false, false, stream); }));
-      report("combine alone", time_steps(kSteps, events, stream, flag, [&] { launch(combine, false, false, false, stream); }));
+      report("forward alone", time_steps(kSteps, events, stream, flag, [&] {
+               launch(forward, false, false, false, stream);
+             }));
+      report("combine alone", time_steps(kSteps, events, stream, flag, [&] {
+               launch(combine, false, false, false, stream);
+             }));
       report("forward alone, PDL (waits and triggers at its start)", time_steps(kSteps, events, stream, flag, [&] {
                launch(forward, true, true, true, stream);
              }));

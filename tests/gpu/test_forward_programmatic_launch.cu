@@ -96,7 +96,8 @@ std::string late_inputs_mismatch(FwdArgs args, std::vector<LateInput>& inputs) {
   if (count_unpoisoned(args.out.data, args.out.dtype, args.out.numel()) != args.out.numel())
     return "the call on ready inputs left out elements unwritten";
   const std::vector<std::uint8_t> want_out = to_host_bytes(args.out.data, out_bytes);
-  const std::vector<std::uint8_t> want_lse = args.lse ? to_host_bytes(args.lse->data, lse_bytes) : std::vector<std::uint8_t>();
+  const std::vector<std::uint8_t> want_lse =
+      args.lse ? to_host_bytes(args.lse->data, lse_bytes) : std::vector<std::uint8_t>();
 
   // On inputs written late, with out read late.
   for (LateInput& in : inputs) HOPATTN_CUDA_CHECK(cudaMemset(in.late.data(), 0, in.late.bytes()));
@@ -122,9 +123,11 @@ std::string late_inputs_mismatch(FwdArgs args, std::vector<LateInput>& inputs) {
   HOPATTN_CUDA_CHECK(cudaStreamDestroy(stream));
   if (!st.ok()) return "the call on late inputs failed: " + st.message();
   const unsigned long long early_writes = mismatches.to_host<unsigned long long>()[0];
-  if (early_writes != 0) return std::to_string(early_writes) + " bytes of out changed before the kernel ahead read them";
+  if (early_writes != 0)
+    return std::to_string(early_writes) + " bytes of out changed before the kernel ahead read them";
   if (to_host_bytes(args.out.data, out_bytes) != want_out) return "out differs from the call on ready inputs";
-  if (args.lse && to_host_bytes(args.lse->data, lse_bytes) != want_lse) return "lse differs from the call on ready inputs";
+  if (args.lse && to_host_bytes(args.lse->data, lse_bytes) != want_lse)
+    return "lse differs from the call on ready inputs";
   return "";
 }
 

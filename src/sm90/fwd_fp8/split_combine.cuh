@@ -7,10 +7,10 @@
 // thread t of each piece's warpgroup stored (same fragment layout) in one pass, weighting the
 // pieces by their LSE, then stores its rows' columns as the FP8 epilogue's register path does.
 //
-// Launched with programmatic stream serialization: the forward kernel lets it launch at once
-// (griddepcontrol.launch_dependents right after its own wait for the kernel before it), so its CTAs are dispatched as the forward CTAs
-// exit instead of after a launch gap, and each waits (griddepcontrol.wait) until the forward grid
-// has completed and its stores are visible.
+// Launched with programmatic stream serialization: the forward kernel lets it launch early
+// (griddepcontrol.launch_dependents right after its own wait for the kernel before it), so its CTAs
+// are dispatched as the forward CTAs exit instead of after a launch gap, and each waits
+// (griddepcontrol.wait) until the forward grid has completed and its stores are visible.
 #pragma once
 
 #include "sm90/arch/sync.cuh"

@@ -59,7 +59,7 @@ inline int device_attribute(cudaDeviceAttr attr, int device, int fallback) {
 // Launches `kernel` on `stream`; with `programmatic`, as a programmatic dependent of the kernel queued
 // before it (programmatic stream serialization): it may start once every CTA of that kernel has run
 // griddepcontrol.launch_dependents or exited, so that its launch and prologue overlap that kernel's
-// last CTAs (about 0.8 us a kernel boundary on an H100: bench/probes/launch_floor.cu). Such a kernel
+// last CTAs (0.8-0.9 us of a kernel boundary's 1.8 on an H100: bench/probes/launch_floor.cu). Such a kernel
 // must run griddepcontrol.wait (wait_for_primary_grid) before it reads or writes global memory the
 // kernels before it may use, and launch_dependents only after that wait: the split combine kernels
 // read the sequence arrays before their own wait. `what` names the kernel in the error.
