@@ -100,8 +100,8 @@ bool check_padded_q_shape(const Shape& s, std::string* error) {
 
 std::string usage_text() {
   return std::string(
-             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead] [--back-to-back]\n"
-             "                     [--list] [--json PATH]\n"
+             "usage: hopattn-bench [--grid NAME] [shape flags] [--iters N] [--warmup N] [--no-lse] [--queue-ahead]\n"
+             "                     [--back-to-back] [--no-programmatic-launch] [--list] [--json PATH]\n"
              "Times hopattn::forward, or hopattn::backward with --backward / --grid bwd (CUDA events, median),\n"
              "and prints TFLOP/s and TB/s (the bytes a forward must move, over its time) per shape.\n"
              "  --grid NAME      one of: ") +
