@@ -45,6 +45,15 @@ __device__ __forceinline__ void allow_dependent_launch() {
 }
 __device__ __forceinline__ void wait_for_primary_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// The start of a forward kernel launched as a programmatic dependent (host/launch_support.hpp,
+// launch_kernel), after its shared-memory setup and before any global memory access: wait for the
+// kernel ahead, and only then let the next kernel launch. The order matters: the split combines read
+// the sequence arrays before their own wait, which a kernel ahead of this one may still be writing.
+__device__ __forceinline__ void wait_for_primary_then_allow_dependents() {
+  wait_for_primary_grid();
+  allow_dependent_launch();
+}
+
 // setmaxnreg: a warpgroup gives registers back to (dec) or takes them from (inc) the SM's pool. The
 // producer needs few registers; the consumers need many for the S and O accumulators.
 template <int kRegisters>

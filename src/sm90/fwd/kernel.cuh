@@ -67,11 +67,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     init_barriers<Traits>(s);
   }
   // Launched as a programmatic dependent (launch.cuh): the kernel queued before this one may still be
-  // running. Nothing above touches global memory; everything below may.
-  wait_for_primary_grid();
-  // The next kernel (the split combine, or whatever the caller queues) may launch; it waits for this
-  // grid before it reads what it writes.
-  allow_dependent_launch();
+  // running. Nothing above touches global memory; everything below may. Then the next kernel (the
+  // split combine, or whatever the caller queues) may launch; it waits for this grid.
+  wait_for_primary_then_allow_dependents();
   __syncthreads();
 
   const TensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_o};

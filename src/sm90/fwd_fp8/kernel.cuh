@@ -54,10 +54,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tma_prefetch_descriptor(&tm_v);
     fp8_init_barriers<Traits>(s);
   }
-  // A programmatic dependent, as the 16-bit kernel (fwd/kernel.cuh): no global memory before the wait.
-  wait_for_primary_grid();
-  // The split combines (split_combine.cuh; fwd/varlen_combine.cuh), or the caller's next kernel.
-  allow_dependent_launch();
+  // A programmatic dependent, as the 16-bit kernel (fwd/kernel.cuh): no global memory before the wait;
+  // then the split combines (split_combine.cuh; fwd/varlen_combine.cuh) or the caller's next kernel.
+  wait_for_primary_then_allow_dependents();
   __syncthreads();
 
   if (warpgroup == 0) {

@@ -30,8 +30,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   // A programmatic dependent, as the 16-bit forward kernel (fwd/kernel.cuh): no global memory before
   // the wait; then the split combine (mla/combine.cuh) or the caller's next kernel may launch.
-  wait_for_primary_grid();
-  allow_dependent_launch();
+  wait_for_primary_then_allow_dependents();
   __syncthreads();
   const MlaTile tile = mla_tile<Traits::kBlockM, Traits::kBlockN>(params);
   Consumer(s, params, tile, warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>(), KvMaps{&tm_k, &tm_v})
