@@ -466,6 +466,15 @@ inline FwdArgs dense_cuda_args(const DenseExtents& e, Dtype in, Dtype out_dtype,
   return args;
 }
 
+// A tensor's storage (every element its strides reach) in bytes, NaN-poisoned, and copied to the host.
+inline std::size_t storage_bytes(const Tensor& t) { return std::size_t(storage_elements(t)) * dtype_size(t.dtype); }
+inline void poison_storage(const Tensor& t) { poison_nan(t.data, t.dtype, storage_elements(t)); }
+inline std::vector<std::uint8_t> storage_to_host(const Tensor& t) {
+  std::vector<std::uint8_t> host(storage_bytes(t));
+  HOPATTN_CUDA_CHECK(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost));
+  return host;
+}
+
 // Runs forward(args) twice into NaN-poisoned outputs: directly into args' (dense) out and lse, and
 // captured into a CUDA graph, replayed twice, into fresh out and lse of the same layout; by default
 // the direct call first (as engines warm up before capturing), with capture_first the capture first
@@ -474,20 +483,13 @@ inline FwdArgs dense_cuda_args(const DenseExtents& e, Dtype in, Dtype out_dtype,
 // kernels are deterministic, split merges included). An empty string when all holds.
 inline std::string graph_replay_mismatch(FwdArgs args, bool capture_first = false) {
   if (storage_elements(args.out) != args.out.numel()) return "graph_replay_mismatch wants a dense out";
-  const auto bytes_of = [](const Tensor& t) { return std::size_t(storage_elements(t)) * dtype_size(t.dtype); };
-  const auto poison_all = [](const Tensor& t) { poison_nan(t.data, t.dtype, storage_elements(t)); };
-  const auto host_bytes = [&](const Tensor& t) {
-    std::vector<std::uint8_t> host(bytes_of(t));
-    HOPATTN_CUDA_CHECK(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost));
-    return host;
-  };
-  DeviceBuffer graph_out(bytes_of(args.out)), graph_lse(args.lse ? bytes_of(*args.lse) : 0);
+  DeviceBuffer graph_out(storage_bytes(args.out)), graph_lse(args.lse ? storage_bytes(*args.lse) : 0);
   FwdArgs captured = args;
   captured.out.data = graph_out.data();
   if (captured.lse) captured.lse->data = graph_lse.data();
   for (const FwdArgs* a : {&args, &captured}) {
-    poison_all(a->out);
-    if (a->lse) poison_all(*a->lse);
+    poison_storage(a->out);
+    if (a->lse) poison_storage(*a->lse);
   }
   const auto call_directly = [&]() -> std::string {
     const hopattn::Status direct = forward(args);
@@ -507,8 +509,9 @@ inline std::string graph_replay_mismatch(FwdArgs args, bool capture_first = fals
   if (std::string why = capture_first ? call_directly() : call_from_graph(); !why.empty()) return why;
   if (count_unpoisoned(args.out.data, args.out.dtype, args.out.numel()) != args.out.numel())
     return "the direct call left out elements unwritten";
-  if (host_bytes(captured.out) != host_bytes(args.out)) return "out from the graph differs from the direct call's";
-  if (args.lse && host_bytes(*captured.lse) != host_bytes(*args.lse))
+  if (storage_to_host(captured.out) != storage_to_host(args.out))
+    return "out from the graph differs from the direct call's";
+  if (args.lse && storage_to_host(*captured.lse) != storage_to_host(*args.lse))
     return "lse from the graph differs from the direct call's";
   return "";
 }

@@ -68,14 +68,6 @@ LateInput late_input(DeviceBuffer ready) {
   return in;
 }
 
-std::vector<std::uint8_t> to_host_bytes(const void* data, std::size_t bytes) {
-  std::vector<std::uint8_t> host(bytes);
-  HOPATTN_CUDA_CHECK(cudaMemcpy(host.data(), data, bytes, cudaMemcpyDeviceToHost));
-  return host;
-}
-
-std::size_t tensor_bytes(const Tensor& t) { return std::size_t(storage_elements(t)) * dtype_size(t.dtype); }
-
 // Runs `args` (whose inputs point at each LateInput's `late` buffer) first on ready inputs, then on
 // inputs the late kernel writes; returns what went wrong, or an empty string.
 std::string late_inputs_mismatch(FwdArgs args, std::vector<LateInput>& inputs) {
@@ -83,26 +75,24 @@ std::string late_inputs_mismatch(FwdArgs args, std::vector<LateInput>& inputs) {
   cudaStream_t stream = nullptr;
   HOPATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   args.stream = stream;
-  const std::size_t out_bytes = tensor_bytes(args.out);
-  const std::size_t lse_bytes = args.lse ? tensor_bytes(*args.lse) : 0;
+  const std::size_t out_bytes = storage_bytes(args.out);
 
   // On ready inputs: the bits to expect.
   for (LateInput& in : inputs)
     HOPATTN_CUDA_CHECK(cudaMemcpy(in.late.data(), in.ready.data(), in.ready.bytes(), cudaMemcpyDeviceToDevice));
-  poison_nan(args.out.data, args.out.dtype, storage_elements(args.out));
-  if (args.lse) poison_nan(args.lse->data, Dtype::kFloat32, storage_elements(*args.lse));
+  poison_storage(args.out);
+  if (args.lse) poison_storage(*args.lse);
   if (const Status st = forward(args); !st.ok()) return "the call on ready inputs failed: " + st.message();
   HOPATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (count_unpoisoned(args.out.data, args.out.dtype, args.out.numel()) != args.out.numel())
     return "the call on ready inputs left out elements unwritten";
-  const std::vector<std::uint8_t> want_out = to_host_bytes(args.out.data, out_bytes);
-  const std::vector<std::uint8_t> want_lse =
-      args.lse ? to_host_bytes(args.lse->data, lse_bytes) : std::vector<std::uint8_t>();
+  const std::vector<std::uint8_t> want_out = storage_to_host(args.out);
+  const std::vector<std::uint8_t> want_lse = args.lse ? storage_to_host(*args.lse) : std::vector<std::uint8_t>();
 
   // On inputs written late, with out read late.
   for (LateInput& in : inputs) HOPATTN_CUDA_CHECK(cudaMemset(in.late.data(), 0, in.late.bytes()));
-  poison_nan(args.out.data, args.out.dtype, storage_elements(args.out));
-  if (args.lse) poison_nan(args.lse->data, Dtype::kFloat32, storage_elements(*args.lse));
+  poison_storage(args.out);
+  if (args.lse) poison_storage(*args.lse);
   DeviceBuffer expected_out(out_bytes), mismatches(sizeof(unsigned long long));
   HOPATTN_CUDA_CHECK(cudaMemcpy(expected_out.data(), args.out.data, out_bytes, cudaMemcpyDeviceToDevice));
   HOPATTN_CUDA_CHECK(cudaMemset(mismatches.data(), 0, sizeof(unsigned long long)));
@@ -125,8 +115,8 @@ std::string late_inputs_mismatch(FwdArgs args, std::vector<LateInput>& inputs) {
   const unsigned long long early_writes = mismatches.to_host<unsigned long long>()[0];
   if (early_writes != 0)
     return std::to_string(early_writes) + " bytes of out changed before the kernel ahead read them";
-  if (to_host_bytes(args.out.data, out_bytes) != want_out) return "out differs from the call on ready inputs";
-  if (args.lse && to_host_bytes(args.lse->data, lse_bytes) != want_lse)
+  if (storage_to_host(args.out) != want_out) return "out differs from the call on ready inputs";
+  if (args.lse && storage_to_host(*args.lse) != want_lse)
     return "lse differs from the call on ready inputs";
   return "";
 }
