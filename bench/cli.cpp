@@ -219,25 +219,19 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
       options->write_lse = false;
       continue;
     }
-    // Every shape's forward launched as an ordinary kernel (KernelOptions::programmatic_launch off),
-    // to time what the overlap with the call ahead buys (with --back-to-back: events keep it from
-    // happening).
-    if (flag == "--no-programmatic-launch") {
+    // Run-wide switches. --no-programmatic-launch: every shape's forward launched as an ordinary kernel
+    // (KernelOptions::programmatic_launch off), to time what the overlap with the call ahead buys (with
+    // --back-to-back: events keep it from happening).
+    if (flag == "--queue-ahead" || flag == "--back-to-back" || flag == "--list" ||
+        flag == "--no-programmatic-launch") {
       if (has_inline_value) {
         *error = flag + " takes no value; got '" + value + "'";
         return false;
       }
-      programmatic_launch = false;
-      continue;
-    }
-    if (flag == "--queue-ahead" || flag == "--back-to-back" || flag == "--list") {
-      if (has_inline_value) {
-        *error = flag + " takes no value; got '" + value + "'";
-        return false;
-      }
+      if (flag == "--no-programmatic-launch") programmatic_launch = false;
       if (flag == "--list") options->list_only = true;
       if (flag == "--back-to-back") options->back_to_back = true;
-      if (flag != "--list") options->queue_ahead = true;
+      if (flag == "--queue-ahead" || flag == "--back-to-back") options->queue_ahead = true;
       continue;
     }
     if (flag == "--backward") {
