@@ -82,6 +82,8 @@ std::string late_inputs_mismatch(FwdArgs args, std::vector<LateInput>& inputs) {
     HOPATTN_CUDA_CHECK(cudaMemcpy(in.late.data(), in.ready.data(), in.ready.bytes(), cudaMemcpyDeviceToDevice));
   poison_storage(args.out);
   if (args.lse) poison_storage(*args.lse);
+  // The poison runs on the legacy stream, which the call's non-blocking stream does not wait for.
+  HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
   if (const Status st = forward(args); !st.ok()) return "the call on ready inputs failed: " + st.message();
   HOPATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (count_unpoisoned(args.out.data, args.out.dtype, args.out.numel()) != args.out.numel())
