@@ -1,6 +1,6 @@
 // hopattn-launch-floor: what a kernel boundary costs on the GPU itself, with the host out of the way.
-// Every case's launches are queued behind a gate (a one-thread kernel spinning on a host-mapped flag)
-// and run back to back once the host opens it, so the time between the two events around them is GPU
+// Every case's launches are queued behind hopattn-bench's LaunchGate (bench/launch_gate.hpp) and run
+// back to back once the host opens it, so the time between the two events around them is GPU
 // time, not the host's launch rate (an ungated loop of launches measures the host: about 4 us a launch
 // on the device machine, docs/perf-notes.md session 56).
 //
@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "launch_gate.hpp"
 #include "probe_check.hpp"
 #include "sm90/host/launch_support.hpp"
 
@@ -45,11 +46,6 @@ __global__ void busy(unsigned busy_ns, bool wait_first, bool trigger_first, int*
   }
 }
 
-__global__ void gate_kernel(volatile int* flag) {
-  while (*flag == 0) {
-  }
-}
-
 struct Kind {
   int ctas, threads, smem;
   unsigned busy_ns;
@@ -74,13 +70,16 @@ struct Result {
 // steps x `step` (one or two launches) behind the gate; with per_step_events, an event pair around
 // each step as hopattn-bench records them.
 template <class Step>
-Result time_steps(int steps, bool per_step_events, cudaStream_t stream, volatile int* flag, const Step& step) {
+Result time_steps(int steps, bool per_step_events, cudaStream_t stream, const Step& step) {
   for (int i = 0; i < 5; ++i) step();  // warm-up
   PROBE_CHECK(cudaStreamSynchronize(stream));
   std::vector<cudaEvent_t> events(2 * steps + 2);
   for (cudaEvent_t& e : events) PROBE_CHECK(cudaEventCreate(&e));
-  *flag = 0;
-  gate_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<volatile int*>(flag));
+  hopattn::bench::LaunchGate gate;
+  if (const hopattn::Status st = gate.close(stream); !st.ok()) {
+    std::fprintf(stderr, "%s\n", st.message().c_str());
+    std::exit(1);
+  }
   PROBE_CHECK(cudaEventRecord(events[0], stream));
   for (int i = 0; i < steps; ++i) {
     if (per_step_events) PROBE_CHECK(cudaEventRecord(events[2 + 2 * i], stream));
@@ -88,7 +87,7 @@ Result time_steps(int steps, bool per_step_events, cudaStream_t stream, volatile
     if (per_step_events) PROBE_CHECK(cudaEventRecord(events[3 + 2 * i], stream));
   }
   PROBE_CHECK(cudaEventRecord(events[1], stream));
-  *flag = 1;
+  if (!gate.open()) std::printf("  (the gate opened by itself before every launch was queued)\n");
   PROBE_CHECK(cudaStreamSynchronize(stream));
   float ms = 0.0f;
   PROBE_CHECK(cudaEventElapsedTime(&ms, events[0], events[1]));
@@ -113,9 +112,6 @@ int main() {
   PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
   PROBE_CHECK(cudaFuncSetAttribute(busy, cudaFuncAttributeMaxDynamicSharedMemorySize, kForwardSmem));
-  int* host_flag = nullptr;
-  PROBE_CHECK(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
-  volatile int* flag = host_flag;
   cudaStream_t stream;
   PROBE_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   constexpr int kSteps = 200;
@@ -133,29 +129,28 @@ int main() {
           std::printf("  %-58s %7.2f\n", what, r.total_per_step_us);
       };
       std::printf(" %s\n", events ? "with an event pair around each step" : "back to back, no events between");
-      report("forward alone", time_steps(kSteps, events, stream, flag, [&] {
+      report("forward alone", time_steps(kSteps, events, stream, [&] {
                launch(forward, false, false, false, stream);
              }));
-      report("combine alone", time_steps(kSteps, events, stream, flag, [&] {
+      report("combine alone", time_steps(kSteps, events, stream, [&] {
                launch(combine, false, false, false, stream);
              }));
-      report("forward alone, PDL (waits and triggers at its start)", time_steps(kSteps, events, stream, flag, [&] {
+      report("forward alone, PDL (waits and triggers at its start)", time_steps(kSteps, events, stream, [&] {
                launch(forward, true, true, true, stream);
              }));
-      report("forward + combine, plain", time_steps(kSteps, events, stream, flag, [&] {
+      report("forward + combine, plain", time_steps(kSteps, events, stream, [&] {
                launch(forward, false, false, false, stream);
                launch(combine, false, false, false, stream);
              }));
-      report("forward (triggers) + combine by PDL (today's split step)", time_steps(kSteps, events, stream, flag, [&] {
+      report("forward (triggers) + combine by PDL (today's split step)", time_steps(kSteps, events, stream, [&] {
                launch(forward, false, false, true, stream);
                launch(combine, true, true, false, stream);
              }));
-      report("both by PDL, both trigger at their start", time_steps(kSteps, events, stream, flag, [&] {
+      report("both by PDL, both trigger at their start", time_steps(kSteps, events, stream, [&] {
                launch(forward, true, true, true, stream);
                launch(combine, true, true, true, stream);
              }));
     }
   }
-  PROBE_CHECK(cudaFreeHost(host_flag));
   return 0;
 }
