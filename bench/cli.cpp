@@ -129,6 +129,8 @@ std::string usage_text() {
          "      power of two, as quantize_fp8 writes them; amax: v's not rounded (quantize_fp8 before session\n"
          "      39); straddle: v's 2^-6 or 2^-7 at random; ones: all 1)\n"
          "    --v-keys-contiguous (fp8: v stored as V^T, keys contiguous; the kernel skips its V transpose)\n"
+         "    --kv-heads-major (k and v stored (batch, heads_kv, keys, d), as PyTorch's SDPA takes them,\n"
+         "      and passed through strides; default: (batch, keys, heads_kv, d), flash-attention's layout)\n"
          "    --varlen (the batch packed with cu_seqlens of equal lengths: the variable-length kernel)\n"
          "    --learnable-sink (a sink logit per q head, FwdArgs::learnable_sink; the backward writes dsink)\n"
          "    --qv (FwdArgs::qv, a second query of v's head dim scored against v: DeepSeek's MLA decoding,\n"
@@ -198,6 +200,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     if (flag == "--v-keys-contiguous") {
       single.v_keys_contiguous = single_given = true;
       single.variant = "v_keys_contiguous";
+      continue;
+    }
+    if (flag == "--kv-heads-major") {
+      single.kv_heads_major = single_given = true;
+      single.variant = "kv_heads_major";
       continue;
     }
     if (flag == "--varlen") {
@@ -389,6 +396,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
                           : kind == Fp8BlockScales::kStraddle ? "_straddle"
                                                               : "_ones";
       }
+    }
+    if (single.kv_heads_major && (single.varlen || single.page_size > 0 || single.v_keys_contiguous)) {
+      *error = "--kv-heads-major lays out dense k and v; it does not go with --varlen, --page-size or "
+               "--v-keys-contiguous";
+      return false;
     }
     if (single.page_size > 0 && allocated_keys(single) % single.page_size != 0) {
       *error = "--page-size " + std::to_string(single.page_size) + " must divide " +

@@ -36,12 +36,17 @@ def run_once(call):
             raise PeerError(error_text(e, caught)) from e
 
 
-def make_set(row, expand_kv, device):
-    """Random q (b, hq, sq, d), k and v (b, hkv, sk, d); k and v with hq heads when expand_kv."""
+def make_set(row, expand_kv, device, kv_layout="heads-major"):
+    """Random q (b, hq, sq, d), k and v (b, hkv, sk, d); k and v with hq heads when expand_kv. kv_layout
+    keys-major: k and v stored (b, sk, hkv, d), as flash-attention and hopattn-bench lay them out, and
+    passed as (b, hkv, sk, d) views; heads-major: stored as passed (each head's keys contiguous)."""
     b, hq, hkv, sq, sk, d = (row[k] for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "hdim"))
     dtype = TORCH_DTYPES[row["dtype"]]
     q = torch.randn(b, hq, sq, d, dtype=dtype, device=device)
-    k, v = (torch.randn(b, hkv, sk, d, dtype=dtype, device=device) for _ in range(2))
+    if kv_layout == "keys-major":
+        k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device=device).transpose(1, 2) for _ in range(2))
+    else:
+        k, v = (torch.randn(b, hkv, sk, d, dtype=dtype, device=device) for _ in range(2))
     return (q, expand_heads(k, hq), expand_heads(v, hq)) if expand_kv else (q, k, v)
 
 
@@ -54,8 +59,9 @@ def moved_bytes(row, expand_kv):
 
 
 class PeerRunner:
-    def __init__(self, iters, warmup, group=1, device="cuda"):
+    def __init__(self, iters, warmup, group=1, device="cuda", kv_layout="heads-major"):
         self.iters, self.warmup, self.group, self.device = iters, warmup, group, device
+        self.kv_layout = kv_layout
         self.gate = SleepGate()
         self._check_errors = {}  # check_error per (impl, heads, sq, d, causal, expanded, dtype)
 
@@ -81,7 +87,7 @@ class PeerRunner:
 
     def _measure(self, impl, row, result, notes):
         causal = row["causal"]
-        sets = [make_set(row, False, self.device)]
+        sets = [make_set(row, False, self.device, self.kv_layout)]
         # The calls are made inside run_once too: a backend may refuse while the call is built.
         try:
             run_once(lambda: peer_call(impl, *sets[0], causal, False)())
@@ -106,7 +112,7 @@ class PeerRunner:
             return
         per_set = moved_bytes(row, expand)
         n_sets = input_sets_for(per_set)
-        sets += [make_set(row, expand, self.device) for _ in range(n_sets - 1)]
+        sets += [make_set(row, expand, self.device, self.kv_layout) for _ in range(n_sets - 1)]
         calls = [peer_call(impl, q, k, v, causal, expand) for q, k, v in sets]
         ms, held = median_gpu_ms(calls, self.gate, self.iters, self.warmup, self.group)
         if not torch.isfinite(run_once(calls[0])).all():
@@ -130,14 +136,14 @@ def print_record(r):
     print(f"{r['impl']:14s} {shape_text(r)} {timing}{flags}{message}", flush=True)
 
 
-def run_all(rows, impls, iters, warmup, group=1):
-    """Every peer on every row that has one, `group` calls between a pair of events (median_gpu_ms); the
-    JSON document decode_peers.py writes, less its header."""
+def run_all(rows, impls, iters, warmup, group=1, kv_layout="heads-major"):
+    """Every peer on every row that has one, `group` calls between a pair of events (median_gpu_ms), k and
+    v laid out as kv_layout says (make_set); the JSON document decode_peers.py writes, less its header."""
     if not torch.cuda.is_available():
         raise SystemExit("decode_peers.py: no CUDA GPU visible to PyTorch (--dry-run prints the plan without one)")
     device = torch.cuda.get_device_name()
     print(f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {device}", flush=True)
-    runner = PeerRunner(iters, warmup, group)
+    runner = PeerRunner(iters, warmup, group, kv_layout=kv_layout)
     ceilings = {"copy_tbps": copy_tbps(runner.gate)}
     print(f"device-to-device copy: {ceilings['copy_tbps']:.2f} TB/s (bytes read + written / time)", flush=True)
     measured = {}  # one measurement per (impl, dense shape), shared by its paged and seqused_k rows
@@ -158,4 +164,4 @@ def run_all(rows, impls, iters, warmup, group=1):
             records.append(record)
             print_record(record)
     return dict(device=device, torch=torch.__version__, cudnn=torch.backends.cudnn.version(), iters=iters,
-                warmup=warmup, back_to_back=group > 1, impls=impls, ceilings=ceilings, rows=records)
+                warmup=warmup, back_to_back=group > 1, kv_layout=kv_layout, impls=impls, ceilings=ceilings, rows=records)

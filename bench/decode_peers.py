@@ -9,8 +9,8 @@ stated as a ratio against a peer timed on the same GPU in the same session (benc
 
 Peers: F.scaled_dot_product_attention under one backend each (sdpa_flash: FLASH_ATTENTION, sdpa_cudnn:
 CUDNN_ATTENTION, sdpa_efficient: EFFICIENT_ATTENTION) and, with --flex, FlexAttention (torch.compile;
-every shape compiles anew, tens of seconds each). q is (b, hq, sq, d), k and v (b, hkv, sk, d),
-contiguous, in the shape's dtype.
+every shape compiles anew, tens of seconds each). q is (b, hq, sq, d), k and v (b, hkv, sk, d) (their
+storage: below), in the shape's dtype.
 
 How a row is timed, and what its JSON fields say:
 - GQA through enable_gqa=True. A backend that refuses it gets k and v repeated to hq heads outside the
@@ -21,6 +21,9 @@ How a row is timed, and what its JSON fields say:
   boolean mask, flex through a block mask. With sq 1 causal hides no key and nothing is passed.
 - Paged and seqused_k rows (page_size, cache_seqlen_k > 0) have no SDPA form: the dense shape of the
   same keys is timed (dense_equivalent: true), once for all rows that share it.
+- k and v are stored heads-major, (b, hkv, sk, d) contiguous, unless --kv-layout keys-major stores
+  them (b, sk, hkv, d), as hopattn-bench does by default (its --kv-heads-major: SDPA's), and passes
+  transposed views: then both sides read the same memory layout.
 - Inputs rotate over sets that together pass 128 MiB, so K and V come from HBM, as in hopattn-bench.
 - All timed calls are queued behind a GPU sleep before any runs, as hopattn-bench --queue-ahead does,
   so each call's CUDA events time its GPU work and not PyTorch's host overhead (backlog_held: false
@@ -43,6 +46,7 @@ from decode_shapes import dense_equivalent, load_rows, shape_text, skip_reason
 DEFAULT_IMPLS = "sdpa_flash,sdpa_cudnn,sdpa_efficient"
 BACK_TO_BACK_GROUP = 10  # as hopattn-bench's kBackToBackGroup (bench/gpu_timing.cpp)
 SDPA_IMPLS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
+KV_LAYOUTS = ("heads-major", "keys-major")
 
 
 def causal_plan(row, impl):
@@ -76,6 +80,9 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=10, help="untimed calls first (default 10)")
     p.add_argument("--back-to-back", action="store_true",
                    help="events around groups of 10 calls instead of each call, as hopattn-bench --back-to-back")
+    p.add_argument("--kv-layout", choices=KV_LAYOUTS, default="heads-major",
+                   help="k and v storage: heads-major (b, hkv, sk, d), SDPA's own (default), or keys-major "
+                        "(b, sk, hkv, d), flash-attention's and hopattn-bench's (passed to SDPA as a view)")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--dry-run", action="store_true", help="print what would be timed and how; no PyTorch needed")
     a = p.parse_args()
@@ -97,7 +104,7 @@ def main():
         return 0
     from decode_peer_runner import run_all  # PyTorch is needed from here on
 
-    doc = run_all(rows, a.impls, a.iters, a.warmup, BACK_TO_BACK_GROUP if a.back_to_back else 1)
+    doc = run_all(rows, a.impls, a.iters, a.warmup, BACK_TO_BACK_GROUP if a.back_to_back else 1, a.kv_layout)
     doc.update(tool="decode_peers.py", shapes_from=a.shapes, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     if a.json:
         with open(a.json, "w") as f:

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 
-from decode_shapes import dense_equivalent, load_rows, pair_key
+from decode_shapes import dense_equivalent, kv_layout, load_rows, pair_key
 from report import gpu_slug
 
 # Spec-sheet HBM rates in TB/s, to read the TB/s column against.
@@ -153,6 +153,13 @@ def main():
     if peers and bool(ours.get("back_to_back")) != bool(peers.get("back_to_back")):
         print("warning: one side was timed back to back (--back-to-back) and the other call by call: the ratios "
               "are not like for like")
+    # decode_peers.py JSON from before --kv-layout: heads-major, the only layout it had.
+    peer_layout = peers.get("kv_layout", "heads-major")
+    unlike = [r for r in ours_rows if not r.get("backward") and kv_layout(r) != peer_layout]
+    if peers and unlike:
+        print(f"note: on {len(unlike)} rows ours read k and v {kv_layout(unlike[0])} and the peers {peer_layout} "
+              "(keys-major: (b, sk, hkv, d), flash-attention's layout; heads-major: (b, hkv, sk, d), each head's keys "
+              "contiguous): not the same memory (decode_peers.py --kv-layout, hopattn-bench --kv-heads-major)")
     copy = (peers.get("ceilings") or {}).get("copy_tbps")
     hbm = [text for text in (f"spec peak {peak} TB/s" if peak else "",
                              f"device-to-device copy {copy:.2f} TB/s" if copy else "") if text]
@@ -170,6 +177,7 @@ def main():
         "queue_ahead": ours.get("queue_ahead"), "write_lse": ours.get("write_lse"), "iters": ours.get("iters"),
         "torch": peers.get("torch"), "cudnn": peers.get("cudnn"), "hbm_peak_tbps": peak,
         "ceilings": peers.get("ceilings", {}), "peers": impls,
+        "peers_kv_layout": peer_layout if peers else None,
         "bytes": "q, k, v read and out written once (k, v: the seqlen_k keys in use); kv_tbps = bytes / time",
         "ratios": "ours_over_peer = our time / the peer's (< 1: hopattn faster); ours_over_best against the fastest "
                   "peer that did not expand K/V",

@@ -33,13 +33,18 @@ def skip_reason(row):
         return "a backward row"
     if row["dtype"] not in PEER_DTYPES:
         return f"dtype {row['dtype']} (PyTorch's attention takes bf16 or fp16)"
-    if not re.fullmatch(r"default|varlen|paged_\d+|seqused_k", row["variant"]):
+    if not re.fullmatch(r"default|kv_heads_major|varlen|paged_\d+|seqused_k", row["variant"]):
         return f"variant {row['variant']} has no SDPA form"
     if row["causal"] and row["seqlen_q"] > row["seqlen_k"]:
         return "causal with seqlen_q > seqlen_k (rows that see no key)"
     if row.get("hdim_v", row["hdim"]) != row["hdim"]:
         return f"v of head dim {row['hdim_v']} beside q/k's {row['hdim']} (not every SDPA backend takes it)"
     return None
+
+
+def kv_layout(row):
+    """How a hopattn-bench row's k and v lay in memory, in decode_peers.py --kv-layout's words."""
+    return "heads-major" if row.get("kv_heads_major") else "keys-major"
 
 
 def dense_equivalent(row):

@@ -186,6 +186,13 @@ FwdArgs forward_args(const Shape& s, const Extents& e, const InputSet& set, cons
   if (s.padded_seqlen_q > 0) {
     args.seqused_q = make_tensor(set.seqused_q.get(), Dtype::kInt32, {s.batch}, cuda, options.device);
   }
+  if (s.kv_heads_major) {  // (batch, heads_kv, keys, d) storage viewed as (batch, keys, heads_kv, d)
+    for (Tensor* t : {&args.k, &args.v}) {
+      const std::int64_t d = t->shape[3];
+      const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * kv_keys * d, d, std::int64_t{kv_keys} * d, 1};
+      std::copy(strides, strides + 4, t->stride);
+    }
+  }
   if (s.v_keys_contiguous) {  // (batch, heads_kv, d_v, row keys) storage viewed as (batch, keys, heads_kv, d_v)
     const std::int64_t row = e.v_row_keys;
     const std::int64_t strides[4] = {std::int64_t{s.heads_kv} * d_v * row, 1, std::int64_t{d_v} * row, row};

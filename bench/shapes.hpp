@@ -40,6 +40,10 @@ struct Shape {
   // FP8 only: v passed keys-contiguous (V^T in memory, keys padded to a multiple of 16), which the
   // kernel loads by TMA instead of transposing V.
   bool v_keys_contiguous = false;
+  // k and v stored heads-major, (batch, heads_kv, keys, d) as PyTorch's SDPA takes them, and passed as a
+  // (batch, keys, heads_kv, d) view through strides: each head's keys contiguous, where the ordinary
+  // layout (flash-attention's) puts a key's heads side by side. Dense k and v only.
+  bool kv_heads_major = false;
   // 16-bit only: the batch passed packed, (batch * seqlen, heads, d) with cu_seqlens_q / cu_seqlens_k
   // of equal lengths, so that the variable-length kernel's cost shows against the dense one.
   bool varlen = false;

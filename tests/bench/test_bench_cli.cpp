@@ -394,6 +394,21 @@ TEST(BenchCli, KvLoadFlagsSetTheKernelOption) {
   EXPECT_NE(parse_error({"--backward", "--kv-copies"}).find("--kv-*"), std::string::npos);
 }
 
+// --kv-heads-major stores dense k and v as PyTorch's SDPA takes them, (batch, heads_kv, keys, d); it lays
+// out dense tensors only.
+TEST(BenchCli, KvHeadsMajorLaysOutDenseKv) {
+  const CliOptions options = parsed({"--seqlen-q", "1", "--seqlen-k", "4096", "--kv-heads-major"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  EXPECT_TRUE(options.shapes[0].kv_heads_major);
+  EXPECT_EQ(options.shapes[0].variant, "kv_heads_major");
+  EXPECT_FALSE(parsed({"--seqlen-q", "1"}).shapes[0].kv_heads_major);
+  for (const std::vector<std::string>& clash : std::vector<std::vector<std::string>>{
+           {"--kv-heads-major", "--varlen"}, {"--kv-heads-major", "--page-size", "256", "--seqlen-k", "1024"},
+           {"--kv-heads-major", "--dtype", "fp8", "--v-keys-contiguous"}}) {
+    EXPECT_NE(parse_error(clash).find("--kv-heads-major lays out dense k and v"), std::string::npos) << clash[1];
+  }
+}
+
 TEST(BenchCli, DeterministicBackwardSingleOrGrid) {
   const CliOptions single = parsed({"--backward", "--deterministic", "--hdim", "64"});
   ASSERT_EQ(single.shapes.size(), 1u);
@@ -413,7 +428,7 @@ TEST(BenchCli, DeterministicBackwardSingleOrGrid) {
 TEST(BenchCli, UsageNamesTheDecodeFlags) {
   const std::string usage = usage_text();
   for (const char* flag : {"decode", "--list", "--queue-ahead", "--cache-seqlen", "--padded-seqlen-q", "kv_tbps",
-                           "--kv-copies"}) {
+                           "--kv-copies", "--kv-heads-major"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }

@@ -139,6 +139,18 @@ class DecodeTools(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("timed back to back in groups of 10", out.stdout)
         self.assertIn("the ratios are not like for like", out.stdout)
+        # The peers read k and v heads-major (decode_peers.py's default), ours keys-major: the report says
+        # so; with --kv-layout keys-major on their side, or ours --kv-heads-major, it does not.
+        peers["back_to_back"] = False
+        self.assertIn("ours read k and v keys-major and the peers heads-major", out.stdout)
+        for layouts in ((dict(kv_layout="keys-major"), {}), ({}, dict(kv_heads_major=True))):
+            peers_doc = dict(peers, **layouts[0])
+            ours_doc = dict(ours, rows=[dict(r, **layouts[1]) for r in ours["rows"]])
+            out = run([sys.executable, os.path.join(BENCH_DIR, "decode_report.py"), "--ours",
+                       self.write("ours.json", ours_doc), "--peers", self.write("peers.json", peers_doc),
+                       "--out-dir", out_dir])
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertNotIn("not the same memory", out.stdout)
 
 
 @unittest.skipUnless(HAVE_TORCH, "PyTorch not installed")

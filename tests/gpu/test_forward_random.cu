@@ -105,6 +105,36 @@ INSTANTIATE_TEST_SUITE_P(
                       strided(1, 4, 1, 1000, 65, 128, Dtype::kFloat16, true, Layout::kPaddedRows, false),
                       strided(2, 2, 1, 63, 4097, 256, Dtype::kBFloat16, false, Layout::kHeadMajor, false)));
 
+// Decoding steps (a query row or four a sequence, GQA heads packed, every tile split) over q, k, v and
+// out stored head-major, as PyTorch's SDPA takes them (hopattn-bench --kv-heads-major): by TMA and by
+// the producer's K/V copies, whose addresses come from the strides. d 64's transposed tiles, d 128's,
+// an MHA step, and a d 256 decoding-kernel step.
+class ForwardHeadMajorDecoding : public HopperTest {};
+
+TEST_F(ForwardHeadMajorDecoding, StepsMatchReference) {
+  const std::uint64_t seed = run_seed();
+  const ForwardCase cases[] = {
+      strided(1, 32, 8, 1, 3001, 64, Dtype::kBFloat16, false, Layout::kHeadMajor, false),
+      strided(2, 8, 2, 1, 1537, 128, Dtype::kFloat16, false, Layout::kHeadMajor, false),
+      strided(3, 4, 4, 1, 700, 64, Dtype::kFloat16, true, Layout::kHeadMajor, false),
+      strided(2, 16, 2, 4, 2049, 128, Dtype::kBFloat16, true, Layout::kHeadMajor, false),
+      strided(2, 8, 4, 1, 999, 256, Dtype::kBFloat16, false, Layout::kHeadMajor, false),
+  };
+  int index = 0;
+  for (const ForwardCase& c : cases) {
+    for (const KernelOptions::KvLoads loads : {KernelOptions::KvLoads::kAuto, KernelOptions::KvLoads::kCopyThreads}) {
+      if (loads == KernelOptions::KvLoads::kCopyThreads && c.head_dim > 128) continue;  // no copies there
+      KernelOptions options;
+      options.kv_loads = loads;
+      const std::uint64_t case_seed = splitmix64(seed + index++);
+      const CaseResult r = run_forward_case(c, options, case_seed);
+      EXPECT_EQ(r.kind, CaseResult::kPassed)
+          << c.describe() << (loads == KernelOptions::KvLoads::kCopyThreads ? ", K/V copies" : ", K/V by TMA")
+          << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << r.detail;
+    }
+  }
+}
+
 // Sliding windows at d 64 on either side of keys_per_tile's 1152 (shipped_configs.cuh): 128-key blocks
 // for gpt-oss's local layer (window (127, 0), GQA 8) and a two-sided window of 1148 keys a tile, 192-key
 // blocks for 1228 and 1280; odd lengths, more keys than queries and fewer.
