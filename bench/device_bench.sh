@@ -3,7 +3,7 @@
 # (cuDNN, FlashAttention-2, optionally flex) on the same shapes in the same session, then a report
 # that merges them. Everything lands in $OUT (default /tmp/hopattn-bench-out).
 #
-#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode|decode_wide|headdims] [--flex] [--back-to-back] [--build DIR] [--peers PATH]
+#   bench/device_bench.sh [--grid paper|quick|long|ablation|fp8|bwd|decode|decode_wide|headdims] [--flex] [--back-to-back] [--kv-layout L] [--build DIR] [--peers PATH]
 #
 #   --grid   default paper. The peers script only runs the FlashAttention papers' shapes (16k tokens,
 #            hidden 2048, bf16), so it is run for paper, quick, headdims and bwd (the backward: peers.py --bwd,
@@ -14,6 +14,8 @@
 #   --flex   also time FlexAttention (its Triton compile adds minutes; with decode, one per shape).
 #   --back-to-back  (decode, decode_wide) both sides timed with events around groups of 10 calls instead
 #            of each call, so that the calls' kernels follow one another as in a model's stream.
+#   --kv-layout  (decode, decode_wide) the peers' k and v storage, decode_peers.py --kv-layout: heads-major
+#            (SDPA's own, the default) or keys-major (hopattn-bench's, flash-attention's layout).
 #   --build  build folder holding bench/hopattn-bench (default build); configured and built here
 #            (HOPATTN_SM90=ON, tests off) when the binary is missing.
 #   --peers  the peers script (default .carry/peers.py: a copy of shared/peers.py, since ../shared
@@ -26,6 +28,7 @@ set -uo pipefail
 grid=paper
 flex=0
 back_to_back=()
+kv_layout=heads-major
 build=build
 peers=.carry/peers.py
 while [ $# -gt 0 ]; do
@@ -33,9 +36,10 @@ while [ $# -gt 0 ]; do
     --grid) grid="$2"; shift 2 ;;
     --flex) flex=1; shift ;;
     --back-to-back) back_to_back=(--back-to-back); shift ;;
+    --kv-layout) kv_layout="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --peers) peers="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "device_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -82,7 +86,7 @@ if [ "$decoding" = 1 ]; then
     [ "$flex" = 1 ] && flex_arg=(--flex)
     echo "== decode peers"
     python3 bench/decode_peers.py --shapes "$out/shapes.json" "${flex_arg[@]}" "${back_to_back[@]}" \
-      --json "$out/peers.json" 2>&1 |
+      --kv-layout "$kv_layout" --json "$out/peers.json" 2>&1 |
       tee "$out/peers.txt"
     [ -f "$out/peers.json" ] && peers_args=(--peers "$out/peers.json")
   fi
