@@ -169,8 +169,9 @@ struct FwdArgs {
   // descales alone. Variable-length and paged batches, and decoding steps of at most 64 query rows
   // (bf16/fp16 at head dims up to 128, any mask): every tile in the same number of pieces, each a share of its own sequence's keys. 0 = where that shortens the launch (the
   // last rounds' tiles, or every tile when there are fewer tiles than SMs; variable lengths: when
-  // there are at most half as many tiles as SMs), 1 = never, n >= 2 = every tile in n pieces (as long
-  // as tiles x n <= 1024). Results match either way, to rounding.
+  // there are at most half as many tiles as SMs), 1 = never, n >= 2 = every tile in n pieces (at most a
+  // key block a piece and 1024 pieces in all: where tiles x n passes that, floor(1024 / tiles) pieces a
+  // tile, and no split where that is under 2). Results match either way, to rounding.
   int num_splits = 0;
 
   // FP8 e4m3 inputs: float32 descale factors of shape (batch, heads_kv); out is bf16.

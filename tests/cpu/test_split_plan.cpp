@@ -143,7 +143,7 @@ TEST(SplitPlan, NoSplitWhereItCannotPayOrIsNotAllowed) {
   EXPECT_EQ(plan_split(2048, 1, 132, 0, true, 2, 2).units, 0);       // one key block: nothing to cut
   EXPECT_EQ(plan_split(1024, 16, 132, 0, true, 2, 2).units, 0);      // 7.8 rounds of short tiles: pieces cost more
   EXPECT_EQ(plan_split(3, 2, 132, 0, true, 2, 2).units, 0);          // 2-block tiles: likewise
-  EXPECT_EQ(plan_split(2048, 86, 132, 4, true, 2, 2).units, 0);      // 8192 pieces: over kMaxSplitUnits
+  EXPECT_EQ(plan_split(2048, 86, 132, 4, true, 2, 2).units, 0);      // not 2 pieces a tile in kMaxSplitUnits
 }
 
 TEST(SplitPlan, ExplicitSplitsCutEveryTileEvenly) {
@@ -158,6 +158,10 @@ TEST(SplitPlan, ExplicitSplitsCutEveryTileEvenly) {
   }
   // More splits than blocks: one piece per block.
   EXPECT_EQ(plan_split(10, 2, 132, 5, true, 2, 2).units, 20);
+  // More pieces than kMaxSplitUnits: as many a tile as fit, still even.
+  const SplitPlan capped = plan_split(100, 86, 132, 16, true, 2, 2);
+  EXPECT_EQ(capped.units, 100 * 10);
+  check_pieces(capped, 100);
 }
 
 // plan_varlen_split: every tile in the same number of pieces, each a share of that tile's own blocks;
@@ -206,8 +210,12 @@ TEST(VarlenSplitPlan, HeuristicFillsTheSmsOnceForFewTiles) {
     EXPECT_EQ(plan_varlen_split(67, 512, 132, 0, 2, decoding).units, 0);
     EXPECT_EQ(plan_varlen_split(8, 1, 132, 0, 2, decoding).units, 0);
     EXPECT_EQ(plan_varlen_split(8, 512, 132, 1, 2, decoding).units, 0);
-    // An explicit count is taken as given, up to kMaxSplitUnits pieces in all.
+    // An explicit count is taken as given, up to kMaxSplitUnits pieces in all; past that, as many
+    // pieces a tile as fit (1 x 32/8 x 64k at d 64, 8 tiles of 342 blocks: 132 pieces asked, 128 cut),
+    // and no split where not 2 a tile fit.
     EXPECT_EQ(plan_varlen_split(500, 3, 132, 2, 2, decoding).units, 1000);
+    EXPECT_EQ(plan_varlen_split(8, 342, 132, 132, 2, decoding).units, 8 * 128);
+    EXPECT_EQ(plan_varlen_split(3, 400, 132, 1000, 2, decoding).units, 3 * 341);
     EXPECT_EQ(plan_varlen_split(600, 3, 132, 2, 2, decoding).units, 0);
   }
   // Short caches: pieces of at least kMinVarlenPieceBlocks blocks of the longest...

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu/forward_case.cuh"
@@ -188,6 +189,23 @@ TEST_F(ForwardTailSplit, PiecesMergeToTheReference) {
       EXPECT_EQ(r.kind, CaseResult::kPassed) << c.describe() << (warp_specialized ? "" : " no-warp-specialized")
                                              << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << r.detail;
     }
+  }
+}
+
+// An explicit piece count past kMaxSplitUnits (1024 pieces in all) is cut to what fits, not dropped:
+// decoding steps of 8 packed tiles asked for 200 pieces run 128 a tile, the most the combine ever
+// merges, at d 64 (transposed tiles), d 128 and 16 tiles of d 64 MHA (64 pieces a tile).
+TEST_F(ForwardTailSplit, PieceCountsPastTheCapMergeToTheReference) {
+  const std::uint64_t seed = run_seed();
+  int index = 0;
+  for (const auto& [d, hq, hkv, dtype] : {std::tuple{64, 32, 8, Dtype::kBFloat16},
+                                          std::tuple{128, 32, 8, Dtype::kFloat16},
+                                          std::tuple{64, 16, 16, Dtype::kFloat16}}) {
+    ForwardCase c;
+    c.head_dim = d, c.heads_q = hq, c.heads_kv = hkv, c.dtype = dtype, c.amplitude = 3.0f;
+    c.seqlen_q = 1, c.seqlen_k = 40001, c.num_splits = 200;
+    const CaseResult r = run_forward_case(c, KernelOptions{}, splitmix64(seed + index++));
+    EXPECT_EQ(r.kind, CaseResult::kPassed) << c.describe() << " (HOPATTN_TEST_SEED=" << seed << ")\n  " << r.detail;
   }
 }
 
