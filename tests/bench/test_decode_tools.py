@@ -141,8 +141,8 @@ class DecodeTools(unittest.TestCase):
         self.assertIn("the ratios are not like for like", out.stdout)
         # The peers read k and v heads-major (decode_peers.py's default), ours keys-major: the report says
         # so; with --kv-layout keys-major on their side, or ours --kv-heads-major, it does not.
-        peers["back_to_back"] = False
         self.assertIn("ours read k and v keys-major and the peers heads-major", out.stdout)
+        peers["back_to_back"] = False
         for layouts in ((dict(kv_layout="keys-major"), {}), ({}, dict(kv_heads_major=True))):
             peers_doc = dict(peers, **layouts[0])
             ours_doc = dict(ours, rows=[dict(r, **layouts[1]) for r in ours["rows"]])

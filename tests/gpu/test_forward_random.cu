@@ -193,8 +193,8 @@ TEST_F(ForwardTailSplit, PiecesMergeToTheReference) {
 }
 
 // An explicit piece count past kMaxSplitUnits (1024 pieces in all) is cut to what fits, not dropped:
-// decoding steps of 8 packed tiles asked for 200 pieces run 128 a tile, the most the combine ever
-// merges, at d 64 (transposed tiles), d 128 and 16 tiles of d 64 MHA (64 pieces a tile).
+// decoding steps of 8 packed tiles asked for 200 pieces run 128 a tile (1024 in all, the plan's
+// limit), at d 64 (transposed tiles), d 128 and 16 tiles of d 64 MHA (64 pieces a tile).
 TEST_F(ForwardTailSplit, PieceCountsPastTheCapMergeToTheReference) {
   const std::uint64_t seed = run_seed();
   int index = 0;
