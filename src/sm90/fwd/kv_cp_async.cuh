@@ -17,6 +17,7 @@
 
 #include "sm90/arch/cp_async.cuh"
 #include "sm90/arch/mbarrier.cuh"
+#include "sm90/fwd/cp_async_visit.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/producer.cuh"
 #include "sm90/fwd/scheduler.cuh"
@@ -24,13 +25,6 @@
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
-
-// One visit's K/V copies: its sequence's first K/V row and batch entry, key count and K/V head, and
-// the visit's blocks [n_begin, n_end). From a paged cache k_row0 is 0 and k_batch the sequence (its row
-// of the page table).
-struct CpAsyncVisit {
-  int k_row0, k_batch, keys, kv_head, n_begin, n_end;
-};
 
 // Arrivals that complete a K or V stage's full barrier when cp.async fills it: one per producer thread.
 template <class Traits>
@@ -180,9 +174,14 @@ class CpAsyncKvLoader {
   StageRing<Traits::kStages> ring_;
 };
 
-// The producer warpgroup of a kKvByCpAsync kernel, every thread: its leader
-// claims and publishes each visit with its Q tile (TileLoader) and hands its id to the others through
+// The producer warpgroup of a kKvByCpAsync kernel, every thread: its leader claims, decodes and
+// publishes each visit with its Q tile (TileLoader) and hands it, decoded, to the others through
 // shared memory, and all of them copy the visit's K/V blocks, from a paged cache where kPaged.
+//
+// Decoded once: a decode is dependent integer arithmetic on one thread, ~0.6 us at a CTA's start; with
+// the leader's two and the others' one, the first K block's copies went out 3.7 us after the CTA's entry
+// at 1 x 32/8 x 64k (H100, session 58). (Publishing after the hand-off, so that the copies start before
+// Q's issue, keeps the leader's decoded visit live across the barrier: the paged kernels spill.)
 template <class Traits, bool kPaged>
 __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p) {
   const bool leader = threadIdx.x % Traits::kWarpgroupThreads == 0;
@@ -191,31 +190,29 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
   CpAsyncKvLoader<Traits> loader;
   for (int slot = 0;; slot ^= 1) {
     if (leader) {
+      HandedVisit& handed = s.producer_visit[slot];
       int id = visits.next();
-      while (id != kNoVisitLeft &&
-             varlen_tile_is_empty(p, decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit,
-                                                         Traits::kChunksAndSequsedQ>(p, id)))
-        id = visits.next();
+      for (; id != kNoVisitLeft; id = visits.next()) {
+        const VarlenVisit v =
+            decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(
+                p, id);
+        if (varlen_tile_is_empty(p, v)) continue;
+        publisher.publish_varlen_visit(p, id, v);
+        handed.kv = CpAsyncVisit{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k,
+                                 varlen_kv_head<Traits>(p, v.coord), v.visit.n_begin, v.visit.n_end};
+        break;
+      }
       if (id == kNoVisitLeft) {
         publisher.publish_visit(p, kNoVisitLeft, TileVisit{});
         finish_schedule(p);
-      } else {
-        publisher.publish_varlen_visit(
-            p, id,
-            decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(
-                p, id));
       }
-      s.producer_visit[slot] = id;
+      handed.id = id;
     }
     named_barrier_sync(Traits::kProducerBarrier, Traits::kWarpgroupThreads);
-    const int id = s.producer_visit[slot];
-    if (id == kNoVisitLeft) return;
-    const VarlenVisit v =
-        decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p, id);
-    const CpAsyncVisit kv{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k,
-                          varlen_kv_head<Traits>(p, v.coord), v.visit.n_begin, v.visit.n_end};
-    if constexpr (kPaged) loader.load_paged_visit(s, p, kv);
-    else loader.load_visit(s, p, kv);
+    const HandedVisit visit = s.producer_visit[slot];
+    if (visit.id == kNoVisitLeft) return;
+    if constexpr (kPaged) loader.load_paged_visit(s, p, visit.kv);
+    else loader.load_visit(s, p, visit.kv);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "sm90/fwd/cp_async_visit.hpp"
 #include "sm90/tile/smem_layout.hpp"
 
 namespace hopattn::sm90 {
@@ -194,9 +195,9 @@ struct FwdTraits {
     // Variable-length kernels: consumers -> consumers, the V rows past a sequence's keys zeroed in
     // the stage of its last block (v_tail.cuh). Last, so the dense kernels' layout is what it was.
     std::conditional_t<kVarlen, std::uint64_t, NoStorage> v_tail_cleared;
-    // kKvByCpAsync: the producer leader -> the producer warpgroup, each visit id, in two slots used in
-    // turn (a slot is rewritten only after every thread passed the next visit's barrier).
-    std::conditional_t<kKvByCpAsync, int[2], NoStorage> producer_visit;
+    // kKvByCpAsync: the producer leader -> the producer warpgroup, each visit decoded, in two slots
+    // used in turn (a slot is rewritten only after every thread passed the next visit's barrier).
+    std::conditional_t<kKvByCpAsync, HandedVisit[2], NoStorage> producer_visit;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
