@@ -199,6 +199,55 @@ TEST(VarlenSplitPlan, PiecesCoverEachTilesOwnBlocksOnce) {
   }
 }
 
+// The copy kernels' sharing pieces (SharedTileBlocks): each piece's own first block, then claims on the
+// tile's counter in any order the CTAs make them, each piece until its first claim that finds no
+// block. Every block of the tile is loaded exactly once, the claims number the tile's count, and the
+// one that zeroes the counter is the last made.
+TEST(VarlenSplitPlan, SharingPiecesTakeEveryBlockOnceInAnyClaimOrder) {
+  std::mt19937_64 rng(11);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 500; ++trial) {
+    const int pieces = pick(2, 40);
+    const SplitPlan s = plan_varlen_split(pick(1, 20), pick(1, 400), 132, pieces, 2, true);
+    ASSERT_EQ(s.tile_blocks, pieces);
+    const int b = pick(0, 30), e = b + pick(0, 120);
+    const SharedTileBlocks tile = shared_tile_blocks(s, b, e);
+    std::vector<int> taken(e + 1, 0);
+    std::vector<int> claiming;  // pieces still claiming
+    for (int k = 0; k < pieces; ++k) {
+      TileVisit v{0, k, k + 1, 0};
+      int begin = b, end = e;
+      sharing_piece_first_block(v, &begin, &end);
+      ASSERT_LE(begin, end);
+      ASSERT_LE(end - begin, 1);
+      if (end > begin) {
+        ASSERT_GE(begin, b);
+        ++taken[begin];
+        if (tile.claims > 0) claiming.push_back(k);
+      }
+    }
+    int counter = 0;
+    bool zeroed = false;
+    while (!claiming.empty()) {
+      ASSERT_FALSE(zeroed) << "a claim after the counter was zeroed";
+      const int i = pick(0, static_cast<int>(claiming.size()) - 1);
+      const int c = counter++;
+      zeroed = is_tiles_last_claim(tile, c);
+      const int n = claimed_block(tile, c);
+      if (n < 0) {
+        claiming.erase(claiming.begin() + i);
+      } else {
+        ASSERT_GE(n, b);
+        ASSERT_LT(n, e);
+        ++taken[n];
+      }
+    }
+    EXPECT_EQ(counter, tile.claims) << "blocks " << e - b << ", pieces " << pieces;
+    EXPECT_EQ(zeroed, tile.claims > 0);
+    for (int n = b; n < e; ++n) ASSERT_EQ(taken[n], 1) << "block " << n << " of [" << b << ", " << e << ")";
+  }
+}
+
 TEST(VarlenSplitPlan, HeuristicFillsTheSmsOnceForFewTiles) {
   for (const bool decoding : {false, true}) {
     SCOPED_TRACE(decoding ? "decoding" : "prefill");

@@ -21,6 +21,7 @@
 #include "gpu/sequence_checks.cuh"
 #include "gpu/transposed_decode_shapes.cuh"
 #include "gpu/varlen_case.cuh"
+#include "sm90/host/tile_counters.hpp"
 
 namespace hopattn::test {
 namespace {
@@ -370,8 +371,28 @@ INSTANTIATE_TEST_SUITE_P(TransposedDecodeKvCopies, ForwardVarlenCorners,
                          ::testing::ValuesIn(with_kv_copies(transposed_decode_cases())), CaseName());
 INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardVarlenNonFiniteTail,
                          ::testing::ValuesIn(with_kv_copies(non_finite_tail_cases())), CaseName());
+// Persistent CTAs each taking pieces of several tiles, whose pieces share their tiles' blocks
+// (split_plan.hpp, SharedTileBlocks): a CTA's next visit starts while its last claims are settled.
+INSTANTIATE_TEST_SUITE_P(ManyPiecesKvCopies, ForwardVarlenCorners,
+                         ::testing::ValuesIn(with_kv_copies(many_pieces_cases())), CaseName());
 
 class ForwardVarlen : public HopperTest {};
+
+// The copy kernels' split pieces claim their tiles' blocks from counters that the tile's last claim
+// zeroes. Launches take the counter slots in turn (host/tile_counters.hpp), so a counter left over would
+// give a later launch's pieces a wrong share: more launches than slots, each checked.
+TEST_F(ForwardVarlen, KvCopiesSharingPiecesLeaveTheirCountersZero) {
+  const std::uint64_t seed = run_seed();
+  VarlenCase c = varlen({1, 1, 2}, {3000, 1900, 905}, 8, 2, 64, kBf16);
+  c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+  c.num_splits = 5;
+  c.causal = true;
+  for (int run = 0; run < sm90::kTileCounterSlots + 8; ++run) {
+    const std::string problems = run_varlen_case(c, seed + run);
+    ASSERT_TRUE(problems.empty()) << "launch " << run << ": " << c.describe() << " (HOPATTN_TEST_SEED=" << seed
+                                  << ")\n  " << problems;
+  }
+}
 
 // Each sequence in turn is the last of the batch (the batch cut after it), so rows a tile writes past
 // its end land in out's trailing guard (and past its LSE row, in the padding) where they are seen,

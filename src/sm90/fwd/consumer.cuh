@@ -21,6 +21,7 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/fwd/combine_rows.cuh"
 #include "sm90/fwd/epilogue.cuh"
+#include "sm90/fwd/key_block_walk.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/packed_gqa.cuh"
 #include "sm90/fwd/params.hpp"
@@ -90,9 +91,8 @@ class Consumer {
       TileVisit visit;
       TileCoord c;
       if constexpr (Traits::kVarlen) {
-        varlen =
-            decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(
-                p_, visit_id);
+        varlen = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit,
+                                     Traits::kChunksAndSequsedQ, Traits::kKvByCpAsync>(p_, visit_id);
         visit = varlen.visit, c = varlen.coord;
       } else {
         visit = decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(p_, visit_id);
@@ -343,16 +343,18 @@ class Consumer {
     std::uint32_t p[kPSteps][4];
     clear_v_tail(seq, n_end, ring_.index(), ring_.phase());
     wait_v_tail_cleared(seq, n_end);
-    for (int n = n_end - 1; n >= n_begin; --n) {
+    KeyBlockWalk<Traits> blocks;
+    for (int n = n_end - 1; blocks.more(n, n_begin); --n) {
       const int stage = ring_.index();
       wait_landed(&s_.k_full[stage], ring_.phase());  // producer -> us: K block landed
+      n = blocks.at(s_, stage, n);
       begin_gemm_turn();
       issue_qk(s, q, stage);
       end_gemm_turn();
       wgmma_wait<0>();
       pin_registers(s);
       release(&s_.k_empty[stage]);  // S GEMM done reading K
-      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, n == n_begin);
+      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, blocks.is_last(n, n_begin));
       prepare_scores(seq, s, masked, m0, row0, n);
       float factor[2];
       softmax.update(s, factor);
@@ -381,10 +383,12 @@ class Consumer {
     float s[kS];
     std::uint32_t p[kPSteps][4];
     float factor[2];
-    // Block n_end - 1: S and softmax alone; its P V is issued together with the next block's S.
+    // The first block: S and softmax alone; its P V is issued together with the next block's S.
+    KeyBlockWalk<Traits> blocks;
     int n = n_end - 1;
     int pv_stage = ring_.index();
     wait_landed(&s_.k_full[pv_stage], ring_.phase());  // producer -> us: K block landed
+    n = blocks.at(s_, pv_stage, n);
     begin_gemm_turn();
     issue_qk(s, q, pv_stage);
     end_gemm_turn();
@@ -392,7 +396,7 @@ class Consumer {
     wgmma_wait<0>();
     pin_registers(s);
     release(&s_.k_empty[pv_stage]);
-    release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, true, n == n_begin);
+    release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, true, blocks.is_last(n, n_begin));
     prepare_scores(seq, s, masked, m0, row0, n);
     softmax.update(s, factor);
     pack_probabilities<Traits::kIsBf16>(s, p);
@@ -402,9 +406,10 @@ class Consumer {
     // their first S GEMM issue, which waits for no turn of ours but the one just ended (no cycle).
     wait_v_tail_cleared(seq, n_end);
 
-    for (n = n_end - 2; n >= n_begin; --n) {
+    for (n = n_end - 2; blocks.more(n, n_begin); --n) {
       const int stage = ring_.index();
       wait_landed(&s_.k_full[stage], ring_.phase());  // producer -> us: K block n landed
+      n = blocks.at(s_, stage, n);
       begin_gemm_turn();
       issue_qk(s, q, stage);  // S_n, in flight during the softmax below
       rescale_rows(o, factor);  // O was last written by the P V waited for in the previous iteration
@@ -414,7 +419,7 @@ class Consumer {
       wgmma_wait<1>();  // S_n done, P V may still run
       pin_registers(s);
       release(&s_.k_empty[stage]);
-      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, false, n == n_begin);
+      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, false, blocks.is_last(n, n_begin));
       prepare_scores(seq, s, masked, m0, row0, n);
       if constexpr (Traits::kPvWaitAfterMax) {
         // The P V wait between the max and the exponentials, kept there (keep_next_wait_after);
@@ -460,15 +465,17 @@ class Consumer {
   __device__ void mainloop_idle(const Bounds& seq, int n_begin, int n_end) {
     const bool overlapped = p_.intra_wg_overlap;
     if (!overlapped) clear_v_tail_before_turns(seq, n_end);
-    for (int n = n_end - 1; n >= n_begin; --n) {
+    KeyBlockWalk<Traits> blocks;
+    for (int n = n_end - 1; blocks.more(n, n_begin); --n) {
       const int stage = ring_.index();
       const std::uint32_t phase = ring_.phase();
       mbarrier_wait(&s_.k_full[stage], phase);
+      n = blocks.at(s_, stage, n);
       begin_gemm_turn();
       end_gemm_turn();
       if (overlapped && n == n_end - 1) clear_v_tail(seq, n_end, stage, phase);
       release(&s_.k_empty[stage]);
-      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, n == n_begin);
+      release_q_after_s_gemm<Traits::kQInRegisters>(&s_.q_empty, thread_, n == n_end - 1, blocks.is_last(n, n_begin));
       if (overlapped && n == n_end - 1) wait_v_tail_cleared(seq, n_end);
       mbarrier_wait(&s_.v_full[stage], phase);
       release_v(stage);
@@ -486,10 +493,12 @@ class Consumer {
     TransposedDecode<Traits> decode(smem_address(s_.q), thread_, Traits::kEpilogueBarrierBase, p_.scale_log2);
     const bool overlapped = p_.intra_wg_overlap;
     if (!overlapped) clear_v_tail_before_turns(seq, n_end);
-    for (int n = n_end - 1; n >= n_begin; --n) {
+    KeyBlockWalk<Traits> blocks;
+    for (int n = n_end - 1; blocks.more(n, n_begin); --n) {
       const int stage = ring_.index();
       const std::uint32_t phase = ring_.phase();
       wait_landed(&s_.k_full[stage], phase);  // producer -> us: K block n landed
+      n = blocks.at(s_, stage, n);
       begin_gemm_turn();
       decode.issue_scores(smem_address(s_.k[stage]));
       end_gemm_turn();

@@ -35,10 +35,11 @@ template <class Traits>
 __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s) {
   mbarrier_init(&s.q_full, 1);  // the producer's arrive_expect_tx
   mbarrier_init(&s.q_empty, Traits::kConsumerWarps);
-  // K/V stages: the TMA thread's arrive_expect_tx, or each cp.async producer thread's copies landing.
+  // K/V stages: the TMA thread's arrive_expect_tx, or each cp.async producer thread's copies landing
+  // (and for K the leader's, behind the stage's entry: kv_cp_async.cuh, post_block).
   const int kv_full_arrivals = Traits::kKvByCpAsync ? cp_async_full_arrivals<Traits>() : 1;
   for (int i = 0; i < Traits::kStages; ++i) {
-    mbarrier_init(&s.k_full[i], kv_full_arrivals);
+    mbarrier_init(&s.k_full[i], kv_full_arrivals + (Traits::kKvByCpAsync ? 1 : 0));
     mbarrier_init(&s.v_full[i], kv_full_arrivals);
     mbarrier_init(&s.k_empty[i], Traits::kConsumerWarps);
     mbarrier_init(&s.v_empty[i], Traits::kConsumerWarps);

@@ -26,7 +26,8 @@
 
 namespace hopattn::sm90 {
 
-// Arrivals that complete a K or V stage's full barrier when cp.async fills it: one per producer thread.
+// Arrivals that complete a V stage's full barrier when cp.async fills it: one per producer thread. A K
+// stage's takes one more: the leader's, after it posted the stage's entry (post_block).
 template <class Traits>
 __host__ __device__ constexpr int cp_async_full_arrivals() {
   return Traits::kWarpgroupThreads;
@@ -46,29 +47,44 @@ class CpAsyncKvLoader {
   static_assert(16 % kRowsPerPass == 0 && Traits::kBlockN / 16 <= 32, "paged: passes in one page, a lane a page");
 
  public:
-  // K/V blocks n_end - 1 down to n_begin of one visit through the ring.
-  __device__ void load_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v) {
+  // One visit's K/V blocks through the ring, highest first: n_end - 1 down to n_begin, or a sharing
+  // piece's own block and then those it claims (split_plan.hpp), one at a time. The leader posts each K
+  // stage's entry for the consumers (post_block), and hands a sharing piece's next block to the others.
+  __device__ void load_visit(typename Traits::SharedStorage& s, const FwdParams& p, const HandedVisit& h, bool leader) {
+    const CpAsyncVisit& v = h.kv;
+    if (v.n_end <= v.n_begin) return;
+    const bool sharing = h.tile.claims > 0;
     const int row_end = v.k_row0 + v.keys;
-    for (int n = v.n_end - 1; n >= v.n_begin; --n) {
+    for (int n = v.n_end - 1; n >= 0;) {
+      // The claim goes out before the copies and is read after them: its round trip to L2 under the
+      // stream's load overlaps the wait for the stage and the copies' issue.
+      int claim = 0;
+      if (sharing && leader) claim = atomicAdd(h.counter, 1);
       const int stage = ring_.index();
       const int row0 = v.k_row0 + n * Traits::kBlockN;
       mbarrier_wait(&s.k_empty[stage], ring_.phase() ^ 1);
       copy_block(p.k_rows, s.k[stage], row0, row_end, v.kv_head, v.k_batch);
       cp_async_arrive_when_landed(&s.k_full[stage]);
+      int next = n > v.n_begin ? n - 1 : -1;
+      if (sharing && leader) next = resolve_claim(h, claim);
+      if (leader) post_block(s, stage, n, next < 0);
       mbarrier_wait(&s.v_empty[stage], ring_.phase() ^ 1);
       copy_block(p.v_rows, s.v[stage], row0, row_end, v.kv_head, v.k_batch);
       cp_async_arrive_when_landed(&s.v_full[stage]);
       ring_.advance();
+      n = sharing ? hand_over_next_block(s, leader, next) : next;
     }
   }
 
-  // The same from a paged cache (FwdParams::page_table). A block's copies need its page ids; read in
+  // The same from a paged cache (FwdParams::page_table), whose pieces keep fixed shares
+  // (pieces_share_blocks). A block's copies need its page ids; read in
   // front of them, each block would wait out a dependent global load before its first copy (v75 in
   // perf-notes: 1.75x the TMA producer's time). So each warp holds the ids of the block it copies, one
   // page a lane, and reads the next block's before it waits for the stages and copies this one: the
   // read lands while the copies issue (only a visit's first block waits for its ids). K and V of a
   // block share them.
-  __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v) {
+  __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v,
+                                   bool leader) {
     if (v.n_end <= v.n_begin) return;  // no block: its first block's ids would be no page's
     const int* table = p.page_table + v.k_batch * p.page_table_batch_stride;
     const int page_shift = __ffs(p.page_size) - 1;  // the host takes powers of two only
@@ -79,6 +95,7 @@ class CpAsyncKvLoader {
       mbarrier_wait(&s.k_empty[stage], ring_.phase() ^ 1);
       copy_paged_block(p, p.k_rows, s.k[stage], n, v.keys, v.kv_head, block_pages);
       cp_async_arrive_when_landed(&s.k_full[stage]);
+      if (leader) post_block(s, stage, n, n == v.n_begin);
       mbarrier_wait(&s.v_empty[stage], ring_.phase() ^ 1);
       copy_paged_block(p, p.v_rows, s.v[stage], n, v.keys, v.kv_head, block_pages);
       cp_async_arrive_when_landed(&s.v_full[stage]);
@@ -88,6 +105,31 @@ class CpAsyncKvLoader {
   }
 
  private:
+  // Claim c's block, or -1; the tile's last claim zeroes its counter for the next launch.
+  __device__ static int resolve_claim(const HandedVisit& h, int c) {
+    if (is_tiles_last_claim(h.tile, c)) atomicExch(h.counter, 0);
+    return claimed_block(h.tile, c);
+  }
+
+  // The leader: K stage `stage` holds block n (the visit's last where `last`). Written atomically:
+  // compute-sanitizer's racecheck does not follow mbarrier ordering for plain shared-memory accesses
+  // (scheduler.cuh, publish_visit); the leader's own arrival (one past the copies', kernel.cuh) orders
+  // the entry before the consumers' wait.
+  __device__ static void post_block(typename Traits::SharedStorage& s, int stage, int n, bool last) {
+    atomicExch(&s.stage_block[stage], stage_entry(n, last));
+    mbarrier_arrive(&s.k_full[stage]);
+  }
+
+  // Every producer thread: the leader's `next` (a sharing piece's next block, or -1), through one of two
+  // shared slots used in turn (a slot is rewritten only after every thread has passed the next barrier).
+  __device__ int hand_over_next_block(typename Traits::SharedStorage& s, bool leader, int next) {
+    int* slot = &s.next_claimed_block[handover_slot_];
+    handover_slot_ ^= 1;
+    if (leader) *slot = next;
+    named_barrier_sync(Traits::kProducerBarrier, kThreads);
+    return *slot;
+  }
+
   // Rows [row0, row0 + kBlockN) of one head of one batch entry into a swizzled tile; rows from row_end
   // (or past the entry) and columns past the head dim as zeros (their source is never read).
   __device__ void copy_block(const KvRowsView& view, std::uint8_t* tile, int row0, int row_end, int head,
@@ -172,6 +214,7 @@ class CpAsyncKvLoader {
   }
 
   StageRing<Traits::kStages> ring_;
+  int handover_slot_ = 0;
 };
 
 // The producer warpgroup of a kKvByCpAsync kernel, every thread: its leader claims, decodes and
@@ -193,13 +236,14 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
       HandedVisit& handed = s.producer_visit[slot];
       int id = visits.next();
       for (; id != kNoVisitLeft; id = visits.next()) {
-        const VarlenVisit v =
-            decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(
-                p, id);
+        const VarlenVisit v = decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit,
+                                                  Traits::kChunksAndSequsedQ, /*kSharingPieces=*/true>(p, id,
+                                                                                                      &handed.tile);
         if (varlen_tile_is_empty(p, v)) continue;
         publisher.publish_varlen_visit(p, id, v);
         handed.kv = CpAsyncVisit{v.seq.rows.k_row0, v.seq.rows.k_batch, v.seq.bounds.seqlen_k,
                                  varlen_kv_head<Traits>(p, v.coord), v.visit.n_begin, v.visit.n_end};
+        handed.counter = p.split_counters + (v.visit.tile - p.split.first_tile);
         break;
       }
       if (id == kNoVisitLeft) {
@@ -211,8 +255,8 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
     named_barrier_sync(Traits::kProducerBarrier, Traits::kWarpgroupThreads);
     const HandedVisit visit = s.producer_visit[slot];
     if (visit.id == kNoVisitLeft) return;
-    if constexpr (kPaged) loader.load_paged_visit(s, p, visit.kv);
-    else loader.load_visit(s, p, visit.kv);
+    if constexpr (kPaged) loader.load_paged_visit(s, p, visit.kv, leader);
+    else loader.load_visit(s, p, visit, leader);
   }
 }
 

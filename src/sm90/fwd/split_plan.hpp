@@ -237,4 +237,38 @@ HOPATTN_HOST_DEVICE constexpr void varlen_piece_blocks(const SplitPlan& s, const
   *end = first + blocks * v.n_end / s.tile_blocks;
 }
 
+// The copy kernels' pieces from rows (kv_cp_async.cuh: FwdTraits::kKvByCpAsync, K/V not paged) share
+// their tile's blocks [b, e) at run time instead of taking fixed shares: piece k of n loads block
+// e - 1 - k first (none where k >= e - b), and then claims blocks from a counter of the tile's, claim c
+// being block e - 1 - n - c while that is at least b. So the CTAs that stream faster take more of the
+// tile: with fixed shares, CTAs of equal work ended 6-17 us apart at 1 x 32/8 x 64k, those on some GPCs
+// always first (H100, perf-notes session 58). Every piece claims until a claim finds no block, so a
+// tile's claims number max(0, e - b - n) + n: the claim that draws the last count zeroes the counter
+// for the next launch. Tiles of at most n blocks make no claims.
+struct SharedTileBlocks {
+  int lowest;     // b: claims below it find no block
+  int claim_top;  // the block of the tile's first claim, e - 1 - n
+  int claims;     // the tile's claims in all; 0: no claims (at most one block a piece)
+};
+
+HOPATTN_HOST_DEVICE constexpr SharedTileBlocks shared_tile_blocks(const SplitPlan& s, int begin, int end) {
+  const int blocks = end - begin, pieces = s.tile_blocks;
+  return SharedTileBlocks{begin, end - 1 - pieces, blocks > pieces ? blocks : 0};
+}
+
+// Claim c's block (c: the counter's value before the claim), or -1 where none is left.
+HOPATTN_HOST_DEVICE constexpr int claimed_block(const SharedTileBlocks& t, int c) {
+  return t.claim_top - c >= t.lowest ? t.claim_top - c : -1;
+}
+
+HOPATTN_HOST_DEVICE constexpr bool is_tiles_last_claim(const SharedTileBlocks& t, int c) { return c == t.claims - 1; }
+
+// A sharing piece's own first block (v: a piece of plan_varlen_split's plan) as [*begin, *end) in place of
+// its tile's range; empty where the tile has no block for it.
+HOPATTN_HOST_DEVICE constexpr void sharing_piece_first_block(const TileVisit& v, int* begin, int* end) {
+  const int first = *end - 1 - v.n_begin;
+  *begin = first >= *begin ? first : first + 1;
+  *end = first + 1;
+}
+
 }  // namespace hopattn::sm90

@@ -198,6 +198,11 @@ struct FwdTraits {
     // kKvByCpAsync: the producer leader -> the producer warpgroup, each visit decoded, in two slots
     // used in turn (a slot is rewritten only after every thread passed the next visit's barrier).
     std::conditional_t<kKvByCpAsync, HandedVisit[2], NoStorage> producer_visit;
+    // kKvByCpAsync: the producer leader -> the consumers, each K stage's block and whether it is its
+    // visit's last (stage_entry): a sharing piece's blocks are known only as it claims them. Beside it
+    // the leader -> the producer warpgroup, a sharing piece's next block, in two slots used in turn.
+    std::conditional_t<kKvByCpAsync, int[kStages], NoStorage> stage_block;
+    std::conditional_t<kKvByCpAsync, int[2], NoStorage> next_claimed_block;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
