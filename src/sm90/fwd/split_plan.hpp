@@ -224,6 +224,10 @@ HOPATTN_HOST_DEVICE constexpr SplitPlan plan_varlen_split(int num_tiles, int lon
       pieces = pieces < longest ? pieces : longest;
     }
   }
+  // At most kMaxSplitUnits pieces in all, cut here rather than by plan_split: its cut would keep n
+  // virtual blocks a tile under fewer units, pieces of one or two of them, and a sharing piece
+  // (SharedTileBlocks below) is one.
+  if (pieces > kMaxSplitUnits / num_tiles) pieces = kMaxSplitUnits / num_tiles;
   if (pieces < 2) return no_split_plan(num_tiles);
   return plan_split(num_tiles, pieces, ctas, pieces, /*uniform=*/true, warpgroups, /*region_rounds=*/1);
 }
