@@ -261,9 +261,10 @@ TEST(KeyBlockChoice, KeysPerTileBoundsTheKeysATileSees) {
 }
 
 // Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
-// (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, dense or from a paged
-// cache of any page size (its table's capacity counting as its keys), and every launch from pages of at
-// most 4 KB a tensor, unless kv_loads says otherwise; never at head dims above 128.
+// (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, or of any size at head
+// dims up to 64, dense or from a paged cache of any page size (its table's capacity counting as its
+// keys), and every launch from pages of at most 4 KB a tensor, unless kv_loads says otherwise; never at
+// head dims above 128.
 TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   // page_size 0: a dense k and v of seqlen_k keys; else a paged cache of seqlen_k / page_size pages,
   // all in one sequence's table row.
@@ -293,6 +294,13 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma));
   EXPECT_TRUE(takes(1, 64, 8, 64, Loads::kCopyThreads));
   EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kCopyThreads));
+  // Head dims up to 64 (a padded 40 too): every decoding step, short caches included; not prefill.
+  EXPECT_TRUE(takes(1, 1024, 32, 64, Loads::kAuto));
+  EXPECT_TRUE(takes(1, 7, 8, 40, Loads::kAuto));
+  EXPECT_TRUE(takes(16, 4096, 32, 64, Loads::kAuto));
+  EXPECT_FALSE(takes(17, 4096, 32, 64, Loads::kAuto));
+  EXPECT_FALSE(takes(1, 1024, 32, 64, Loads::kTma));
+  EXPECT_FALSE(takes(1, 1024, 32, 72, Loads::kAuto));  // the 128-wide kernels: 64 MiB
   // Paged: the decoding rule at every page size, and pages of at most 4 KB a tensor in every launch
   // (prefill, short caches) up to d 128.
   struct PagedCase {

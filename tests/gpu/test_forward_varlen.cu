@@ -371,6 +371,23 @@ INSTANTIATE_TEST_SUITE_P(TransposedDecodeKvCopies, ForwardVarlenCorners,
                          ::testing::ValuesIn(with_kv_copies(transposed_decode_cases())), CaseName());
 INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardVarlenNonFiniteTail,
                          ::testing::ValuesIn(with_kv_copies(non_finite_tail_cases())), CaseName());
+// Decoding steps at head dims up to 64 take the copies by default (params_builder.hpp,
+// takes_kv_copy_kernel); the same d 64 cases by TMA (KernelOptions::kv_loads = kTma) keep those kernels
+// tested.
+std::vector<NamedCase<VarlenCase>> with_kv_tma_at_d64(std::vector<NamedCase<VarlenCase>> cases) {
+  std::vector<NamedCase<VarlenCase>> out;
+  for (NamedCase<VarlenCase>& named : cases) {
+    if (named.c.head_dim > 64) continue;
+    named.c.kv_loads = KernelOptions::KvLoads::kTma;
+    out.push_back({named.name + "_KvTma", named.c});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(DecodeKvTma, ForwardVarlenCorners, ::testing::ValuesIn(with_kv_tma_at_d64(decode_cases())),
+                         CaseName());
+INSTANTIATE_TEST_SUITE_P(TransposedDecodeKvTma, ForwardVarlenCorners,
+                         ::testing::ValuesIn(with_kv_tma_at_d64(transposed_decode_cases())), CaseName());
 // Persistent CTAs each taking pieces of several tiles, whose pieces share their tiles' blocks
 // (split_plan.hpp, SharedTileBlocks): a CTA's next visit starts while its last claims are settled.
 INSTANTIATE_TEST_SUITE_P(ManyPiecesKvCopies, ForwardVarlenCorners,
