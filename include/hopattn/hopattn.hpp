@@ -89,10 +89,10 @@ struct KernelOptions {
   // How the bf16/fp16 variable-length, paged and decoding kernels (head dims up to 128) load K and V:
   // one thread's TMA boxes, or the producer warpgroup's 16-byte copies (cp.async), which stream K/V
   // from HBM about 10% faster. kAuto takes the copies where a launch is bound by that stream (tiles of
-  // at most 64 query rows, at least 64 MiB of K/V, dense or paged) and for every launch from pages of
-  // at most 4 KB a tensor, 16 keys at d 128 (TMA loads those in many small boxes); kCopyThreads
-  // forces them where they exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that
-  // does not take the variable-length kernels), kTma never.
+  // at most 64 query rows with at least 64 MiB of K/V, dense or paged, or any such launch from rows at
+  // head dims up to 64) and for every launch from pages of at most 4 KB a tensor, 16 keys at d 128 (TMA loads
+  // those in many small boxes); kCopyThreads forces them where they exist (kUnsupported elsewhere: FP8,
+  // head dims above 128, or a launch that does not take the variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
   KvLoads kv_loads = KvLoads::kAuto;
   // The sm_90a forward kernels launched as programmatic dependents of the kernel queued before them

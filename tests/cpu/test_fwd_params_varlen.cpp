@@ -261,10 +261,10 @@ TEST(KeyBlockChoice, KeysPerTileBoundsTheKeysATileSees) {
 }
 
 // Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
-// (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, or of any size at head
-// dims up to 64, dense or from a paged cache of any page size (its table's capacity counting as its
-// keys), and every launch from pages of at most 4 KB a tensor, unless kv_loads says otherwise; never at
-// head dims above 128.
+// (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, dense or from a paged
+// cache of any page size (its table's capacity counting as its keys), or from rows of any size at head
+// dims up to 64, and every launch from pages of at most 4 KB a tensor, unless kv_loads says otherwise;
+// never at head dims above 128.
 TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   // page_size 0: a dense k and v of seqlen_k keys; else a paged cache of seqlen_k / page_size pages,
   // all in one sequence's table row.
@@ -294,7 +294,7 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   EXPECT_FALSE(takes(1, 16384, 32, 128, Loads::kTma));
   EXPECT_TRUE(takes(1, 64, 8, 64, Loads::kCopyThreads));
   EXPECT_FALSE(takes(1, 64, 8, 256, Loads::kCopyThreads));
-  // Head dims up to 64 (a padded 40 too): every decoding step, short caches included; not prefill.
+  // Head dims up to 64 (a padded 40 too): every decoding step from rows, short caches included; not prefill.
   EXPECT_TRUE(takes(1, 1024, 32, 64, Loads::kAuto));
   EXPECT_TRUE(takes(1, 7, 8, 40, Loads::kAuto));
   EXPECT_TRUE(takes(16, 4096, 32, 64, Loads::kAuto));
@@ -325,6 +325,8 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
       {4096, 4096, 8, 64, Loads::kAuto, 32, true},
       {4096, 4096, 8, 64, Loads::kAuto, 64, false},
       {4096, 4096, 8, 64, Loads::kTma, 16, false},
+      {1, 4096, 8, 64, Loads::kAuto, 64, false},  // d 64 from pages of 64: 64 MiB as at d 128
+      {1, 4096, 8, 64, Loads::kAuto, 32, true},  // 4 KB pages
       {1, 64, 8, 256, Loads::kAuto, 16, false},
       {1, 64, 8, 64, Loads::kCopyThreads, 16, true},
       {1, 64, 8, 256, Loads::kCopyThreads, 16, false},

@@ -348,13 +348,21 @@ INSTANTIATE_TEST_SUITE_P(Tails, ForwardVarlenNonFiniteTail, ::testing::ValuesIn(
 // these): the copies zero-fill the rows past a sequence's keys (no V tail is cleared in shared memory
 // then, so NaN and Inf there must still not reach the output) and the columns past a padded head dim.
 // Head dims 64 and 128, and padded dims: where those kernels exist.
-std::vector<NamedCase<VarlenCase>> with_kv_copies(std::vector<NamedCase<VarlenCase>> cases) {
+// The cases of head dim at most max_head_dim with K/V loaded as `loads` says, named with `suffix`.
+std::vector<NamedCase<VarlenCase>> with_kv_loads(std::vector<NamedCase<VarlenCase>> cases, KernelOptions::KvLoads loads,
+                                                 int max_head_dim, const std::string& suffix) {
   std::vector<NamedCase<VarlenCase>> out;
   for (NamedCase<VarlenCase>& named : cases) {
-    if (named.c.head_dim > 128) continue;
-    named.c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
-    out.push_back({named.name + "_KvCopies", named.c});
+    if (named.c.head_dim > max_head_dim) continue;
+    named.c.kv_loads = loads;
+    out.push_back({named.name + suffix, named.c});
   }
+  return out;
+}
+
+std::vector<NamedCase<VarlenCase>> with_kv_copies(std::vector<NamedCase<VarlenCase>> cases) {
+  std::vector<NamedCase<VarlenCase>> out =
+      with_kv_loads(std::move(cases), KernelOptions::KvLoads::kCopyThreads, 128, "_KvCopies");
   for (const int d : {40, 72, 112}) {
     VarlenCase padded = varlen({1, 77, 200}, {300, 129, 1000}, 8, 2, d, kBf16);
     padded.kv_loads = KernelOptions::KvLoads::kCopyThreads;
@@ -375,13 +383,7 @@ INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardVarlenNonFiniteTail,
 // takes_kv_copy_kernel); the same d 64 cases by TMA (KernelOptions::kv_loads = kTma) keep those kernels
 // tested.
 std::vector<NamedCase<VarlenCase>> with_kv_tma_at_d64(std::vector<NamedCase<VarlenCase>> cases) {
-  std::vector<NamedCase<VarlenCase>> out;
-  for (NamedCase<VarlenCase>& named : cases) {
-    if (named.c.head_dim > 64) continue;
-    named.c.kv_loads = KernelOptions::KvLoads::kTma;
-    out.push_back({named.name + "_KvTma", named.c});
-  }
-  return out;
+  return with_kv_loads(std::move(cases), KernelOptions::KvLoads::kTma, 64, "_KvTma");
 }
 
 INSTANTIATE_TEST_SUITE_P(DecodeKvTma, ForwardVarlenCorners, ::testing::ValuesIn(with_kv_tma_at_d64(decode_cases())),

@@ -95,8 +95,8 @@ inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr
 
 // Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with
 // cp.async (FwdTraits::kKvByCpAsync; head dims up to 128, from rows or a paged cache). kAuto: tiles of
-// at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and, above head dim
-// 64, at least 64 MiB of K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
+// at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and, but from rows
+// at head dims up to 64, at least 64 MiB of K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
 // below it, where a step is short and latency-bound (perf-notes, session 21, without paging). A paged
 // cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size), whatever its
 // page size: since the copies were unrolled (v80) they beat TMA at pages of 16-256 keys (1.26x at 16,
@@ -105,10 +105,11 @@ inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr
 // launch, prefill too: TMA loads a K/V block as a box per page, and boxes that small ran prefill
 // 1.28-1.68x slower than the copies at pages of 16 and 1.14x at d 64 pages of 32; at 8 KB (d 128 pages of
 // 32, d 64 pages of 64) TMA was 2-8% faster (H200, 2026-12-03, causal and not; perf-notes v82).
-// At head dims up to 64 every decoding step takes the copies: since their split pieces share their
-// tiles' blocks (v156) the d 64 copy kernels ran 2-15% faster than TMA from 1 x 2k keys (1 x 32/8 x 8k
-// 14.4 against 16.7 us, 8 x 1k 11.9 against 13.5) and level at 1 x 1k, 8 x 4k and 32 x 1k; at d 128 they
-// stayed level or 4% slower below 64 MiB (H200, 2026-12-06, perf-notes session 59).
+// At head dims up to 64 every decoding step from rows takes the copies: since their split pieces share
+// their tiles' blocks (v156) the d 64 copy kernels ran 2-15% faster than TMA from 1 x 2k keys (1 x 32/8 x
+// 8k 14.4 against 16.7 us, 8 x 1k 11.9 against 13.5) and level at 1 x 1k, 8 x 4k and 32 x 1k; at d 128
+// they stayed level or 4% slower below 64 MiB (H200). A paged cache's pieces keep fixed shares, and
+// there the copies were 4% slower than TMA (1 x 8k, pages of 64, H100; 2026-12-06, perf-notes session 59).
 constexpr int kMaxCopiedPageBytes = 4096;
 constexpr int kAlwaysCopiedDecodingHeadDim = 64;
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
@@ -122,7 +123,7 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
   const double kv_bytes =
       1.0 * pr.batch * pr.seqlen_k * pr.heads_kv * (pr.head_dim + pr.head_dim_v) * dtype_size(pr.in_dtype);
   return is_decoding_step(pr.seqlen_q, rows_per_query, block_m) &&
-         (head_dim <= kAlwaysCopiedDecodingHeadDim || kv_bytes >= 64.0 * (1 << 20));
+         ((head_dim <= kAlwaysCopiedDecodingHeadDim && !pr.paged) || kv_bytes >= 64.0 * (1 << 20));
 }
 
 // A (batch, rows, heads, d), packed (rows, heads, d) or paged (num_pages, page_size, heads, d) k or v as
