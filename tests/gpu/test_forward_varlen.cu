@@ -379,7 +379,7 @@ INSTANTIATE_TEST_SUITE_P(TransposedDecodeKvCopies, ForwardVarlenCorners,
                          ::testing::ValuesIn(with_kv_copies(transposed_decode_cases())), CaseName());
 INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardVarlenNonFiniteTail,
                          ::testing::ValuesIn(with_kv_copies(non_finite_tail_cases())), CaseName());
-// Decoding steps at head dims up to 64 take the copies by default (params_builder.hpp,
+// Decoding steps from rows at head dims up to 64 take the copies by default (params_builder.hpp,
 // takes_kv_copy_kernel); the same d 64 cases by TMA (KernelOptions::kv_loads = kTma) keep those kernels
 // tested.
 std::vector<NamedCase<VarlenCase>> with_kv_tma_at_d64(std::vector<NamedCase<VarlenCase>> cases) {

@@ -95,12 +95,13 @@ inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr
 
 // Whether a variable-length launch takes the kernels whose producer warpgroup copies K and V with
 // cp.async (FwdTraits::kKvByCpAsync; head dims up to 128, from rows or a paged cache). kAuto: tiles of
-// at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) and, but from rows
-// at head dims up to 64, at least 64 MiB of K/V: on the H200's decode grid the copies were 0-12% faster than TMA from there and 1-8% slower
-// below it, where a step is short and latency-bound (perf-notes, session 21, without paging). A paged
-// cache counts alike, seqlen_k being its table's capacity (pages_per_seq * page_size), whatever its
-// page size: since the copies were unrolled (v80) they beat TMA at pages of 16-256 keys (1.26x at 16,
-// 1.02-1.05x at 32-256 on b 8 x 32/8 x 16k d 128; d 64 pages of 64 level at 80.5 against 78 us).
+// at most block_m / 2 query rows (a decoding step, bound by streaming K/V from HBM) with at least 64 MiB
+// of K/V (or from rows at head dims up to 64: below): on the H200's decode grid the copies were 0-12%
+// faster than TMA from there and 1-8% slower below it, where a step is short and latency-bound
+// (perf-notes, session 21, without paging). A paged cache counts alike, seqlen_k being its table's
+// capacity (pages_per_seq * page_size), whatever its page size: since the copies were unrolled (v80)
+// they beat TMA at pages of 16-256 keys (1.26x at 16, 1.02-1.05x at 32-256 on b 8 x 32/8 x 16k d 128;
+// d 64 pages of 64 level at 80.5 against 78 us).
 // Pages of at most kMaxCopiedPageBytes a tensor (16 keys at d 128, 32 at d 64) take the copies in every
 // launch, prefill too: TMA loads a K/V block as a box per page, and boxes that small ran prefill
 // 1.28-1.68x slower than the copies at pages of 16 and 1.14x at d 64 pages of 32; at 8 KB (d 128 pages of
