@@ -45,9 +45,12 @@ TRANSPOSED_DECODE_KERNELS = (
 )
 # Exponentials behind branches: pairs of MUFU.EX2 at most this many instructions apart with a BRA or
 # BSSY between them. The kernels' unrolled exponential loops have none; loop ends and the odd masked
-# path leave up to 2 a kernel (2026-12-03); the backward before v94 had 47 in its d 64 kernel.
+# path leave up to 2 a kernel (2026-12-03) and up to 4 by session 58, and the d 64 copy kernels 5 since
+# v156 (from 3), whose V stage's wait (a try_wait branched out of line to its retry loop) ptxas schedules
+# among the transposed tile's exponentials (2026-12-06, perf-notes session 59); the backward before v94
+# had 47 in its d 64 kernel.
 EXPONENTIAL_PAIR_SPAN = 24
-MAX_BRANCHED_EXPONENTIALS = 4
+MAX_BRANCHED_EXPONENTIALS = 6
 # Any 13.x disassembler reads the sm_90a cubins nvcc 13.0 writes; pinned so CI runs are repeatable.
 PYPI_TOOLS = ("nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51")
 
