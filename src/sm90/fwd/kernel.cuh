@@ -35,12 +35,12 @@ template <class Traits>
 __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s) {
   mbarrier_init(&s.q_full, 1);  // the producer's arrive_expect_tx
   mbarrier_init(&s.q_empty, Traits::kConsumerWarps);
-  // K/V stages: the TMA thread's arrive_expect_tx, or each cp.async producer thread's copies landing
-  // (and for K the leader's, behind the stage's entry: kv_cp_async.cuh, post_block).
-  const int kv_full_arrivals = Traits::kKvByCpAsync ? cp_async_full_arrivals<Traits>() : 1;
+  // K/V stages: the TMA thread's arrive_expect_tx, or the cp.async producer's (kv_cp_async.cuh).
+  const int k_full_arrivals = Traits::kKvByCpAsync ? cp_async_full_arrivals<Traits>(/*k_stage=*/true) : 1;
+  const int v_full_arrivals = Traits::kKvByCpAsync ? cp_async_full_arrivals<Traits>(/*k_stage=*/false) : 1;
   for (int i = 0; i < Traits::kStages; ++i) {
-    mbarrier_init(&s.k_full[i], kv_full_arrivals + (Traits::kKvByCpAsync ? 1 : 0));
-    mbarrier_init(&s.v_full[i], kv_full_arrivals);
+    mbarrier_init(&s.k_full[i], k_full_arrivals);
+    mbarrier_init(&s.v_full[i], v_full_arrivals);
     mbarrier_init(&s.k_empty[i], Traits::kConsumerWarps);
     mbarrier_init(&s.v_empty[i], Traits::kConsumerWarps);
   }

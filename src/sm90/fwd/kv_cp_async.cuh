@@ -26,11 +26,11 @@
 
 namespace hopattn::sm90 {
 
-// Arrivals that complete a V stage's full barrier when cp.async fills it: one per producer thread. A K
-// stage's takes one more: the leader's, after it posted the stage's entry (post_block).
+// Arrivals that complete a stage's full barrier when cp.async fills it: one per producer thread, and for
+// a K stage one more, the leader's after it posted the stage's entry (post_block).
 template <class Traits>
-__host__ __device__ constexpr int cp_async_full_arrivals() {
-  return Traits::kWarpgroupThreads;
+__host__ __device__ constexpr int cp_async_full_arrivals(bool k_stage) {
+  return Traits::kWarpgroupThreads + (k_stage ? 1 : 0);
 }
 
 template <class Traits>
@@ -113,7 +113,7 @@ class CpAsyncKvLoader {
 
   // The leader: K stage `stage` holds block n (the visit's last where `last`). Written atomically:
   // compute-sanitizer's racecheck does not follow mbarrier ordering for plain shared-memory accesses
-  // (scheduler.cuh, publish_visit); the leader's own arrival (one past the copies', kernel.cuh) orders
+  // (scheduler.cuh, publish_visit); the leader's own arrival (cp_async_full_arrivals counts it) orders
   // the entry before the consumers' wait.
   __device__ static void post_block(typename Traits::SharedStorage& s, int stage, int n, bool last) {
     atomicExch(&s.stage_block[stage], stage_entry(n, last));
