@@ -25,7 +25,6 @@
 #include "gpu/gpu_test_util.cuh"
 #include "gpu/paged_case.cuh"
 #include "gpu/sequence_checks.cuh"
-#include "sm90/host/tile_counters.hpp"
 
 namespace hopattn::test {
 namespace {
@@ -362,28 +361,6 @@ PagedCase refusal_case(int page_size, bool varlen_q, Dtype dtype) {
   c.varlen_q = varlen_q;
   c.causal = true;
   return c;
-}
-
-// The paged copy kernels' split pieces take two own blocks and claim the rest of their tile two blocks
-// ahead (split_plan.hpp, kOwnBlocksFromPages); the tile's last claim zeroes its counter. More launches
-// than counter slots (host/tile_counters.hpp), each checked, so a counter left over would give a later
-// launch's pieces a wrong share. Pages of 16, 64 and 256 in turn (blocks of 192 keys, or 128 from pages
-// of 128); 3 and 7 pieces a tile (3000 keys: claims; 905 keys: claims, or own blocks only) and 40 (a
-// block a piece, some empty); the entries past the used pages -1, whose page a copy would fault on.
-TEST_F(ForwardPaged, KvCopiesSharingPiecesLeaveTheirCountersZero) {
-  const std::uint64_t seed = run_seed();
-  constexpr int kPageSizes[] = {16, 64, 256}, kSplits[] = {3, 7, 40};
-  for (int run = 0; run < sm90::kTileCounterSlots + 8; ++run) {
-    PagedCase c = paged({1, 1, 2}, {3000, 1100, 905}, kPageSizes[run % 3], 8, 2, 64, kBf16);
-    c.varlen_q = true;
-    c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
-    c.num_splits = kSplits[run / 3 % 3];
-    c.causal = true;
-    c.unused_entry = -1;
-    const std::string problems = run_paged_case(c, seed + run);
-    ASSERT_TRUE(problems.empty()) << "launch " << run << ": " << c.describe() << " (HOPATTN_TEST_SEED=" << seed
-                                  << ")\n  " << problems;
-  }
 }
 
 // The kernel takes page sizes that are powers of two >= 16; any other is refused, naming page_size.

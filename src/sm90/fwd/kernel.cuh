@@ -76,14 +76,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const TensorMaps maps{&tm_q, &tm_k, &tm_v, &tm_o};
   if constexpr (Traits::kWarpSpecialized) {
     if (warpgroup == 0) {
-      warpgroup_release_registers<kPagedKvCopies ? Traits::kPagedProducerRegisters : Traits::kProducerRegisters>();
+      warpgroup_release_registers<Traits::kProducerRegisters>();
       if constexpr (Traits::kKvByCpAsync) {
         run_cp_async_producer<Traits, kPagedKvCopies>(s, maps, params);
       } else if (threadIdx.x / 32 == 0 && elect_one_lane()) {
         run_producer<Traits>(s, maps, params);
       }
     } else {
-      warpgroup_claim_registers<kPagedKvCopies ? Traits::kPagedConsumerRegisters : Traits::kConsumerRegisters>();
+      warpgroup_claim_registers<Traits::kConsumerRegisters>();
       Consumer<Traits>(s, params, maps, warpgroup - 1, false).run();
     }
   } else {

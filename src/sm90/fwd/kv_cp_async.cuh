@@ -47,9 +47,9 @@ class CpAsyncKvLoader {
   static_assert(16 % kRowsPerPass == 0 && Traits::kBlockN / 16 <= 32, "paged: passes in one page, a lane a page");
 
  public:
-  // One visit's K/V blocks through the ring: n_end - 1 down to n_begin, or a sharing piece's own block
-  // and then those it claims (split_plan.hpp), one at a time. The leader posts each K stage's entry for
-  // the consumers (post_block), and hands a sharing piece's next block to the others.
+  // One visit's K/V blocks through the ring, highest first: n_end - 1 down to n_begin, or a sharing
+  // piece's own block and then those it claims (split_plan.hpp), one at a time. The leader posts each K
+  // stage's entry for the consumers (post_block), and hands a sharing piece's next block to the others.
   __device__ void load_visit(typename Traits::SharedStorage& s, const FwdParams& p, const HandedVisit& h, bool leader) {
     const CpAsyncVisit& v = h.kv;
     if (v.n_end <= v.n_begin) return;
@@ -76,44 +76,31 @@ class CpAsyncKvLoader {
     }
   }
 
-  // The same from a paged cache (FwdParams::page_table). A block's copies need its page ids; read in
+  // The same from a paged cache (FwdParams::page_table), whose pieces keep fixed shares
+  // (pieces_share_blocks). A block's copies need its page ids; read in
   // front of them, each block would wait out a dependent global load before its first copy (v75 in
   // perf-notes: 1.75x the TMA producer's time). So each warp holds the ids of the block it copies, one
   // page a lane, and reads the next block's before it waits for the stages and copies this one: the
   // read lands while the copies issue (only a visit's first block waits for its ids). K and V of a
-  // block share them. The next block must then be known a block early: a sharing piece takes two own
-  // blocks and claims each further block two ahead (split_plan.hpp, kOwnBlocksFromPages).
-  // `handed` is the visit's shared-memory slot: its tile's fields are read there where used (each read
-  // follows a wait, whose asm clobbers memory), not held in registers, which spilled 16 bytes even with
-  // the 56 registers these kernels' producers take (FwdTraits::kPagedProducerRegisters).
-  __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const HandedVisit& handed,
+  // block share them.
+  __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v,
                                    bool leader) {
-    const CpAsyncVisit v = handed.kv;
     if (v.n_end <= v.n_begin) return;  // no block: its first block's ids would be no page's
     const int* table = p.page_table + v.k_batch * p.page_table_batch_stride;
     const int page_shift = __ffs(p.page_size) - 1;  // the host takes powers of two only
-    int n = v.n_end - 1, next = own_block_after(handed.tile, n);
-    int block_pages = block_page_ids(p, table, page_shift, v.keys, n);
-    for (;;) {
-      const int next_block_pages = next >= 0 ? block_page_ids(p, table, page_shift, v.keys, next) : 0;
-      int claim = 0;  // the block after next
-      if (handed.tile.claims > 0 && leader && next >= 0) claim = atomicAdd(handed.counter, 1);
+    int block_pages = block_page_ids(p, table, page_shift, v.keys, v.n_end - 1);
+    for (int n = v.n_end - 1; n >= v.n_begin; --n) {
+      const int next_block_pages = n > v.n_begin ? block_page_ids(p, table, page_shift, v.keys, n - 1) : 0;
       const int stage = ring_.index();
       mbarrier_wait(&s.k_empty[stage], ring_.phase() ^ 1);
       copy_paged_block(p, p.k_rows, s.k[stage], n, v.keys, v.kv_head, block_pages);
       cp_async_arrive_when_landed(&s.k_full[stage]);
-      const bool sharing = handed.tile.claims > 0;
-      int after_next = -1;
-      if (!sharing && next >= 0) after_next = own_block_after(handed.tile, next);
-      if (sharing && leader && next >= 0) after_next = resolve_claim(handed, claim);
-      if (leader) post_block(s, stage, n, next < 0);
+      if (leader) post_block(s, stage, n, n == v.n_begin);
       mbarrier_wait(&s.v_empty[stage], ring_.phase() ^ 1);
       copy_paged_block(p, p.v_rows, s.v[stage], n, v.keys, v.kv_head, block_pages);
       cp_async_arrive_when_landed(&s.v_full[stage]);
       ring_.advance();
-      if (next < 0) return;
-      if (sharing) after_next = hand_over_next_block(s, leader, after_next);
-      n = next, next = after_next, block_pages = next_block_pages;
+      block_pages = next_block_pages;
     }
   }
 
@@ -268,7 +255,7 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
     named_barrier_sync(Traits::kProducerBarrier, Traits::kWarpgroupThreads);
     const HandedVisit visit = s.producer_visit[slot];
     if (visit.id == kNoVisitLeft) return;
-    if constexpr (kPaged) loader.load_paged_visit(s, p, s.producer_visit[slot], leader);
+    if constexpr (kPaged) loader.load_paged_visit(s, p, visit.kv, leader);
     else loader.load_visit(s, p, visit, leader);
   }
 }

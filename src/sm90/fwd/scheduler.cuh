@@ -94,12 +94,18 @@ struct VarlenVisit {
   VarlenSequence seq;
 };
 
+// A copy kernel's split pieces share their tile's blocks (split_plan.hpp, SharedTileBlocks) where K/V
+// come from rows; from a paged cache each warp reads a block's page ids a block ahead of its copies
+// (kv_cp_async.cuh), which blocks claimed one at a time would not leave time for, so those pieces keep
+// their fixed shares.
+__device__ __forceinline__ bool pieces_share_blocks(const FwdParams& p) { return p.page_table == nullptr; }
+
 // kSplit: the kernel takes split plans (FwdTraits::kVarlenSplit; else every visit is a whole tile).
 // kChunksAndSequsedQ: the kernel takes chunks and seqused_q (FwdTraits::kChunksAndSequsedQ,
 // Fp8FwdTraits::kChunksAndSequsedQ; without, its range ignores chunks and its rows seqused_q).
-// kSharingPieces: the kernel copies K/V (FwdTraits::kKvByCpAsync), whose pieces share their tile's
-// blocks (split_plan.hpp, SharedTileBlocks): such a piece's range is its own first block, and `tile`,
-// where given, receives its own blocks and claims (a whole tile's visit: its own blocks, no claims).
+// kSharingPieces: the kernel copies K/V (FwdTraits::kKvByCpAsync), whose pieces may share their tile's
+// blocks (pieces_share_blocks): such a piece's range is its own first block, and `tile`, where given,
+// receives what its claims need (claims 0: none, as for every other visit).
 template <int kBlockM, int kBlockN, bool kSplit, bool kChunksAndSequsedQ, bool kSharingPieces = false>
 __device__ __forceinline__ VarlenVisit decode_varlen_visit(const FwdParams& p, int id,
                                                            SharedTileBlocks* tile = nullptr) {
@@ -111,11 +117,10 @@ __device__ __forceinline__ VarlenVisit decode_varlen_visit(const FwdParams& p, i
   int begin, end;
   const int m0 = v.coord.m_block * p.tile_q_rows;
   kv_block_range_from_row<kBlockM, kBlockN, kChunksAndSequsedQ>(v.seq.bounds, p.chunk_divisor, m0, &begin, &end);
-  if (tile != nullptr) *tile = whole_tile_blocks(begin);
+  if (tile != nullptr) tile->claims = 0;
   if (kSplit && piece.split_slot >= 0) {
-    if (kSharingPieces) {
-      const int own = p.page_table != nullptr ? kOwnBlocksFromPages : kOwnBlocksFromRows;
-      if (tile != nullptr) *tile = shared_tile_blocks(p.split, begin, end, own);
+    if (kSharingPieces && pieces_share_blocks(p)) {
+      if (tile != nullptr) *tile = shared_tile_blocks(p.split, begin, end);
       sharing_piece_first_block(piece, &begin, &end);
     } else {
       varlen_piece_blocks(p.split, piece, &begin, &end);

@@ -241,42 +241,23 @@ HOPATTN_HOST_DEVICE constexpr void varlen_piece_blocks(const SplitPlan& s, const
   *end = first + blocks * v.n_end / s.tile_blocks;
 }
 
-// The copy kernels' pieces (kv_cp_async.cuh: FwdTraits::kKvByCpAsync) share their tile's blocks [b, e)
-// at run time instead of taking fixed shares: piece k of n loads its own blocks first, and then claims
-// blocks from a counter of the tile's, claim c being block e - 1 - own * n - c while that is at least b.
-// So the CTAs that stream faster take more of the tile: with fixed shares, CTAs of equal work ended 6-17
-// us apart at 1 x 32/8 x 64k, those on some GPCs always first (H100, perf-notes session 58).
-// own_blocks: a piece's own blocks, n apart from e - 1 - k down (none below b). From rows, 1. From a
-// paged cache, 2: each warp reads a block's page ids a block ahead of its copies, so a piece must know
-// its next block while it copies the current one; it makes each claim two blocks ahead, and its second
-// own block covers the first claim's round trip. Every piece claims until a claim finds no block, so
-// a tile's claims number e - b - own * n successful ones plus n: the claim that draws the last count
-// zeroes the counter for the next launch. Tiles of at most own * n blocks make no claims.
+// The copy kernels' pieces from rows (kv_cp_async.cuh: FwdTraits::kKvByCpAsync, K/V not paged) share
+// their tile's blocks [b, e) at run time instead of taking fixed shares: piece k of n loads block
+// e - 1 - k first (none where k >= e - b), and then claims blocks from a counter of the tile's, claim c
+// being block e - 1 - n - c while that is at least b. So the CTAs that stream faster take more of the
+// tile: with fixed shares, CTAs of equal work ended 6-17 us apart at 1 x 32/8 x 64k, those on some GPCs
+// always first (H100, perf-notes session 58). Every piece claims until a claim finds no block, so a
+// tile's claims number max(0, e - b - n) + n: the claim that draws the last count zeroes the counter
+// for the next launch. Tiles of at most n blocks make no claims.
 struct SharedTileBlocks {
-  int lowest;     // b: claims and own blocks below it find no block
-  int claim_top;  // the block of the tile's first claim, e - 1 - own * n
-  int claims;     // the tile's claims in all; 0: no claims (its pieces take their own blocks only)
-  int step;       // from one of a piece's own blocks to the next: n; 1 for a whole tile's visit
+  int lowest;     // b: claims below it find no block
+  int claim_top;  // the block of the tile's first claim, e - 1 - n
+  int claims;     // the tile's claims in all; 0: no claims (at most one block a piece)
 };
 
-constexpr int kOwnBlocksFromRows = 1, kOwnBlocksFromPages = 2;
-
-HOPATTN_HOST_DEVICE constexpr SharedTileBlocks shared_tile_blocks(const SplitPlan& s, int begin, int end,
-                                                                  int own_blocks) {
+HOPATTN_HOST_DEVICE constexpr SharedTileBlocks shared_tile_blocks(const SplitPlan& s, int begin, int end) {
   const int blocks = end - begin, pieces = s.tile_blocks;
-  const int claims = blocks > own_blocks * pieces ? blocks - (own_blocks - 1) * pieces : 0;
-  return SharedTileBlocks{begin, end - 1 - own_blocks * pieces, claims, pieces};
-}
-
-// A whole tile's visit, its blocks [begin, end) in the same terms: its own blocks are all of them.
-HOPATTN_HOST_DEVICE constexpr SharedTileBlocks whole_tile_blocks(int begin) {
-  return SharedTileBlocks{begin, -1, 0, 1};
-}
-
-// The own block after block n, or -1 where there is none (a whole visit's next; a piece's second own
-// block after its first, and -1 after that where its tile has no claims: from then on it claims).
-HOPATTN_HOST_DEVICE constexpr int own_block_after(const SharedTileBlocks& t, int n) {
-  return n - t.step >= t.lowest ? n - t.step : -1;
+  return SharedTileBlocks{begin, end - 1 - pieces, blocks > pieces ? blocks : 0};
 }
 
 // Claim c's block (c: the counter's value before the claim), or -1 where none is left.

@@ -75,17 +75,10 @@ struct FwdTraits {
       kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? (kHeadDim_ == 64 ? 48 : 40) : (kDecodingOnly_ ? 40 : 24)) : 32;
   static constexpr int kConsumerRegisters =
       kConsumerWarpgroups == 2 ? (kKvByCpAsync_ ? (kHeadDim_ == 64 ? 224 : 232) : (kDecodingOnly_ ? 232 : 240)) : 160;
-  // The paged copy kernels (kernel.cuh, kPagedKvCopies) hold a block's page ids and a sharing piece's
-  // next two blocks beside the copies (kv_cp_async.cuh, load_paged_visit): that spilled 46 bytes at 40
-  // (d 128) and 24 at 48 (d 64) (v157), so 56 / 224 there; the kernels from rows keep theirs.
-  static constexpr int kPagedProducerRegisters = kKvByCpAsync_ ? 56 : kProducerRegisters;
-  static constexpr int kPagedConsumerRegisters = kKvByCpAsync_ ? 224 : kConsumerRegisters;
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert(!kWarpSpecialized ||
-                    ((kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
-                         kLaunchRegisters * kThreads &&
-                     (kPagedProducerRegisters + kConsumerWarpgroups * kPagedConsumerRegisters) * kWarpgroupThreads <=
-                         kLaunchRegisters * kThreads),
+                    (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) * kWarpgroupThreads <=
+                        kLaunchRegisters * kThreads,
                 "register budgets exceed what the CTA is launched with");
 
   using QTile = SwizzledTile<kBlockM, kHeadDim, kElementBytes>;
