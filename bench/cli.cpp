@@ -140,6 +140,8 @@ std::string usage_text() {
          "    --chunk N (attention_chunk: each query sees only the keys of its diagonal's N-key chunk; with\n"
          "      --causal, Llama 4's chunked local layers; FLOPs count the visible pairs)\n"
          "    --page-size N (k and v as a paged cache of N-key pages in shuffled order)\n"
+         "    --pages-in-order (with --page-size: the page table hands out pages in storage order, as a\n"
+         "      fresh cache does, instead of shuffled)\n"
          "    --cache-seqlen N (k and v a cache of N >= seqlen_k keys per sequence, of which\n"
          "               seqlen_k are used: passed as seqused_k, flash-attention's cache_seqlens)\n"
          "    --padded-seqlen-q N (q, out, lse, dout and dq of N >= seqlen_q rows per sequence, of which\n"
@@ -205,6 +207,10 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
     if (flag == "--kv-heads-major") {
       single.kv_heads_major = single_given = true;
       single.variant = "kv_heads_major";
+      continue;
+    }
+    if (flag == "--pages-in-order") {
+      single.pages_in_order = single_given = true;
       continue;
     }
     if (flag == "--varlen") {
@@ -402,6 +408,11 @@ bool parse_cli(int argc, char** argv, CliOptions* options, std::string* error) {
                "--v-keys-contiguous";
       return false;
     }
+    if (single.pages_in_order && single.page_size == 0) {
+      *error = "--pages-in-order orders a paged cache's pages; it needs --page-size";
+      return false;
+    }
+    if (single.pages_in_order) single.variant += "_in_order";
     if (single.page_size > 0 && allocated_keys(single) % single.page_size != 0) {
       *error = "--page-size " + std::to_string(single.page_size) + " must divide " +
                (single.cache_seqlen_k > 0 ? "--cache-seqlen " : "seqlen_k ") + std::to_string(allocated_keys(single)) +

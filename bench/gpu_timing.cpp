@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "cuda_check.hpp"
@@ -54,15 +53,6 @@ Status upload(const std::vector<T>& values, DeviceBuffer* buffer) {
 Status make_block_descales(std::int64_t count, Fp8BlockScales kind, bool v_scales, std::uint64_t seed,
                            DeviceBuffer* buffer) {
   return upload(fp8_block_descale_values(count, kind, v_scales, seed), buffer);
-}
-
-// A (batch, pages_per_seq) int32 table over batch * pages_per_seq pages in shuffled order, as a cache
-// that has allocated and freed pages for a while hands them out.
-Status make_page_table(int batch, int pages_per_seq, std::uint64_t seed, DeviceBuffer* buffer) {
-  std::vector<int> table(static_cast<std::size_t>(batch) * pages_per_seq);
-  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
-  std::shuffle(table.begin(), table.end(), std::mt19937_64(seed));
-  return upload(table, buffer);
 }
 
 // int32 prefix sums 0, seqlen, 2 seqlen, ..., batch seqlen: a packed batch of equal lengths.
@@ -142,7 +132,9 @@ Status make_input_set(const Shape& s, const Extents& e, bool write_lse, std::uin
     if (Status st = make_cu_seqlens(s.batch, s.seqlen_k, &set->cu_seqlens_k); !st.ok()) return st;
   }
   if (s.page_size > 0) {
-    if (Status st = make_page_table(s.batch, allocated_keys(s) / s.page_size, seed, &set->page_table); !st.ok())
+    const int pages_per_seq = allocated_keys(s) / s.page_size;
+    if (Status st = upload(page_table_values(s.batch, pages_per_seq, s.pages_in_order, seed), &set->page_table);
+        !st.ok())
       return st;
   }
   if (s.cache_seqlen_k > 0) {

@@ -104,7 +104,8 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
        << ", \"seqlen_q\": " << s.seqlen_q << ", \"seqlen_k\": " << s.seqlen_k << ", \"hdim\": " << s.hdim
        << ", \"hdim_v\": " << head_dim_v(s)
        << ", \"causal\": " << json_bool(s.causal) << ", \"variant\": " << json_string(s.variant)
-       << ", \"page_size\": " << s.page_size << ", \"cache_seqlen_k\": " << s.cache_seqlen_k
+       << ", \"page_size\": " << s.page_size << ", \"pages_in_order\": " << json_bool(s.pages_in_order)
+       << ", \"cache_seqlen_k\": " << s.cache_seqlen_k
        << ", \"padded_seqlen_q\": " << s.padded_seqlen_q << ", \"kv_heads_major\": " << json_bool(s.kv_heads_major)
        << ", \"backward\": " << json_bool(s.backward) << ", \"deterministic\": " << json_bool(s.deterministic)
        << ", \"warp_specialized\": " << json_bool(s.options.warp_specialized)

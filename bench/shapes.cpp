@@ -447,6 +447,13 @@ std::string backward_variant(const std::string& forward_variant) {
   return forward_variant == "default" ? "backward" : "backward_" + forward_variant;
 }
 
+std::vector<int> page_table_values(int batch, int pages_per_seq, bool in_order, std::uint64_t seed) {
+  std::vector<int> table(static_cast<std::size_t>(batch) * pages_per_seq);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+  if (!in_order) std::shuffle(table.begin(), table.end(), std::mt19937_64(seed));
+  return table;
+}
+
 std::vector<float> fp8_block_descale_values(std::int64_t count, Fp8BlockScales kind, bool v_scales,
                                             std::uint64_t seed) {
   std::vector<float> scales(static_cast<std::size_t>(count), 1.0f);

@@ -50,6 +50,10 @@ struct Shape {
   // 16-bit only, > 0: k and v passed as a paged cache of pages of this many keys (seqlen_k a multiple of
   // it), each sequence's pages in shuffled order through a page table.
   int page_size = 0;
+  // With page_size: the page table hands out pages in storage order (page i of the batch is storage page
+  // i), as a fresh cache does, so that a paged step can be timed against the same step from rows with the
+  // pages' scatter taken out.
+  bool pages_in_order = false;
   // 16-bit only, > 0: k and v allocated as a cache of this many keys per sequence (>= seqlen_k) of which
   // seqlen_k are in use, passed as seqused_k (flash-attention's cache_seqlens): the decoding call of a
   // serving engine whose cache has room to grow. FLOPs and bytes count the seqlen_k keys in use.
@@ -118,6 +122,10 @@ double timed_bytes(const Shape& shape);
 
 // The variant name of a backward row: "backward" for "default", else "backward_" + forward_variant.
 std::string backward_variant(const std::string& forward_variant);
+
+// A (batch, pages_per_seq) page table's entries, row-major: the batch's pages in shuffled order (seeded),
+// as a cache that has allocated and freed pages for a while hands them out, or in storage order.
+std::vector<int> page_table_values(int batch, int pages_per_seq, bool in_order, std::uint64_t seed);
 
 // `count` FP8 block descales as `kind` says (Fp8BlockScales; v_scales: v's, which kQuantized rounds up
 // to a power of two), drawn from `seed`.

@@ -409,6 +409,29 @@ TEST(BenchCli, KvHeadsMajorLaysOutDenseKv) {
   }
 }
 
+// --pages-in-order hands out a paged cache's pages in storage order; without it they are a shuffled
+// permutation of the batch's pages. It orders pages, so it needs --page-size.
+TEST(BenchCli, PagesInOrderNeedsPagesAndNamesItsRow) {
+  const CliOptions options = parsed({"--seqlen-q", "1", "--seqlen-k", "4096", "--page-size", "16", "--pages-in-order"});
+  ASSERT_EQ(options.shapes.size(), 1u);
+  EXPECT_TRUE(options.shapes[0].pages_in_order);
+  EXPECT_EQ(options.shapes[0].variant, "paged_16_in_order");
+  EXPECT_FALSE(parsed({"--seqlen-k", "4096", "--page-size", "16"}).shapes[0].pages_in_order);
+  EXPECT_NE(parse_error({"--pages-in-order"}).find("it needs --page-size"), std::string::npos);
+}
+
+TEST(BenchPageTable, InOrderOrAPermutationOfTheBatchsPages) {
+  const int batch = 3, pages_per_seq = 37;
+  const std::vector<int> in_order = page_table_values(batch, pages_per_seq, true, 7);
+  ASSERT_EQ(in_order.size(), static_cast<std::size_t>(batch * pages_per_seq));
+  for (std::size_t i = 0; i < in_order.size(); ++i) EXPECT_EQ(in_order[i], static_cast<int>(i));
+  std::vector<int> shuffled = page_table_values(batch, pages_per_seq, false, 7);
+  EXPECT_NE(shuffled, in_order);
+  EXPECT_EQ(shuffled, page_table_values(batch, pages_per_seq, false, 7));  // seeded
+  std::sort(shuffled.begin(), shuffled.end());
+  EXPECT_EQ(shuffled, in_order);
+}
+
 TEST(BenchCli, DeterministicBackwardSingleOrGrid) {
   const CliOptions single = parsed({"--backward", "--deterministic", "--hdim", "64"});
   ASSERT_EQ(single.shapes.size(), 1u);
