@@ -198,7 +198,8 @@ class CpAsyncKvLoader {
     const std::uint32_t dst = chunk_address(tile, chunk, first_row);
     // Every lane runs every page, as __shfl_sync's full mask needs. Unsigned: ids are not negative (a
     // garbage id only where nothing is read). Pages of one pass a thread (d 64's pages of 16) loop: their
-    // 8 or 12 ids and addresses unrolled spilled the producer's 40 registers (8 bytes at 128-key blocks).
+    // 8 or 12 ids and addresses unrolled spilled the producer's 40 registers (8 bytes at 128-key blocks),
+    // and unrolled at 56 they ran 4% slower than this loop (v158b in perf-notes, H100).
 #pragma unroll(kPageRows == kRowsPerPass ? 1 : kPages)
     for (int page = 0; page < kPages; ++page) {
       const std::uint32_t id = __shfl_sync(0xffffffffu, block_pages, page);
