@@ -48,7 +48,7 @@ struct Shape {
   // of equal lengths, so that the variable-length kernel's cost shows against the dense one.
   bool varlen = false;
   // 16-bit only, > 0: k and v passed as a paged cache of pages of this many keys (seqlen_k a multiple of
-  // it), each sequence's pages in shuffled order through a page table.
+  // it), each sequence's pages in shuffled order (unless pages_in_order) through a page table.
   int page_size = 0;
   // With page_size: the page table hands out pages in storage order (page i of the batch is storage page
   // i), as a fresh cache does, so that a paged step can be timed against the same step from rows with the
