@@ -81,8 +81,8 @@ class CpAsyncKvLoader {
   // front of them, each block would wait out a dependent global load before its first copy (v75 in
   // perf-notes: 1.75x the TMA producer's time). So each warp holds the ids of the block it copies, one
   // page a lane, and reads the next block's before it waits for the stages and copies this one: the
-  // read lands while the copies issue (only a visit's first block waits for its ids). K and V of a
-  // block share them.
+  // read lands while the copies issue (only a visit's first block waits for its ids; two or four
+  // blocks ahead were level or slower: v159, v159c in perf-notes). K and V of a block share them.
   __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v,
                                    bool leader) {
     if (v.n_end <= v.n_begin) return;  // no block: its first block's ids would be no page's
