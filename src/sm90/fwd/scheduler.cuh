@@ -97,8 +97,8 @@ struct VarlenVisit {
 // A copy kernel's split pieces share their tile's blocks (split_plan.hpp, SharedTileBlocks) where K/V
 // come from rows; from a paged cache each warp reads a block's page ids a block ahead of its copies
 // (kv_cp_async.cuh), which blocks claimed one at a time would not leave time for, so those pieces keep
-// their fixed shares. (Claims run 7-9 blocks ahead and handed over through the K ring were 2-4.5%
-// slower at d 64 on the H100: perf-notes v160e, branch v160e.)
+// their fixed shares. (Claims run 9 blocks ahead at d 64 and handed over through the K ring were
+// 2-4.5% slower there on the H100: perf-notes v160e, branch v160e.)
 __device__ __forceinline__ bool pieces_share_blocks(const FwdParams& p) { return p.page_table == nullptr; }
 
 // kSplit: the kernel takes split plans (FwdTraits::kVarlenSplit; else every visit is a whole tile).
