@@ -330,6 +330,10 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
       {1, 64, 8, 256, Loads::kAuto, 16, false},
       {1, 64, 8, 64, Loads::kCopyThreads, 16, true},
       {1, 64, 8, 256, Loads::kCopyThreads, 16, false},
+      // Pages of 1-8 keys, which only the copies load (forward.cu refuses them with kTma): every launch.
+      {4096, 4096, 8, 128, Loads::kAuto, 1, true},
+      {1, 64, 8, 64, Loads::kAuto, 8, true},
+      {1, 4096, 8, 128, Loads::kAuto, 4, true},
   };
   for (const PagedCase& c : paged_cases) {
     SCOPED_TRACE("sq " + std::to_string(c.seqlen_q) + " sk " + std::to_string(c.seqlen_k) + " hq " +

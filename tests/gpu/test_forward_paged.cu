@@ -10,8 +10,9 @@
 // problem of its own lengths (masks bottom-right aligned with its key count): its keys are gathered
 // into contiguous buffers and the float32 GPU reference runs on batch-1 views, judged by the rule of
 // the dense tests (forward_case.cu), with outputs poisoned with NaN and bracketed by poisoned guards
-// (the helpers and checks of sequence_checks.cuh, shared with test_forward_varlen.cu). Page sizes other
-// than powers of two >= 16 and the warp_specialized = false ablation are refused with kUnsupported. FP8
+// (the helpers and checks of sequence_checks.cuh, shared with test_forward_varlen.cu). Page sizes are
+// powers of two: from 16 in every kernel, 1-8 (a page id a row) where K/V are copied (bf16/fp16, head dims
+// up to 128); other page sizes and the warp_specialized = false ablation are refused with kUnsupported. FP8
 // paged caches are tested in test_fp8_forward_varlen.cu (against the FP8 oracle, fp8_oracle.cuh).
 #include <algorithm>
 #include <cmath>
@@ -29,13 +30,21 @@
 namespace hopattn::test {
 namespace {
 
-constexpr int kPageSizes[] = {16, 32, 64, 128, 256};  // what the sm_90a kernel takes (and larger powers)
+constexpr int kPageSizes[] = {16, 32, 64, 128, 256};  // what every sm_90a paged kernel takes (and larger powers)
+// Pages of 1-8 keys (a token-granular cache: SGLang's page_size 1): the kernels that copy K/V take them,
+// bf16/fp16 at head dims up to 128, and every launch from them takes those kernels.
+constexpr int kRowPageSizes[] = {1, 2, 4, 8};
+const std::vector<int> kAllPageSizes(std::begin(kPageSizes), std::end(kPageSizes));
+const std::vector<int> kAllHeadDims(std::begin(kNativeHeadDims), std::end(kNativeHeadDims));
+const std::vector<int> kSmallPageSizes(std::begin(kRowPageSizes), std::end(kRowPageSizes));
+const std::vector<int> kCopiedHeadDims = {64, 128};
 
 std::string suffix(const PagedCase& c) {
   return "_p" + std::to_string(c.page_size) + "_d" + std::to_string(c.head_dim) + "_" + dtype_name(c.dtype);
 }
 
-std::vector<NamedCase<PagedCase>> corner_cases() {
+std::vector<NamedCase<PagedCase>> corner_cases(const std::vector<int>& page_sizes = kAllPageSizes,
+                                               const std::vector<int>& head_dims = kAllHeadDims) {
   std::vector<NamedCase<PagedCase>> cases;
   const auto add = [&](const std::string& name, const PagedCase& c) { cases.push_back({name + suffix(c), c}); };
 
@@ -43,12 +52,11 @@ std::vector<NamedCase<PagedCase>> corner_cases() {
   // sequence without keys (out 0, LSE -inf), at every page size, head dim and dtype.
   const std::vector<int> edge_keys = {1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 191, 192, 193, 1000, 0};
   const int edge_batch = static_cast<int>(edge_keys.size());
-  for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
-    for (int j = 0; j < static_cast<int>(std::size(kNativeHeadDims)); ++j) {
+  for (int i = 0; i < static_cast<int>(page_sizes.size()); ++i) {
+    for (int j = 0; j < static_cast<int>(head_dims.size()); ++j) {
       for (const Dtype dtype : {kBf16, kFp16}) {
         const int heads_q = j == 0 ? 8 : 4, heads_kv = j == 0 ? 2 : j == 1 ? 1 : 4;
-        PagedCase c =
-            paged(same(edge_batch, 80), edge_keys, kPageSizes[i], heads_q, heads_kv, kNativeHeadDims[j], dtype);
+        PagedCase c = paged(same(edge_batch, 80), edge_keys, page_sizes[i], heads_q, heads_kv, head_dims[j], dtype);
         c.causal = (i + j) % 2 == 0;  // causal: the rows of the first 80 - len_k see no key
         c.padded_table = i % 2 == 1;
         c.extra_columns = i % 3;
@@ -58,10 +66,10 @@ std::vector<NamedCase<PagedCase>> corner_cases() {
   }
 
   // Each serving shape at every page size, head dim and dtype rotating along.
-  for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
-    const int ps = kPageSizes[i];
+  for (int i = 0; i < static_cast<int>(page_sizes.size()); ++i) {
+    const int ps = page_sizes[i];
     int f = 0;  // feature index: shifts the rotation so that each feature meets every head dim
-    const auto d = [&] { return kNativeHeadDims[(i + f) % std::size(kNativeHeadDims)]; };
+    const auto d = [&] { return head_dims[(i + f) % head_dims.size()]; };
     const auto dtype = [&] { return (i + f) % 2 ? kFp16 : kBf16; };
     {
       // Decode: one query row against a long cache, GQA 8/1 (causal or not: the same mask at one row).
@@ -112,7 +120,7 @@ std::vector<NamedCase<PagedCase>> corner_cases() {
     }
   }
 
-  {
+  if (page_sizes == kAllPageSizes) {
     // A power of two beyond 256: allowed by the rule (powers of two >= 16).
     PagedCase c = paged(same(4, 4), {4000, 511, 513, 0}, 512, 8, 2, 128, kBf16);
     c.causal = true;
@@ -139,17 +147,18 @@ INSTANTIATE_TEST_SUITE_P(Corners, ForwardPagedCorners, ::testing::ValuesIn(corne
 // 128 at d 64 and 128, 192 at d 64 with pages under 128 since the longest sequence has more than 1024
 // keys), at every page size, head dim and dtype, causal or not, dense q (80 rows) or varlen q
 // (decode rows among prefill ones).
-std::vector<NamedCase<PagedCase>> non_finite_tail_cases() {
+std::vector<NamedCase<PagedCase>> non_finite_tail_cases(const std::vector<int>& page_sizes = kAllPageSizes,
+                                                        const std::vector<int>& head_dims = kAllHeadDims) {
   std::vector<NamedCase<PagedCase>> cases;
   const std::vector<int> keys = {1, 17, 65, 129, 250, 1100, 0};
   const std::vector<int> varlen_rows = {1, 80, 4, 129, 1, 300, 2};
   for (const float value : {NAN, INFINITY}) {
-    for (int i = 0; i < static_cast<int>(std::size(kPageSizes)); ++i) {
-      for (int j = 0; j < static_cast<int>(std::size(kNativeHeadDims)); ++j) {
+    for (int i = 0; i < static_cast<int>(page_sizes.size()); ++i) {
+      for (int j = 0; j < static_cast<int>(head_dims.size()); ++j) {
         for (const Dtype dtype : {kBf16, kFp16}) {
           const bool varlen_q = dtype == kFp16;
-          PagedCase c = paged(varlen_q ? varlen_rows : same(static_cast<int>(keys.size()), 80), keys, kPageSizes[i],
-                              4, 2, kNativeHeadDims[j], dtype);
+          PagedCase c = paged(varlen_q ? varlen_rows : same(static_cast<int>(keys.size()), 80), keys, page_sizes[i],
+                              4, 2, head_dims[j], dtype);
           c.varlen_q = varlen_q;
           c.causal = (i + j) % 2 == 0;
           c.non_key_value = value;
@@ -178,12 +187,13 @@ INSTANTIATE_TEST_SUITE_P(Tails, ForwardPagedNonFiniteTail, ::testing::ValuesIn(n
 // in some), NaN in every row that is no key, GQA ratios 4 and 7 (28 / 4, which does not divide the
 // 128-row tile), packed by default or not at all, split by the heuristic, into 4 pieces, or not. At
 // d 256 (the decoding kernel: tiles of at most 8 rows) one row a sequence, so that ratio 7 packs.
-std::vector<NamedCase<PagedCase>> decode_cases() {
+std::vector<NamedCase<PagedCase>> decode_cases(const std::vector<int>& page_sizes = {16, 64, 256},
+                                               const std::vector<int>& head_dims = {64, 128, 256}) {
   std::vector<NamedCase<PagedCase>> cases;
   const std::vector<int> keys = {1, 17, 2000, 129, 250, 1100, 0, 3333};
   int index = 0;
-  for (const int page_size : {16, 64, 256}) {
-    for (const int d : {64, 128, 256}) {
+  for (const int page_size : page_sizes) {
+    for (const int d : head_dims) {
       const std::vector<int> rows =
           d == 256 ? std::vector<int>{1, 1, 1, 1, 1, 1, 1, 1} : std::vector<int>{1, 1, 1, 3, 1, 1, 1, 2};
       for (const int num_splits : {0, 1, 4}) {
@@ -237,13 +247,37 @@ INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardPagedNonFiniteTail,
 INSTANTIATE_TEST_SUITE_P(DecodeKvCopies, ForwardPagedNonFiniteTail, ::testing::ValuesIn(with_kv_copies(decode_cases())),
                          CaseName());
 
-// Padded head dims through the copies: the columns past d copied as zeros, from pages of 16 (many pages a
-// block) and 256 (many blocks a page); decoding rows, NaN in every row that is no key, -1 past the used
-// pages.
+// Pages of 1-8 keys (kRowPageSizes: a page id a row), at head dims 64 and 128 where the copy kernels are:
+// the corner, non-finite tail and decoding cases at those sizes, with kv_loads kAuto (which takes the
+// copies for such pages) and kCopyThreads in turn, and -1 or an id far past the pool in the table entries
+// past the used pages in a third each.
+std::vector<NamedCase<PagedCase>> from_row_pages(std::vector<NamedCase<PagedCase>> cases) {
+  int index = 0;
+  for (NamedCase<PagedCase>& named : cases) {
+    const int variant = index++;
+    if (variant % 2 == 1) named.c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    if (variant % 3 > 0) named.c.unused_entry = variant % 3 == 1 ? -1 : 1 << 30;
+    named.name += "_RowPages";
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(CornersRowPages, ForwardPagedCorners,
+                         ::testing::ValuesIn(from_row_pages(corner_cases(kSmallPageSizes, kCopiedHeadDims))),
+                         CaseName());
+INSTANTIATE_TEST_SUITE_P(TailsRowPages, ForwardPagedNonFiniteTail,
+                         ::testing::ValuesIn(from_row_pages(non_finite_tail_cases(kSmallPageSizes, kCopiedHeadDims))),
+                         CaseName());
+INSTANTIATE_TEST_SUITE_P(DecodeRowPages, ForwardPagedNonFiniteTail,
+                         ::testing::ValuesIn(from_row_pages(decode_cases({1, 8}, kCopiedHeadDims))), CaseName());
+
+// Padded head dims through the copies: the columns past d copied as zeros, from pages of 1 and 8 (a page
+// id a row), 16 (many pages a block) and 256 (many blocks a page); decoding rows, NaN in every row that is
+// no key, -1 past the used pages.
 std::vector<NamedCase<PagedCase>> padded_head_dim_kv_copy_cases() {
   std::vector<NamedCase<PagedCase>> cases;
   for (const int d : {40, 72, 112}) {
-    for (const int page_size : {16, 256}) {
+    for (const int page_size : {1, 8, 16, 256}) {
       PagedCase c = paged({1, 3, 1}, {1000, 17, 300}, page_size, 8, 2, d, kBf16);
       c.varlen_q = true, c.causal = true, c.non_key_value = NAN, c.unused_entry = -1;
       c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
@@ -264,12 +298,13 @@ constexpr int kRandomCases = 30;
 // Bound on heads_q * d * sum_b len_q * len_k (most draws are far below).
 constexpr double kMaxWork = 2e10;
 
-// Batch 1-6, a page size of kPageSizes; query lengths mostly decode-like (1, 2-8) else log-uniform in
+// Batch 1-6, a page size of page_sizes; query lengths mostly decode-like (1, 2-8) else log-uniform in
 // [1, 1000], key lengths log-uniform in [1, 4000] or at a page or block edge, sometimes 0; varlen q and
 // seqused_k at random (without it, full pages); spare pages, extra table columns and a padded table;
 // head dims of draw_head_dim (padded ones too), every dtype and GQA ratio; causal, windows, softcap,
 // scale, LSE and padded rows at random.
-PagedCase random_paged_case(std::mt19937_64& rng, int max_head_dim = 256) {
+PagedCase random_paged_case(std::mt19937_64& rng, int max_head_dim = 256,
+                            const std::vector<int>& page_sizes = kAllPageSizes) {
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   const auto log_uniform = [&](int most) {
@@ -278,7 +313,7 @@ PagedCase random_paged_case(std::mt19937_64& rng, int max_head_dim = 256) {
   };
 
   PagedCase c;
-  c.page_size = kPageSizes[pick(0, static_cast<int>(std::size(kPageSizes)) - 1)];
+  c.page_size = page_sizes[pick(0, static_cast<int>(page_sizes.size()) - 1)];
   const int ps = c.page_size;
   const auto query_length = [&] { return chance(0.3) ? 1 : chance(0.3) ? pick(2, 8) : log_uniform(kMaxQueries); };
   const auto key_length = [&] {
@@ -328,6 +363,19 @@ TEST_F(ForwardPaged, RandomBatchesThroughKvCopiesMatchReference) {
   random_sweep(kRandomCases, draw, run_paged_case);
 }
 
+// The same draws from pages of 1-8 keys, with kv_loads kAuto or kCopyThreads and the table entries past
+// the used pages valid ids, -1 or ids far past the pool in turn.
+TEST_F(ForwardPaged, RandomBatchesFromRowPagesMatchReference) {
+  const auto draw = [](std::mt19937_64& rng) {
+    PagedCase c = random_paged_case(rng, 128, kSmallPageSizes);
+    if (std::bernoulli_distribution(0.5)(rng)) c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
+    const int variant = std::uniform_int_distribution<int>(0, 2)(rng);
+    if (variant > 0) c.unused_entry = variant == 1 ? -1 : 1 << 30;
+    return c;
+  };
+  random_sweep(kRandomCases, draw, run_paged_case);
+}
+
 // Runs `c`, which forward must refuse with kUnsupported and a message (containing `must_mention` when
 // given) before writing anything; returns what is wrong.
 std::string expect_refused(const PagedCase& c, const char* must_mention) {
@@ -363,13 +411,30 @@ PagedCase refusal_case(int page_size, bool varlen_q, Dtype dtype) {
   return c;
 }
 
-// The kernel takes page sizes that are powers of two >= 16; any other is refused, naming page_size.
+// The kernel takes page sizes that are powers of two; any other is refused, naming page_size.
 TEST_F(ForwardPaged, OtherPageSizesAreUnsupported) {
-  for (const int page_size : {1, 8, 24, 48, 96, 200}) {
+  for (const int page_size : {3, 6, 12, 24, 48, 96, 200}) {
     for (const bool varlen_q : {false, true}) {
       for (const Dtype dtype : {kBf16, kFp16}) {
         const PagedCase c = refusal_case(page_size, varlen_q, dtype);
         const std::string problems = expect_refused(c, "page_size");
+        EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
+      }
+    }
+  }
+}
+
+// Pages of 1-8 keys outside the kernels that copy K/V: at head dim 256 or with kv_loads = kTma (FP8:
+// test_fp8_forward_refusals.cu); refused, naming what is not taken with them.
+TEST_F(ForwardPaged, RowPagesOutsideTheCopyKernelsAreUnsupported) {
+  for (const int page_size : {1, 8}) {
+    for (const bool varlen_q : {false, true}) {
+      PagedCase wide = refusal_case(page_size, varlen_q, kBf16);
+      wide.head_dim = 256;
+      PagedCase tma = refusal_case(page_size, varlen_q, kFp16);
+      tma.kv_loads = KernelOptions::KvLoads::kTma;
+      for (const auto& [c, named] : {std::pair{wide, "head dim 256"}, std::pair{tma, "kv_loads = kTma"}}) {
+        const std::string problems = expect_refused(c, named);
         EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
       }
     }

@@ -1,6 +1,6 @@
 // FP8 forward combinations the kernels do not take (keys-contiguous v with variable lengths, chunks or
-// seqused_q where no kernel takes them, unsupported descale block granularities): refused with
-// kUnsupported and a message naming the argument, not miscomputed.
+// seqused_q where no kernel takes them, unsupported descale block granularities, pages of 1-8 keys):
+// refused with kUnsupported and a message naming the argument, not miscomputed.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -62,6 +62,19 @@ TEST_F(Fp8Forward, ChunksOrSequsedQWithKeysContiguousVOrD256VariableLengthsAreRe
   why = run_fp8_varlen_case(varlen, run_seed());
   EXPECT_NE(why.find("seqused_q"), std::string::npos) << why;
   EXPECT_NE(why.find("head dims above 128"), std::string::npos) << why;
+}
+
+// Pages of 1-8 keys are copied row by row, in the 16-bit kernels only; the FP8 kernels load pages by TMA
+// (powers of two from 16): refused, naming page_size and FP8.
+TEST_F(Fp8Forward, PagesOfFewerThanSixteenKeysAreRefused) {
+  for (const int page_size : {1, 8}) {
+    Fp8VarlenCase c;
+    c.head_dim = 128, c.heads_q = 8, c.heads_kv = 2, c.page_size = page_size;
+    c.lens_q = {1, 3}, c.lens_k = {40, 40}, c.used_k = {40, 17};
+    const std::string why = run_fp8_varlen_case(c, run_seed());
+    EXPECT_NE(why.find("page_size " + std::to_string(page_size)), std::string::npos) << why;
+    EXPECT_NE(why.find("FP8"), std::string::npos) << why;
+  }
 }
 
 TEST_F(Fp8Forward, UnsupportedBlockGranularityIsRefusedNotMiscomputed) {

@@ -616,13 +616,13 @@ struct SmallQvCall {
 };
 
 // kUnsupported, a message holding every one of `named`, and out untouched; "" when all holds.
-std::string refusal_problem(SmallQvCall& call, std::initializer_list<const char*> named) {
+std::string refusal_problem(SmallQvCall& call, std::initializer_list<std::string> named) {
   const Status s = hopattn::forward(call.args);
   HOPATTN_CUDA_CHECK(cudaDeviceSynchronize());
   std::ostringstream problems;
   if (s.code() != StatusCode::kUnsupported)
     problems << "code " << int(s.code()) << " instead of kUnsupported (" << int(StatusCode::kUnsupported) << "); ";
-  for (const char* n : named)
+  for (const std::string& n : named)
     if (s.message().find(n) == std::string::npos) problems << "message lacks '" << n << "'; ";
   if (const std::int64_t changed = call.out_changed()) problems << changed << " elements of out written; ";
   if (!problems.str().empty()) problems << "message: " << s.message();
@@ -698,6 +698,19 @@ TEST_F(QvUnsupported, EachRefusedArgumentIsNamed) {
     SmallQvCall call;
     call.args.options.warp_specialized = false;
     EXPECT_EQ(refusal_problem(call, {"qv", "warp_specialized"}), "") << "warp_specialized = false";
+  }
+  for (const int page_size : {1, 8, 24}) {
+    // A paged cache of pages the MLA kernel's TMA boxes do not take: 64 keys in pages of page_size (k's
+    // 65 rows hold them), the table 0, 1, ... in the int32 buffer.
+    SmallQvCall call;
+    const int pages = 64 / page_size;
+    std::vector<std::int32_t> ids(pages);
+    for (int i = 0; i < pages; ++i) ids[i] = i;
+    DeviceBuffer table = upload(ids);
+    call.args.k = make_tensor(call.k.data(), kBf16, {pages, page_size, SmallQvCall::kHeadsKv, kD}, DeviceType::kCuda);
+    call.args.v = make_tensor(call.v.data(), kBf16, {pages, page_size, SmallQvCall::kHeadsKv, kDv}, DeviceType::kCuda);
+    call.args.page_table = make_tensor(table.data(), Dtype::kInt32, {1, pages}, DeviceType::kCuda);
+    EXPECT_EQ(refusal_problem(call, {"qv", "page_size " + std::to_string(page_size)}), "") << "page_size " << page_size;
   }
   {
     SmallQvCall call(kD, kD, Dtype::kFloat8E4M3);  // FP8 with qv: refused (d 64 / 64, so q/k/v alone pass)

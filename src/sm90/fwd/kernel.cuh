@@ -48,14 +48,13 @@ __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s)
   fence_barrier_init();
 }
 
-// kPagedKvCopies: a kKvByCpAsync kernel whose producer copies K/V from a paged cache; a kernel of its own,
-// so that the copies from packed or dense rows keep their code and registers.
-template <class Traits, bool kPagedKvCopies = false>
+// kKvSource: where a kKvByCpAsync kernel's producer copies K/V from (kv_cp_async.cuh).
+template <class Traits, KvCopySource kKvSource = KvCopySource::kRows>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                              const __grid_constant__ FwdParams params) {
-  static_assert(!kPagedKvCopies || Traits::kKvByCpAsync, "paged K/V copies: the kernels that copy K/V");
+  static_assert(kKvSource == KvCopySource::kRows || Traits::kKvByCpAsync, "paged K/V copies: the kernels that copy K/V");
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   // Read from lane 0 in every 16-bit forward kernel (+1.5-2% at d 256, level elsewhere: perf-notes v98).
   const int warpgroup = warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>();
@@ -78,7 +77,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warpgroup == 0) {
       warpgroup_release_registers<Traits::kProducerRegisters>();
       if constexpr (Traits::kKvByCpAsync) {
-        run_cp_async_producer<Traits, kPagedKvCopies>(s, maps, params);
+        run_cp_async_producer<Traits, kKvSource>(s, maps, params);
       } else if (threadIdx.x / 32 == 0 && elect_one_lane()) {
         run_producer<Traits>(s, maps, params);
       }

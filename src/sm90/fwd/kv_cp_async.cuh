@@ -4,8 +4,8 @@
 // their shape, the ring depth or the CTAs per SM, and 128 threads of cp.async 4.41-4.49
 // (bench/probes/tma_stream.cu, perf-notes session 21). Q still comes by TMA (one box, or the packed
 // GQA box). K/V come from a packed or dense tensor (load_visit) or, in kernels of their own
-// (kernel.cuh, kPagedKvCopies), from a paged cache (load_paged_visit), whose page ids each warp reads a
-// block ahead of its copies.
+// (kernel.cuh, KvCopySource), from a paged cache (load_paged_visit), whose page ids each warp reads a
+// block ahead of its copies: one a page for pages of 16 keys or more, one a row for pages of 1-8.
 //
 // The copies land in the layout TMA would write (the 128B swizzle of smem_layout.hpp), and each
 // thread's copies of a block count in on the stage's full barrier as they land (128 arrivals). Two
@@ -33,6 +33,12 @@ __host__ __device__ constexpr int cp_async_full_arrivals(bool k_stage) {
   return Traits::kWarpgroupThreads + (k_stage ? 1 : 0);
 }
 
+// Where a kKvByCpAsync kernel's producer copies K/V from, a kernel each (kernel.cuh), so that each keeps
+// its code and registers (the two paged loops in one kernel spilled the producer's 48 registers): packed
+// or dense rows, a paged cache's pages of at least kMinPageSize keys (page ids a page), or its pages of at
+// most kMaxRowPageSize keys (page ids a row).
+enum class KvCopySource { kRows, kPages, kRowPages };
+
 template <class Traits>
 class CpAsyncKvLoader {
   using KTile = typename Traits::KTile;
@@ -45,6 +51,12 @@ class CpAsyncKvLoader {
   static_assert(kRowsPerPass % 8 == 0 && Traits::kBlockN % kRowsPerPass == 0, "rows per pass: whole swizzle atoms");
   // A paged cache: pages of at least 16 keys hold whole passes, and a block's pages fit the lanes of a warp.
   static_assert(16 % kRowsPerPass == 0 && Traits::kBlockN / 16 <= 32, "paged: passes in one page, a lane a page");
+  // Pages smaller than a pass (1, 2, 4 or 8 keys: kMaxRowPageSize) put each of a thread's rows in a page of
+  // its own, so each thread's row needs its own page id (RowPageIds).
+  static constexpr int kPasses = Traits::kBlockN / kRowsPerPass;
+  static constexpr int kRowIdRegisters = (kPasses + kChunksPerRow - 1) / kChunksPerRow;
+  static_assert(32 % kChunksPerRow == 0 && kRowsPerPass % kMaxRowPageSize == 0,
+                "row pages: a row's threads are a segment of a warp, and a page's rows repeat with each pass");
 
  public:
   // One visit's K/V blocks through the ring, highest first: n_end - 1 down to n_begin, or a sharing
@@ -83,21 +95,32 @@ class CpAsyncKvLoader {
   // page a lane, and reads the next block's before it waits for the stages and copies this one: the
   // read lands while the copies issue (only a visit's first block waits for its ids; two or four
   // blocks ahead were level or slower: v159, v159c in perf-notes). K and V of a block share them.
+  // kRowPages: pages of at most kMaxRowPageSize keys (RowPageIds, copy_row_paged_block); else pages of
+  // at least kMinPageSize (block_page_ids, copy_paged_block).
+  template <bool kRowPages>
   __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v,
                                    bool leader) {
     if (v.n_end <= v.n_begin) return;  // no block: its first block's ids would be no page's
     const int* table = p.page_table + v.k_batch * p.page_table_batch_stride;
     const int page_shift = __ffs(p.page_size) - 1;  // the host takes powers of two only
-    int block_pages = block_page_ids(p, table, page_shift, v.keys, v.n_end - 1);
+    const auto ids_of = [&](int n) {
+      if constexpr (kRowPages) return row_page_ids(p, table, page_shift, v.keys, n);
+      else return block_page_ids(p, table, page_shift, v.keys, n);
+    };
+    const auto copy = [&](const KvRowsView& view, std::uint8_t* tile, int n, const auto& ids) {
+      if constexpr (kRowPages) copy_row_paged_block(p, view, tile, n, v.keys, v.kv_head, ids);
+      else copy_paged_block(p, view, tile, n, v.keys, v.kv_head, ids);
+    };
+    auto block_pages = ids_of(v.n_end - 1);
     for (int n = v.n_end - 1; n >= v.n_begin; --n) {
-      const int next_block_pages = n > v.n_begin ? block_page_ids(p, table, page_shift, v.keys, n - 1) : 0;
+      const auto next_block_pages = n > v.n_begin ? ids_of(n - 1) : decltype(block_pages){};
       const int stage = ring_.index();
       mbarrier_wait(&s.k_empty[stage], ring_.phase() ^ 1);
-      copy_paged_block(p, p.k_rows, s.k[stage], n, v.keys, v.kv_head, block_pages);
+      copy(p.k_rows, s.k[stage], n, block_pages);
       cp_async_arrive_when_landed(&s.k_full[stage]);
       if (leader) post_block(s, stage, n, n == v.n_begin);
       mbarrier_wait(&s.v_empty[stage], ring_.phase() ^ 1);
-      copy_paged_block(p, p.v_rows, s.v[stage], n, v.keys, v.kv_head, block_pages);
+      copy(p.v_rows, s.v[stage], n, block_pages);
       cp_async_arrive_when_landed(&s.v_full[stage]);
       ring_.advance();
       block_pages = next_block_pages;
@@ -207,6 +230,48 @@ class CpAsyncKvLoader {
     }
   }
 
+  // The page ids of a block's rows (pages of at most kMaxRowPageSize keys), held by the threads that copy
+  // them: the kChunksPerRow threads of a row are a segment of a warp, and the thread of chunk c holds in
+  // id[r] the id of the segment's row in pass r * kChunksPerRow + c. A copy then takes its id by a
+  // shuffle within the segment whose source lane and width are immediates: lanes computed per pass
+  // took registers that spilled the producer's 40 (d 128).
+  struct RowPageIds {
+    int id[kRowIdRegisters];
+  };
+
+  // Block n's RowPageIds (0 for rows at or past the sequence's keys: table entries past the keys in use
+  // may be garbage, and their rows are never read).
+  __device__ static RowPageIds row_page_ids(const FwdParams& p, const int* table, int page_shift, int keys, int n) {
+    const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
+    RowPageIds ids;
+#pragma unroll
+    for (int r = 0; r < kRowIdRegisters; ++r) {
+      const int pass = r * kChunksPerRow + chunk;
+      const int key = n * Traits::kBlockN + first_row + pass * kRowsPerPass;
+      ids.id[r] = pass < kPasses && key < keys ? __ldg(table + (key >> page_shift) * p.page_table_page_stride) : 0;
+    }
+    return ids;
+  }
+
+  // Block n's rows of one head into a swizzled tile from pages of at most kMaxRowPageSize keys (ids:
+  // row_page_ids of n); rows at or past the sequence's keys and columns past the head dim as zeros. A page
+  // size divides kRowsPerPass and kBlockN, so a thread's rows all sit at its first row's place in a page.
+  __device__ void copy_row_paged_block(const FwdParams& p, const KvRowsView& view, std::uint8_t* tile, int n, int keys,
+                                       int head, const RowPageIds& ids) const {
+    const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
+    const int row_limit = (chunk * 16 < view.row_bytes ? keys : 0) - n * Traits::kBlockN - first_row;
+    const std::uint8_t* src =
+        view.data + head * view.head_stride + chunk * 16 + (first_row & (p.page_size - 1)) * view.row_stride;
+    const std::uint32_t dst = chunk_address(tile, chunk, first_row);
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const std::uint32_t id =
+          __shfl_sync(0xffffffffu, ids.id[pass / kChunksPerRow], pass % kChunksPerRow, kChunksPerRow);
+      cp_async_16_or_zero(dst + pass * kRowsPerPass * kSwizzleBytes, src + id * view.batch_stride,
+                          pass * kRowsPerPass < row_limit);
+    }
+  }
+
   // Where chunk `chunk` (16 bytes) of row `row` lands in a tile: in column block chunk / 8, at 16-byte
   // slot chunk % 8 of the row's 128 bytes, XORed with row % 8 (the 128B swizzle).
   __device__ static std::uint32_t chunk_address(const std::uint8_t* tile, int chunk, int row) {
@@ -220,13 +285,13 @@ class CpAsyncKvLoader {
 
 // The producer warpgroup of a kKvByCpAsync kernel, every thread: its leader claims, decodes and
 // publishes each visit with its Q tile (TileLoader) and hands it, decoded, to the others through
-// shared memory, and all of them copy the visit's K/V blocks, from a paged cache where kPaged.
+// shared memory, and all of them copy the visit's K/V blocks from kSource.
 //
 // Decoded once: a decode is dependent integer arithmetic on one thread, ~0.6 us at a CTA's start; with
 // the leader's two and the others' one, the first K block's copies went out 3.7 us after the CTA's entry
 // at 1 x 32/8 x 64k (H100, session 58). (Publishing after the hand-off, so that the copies start before
 // Q's issue, keeps the leader's decoded visit live across the barrier: the paged kernels spill.)
-template <class Traits, bool kPaged>
+template <class Traits, KvCopySource kSource>
 __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p) {
   const bool leader = threadIdx.x % Traits::kWarpgroupThreads == 0;
   TileLoader<Traits> publisher(s, maps);
@@ -256,8 +321,8 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
     named_barrier_sync(Traits::kProducerBarrier, Traits::kWarpgroupThreads);
     const HandedVisit visit = s.producer_visit[slot];
     if (visit.id == kNoVisitLeft) return;
-    if constexpr (kPaged) loader.load_paged_visit(s, p, visit.kv, leader);
-    else loader.load_visit(s, p, visit, leader);
+    if constexpr (kSource == KvCopySource::kRows) loader.load_visit(s, p, visit, leader);
+    else loader.template load_paged_visit<kSource == KvCopySource::kRowPages>(s, p, visit.kv, leader);
   }
 }
 

@@ -142,7 +142,9 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: " + why);
   auto kernel = attention_forward_kernel<Traits>;
   if constexpr (Traits::kKvByCpAsync) {
-    if (pr.paged) kernel = attention_forward_kernel<Traits, /*kPagedKvCopies=*/true>;
+    if (pr.paged)
+      kernel = pr.page_size <= kMaxRowPageSize ? attention_forward_kernel<Traits, KvCopySource::kRowPages>
+                                               : attention_forward_kernel<Traits, KvCopySource::kPages>;
   }
   const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);

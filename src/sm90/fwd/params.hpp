@@ -111,8 +111,11 @@ struct FwdParams {
   KvRowsView v_rows;
 };
 
-// The smallest page a paged cache may have (page sizes are powers of two from it: forward.cu).
+// Page sizes of a paged cache (powers of two: forward.cu): from kMinPageSize where K/V come by TMA (a
+// box of whole pages starts a swizzle atom); the K/V copy kernels also take pages of at most
+// kMaxRowPageSize keys, copied row by row (kv_cp_async.cuh, copy_row_paged_block).
 constexpr int kMinPageSize = 16;
+constexpr int kMaxRowPageSize = 8;
 
 // Rows of one TMA box of a paged cache's K/V block: a whole page, or the whole block where pages are
 // longer. load_paged_chunks loads a block in boxes of this many rows, and the launches make their

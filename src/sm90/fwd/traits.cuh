@@ -23,8 +23,8 @@ namespace hopattn::sm90 {
 // sequence's lengths and first rows (sequence.cuh); its own instantiation, so that the dense kernels
 // keep their code.
 // kKvByCpAsync_: the variable-length kernels' variant whose producer warpgroup copies K and V with
-// cp.async (fwd/kv_cp_async.cuh; head dims up to 128; a paged cache in its own kernel,
-// attention_forward_kernel's kPagedKvCopies).
+// cp.async (fwd/kv_cp_async.cuh; head dims up to 128; a paged cache in kernels of its own,
+// attention_forward_kernel's kKvSource).
 // kChunksAndSequsedQ_: the variable-length kernels' variant that takes attention_chunk (its arithmetic:
 // fwd/attention_chunk.hpp) and seqused_q (fwd/sequence.cuh), which calls with either take, dense
 // batches too. Its own instantiation: as runtime tests in every kernel, they cost calls with neither
