@@ -25,6 +25,7 @@ using test::int_array;
 using test::prefix_sums;
 
 constexpr int kBlockM = 128;
+constexpr int kCopyProducerThreads = 128;  // the K/V copy kernels' producer warpgroup
 
 TEST(VarlenParams, PackedOutputsAreAddressedByRowAndTheArraysReachTheKernel) {
   const std::uint64_t seed = std::random_device{}();
@@ -265,25 +266,37 @@ TEST(KeyBlockChoice, KeysPerTileBoundsTheKeysATileSees) {
 // cache of any page size (its table's capacity counting as its keys), or from rows of any size at head
 // dims up to 64, and every launch from pages of at most 4 KB a tensor, unless kv_loads says otherwise;
 // never at head dims above 128.
-TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
-  // page_size 0: a dense k and v of seqlen_k keys; else a paged cache of seqlen_k / page_size pages,
-  // all in one sequence's table row.
-  const auto takes = [](int seqlen_q, int seqlen_k, int heads_q, int d, KernelOptions::KvLoads loads,
-                        int page_size = 0) {
-    constexpr int kHeadsKv = 8;
-    const int pages = page_size > 0 ? seqlen_k / page_size : 1, rows = page_size > 0 ? page_size : seqlen_k;
-    HostTensor q(Dtype::kBFloat16, {1, seqlen_q, heads_q, d}), out(Dtype::kBFloat16, {1, seqlen_q, heads_q, d});
-    HostTensor k(Dtype::kBFloat16, {pages, rows, kHeadsKv, d}), v(Dtype::kBFloat16, {pages, rows, kHeadsKv, d});
-    HostTensor table(Dtype::kInt32, {1, pages});
-    FwdArgs a;
-    a.q = q.tensor(), a.k = k.tensor(), a.v = v.tensor(), a.out = out.tensor();
-    if (page_size > 0) a.page_table = table.tensor();
-    a.options.kv_loads = loads;
-    detail::Problem pr;
-    const Status st = detail::validate_forward(a, &pr);
+// One validated bf16 call of one sequence, seqlen_q rows and heads_q heads over 8 K/V heads: k and v
+// dense (seqlen_k keys) where page_size is 0, else a paged cache of seqlen_k / page_size pages, all in
+// the sequence's table row.
+struct OneSequenceCall {
+  static constexpr int kHeadsKv = 8;
+  HostTensor q, out, k, v, table;
+  FwdArgs args;
+  detail::Problem pr;
+
+  OneSequenceCall(int seqlen_q, int seqlen_k, int heads_q, int d, KernelOptions::KvLoads loads, int page_size)
+      : q(Dtype::kBFloat16, {1, seqlen_q, heads_q, d}),
+        out(Dtype::kBFloat16, {1, seqlen_q, heads_q, d}),
+        k(Dtype::kBFloat16, {pages(seqlen_k, page_size), rows(seqlen_k, page_size), kHeadsKv, d}),
+        v(Dtype::kBFloat16, {pages(seqlen_k, page_size), rows(seqlen_k, page_size), kHeadsKv, d}),
+        table(Dtype::kInt32, {1, pages(seqlen_k, page_size)}) {
+    args.q = q.tensor(), args.k = k.tensor(), args.v = v.tensor(), args.out = out.tensor();
+    if (page_size > 0) args.page_table = table.tensor();
+    args.options.kv_loads = loads;
+    const Status st = detail::validate_forward(args, &pr);
     EXPECT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(pr.paged, page_size > 0);
-    return takes_kv_copy_kernel(a, pr, kBlockM);
+  }
+  static int pages(int seqlen_k, int page_size) { return page_size > 0 ? seqlen_k / page_size : 1; }
+  static int rows(int seqlen_k, int page_size) { return page_size > 0 ? page_size : seqlen_k; }
+};
+
+TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
+  const auto takes = [](int seqlen_q, int seqlen_k, int heads_q, int d, KernelOptions::KvLoads loads,
+                        int page_size = 0) {
+    const OneSequenceCall call(seqlen_q, seqlen_k, heads_q, d, loads, page_size);
+    return takes_kv_copy_kernel(call.args, call.pr, kBlockM);
   };
   using Loads = KernelOptions::KvLoads;
   // 1 x 16384 keys x 8 heads x d 128 x 2 bytes, K and V: 64 MiB.
@@ -339,6 +352,28 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
     SCOPED_TRACE("sq " + std::to_string(c.seqlen_q) + " sk " + std::to_string(c.seqlen_k) + " hq " +
                  std::to_string(c.heads_q) + " d " + std::to_string(c.d) + " page " + std::to_string(c.page_size));
     EXPECT_EQ(takes(c.seqlen_q, c.seqlen_k, c.heads_q, c.d, c.loads, c.page_size), c.copies);
+  }
+}
+
+// Which paged copy launches take a page id a row (takes_row_page_copies): pages of 1-8 keys always, and
+// pages of one pass of rows (16 keys at d 64, whose 128 copy threads copy 16 rows a pass; 8 at d 128) in
+// launches that are not decoding steps (more than 64 query rows a tile, GQA heads packed).
+TEST(VarlenParams, RowPageCopies) {
+  struct Case {
+    int seqlen_q, heads_q, d, page_size;
+    bool row_pages;
+  };
+  const Case cases[] = {
+      {1, 32, 64, 1, true},      {1, 32, 128, 8, true},    {2048, 8, 128, 4, true},
+      {2048, 8, 64, 16, true},   {17, 32, 64, 16, true},   {16, 32, 64, 16, false},  // 16 x 4 packed rows
+      {1, 32, 64, 16, false},    {2048, 8, 128, 16, false}, {2048, 8, 64, 32, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("sq " + std::to_string(c.seqlen_q) + " hq " + std::to_string(c.heads_q) + " d " +
+                 std::to_string(c.d) + " page " + std::to_string(c.page_size));
+    const OneSequenceCall call(c.seqlen_q, 4096, c.heads_q, c.d, KernelOptions::KvLoads::kCopyThreads, c.page_size);
+    const int rows_per_pass = kCopyProducerThreads / (c.d * 2 / 16);
+    EXPECT_EQ(takes_row_page_copies(call.args, call.pr, kBlockM, rows_per_pass), c.row_pages);
   }
 }
 

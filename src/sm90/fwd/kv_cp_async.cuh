@@ -36,7 +36,7 @@ __host__ __device__ constexpr int cp_async_full_arrivals(bool k_stage) {
 // Where a kKvByCpAsync kernel's producer copies K/V from, a kernel each (kernel.cuh), so that each keeps
 // its code and registers (the two paged loops in one kernel spilled the producer's 48 registers): packed
 // or dense rows, a paged cache's pages of at least kMinPageSize keys (page ids a page), or its pages of at
-// most kMaxRowPageSize keys (page ids a row).
+// most a pass's rows (page ids a row: takes_row_page_copies).
 enum class KvCopySource { kRows, kPages, kRowPages };
 
 template <class Traits>
@@ -44,15 +44,20 @@ class CpAsyncKvLoader {
   using KTile = typename Traits::KTile;
   static constexpr int kThreads = Traits::kWarpgroupThreads;
   static constexpr int kChunksPerRow = Traits::kHeadDim * Traits::kElementBytes / 16;
+
+ public:
   // Thread t copies chunk t % kChunksPerRow of rows t / kChunksPerRow + i * kRowsPerPass: a warp reads
   // whole key rows (256 bytes at d 128), and a thread's rows share row % 8, so its chunk's swizzled
-  // place in a row is the same for all of them.
+  // place in a row is the same for all of them. Pages of at most kRowsPerPass keys may take the row
+  // copies (takes_row_page_copies, params_builder.hpp).
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+
+ private:
   static_assert(kRowsPerPass % 8 == 0 && Traits::kBlockN % kRowsPerPass == 0, "rows per pass: whole swizzle atoms");
   // A paged cache: pages of at least 16 keys hold whole passes, and a block's pages fit the lanes of a warp.
   static_assert(16 % kRowsPerPass == 0 && Traits::kBlockN / 16 <= 32, "paged: passes in one page, a lane a page");
-  // Pages smaller than a pass (1, 2, 4 or 8 keys: kMaxRowPageSize) put each of a thread's rows in a page of
-  // its own, so each thread's row needs its own page id (RowPageIds).
+  // Pages of at most a pass (1-8 keys, kMaxRowPageSize, and d 64's 16 in prefill) put each of a thread's
+  // rows in a page of its own, so each needs its own page id (RowPageIds).
   static constexpr int kPasses = Traits::kBlockN / kRowsPerPass;
   static constexpr int kRowIdRegisters = (kPasses + kChunksPerRow - 1) / kChunksPerRow;
   static_assert(32 % kChunksPerRow == 0 && kRowsPerPass % kMaxRowPageSize == 0,
@@ -95,8 +100,8 @@ class CpAsyncKvLoader {
   // page a lane, and reads the next block's before it waits for the stages and copies this one: the
   // read lands while the copies issue (only a visit's first block waits for its ids; two or four
   // blocks ahead were level or slower: v159, v159c in perf-notes). K and V of a block share them.
-  // kRowPages: pages of at most kMaxRowPageSize keys (RowPageIds, copy_row_paged_block); else pages of
-  // at least kMinPageSize (block_page_ids, copy_paged_block).
+  // kRowPages: pages of at most kRowsPerPass keys (RowPageIds, copy_row_paged_block); else pages of at
+  // least kMinPageSize (block_page_ids, copy_paged_block).
   template <bool kRowPages>
   __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v,
                                    bool leader) {
@@ -230,7 +235,7 @@ class CpAsyncKvLoader {
     }
   }
 
-  // The page ids of a block's rows (pages of at most kMaxRowPageSize keys), held by the threads that copy
+  // The page ids of a block's rows (pages of at most kRowsPerPass keys), held by the threads that copy
   // them: the kChunksPerRow threads of a row are a segment of a warp, and the thread of chunk c holds in
   // id[r] the id of the segment's row in pass r * kChunksPerRow + c. A copy then takes its id by a
   // shuffle within the segment whose source lane and width are immediates: lanes computed per pass
@@ -253,7 +258,7 @@ class CpAsyncKvLoader {
     return ids;
   }
 
-  // Block n's rows of one head into a swizzled tile from pages of at most kMaxRowPageSize keys (ids:
+  // Block n's rows of one head into a swizzled tile from pages of at most kRowsPerPass keys (ids:
   // row_page_ids of n); rows at or past the sequence's keys and columns past the head dim as zeros. A page
   // size divides kRowsPerPass and kBlockN, so a thread's rows all sit at its first row's place in a page.
   __device__ void copy_row_paged_block(const FwdParams& p, const KvRowsView& view, std::uint8_t* tile, int n, int keys,

@@ -143,8 +143,9 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
   auto kernel = attention_forward_kernel<Traits>;
   if constexpr (Traits::kKvByCpAsync) {
     if (pr.paged)
-      kernel = pr.page_size <= kMaxRowPageSize ? attention_forward_kernel<Traits, KvCopySource::kRowPages>
-                                               : attention_forward_kernel<Traits, KvCopySource::kPages>;
+      kernel = takes_row_page_copies(args, pr, Traits::kBlockM, CpAsyncKvLoader<Traits>::kRowsPerPass)
+                   ? attention_forward_kernel<Traits, KvCopySource::kRowPages>
+                   : attention_forward_kernel<Traits, KvCopySource::kPages>;
   }
   const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);

@@ -127,6 +127,17 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
          ((head_dim <= kAlwaysCopiedDecodingHeadDim && !pr.paged) || kv_bytes >= 64.0 * (1 << 20));
 }
 
+// Whether a paged launch of the K/V copy kernels takes a page id a row (KvCopySource::kRowPages,
+// kv_cp_async.cuh) rather than a page id a page. Pages of 1-8 keys always: only those copies take them.
+// Pages of exactly one pass of rows (rows_per_pass: d 64's pages of 16) in launches that are not decoding
+// steps: there the whole-page loop, rolled at one pass a page, ran prefill 6% slower than the row copies,
+// while decoding steps ran 3% faster with it (H100, perf-notes v162-v163).
+inline bool takes_row_page_copies(const FwdArgs& args, const detail::Problem& pr, int block_m, int rows_per_pass) {
+  if (pr.page_size <= kMaxRowPageSize) return true;
+  const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
+  return pr.page_size == rows_per_pass && !is_decoding_step(pr.seqlen_q, rows_per_query, block_m);
+}
+
 // A (batch, rows, heads, d), packed (rows, heads, d) or paged (num_pages, page_size, heads, d) k or v as
 // the cp.async loads read it; a paged cache's "batch entries" are its pages.
 inline KvRowsView kv_rows_view(const Tensor& t) {
