@@ -130,8 +130,9 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
 // Whether a paged launch of the K/V copy kernels takes a page id a row (KvCopySource::kRowPages,
 // kv_cp_async.cuh) rather than a page id a page. Pages of 1-8 keys always: only those copies take them.
 // Pages of exactly one pass of rows (rows_per_pass: d 64's pages of 16) in launches that are not decoding
-// steps: there the whole-page loop, rolled at one pass a page, ran prefill 6% slower than the row copies,
-// while decoding steps ran 3% faster with it (H100, perf-notes v162-v163).
+// steps: there the whole-page loop, rolled at one pass a page, ran prefill 7-9% slower than the row
+// copies (fewer instructions a copy leave the compute-bound consumers more issue slots), while decoding
+// steps ran 3% faster with it (H100, perf-notes v162-v163).
 inline bool takes_row_page_copies(const FwdArgs& args, const detail::Problem& pr, int block_m, int rows_per_pass) {
   if (pr.page_size <= kMaxRowPageSize) return true;
   const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
