@@ -255,9 +255,9 @@ std::vector<Shape> fp8_grid() {
 // and 1k-64k keys (28/4 from 4k), skipping caches over kMaxDecodeKvBytes. Then, at batch 8 x 16k keys of
 // 32/8: head dim 64 (also at 1 x 64k), 4 query rows causal (speculative decoding: bottom-right
 // aligned, each draft token sees the keys before it), 1 row with causal set (the same math; callers
-// of flash-attention pass it), a paged cache of 256-key pages and one of 16-key pages (vLLM's default;
-// both also at 32 x 4k, 16 also at d 64), and a cache with room for 32k keys of which 16k are used
-// (seqused_k).
+// of flash-attention pass it), a paged cache of 256-key pages, one of 16-key pages (vLLM's default) and
+// one of 1-key pages (SGLang's; all three also at 32 x 4k, 16 and 1 also at d 64), and a cache with room
+// for 32k keys of which 16k are used (seqused_k).
 constexpr double kMaxDecodeKvBytes = 16.0 * (1 << 30);
 
 std::vector<Shape> decode_grid() {
@@ -317,6 +317,7 @@ std::vector<Shape> decode_grid() {
   };
   add_paged(256, false);
   add_paged(16, true);
+  add_paged(1, true);
   return shapes;
 }
 

@@ -203,11 +203,15 @@ TEST(BenchDecodeGrid, HasPagedAndSequsedRows) {
   const auto small_pages = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
     return s.page_size == 16 && s.variant == "paged_16";
   });
+  const auto token_pages = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
+    return s.page_size == 1 && s.variant == "paged_1";
+  });
   const auto cached = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
     return s.cache_seqlen_k > s.seqlen_k && s.variant == "seqused_k";
   });
   EXPECT_GE(paged, 1);
   EXPECT_GE(small_pages, 1);
+  EXPECT_GE(token_pages, 1);
   EXPECT_GE(cached, 1);
 }
 
