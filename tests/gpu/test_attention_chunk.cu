@@ -98,6 +98,13 @@ TEST_F(AttentionChunk, PagedForwardMatchesReference) {
     c.len_q = {300, 300, 300, 300}, c.len_k = {900, 300, 1200, 333}, c.page_size = 256;
     why = run_paged_case(c, splitmix64(seed + index++));
     EXPECT_TRUE(why.empty()) << c.describe() << "\n" << why;
+    // The row-page copies: pages of 1 key, and d 64's pages of 16 in a launch that is not a decoding step.
+    c.head_dim = 64;
+    for (const int page_size : {1, 16}) {
+      c.page_size = page_size;
+      why = run_paged_case(c, splitmix64(seed + index++));
+      EXPECT_TRUE(why.empty()) << c.describe() << "\n" << why;
+    }
   }
 }
 
