@@ -707,8 +707,9 @@ TEST_F(QvUnsupported, EachRefusedArgumentIsNamed) {
     std::vector<std::int32_t> ids(pages);
     for (int i = 0; i < pages; ++i) ids[i] = i;
     DeviceBuffer table = upload(ids);
-    call.args.k = make_tensor(call.k.data(), kBf16, {pages, page_size, SmallQvCall::kHeadsKv, kD}, DeviceType::kCuda);
-    call.args.v = make_tensor(call.v.data(), kBf16, {pages, page_size, SmallQvCall::kHeadsKv, kDv}, DeviceType::kCuda);
+    const int heads_kv = SmallQvCall::kHeadsKv;
+    call.args.k = make_tensor(call.k.data(), kBf16, {pages, page_size, heads_kv, kD}, DeviceType::kCuda);
+    call.args.v = make_tensor(call.v.data(), kBf16, {pages, page_size, heads_kv, kDv}, DeviceType::kCuda);
     call.args.page_table = make_tensor(table.data(), Dtype::kInt32, {1, pages}, DeviceType::kCuda);
     EXPECT_EQ(refusal_problem(call, {"qv", "page_size " + std::to_string(page_size)}), "") << "page_size " << page_size;
   }

@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                              const __grid_constant__ FwdParams params) {
-  static_assert(kKvSource == KvCopySource::kRows || Traits::kKvByCpAsync, "paged K/V copies: the kernels that copy K/V");
+  static_assert(kKvSource == KvCopySource::kRows || Traits::kKvByCpAsync,
+                "paged K/V copies: the kernels that copy K/V");
   typename Traits::SharedStorage& s = shared_storage<Traits>();
   // Read from lane 0 in every 16-bit forward kernel (+1.5-2% at d 256, level elsewhere: perf-notes v98).
   const int warpgroup = warpgroup_of_thread<Traits::kWarpgroupThreads, /*kWarpUniform=*/true>();

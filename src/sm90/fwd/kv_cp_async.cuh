@@ -5,7 +5,8 @@
 // (bench/probes/tma_stream.cu, perf-notes session 21). Q still comes by TMA (one box, or the packed
 // GQA box). K/V come from a packed or dense tensor (load_visit) or, in kernels of their own
 // (kernel.cuh, KvCopySource), from a paged cache (load_paged_visit), whose page ids each warp reads a
-// block ahead of its copies: one a page for pages of 16 keys or more, one a row for pages of 1-8.
+// block ahead of its copies: one a page for pages of 16 keys or more, one a row for pages of at most a
+// pass's rows (1-8 keys, and d 64's 16 outside decoding steps).
 //
 // The copies land in the layout TMA would write (the 128B swizzle of smem_layout.hpp), and each
 // thread's copies of a block count in on the stage's full barrier as they land (128 arrivals). Two
