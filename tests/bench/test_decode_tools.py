@@ -56,7 +56,7 @@ class DecodeTools(unittest.TestCase):
             kv = 2 * r["batch"] * r["heads_kv"] * r["seqlen_k"] * r["hdim"] * 2
             q = r["batch"] * r["heads_q"] * r["seqlen_q"] * r["hdim"] * 2
             self.assertEqual(r["bytes"], kv + 2 * q)
-        self.assertEqual({r["variant"] for r in rows}, {"default", "paged_256", "paged_16", "seqused_k"})
+        self.assertEqual({r["variant"] for r in rows}, {"default", "paged_256", "paged_16", "paged_1", "seqused_k"})
 
     def test_dry_run_plans_every_row_without_torch(self):
         # A torch that cannot be imported: the dry run must not reach for it.
