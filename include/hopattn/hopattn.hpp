@@ -173,7 +173,10 @@ struct FwdArgs {
   // last rounds' tiles, or every tile when there are fewer tiles than SMs; variable lengths: when
   // there are at most half as many tiles as SMs), 1 = never, n >= 2 = every tile in n pieces (at most a
   // key block a piece and 1024 pieces in all: where tiles x n passes that, floor(1024 / tiles) pieces a
-  // tile, and no split where that is under 2). Results match either way, to rounding.
+  // tile, and no split where that is under 2). Results match either way, to rounding. Split tiles of the
+  // kernels that copy K/V from rows (KernelOptions::kv_loads; decoding steps) share their keys among
+  // their pieces as the pieces stream, so those results vary run to run at rounding level (1 keeps
+  // such tiles whole).
   int num_splits = 0;
 
   // FP8 e4m3 inputs: float32 descale factors of shape (batch, heads_kv); out is bf16.

@@ -19,8 +19,8 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported,
                 what + " is not supported by the sm_90a forward kernel yet; it supports bf16/fp16 q/k/v, "
                        "dense or variable-length (cu_seqlens_q, cu_seqlens_k, seqused_k, seqused_q) or with a paged KV "
-                       "cache (page_size a power of two: from 16, or 1-8 where K/V are copied), and FP8 e4m3 q/k/v "
-                       "likewise, "
+                       "cache (any page_size where K/V are copied, else a power of two from 16), and FP8 e4m3 "
+                       "q/k/v likewise, "
                        "with head dims up to 256 (bf16/fp16: multiples of 8; FP8: multiples of 16), causal or not, "
                        "sliding window, "
                        "attention_chunk, softcap, GQA/MQA, softmax_scale and LSE, and qv (DeepSeek's MLA) "
@@ -28,16 +28,13 @@ Status unsupported(const std::string& what) {
                        "tensors)");
 }
 
-bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
-
-// TMA loads each K/V block of a paged cache in boxes of whole pages, or whole blocks within a page, each
-// starting on a swizzle atom (8 rows): a power of two from 16 is both for every shipped block width.
-bool tma_page_size_supported(int page_size) { return page_size >= kMinPageSize && is_power_of_two(page_size); }
-
-// Pages of 1-8 keys (SGLang's token-granular cache takes 1): the K/V copy kernels copy them row by row
-// (kv_cp_async.cuh), bf16/fp16 at head dims up to 128, where KernelOptions::kv_loads is not kTma (their
-// launch then takes the copies: takes_kv_copy_kernel).
-std::string small_page_refusal(const FwdArgs& args, const detail::Problem& pr) {
+// Page sizes TMA cannot load (tma_takes_page_size: TMA loads each K/V block of a paged cache in boxes of
+// whole pages, or whole blocks within a page, each starting on a swizzle atom of 8 rows): 1-8 keys
+// (SGLang's token-granular cache takes 1) and sizes that are no power of two (vLLM's hybrid models pick
+// multiples of 16 such as 528). The K/V copy kernels copy them row by row (kv_cp_async.cuh), bf16/fp16 at
+// head dims up to 128, where KernelOptions::kv_loads is not kTma (their launch then takes the copies:
+// takes_kv_copy_kernel); "" where they are taken, else what refuses them.
+std::string copied_page_refusal(const FwdArgs& args, const detail::Problem& pr) {
   if (pr.in_dtype == Dtype::kFloat8E4M3) return "FP8 e4m3 q/k/v";
   if (detail::widest_head_dim(pr) > 128) return "head dim " + std::to_string(detail::widest_head_dim(pr));
   if (args.options.kv_loads == KernelOptions::KvLoads::kTma) return "KernelOptions::kv_loads = kTma";
@@ -73,7 +70,7 @@ Status forward_qv(const FwdArgs& args, const detail::Problem& pr) {
     return refuse("KernelOptions::pack_gqa = kOff (the MLA kernel always packs a K/V head's query heads)");
   if (o.kv_loads == KernelOptions::KvLoads::kCopyThreads)
     return refuse("KernelOptions::kv_loads = kCopyThreads (the MLA kernel loads K/V by TMA)");
-  if (pr.paged && !tma_page_size_supported(pr.page_size))
+  if (pr.paged && !tma_takes_page_size(pr.page_size))
     return refuse("page_size " + std::to_string(pr.page_size) + " (k.shape[1]; powers of two from 16 are taken)");
   if (!(pr.softmax_scale > 0.0f)) return refuse("softmax_scale <= 0");
   switch (pr.in_dtype) {
@@ -178,16 +175,12 @@ Status forward(const FwdArgs& args, const detail::Problem& pr) {
     return unsupported(
         "KernelOptions::kv_loads = kCopyThreads here (K/V copies exist in the bf16/fp16 "
         "variable-length, chunked, paged and decoding kernels at head dims up to 128)");
-  if (pr.paged && !tma_page_size_supported(pr.page_size)) {
-    const std::string page_sizes =
-        " (k.shape[1]); the sm_90a kernel takes page sizes that are powers of two: from 16 (16, 32, 64, ...) "
-        "everywhere, and 1, 2, 4 or 8 with bf16/fp16 q/k/v at head dims up to 128 where K/V are copied "
-        "(KernelOptions::kv_loads kAuto or kCopyThreads)";
-    if (!is_power_of_two(pr.page_size) || pr.page_size > kMaxRowPageSize)
-      return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) + page_sizes);
-    if (const std::string why = small_page_refusal(args, pr); !why.empty())
+  if (pr.paged && !tma_takes_page_size(pr.page_size)) {
+    if (const std::string why = copied_page_refusal(args, pr); !why.empty())
       return unsupported("a paged KV cache with page_size " + std::to_string(pr.page_size) + " and " + why +
-                         page_sizes);
+                         " (k.shape[1]); the sm_90a kernel takes any page size with bf16/fp16 q/k/v at head dims "
+                         "up to 128 where K/V are copied (KernelOptions::kv_loads kAuto or kCopyThreads), and "
+                         "powers of two from 16 (16, 32, 64, ...) everywhere");
   }
   // The kernels track the running max of raw scores, which orders logits only for a positive scale.
   if (!(pr.softmax_scale > 0.0f)) return unsupported("softmax_scale <= 0");

@@ -355,25 +355,32 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   }
 }
 
-// Which paged copy launches take a page id a row (takes_row_page_copies): pages of 1-8 keys always, and
-// pages of one pass of rows (16 keys at d 64, whose 128 copy threads copy 16 rows a pass; 8 at d 128) in
-// launches that are not decoding steps (more than 64 query rows a tile, GQA heads packed).
-TEST(VarlenParams, RowPageCopies) {
+// How paged copy launches copy (paged_kv_copy_source): page sizes that are no power of two by kAnyPages,
+// pages of 1-8 keys by kRowPages, and so pages of one pass of rows (16 keys at d 64, whose 128 copy threads
+// copy 16 rows a pass; 8 at d 128) in launches that are not decoding steps (more than 64 query rows a
+// tile, GQA heads packed); the rest by kPages. Page sizes TMA cannot load take the copies under kAuto.
+TEST(VarlenParams, PagedCopySources) {
+  using Source = KvCopySource;
   struct Case {
     int seqlen_q, heads_q, d, page_size;
-    bool row_pages;
+    Source source;
   };
   const Case cases[] = {
-      {1, 32, 64, 1, true},      {1, 32, 128, 8, true},    {2048, 8, 128, 4, true},
-      {2048, 8, 64, 16, true},   {17, 32, 64, 16, true},   {16, 32, 64, 16, false},  // 16 x 4 packed rows
-      {1, 32, 64, 16, false},    {2048, 8, 128, 16, false}, {2048, 8, 64, 32, false},
+      {1, 32, 64, 1, Source::kRowPages},     {1, 32, 128, 8, Source::kRowPages},
+      {2048, 8, 128, 4, Source::kRowPages},  {2048, 8, 64, 16, Source::kRowPages},
+      {17, 32, 64, 16, Source::kRowPages},   {16, 32, 64, 16, Source::kPages},  // 16 x 4 packed rows
+      {1, 32, 64, 16, Source::kPages},       {2048, 8, 128, 16, Source::kPages},
+      {2048, 8, 64, 32, Source::kPages},     {1, 32, 64, 24, Source::kAnyPages},
+      {2048, 8, 128, 3, Source::kAnyPages},  {1, 32, 128, 1024 + 512, Source::kAnyPages},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("sq " + std::to_string(c.seqlen_q) + " hq " + std::to_string(c.heads_q) + " d " +
                  std::to_string(c.d) + " page " + std::to_string(c.page_size));
-    const OneSequenceCall call(c.seqlen_q, 4096, c.heads_q, c.d, KernelOptions::KvLoads::kCopyThreads, c.page_size);
+    const int keys = (4096 + c.page_size - 1) / c.page_size * c.page_size;
+    const OneSequenceCall call(c.seqlen_q, keys, c.heads_q, c.d, KernelOptions::KvLoads::kAuto, c.page_size);
     const int rows_per_pass = kCopyProducerThreads / (c.d * 2 / 16);
-    EXPECT_EQ(takes_row_page_copies(call.args, call.pr, kBlockM, rows_per_pass), c.row_pages);
+    EXPECT_EQ(paged_kv_copy_source(call.args, call.pr, kBlockM, rows_per_pass), c.source);
+    if (!tma_takes_page_size(c.page_size)) EXPECT_TRUE(takes_kv_copy_kernel(call.args, call.pr, kBlockM));
   }
 }
 

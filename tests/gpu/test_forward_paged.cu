@@ -10,9 +10,9 @@
 // problem of its own lengths (masks bottom-right aligned with its key count): its keys are gathered
 // into contiguous buffers and the float32 GPU reference runs on batch-1 views, judged by the rule of
 // the dense tests (forward_case.cu), with outputs poisoned with NaN and bracketed by poisoned guards
-// (the helpers and checks of sequence_checks.cuh, shared with test_forward_varlen.cu). Page sizes are
-// powers of two: from 16 in every kernel, 1-8 (a page id a row) where K/V are copied (bf16/fp16, head dims
-// up to 128); other page sizes and the warp_specialized = false ablation are refused with kUnsupported. FP8
+// (the helpers and checks of sequence_checks.cuh, shared with test_forward_varlen.cu). Page sizes: powers
+// of two from 16 in every kernel, any other (a page id a row) where K/V are copied (bf16/fp16, head dims
+// up to 128); other combinations and the warp_specialized = false ablation are refused with kUnsupported. FP8
 // paged caches are tested in test_fp8_forward_varlen.cu (against the FP8 oracle, fp8_oracle.cuh).
 #include <algorithm>
 #include <cmath>
@@ -31,12 +31,12 @@ namespace hopattn::test {
 namespace {
 
 constexpr int kPageSizes[] = {16, 32, 64, 128, 256};  // what every sm_90a paged kernel takes (and larger powers)
-// Pages of 1-8 keys (a token-granular cache: SGLang's page_size 1): the kernels that copy K/V take them,
-// bf16/fp16 at head dims up to 128, and every launch from them takes those kernels.
-constexpr int kRowPageSizes[] = {1, 2, 4, 8};
 const std::vector<int> kAllPageSizes(std::begin(kPageSizes), std::end(kPageSizes));
 const std::vector<int> kAllHeadDims(std::begin(kNativeHeadDims), std::end(kNativeHeadDims));
-const std::vector<int> kSmallPageSizes(std::begin(kRowPageSizes), std::end(kRowPageSizes));
+// Page sizes only the kernels that copy K/V take (bf16/fp16 at head dims up to 128; every launch from
+// them takes those kernels), a page id a row: 1-8 keys (a token-granular cache: SGLang's page_size 1) and
+// sizes that are no power of two (3; 24 and 80, multiples of 8 and 16 as vLLM's hybrid models pick).
+const std::vector<int> kRowPageSizes = {1, 2, 4, 8, 3, 24, 80};
 const std::vector<int> kCopiedHeadDims = {64, 128};
 
 std::string suffix(const PagedCase& c) {
@@ -247,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardPagedNonFiniteTail,
 INSTANTIATE_TEST_SUITE_P(DecodeKvCopies, ForwardPagedNonFiniteTail, ::testing::ValuesIn(with_kv_copies(decode_cases())),
                          CaseName());
 
-// Pages of 1-8 keys (kRowPageSizes: a page id a row), at head dims 64 and 128 where the copy kernels are:
+// Pages of kRowPageSizes (a page id a row), at head dims 64 and 128 where the copy kernels are:
 // the corner, non-finite tail and decoding cases at those sizes, with kv_loads kAuto (which takes the
 // copies for such pages) and kCopyThreads in turn, and -1 or an id far past the pool in the table entries
 // past the used pages in a third each.
@@ -263,21 +263,21 @@ std::vector<NamedCase<PagedCase>> from_row_pages(std::vector<NamedCase<PagedCase
 }
 
 INSTANTIATE_TEST_SUITE_P(CornersRowPages, ForwardPagedCorners,
-                         ::testing::ValuesIn(from_row_pages(corner_cases(kSmallPageSizes, kCopiedHeadDims))),
+                         ::testing::ValuesIn(from_row_pages(corner_cases(kRowPageSizes, kCopiedHeadDims))),
                          CaseName());
 INSTANTIATE_TEST_SUITE_P(TailsRowPages, ForwardPagedNonFiniteTail,
-                         ::testing::ValuesIn(from_row_pages(non_finite_tail_cases(kSmallPageSizes, kCopiedHeadDims))),
+                         ::testing::ValuesIn(from_row_pages(non_finite_tail_cases(kRowPageSizes, kCopiedHeadDims))),
                          CaseName());
 INSTANTIATE_TEST_SUITE_P(DecodeRowPages, ForwardPagedNonFiniteTail,
-                         ::testing::ValuesIn(from_row_pages(decode_cases({1, 8}, kCopiedHeadDims))), CaseName());
+                         ::testing::ValuesIn(from_row_pages(decode_cases({1, 8, 24}, kCopiedHeadDims))), CaseName());
 
-// Padded head dims through the copies: the columns past d copied as zeros, from pages of 1 and 8 (a page
-// id a row), 16 (many pages a block) and 256 (many blocks a page); decoding rows, NaN in every row that is
-// no key, -1 past the used pages.
+// Padded head dims through the copies: the columns past d copied as zeros, from pages of 1, 8 and 24 (a
+// page id a row), 16 (many pages a block) and 256 (many blocks a page); decoding rows, NaN in every row
+// that is no key, -1 past the used pages.
 std::vector<NamedCase<PagedCase>> padded_head_dim_kv_copy_cases() {
   std::vector<NamedCase<PagedCase>> cases;
   for (const int d : {40, 72, 112}) {
-    for (const int page_size : {1, 8, 16, 256}) {
+    for (const int page_size : {1, 8, 24, 16, 256}) {
       PagedCase c = paged({1, 3, 1}, {1000, 17, 300}, page_size, 8, 2, d, kBf16);
       c.varlen_q = true, c.causal = true, c.non_key_value = NAN, c.unused_entry = -1;
       c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
@@ -363,11 +363,11 @@ TEST_F(ForwardPaged, RandomBatchesThroughKvCopiesMatchReference) {
   random_sweep(kRandomCases, draw, run_paged_case);
 }
 
-// The same draws from pages of 1-8 keys, with kv_loads kAuto or kCopyThreads and the table entries past
-// the used pages valid ids, -1 or ids far past the pool in turn.
+// The same draws from pages of kRowPageSizes, with kv_loads kAuto or kCopyThreads and the table entries
+// past the used pages valid ids, -1 or ids far past the pool in turn.
 TEST_F(ForwardPaged, RandomBatchesFromRowPagesMatchReference) {
   const auto draw = [](std::mt19937_64& rng) {
-    PagedCase c = random_paged_case(rng, 128, kSmallPageSizes);
+    PagedCase c = random_paged_case(rng, 128, kRowPageSizes);
     if (std::bernoulli_distribution(0.5)(rng)) c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
     const int variant = std::uniform_int_distribution<int>(0, 2)(rng);
     if (variant > 0) c.unused_entry = variant == 1 ? -1 : 1 << 30;
@@ -411,30 +411,19 @@ PagedCase refusal_case(int page_size, bool varlen_q, Dtype dtype) {
   return c;
 }
 
-// The kernel takes page sizes that are powers of two; any other is refused, naming page_size.
-TEST_F(ForwardPaged, OtherPageSizesAreUnsupported) {
-  for (const int page_size : {3, 6, 12, 24, 48, 96, 200}) {
-    for (const bool varlen_q : {false, true}) {
-      for (const Dtype dtype : {kBf16, kFp16}) {
-        const PagedCase c = refusal_case(page_size, varlen_q, dtype);
-        const std::string problems = expect_refused(c, "page_size");
-        EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
-      }
-    }
-  }
-}
-
-// Pages of 1-8 keys outside the kernels that copy K/V: at head dim 256 or with kv_loads = kTma (FP8:
-// test_fp8_forward_refusals.cu); refused, naming what is not taken with them.
+// Pages TMA cannot load (1-8 keys, or no power of two) outside the kernels that copy K/V: at head dim 256
+// or with kv_loads = kTma (FP8: test_fp8_forward_refusals.cu); refused, naming page_size and what is not
+// taken with them.
 TEST_F(ForwardPaged, RowPagesOutsideTheCopyKernelsAreUnsupported) {
-  for (const int page_size : {1, 8}) {
+  for (const int page_size : {1, 8, 24, 200}) {
     for (const bool varlen_q : {false, true}) {
       PagedCase wide = refusal_case(page_size, varlen_q, kBf16);
       wide.head_dim = 256;
       PagedCase tma = refusal_case(page_size, varlen_q, kFp16);
       tma.kv_loads = KernelOptions::KvLoads::kTma;
       for (const auto& [c, named] : {std::pair{wide, "head dim 256"}, std::pair{tma, "kv_loads = kTma"}}) {
-        const std::string problems = expect_refused(c, named);
+        std::string problems = expect_refused(c, named);
+        problems += expect_refused(c, ("page_size " + std::to_string(page_size)).c_str());
         EXPECT_TRUE(problems.empty()) << c.describe() << "\n  " << problems;
       }
     }

@@ -1,5 +1,5 @@
 // FP8 forward combinations the kernels do not take (keys-contiguous v with variable lengths, chunks or
-// seqused_q where no kernel takes them, unsupported descale block granularities, pages of 1-8 keys):
+// seqused_q where no kernel takes them, unsupported descale block granularities, pages TMA cannot load):
 // refused with kUnsupported and a message naming the argument, not miscomputed.
 #include <cstdint>
 #include <string>
@@ -64,10 +64,10 @@ TEST_F(Fp8Forward, ChunksOrSequsedQWithKeysContiguousVOrD256VariableLengthsAreRe
   EXPECT_NE(why.find("head dims above 128"), std::string::npos) << why;
 }
 
-// Pages of 1-8 keys are copied row by row, in the 16-bit kernels only; the FP8 kernels load pages by TMA
-// (powers of two from 16): refused, naming page_size and FP8.
-TEST_F(Fp8Forward, PagesOfFewerThanSixteenKeysAreRefused) {
-  for (const int page_size : {1, 8}) {
+// Pages TMA cannot load (1-8 keys, or no power of two) are copied row by row, in the 16-bit kernels only;
+// the FP8 kernels load pages by TMA (powers of two from 16): refused, naming page_size and FP8.
+TEST_F(Fp8Forward, PagesTmaCannotLoadAreRefused) {
+  for (const int page_size : {1, 8, 24}) {
     Fp8VarlenCase c;
     c.head_dim = 128, c.heads_q = 8, c.heads_kv = 2, c.page_size = page_size;
     c.lens_q = {1, 3}, c.lens_k = {40, 40}, c.used_k = {40, 17};

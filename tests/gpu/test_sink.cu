@@ -188,6 +188,16 @@ double output_rounding(Dtype dtype, double x) {
   return 3.0 * std::ldexp(1.0, std::ilogb(std::max(std::fabs(x), 0x1p-14)) - bits);
 }
 
+// Where the two runs' split pieces take different keys (the K/V copy kernels' pieces share their tile's
+// blocks and claim them as they go: architecture.md), each P element is rounded to 16 bits against a
+// different running max, and an output element moves by up to that rounding times the values it
+// weighs: half a unit in the last place of the largest output, whatever the element's own size (an
+// fp16 element of 4e-5 moved by 2e-6 in 7 of 20 fresh seeds at 16000 keys, H100, perf-notes session 64).
+double split_rounding(Dtype dtype, double largest_out) {
+  const int bits = dtype == Dtype::kFloat16 ? 10 : 7;
+  return std::ldexp(largest_out, -bits - 1);
+}
+
 void check_forward_case(const SinkCase& c, std::uint64_t seed) {
   SCOPED_TRACE(std::string(c.name) + ", seed " + std::to_string(seed));
   const Inputs in = draw_inputs(c, seed);
@@ -209,9 +219,12 @@ void check_forward_case(const SinkCase& c, std::uint64_t seed) {
     const bool ok = joined == -kInf ? sunk.lse[i] == -kInf : std::fabs(sunk.lse[i] - joined) <= 1e-5 * (1.0 + std::fabs(joined));
     if (!ok && lse_misses++ == 0) first_miss = "lse " + std::to_string(i) + ": " + std::to_string(sunk.lse[i]) + " vs " + std::to_string(joined);
   }
+  double largest_plain = 0.0;
+  for (const double x : plain.out) largest_plain = std::max(largest_plain, std::fabs(x));
+  const double split_bound = split_rounding(out_dtype(c), largest_plain);
   for (std::size_t i = 0; i < plain.out.size(); ++i) {
     const double want = plain.out[i] * factor[lse_of_out(c, i)];
-    const bool ok = std::fabs(sunk.out[i] - want) <= output_rounding(out_dtype(c), want) + 1e-6;
+    const bool ok = std::fabs(sunk.out[i] - want) <= output_rounding(out_dtype(c), want) + split_bound + 1e-6;
     if (!ok && out_misses++ == 0) first_miss += " out " + std::to_string(i) + ": " + std::to_string(sunk.out[i]) + " vs " + std::to_string(want);
   }
   EXPECT_GT(largest_share, 0.2) << "the sinks take too small a share to test anything";

@@ -6,7 +6,7 @@
 // GQA box). K/V come from a packed or dense tensor (load_visit) or, in kernels of their own
 // (kernel.cuh, KvCopySource), from a paged cache (load_paged_visit), whose page ids each warp reads a
 // block ahead of its copies: one a page for pages of 16 keys or more, one a row for pages of at most a
-// pass's rows (1-8 keys, and d 64's 16 outside decoding steps).
+// pass's rows (1-8 keys, and d 64's 16 outside decoding steps) and for page sizes that are no power of two.
 //
 // The copies land in the layout TMA would write (the 128B swizzle of smem_layout.hpp), and each
 // thread's copies of a block count in on the stage's full barrier as they land (128 arrivals). Two
@@ -34,12 +34,6 @@ __host__ __device__ constexpr int cp_async_full_arrivals(bool k_stage) {
   return Traits::kWarpgroupThreads + (k_stage ? 1 : 0);
 }
 
-// Where a kKvByCpAsync kernel's producer copies K/V from, a kernel each (kernel.cuh), so that each keeps
-// its code and registers (the two paged loops in one kernel spilled the producer's 48 registers): packed
-// or dense rows, a paged cache's pages of at least kMinPageSize keys (page ids a page), or its pages of at
-// most a pass's rows (page ids a row: takes_row_page_copies).
-enum class KvCopySource { kRows, kPages, kRowPages };
-
 template <class Traits>
 class CpAsyncKvLoader {
   using KTile = typename Traits::KTile;
@@ -50,7 +44,7 @@ class CpAsyncKvLoader {
   // Thread t copies chunk t % kChunksPerRow of rows t / kChunksPerRow + i * kRowsPerPass: a warp reads
   // whole key rows (256 bytes at d 128), and a thread's rows share row % 8, so its chunk's swizzled
   // place in a row is the same for all of them. Pages of at most kRowsPerPass keys may take the row
-  // copies (takes_row_page_copies, params_builder.hpp).
+  // copies (paged_kv_copy_source, params_builder.hpp).
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
 
  private:
@@ -58,7 +52,8 @@ class CpAsyncKvLoader {
   // A paged cache: pages of at least 16 keys hold whole passes, and a block's pages fit the lanes of a warp.
   static_assert(16 % kRowsPerPass == 0 && Traits::kBlockN / 16 <= 32, "paged: passes in one page, a lane a page");
   // Pages of at most a pass (1-8 keys, kMaxRowPageSize, and d 64's 16 in prefill) put each of a thread's
-  // rows in a page of its own, so each needs its own page id (RowPageIds).
+  // rows in a page of its own, and so may pages of a size that is no power of two: each row needs its
+  // own page id (RowPageIds).
   static constexpr int kPasses = Traits::kBlockN / kRowsPerPass;
   static constexpr int kRowIdRegisters = (kPasses + kChunksPerRow - 1) / kChunksPerRow;
   static_assert(32 % kChunksPerRow == 0 && kRowsPerPass % kMaxRowPageSize == 0,
@@ -101,21 +96,22 @@ class CpAsyncKvLoader {
   // page a lane, and reads the next block's before it waits for the stages and copies this one: the
   // read lands while the copies issue (only a visit's first block waits for its ids; two or four
   // blocks ahead were level or slower: v159, v159c in perf-notes). K and V of a block share them.
-  // kRowPages: pages of at most kRowsPerPass keys (RowPageIds, copy_row_paged_block); else pages of at
-  // least kMinPageSize (block_page_ids, copy_paged_block).
-  template <bool kRowPages>
+  // kSource kPages: pages of at least kMinPageSize keys (block_page_ids, copy_paged_block); kRowPages and
+  // kAnyPages: a page id a row (row_page_ids, copy_row_paged_block).
+  template <KvCopySource kSource>
   __device__ void load_paged_visit(typename Traits::SharedStorage& s, const FwdParams& p, const CpAsyncVisit& v,
                                    bool leader) {
     if (v.n_end <= v.n_begin) return;  // no block: its first block's ids would be no page's
     const int* table = p.page_table + v.k_batch * p.page_table_batch_stride;
-    const int page_shift = __ffs(p.page_size) - 1;  // the host takes powers of two only
+    const int page_shift = __ffs(p.page_size) - 1;  // of a power of two (kAnyPages divides instead)
+    constexpr bool kAnySize = kSource == KvCopySource::kAnyPages;
     const auto ids_of = [&](int n) {
-      if constexpr (kRowPages) return row_page_ids(p, table, page_shift, v.keys, n);
-      else return block_page_ids(p, table, page_shift, v.keys, n);
+      if constexpr (kSource == KvCopySource::kPages) return block_page_ids(p, table, page_shift, v.keys, n);
+      else return row_page_ids<kAnySize>(p, table, page_shift, v.keys, n);
     };
     const auto copy = [&](const KvRowsView& view, std::uint8_t* tile, int n, const auto& ids) {
-      if constexpr (kRowPages) copy_row_paged_block(p, view, tile, n, v.keys, v.kv_head, ids);
-      else copy_paged_block(p, view, tile, n, v.keys, v.kv_head, ids);
+      if constexpr (kSource == KvCopySource::kPages) copy_paged_block(p, view, tile, n, v.keys, v.kv_head, ids);
+      else copy_row_paged_block<kAnySize>(p, view, tile, n, v.keys, v.kv_head, ids);
     };
     auto block_pages = ids_of(v.n_end - 1);
     for (int n = v.n_end - 1; n >= v.n_begin; --n) {
@@ -240,41 +236,56 @@ class CpAsyncKvLoader {
   // them: the kChunksPerRow threads of a row are a segment of a warp, and the thread of chunk c holds in
   // id[r] the id of the segment's row in pass r * kChunksPerRow + c. A copy then takes its id by a
   // shuffle within the segment whose source lane and width are immediates: lanes computed per pass
-  // took registers that spilled the producer's 40 (d 128).
+  // took registers that spilled the producer's 40 (d 128). Page sizes that are no power of two
+  // (kAnySize) put rows at other places of their pages pass by pass, so the holder keeps each row's place
+  // too (place[r]; a division or a running place a copy spilled the producer's 40 registers at d 128).
+  template <bool kAnySize>
   struct RowPageIds {
     int id[kRowIdRegisters];
+    int place[kAnySize ? kRowIdRegisters : 1];  // unused without kAnySize
   };
 
   // Block n's RowPageIds (0 for rows at or past the sequence's keys: table entries past the keys in use
-  // may be garbage, and their rows are never read).
-  __device__ static RowPageIds row_page_ids(const FwdParams& p, const int* table, int page_shift, int keys, int n) {
+  // may be garbage, and their rows are never read). kAnySize: a page size that is no power of two.
+  template <bool kAnySize>
+  __device__ static RowPageIds<kAnySize> row_page_ids(const FwdParams& p, const int* table, int page_shift, int keys,
+                                                      int n) {
     const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
-    RowPageIds ids;
+    RowPageIds<kAnySize> ids{};
 #pragma unroll
     for (int r = 0; r < kRowIdRegisters; ++r) {
       const int pass = r * kChunksPerRow + chunk;
       const int key = n * Traits::kBlockN + first_row + pass * kRowsPerPass;
-      ids.id[r] = pass < kPasses && key < keys ? __ldg(table + (key >> page_shift) * p.page_table_page_stride) : 0;
+      const int page = kAnySize ? static_cast<int>(p.page_divisor.divide(key)) : key >> page_shift;
+      ids.id[r] = pass < kPasses && key < keys ? __ldg(table + page * p.page_table_page_stride) : 0;
+      if constexpr (kAnySize) ids.place[r] = key - page * p.page_size;
     }
     return ids;
   }
 
-  // Block n's rows of one head into a swizzled tile from pages of at most kRowsPerPass keys (ids:
-  // row_page_ids of n); rows at or past the sequence's keys and columns past the head dim as zeros. A page
-  // size divides kRowsPerPass and kBlockN, so a thread's rows all sit at its first row's place in a page.
+  // Block n's rows of one head into a swizzled tile, a page id a row (ids: row_page_ids of n); rows at or
+  // past the sequence's keys and columns past the head dim as zeros. A power of two page size divides
+  // kRowsPerPass and kBlockN, so a thread's rows all sit at its first row's place in a page; any other
+  // (kAnySize) takes each row's place from its holder with its id.
+  template <bool kAnySize>
   __device__ void copy_row_paged_block(const FwdParams& p, const KvRowsView& view, std::uint8_t* tile, int n, int keys,
-                                       int head, const RowPageIds& ids) const {
+                                       int head, const RowPageIds<kAnySize>& ids) const {
     const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
     const int row_limit = (chunk * 16 < view.row_bytes ? keys : 0) - n * Traits::kBlockN - first_row;
-    const std::uint8_t* src =
-        view.data + head * view.head_stride + chunk * 16 + (first_row & (p.page_size - 1)) * view.row_stride;
+    const std::uint8_t* src = view.data + head * view.head_stride + chunk * 16;
+    if constexpr (!kAnySize) src += (first_row & (p.page_size - 1)) * view.row_stride;
     const std::uint32_t dst = chunk_address(tile, chunk, first_row);
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
-      const std::uint32_t id =
-          __shfl_sync(0xffffffffu, ids.id[pass / kChunksPerRow], pass % kChunksPerRow, kChunksPerRow);
-      cp_async_16_or_zero(dst + pass * kRowsPerPass * kSwizzleBytes, src + id * view.batch_stride,
-                          pass * kRowsPerPass < row_limit);
+      constexpr unsigned kAll = 0xffffffffu;
+      const int held = pass / kChunksPerRow, holder = pass % kChunksPerRow;
+      const std::uint32_t id = __shfl_sync(kAll, ids.id[held], holder, kChunksPerRow);
+      const std::uint8_t* row_src = src + id * view.batch_stride;
+      if constexpr (kAnySize) {
+        const std::uint32_t place = __shfl_sync(kAll, ids.place[held], holder, kChunksPerRow);
+        row_src += place * view.row_stride;
+      }
+      cp_async_16_or_zero(dst + pass * kRowsPerPass * kSwizzleBytes, row_src, pass * kRowsPerPass < row_limit);
     }
   }
 
@@ -328,7 +339,7 @@ __device__ void run_cp_async_producer(typename Traits::SharedStorage& s, TensorM
     const HandedVisit visit = s.producer_visit[slot];
     if (visit.id == kNoVisitLeft) return;
     if constexpr (kSource == KvCopySource::kRows) loader.load_visit(s, p, visit, leader);
-    else loader.template load_paged_visit<kSource == KvCopySource::kRowPages>(s, p, visit.kv, leader);
+    else loader.template load_paged_visit<kSource>(s, p, visit.kv, leader);
   }
 }
 

@@ -142,10 +142,13 @@ Status launch_forward(const FwdArgs& args, const detail::Problem& pr) {
     return Status(StatusCode::kUnsupported, "internal error in the sm_90a forward launch: " + why);
   auto kernel = attention_forward_kernel<Traits>;
   if constexpr (Traits::kKvByCpAsync) {
-    if (pr.paged)
-      kernel = takes_row_page_copies(args, pr, Traits::kBlockM, CpAsyncKvLoader<Traits>::kRowsPerPass)
-                   ? attention_forward_kernel<Traits, KvCopySource::kRowPages>
-                   : attention_forward_kernel<Traits, KvCopySource::kPages>;
+    if (pr.paged) {
+      switch (paged_kv_copy_source(args, pr, Traits::kBlockM, CpAsyncKvLoader<Traits>::kRowsPerPass)) {
+        case KvCopySource::kAnyPages: kernel = attention_forward_kernel<Traits, KvCopySource::kAnyPages>; break;
+        case KvCopySource::kRowPages: kernel = attention_forward_kernel<Traits, KvCopySource::kRowPages>; break;
+        default: kernel = attention_forward_kernel<Traits, KvCopySource::kPages>;
+      }
+    }
   }
   const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);

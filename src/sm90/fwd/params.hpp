@@ -96,6 +96,7 @@ struct FwdParams {
   std::int64_t page_table_batch_stride;
   std::int64_t page_table_page_stride;
   int page_size;
+  FastDivisor page_divisor;  // page_size, for the copies from pages of any size (KvCopySource::kAnyPages)
 
   // GQA packing (variable-length kernels; KernelOptions::pack_gqa, fwd/packed_gqa.cuh): a tile's
   // rows are the head_ratio query heads of one K/V head, row r of tile m_block being query row
@@ -111,11 +112,24 @@ struct FwdParams {
   KvRowsView v_rows;
 };
 
-// Page sizes of a paged cache (powers of two: forward.cu): from kMinPageSize where K/V come by TMA (a
-// box of whole pages starts a swizzle atom); the K/V copy kernels also take pages of at most
-// kMaxRowPageSize keys, copied row by row (kv_cp_async.cuh, copy_row_paged_block).
+// Page sizes of a paged cache: where K/V come by TMA, powers of two from kMinPageSize (a box of whole
+// pages starts a swizzle atom); the K/V copy kernels take any, copied row by row below a pass's rows or
+// where the size is no power of two (kv_cp_async.cuh, copy_row_paged_block).
 constexpr int kMinPageSize = 16;
-constexpr int kMaxRowPageSize = 8;
+constexpr int kMaxRowPageSize = 8;  // the powers of two below kMinPageSize go row by row everywhere
+
+HOPATTN_HOST_DEVICE constexpr bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
+HOPATTN_HOST_DEVICE constexpr bool tma_takes_page_size(int page_size) {
+  return page_size >= kMinPageSize && is_power_of_two(page_size);
+}
+
+// Where a kKvByCpAsync kernel's producer copies K/V from, a kernel each (kernel.cuh), so that each keeps
+// its code and registers (the two paged loops in one kernel spilled the producer's 48 registers): packed
+// or dense rows; a paged cache's pages of at least kMinPageSize keys (page ids a page); its pages of at
+// most a pass's rows, a power of two (page ids a row); its pages of a size that is no power of two (page
+// ids a row, each row's page and place in it by page_divisor). paged_kv_copy_source (params_builder.hpp)
+// picks among the paged ones.
+enum class KvCopySource { kRows, kPages, kRowPages, kAnyPages };
 
 // Rows of one TMA box of a paged cache's K/V block: a whole page, or the whole block where pages are
 // longer. load_paged_chunks loads a block in boxes of this many rows, and the launches make their

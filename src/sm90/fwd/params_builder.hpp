@@ -118,6 +118,7 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
   if (head_dim > 128) return false;
   if (args.options.kv_loads != KernelOptions::KvLoads::kAuto)
     return args.options.kv_loads == KernelOptions::KvLoads::kCopyThreads;
+  if (pr.paged && !tma_takes_page_size(pr.page_size)) return true;  // pages TMA cannot load
   const long long page_bytes = static_cast<long long>(pr.page_size) * head_dim * dtype_size(pr.in_dtype);
   if (pr.paged && page_bytes <= kMaxCopiedPageBytes) return true;
   const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
@@ -127,16 +128,21 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
          ((head_dim <= kAlwaysCopiedDecodingHeadDim && !pr.paged) || kv_bytes >= 64.0 * (1 << 20));
 }
 
-// Whether a paged launch of the K/V copy kernels takes a page id a row (KvCopySource::kRowPages,
-// kv_cp_async.cuh) rather than a page id a page. Pages of 1-8 keys always: only those copies take them.
-// Pages of exactly one pass of rows (rows_per_pass: d 64's pages of 16) in launches that are not decoding
-// steps: there the whole-page loop, rolled at one pass a page, ran prefill 7-9% slower than the row
-// copies (fewer instructions a copy leave the compute-bound consumers more issue slots), while decoding
-// steps ran 3% faster with it (H100, perf-notes v162-v163).
-inline bool takes_row_page_copies(const FwdArgs& args, const detail::Problem& pr, int block_m, int rows_per_pass) {
-  if (pr.page_size <= kMaxRowPageSize) return true;
+// How a paged launch of the K/V copy kernels copies (kv_cp_async.cuh): a page size that is no power of
+// two, kAnyPages (a page id a row, the row's page and place in it by a division); pages of 1-8 keys,
+// kRowPages (a page id a row: only those copies take them); pages of exactly one pass of rows
+// (rows_per_pass: d 64's pages of 16) also kRowPages in launches that are not decoding steps: there the
+// whole-page loop, rolled at one pass a page, ran prefill 7-9% slower than the row copies (fewer
+// instructions a copy leave the compute-bound consumers more issue slots), while decoding steps ran 3%
+// faster with it (H100, perf-notes v162-v163); else kPages (a page id a page).
+inline KvCopySource paged_kv_copy_source(const FwdArgs& args, const detail::Problem& pr, int block_m,
+                                         int rows_per_pass) {
+  if (!is_power_of_two(pr.page_size)) return KvCopySource::kAnyPages;
+  if (pr.page_size <= kMaxRowPageSize) return KvCopySource::kRowPages;
   const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
-  return pr.page_size == rows_per_pass && !is_decoding_step(pr.seqlen_q, rows_per_query, block_m);
+  return pr.page_size == rows_per_pass && !is_decoding_step(pr.seqlen_q, rows_per_query, block_m)
+             ? KvCopySource::kRowPages
+             : KvCopySource::kPages;
 }
 
 // A (batch, rows, heads, d), packed (rows, heads, d) or paged (num_pages, page_size, heads, d) k or v as
@@ -191,7 +197,10 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.cu_seqlens_k = int_array_or_null(args.cu_seqlens_k);
   p.seqused_k = int_array_or_null(args.seqused_k);
   p.seqused_q = int_array_or_null(args.seqused_q);
-  if (pr.paged) set_page_table(p, *args.page_table, pr.page_size);
+  if (pr.paged) {
+    set_page_table(p, *args.page_table, pr.page_size);
+    p.page_divisor = FastDivisor(static_cast<std::uint32_t>(pr.page_size));
+  }
   p.k_rows = kv_rows_view(args.k);
   p.v_rows = kv_rows_view(args.v);
   p.pack_gqa = pack_gqa;
