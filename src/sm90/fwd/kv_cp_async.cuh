@@ -232,13 +232,13 @@ class CpAsyncKvLoader {
     }
   }
 
-  // The page ids of a block's rows (pages of at most kRowsPerPass keys), held by the threads that copy
-  // them: the kChunksPerRow threads of a row are a segment of a warp, and the thread of chunk c holds in
-  // id[r] the id of the segment's row in pass r * kChunksPerRow + c. A copy then takes its id by a
-  // shuffle within the segment whose source lane and width are immediates: lanes computed per pass
-  // took registers that spilled the producer's 40 (d 128). Page sizes that are no power of two
-  // (kAnySize) put rows at other places of their pages pass by pass, so the holder keeps each row's place
-  // too (place[r]; a division or a running place a copy spilled the producer's 40 registers at d 128).
+  // The page ids of a block's rows (pages of at most kRowsPerPass keys, or of any size: kAnySize), held
+  // by the threads that copy them: the kChunksPerRow threads of a row are a segment of a warp, and the
+  // thread of chunk c holds in id[r] the id of the segment's row in pass r * kChunksPerRow + c. A copy
+  // then takes its id by a shuffle within the segment whose source lane and width are immediates (lanes
+  // computed per pass took registers that spilled the producer's 40 at d 128). Page sizes that are no
+  // power of two put rows at other places of their pages pass by pass, so the holder keeps each row's
+  // place too (place[r]; a division or a running place a copy spilled the same 40 registers).
   template <bool kAnySize>
   struct RowPageIds {
     int id[kRowIdRegisters];
