@@ -48,7 +48,7 @@ __device__ __forceinline__ void init_barriers(typename Traits::SharedStorage& s)
   fence_barrier_init();
 }
 
-// kKvSource: where a kKvByCpAsync kernel's producer copies K/V from (kv_cp_async.cuh).
+// kKvSource: where a kKvByCpAsync kernel's producer copies K/V from (fwd/params.hpp; kv_cp_async.cuh).
 template <class Traits, KvCopySource kKvSource = KvCopySource::kRows>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
