@@ -91,7 +91,8 @@ struct KernelOptions {
   // from HBM about 10% faster. kAuto takes the copies where a launch is bound by that stream (tiles of
   // at most 64 query rows with at least 64 MiB of K/V, dense or paged, or any such launch from rows at
   // head dims up to 64) and for every launch from pages of at most 4 KB a tensor, 16 keys at d 128 (TMA loads
-  // those in many small boxes, and pages under 16 keys not at all); kCopyThreads forces them where they
+  // those in many small boxes, and pages under 16 keys or of sizes that are no power of two not at all,
+  // so those always take the copies); kCopyThreads forces them where they
   // exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does not take the
   // variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
@@ -160,8 +161,9 @@ struct FwdArgs {
 
   // Paged KV cache: int32 (batch, pages_per_seq) of page indices into k and v (num_pages, page_size,
   // heads_kv, head_dim); seqused_k gives each sequence's keys in use. The sm_90a kernel takes page sizes
-  // that are powers of two from 16, and 1, 2, 4 or 8 (a token-granular cache: SGLang's page_size 1) with
-  // bf16/fp16 at head dims up to 128 unless KernelOptions::kv_loads is kTma. Rows past a sequence's keys
+  // that are powers of two from 16, and any other (a token-granular cache: SGLang's page_size 1; vLLM's
+  // hybrid-model sizes such as 528) with bf16/fp16 at head dims up to 128 unless KernelOptions::kv_loads
+  // is kTma. Rows past a sequence's keys
   // (the rest of its last page, rows past seqused_k, unused pages) may hold anything, NaN and Inf
   // included (a cache from torch.empty): they are never read into out or lse.
   std::optional<Tensor> page_table;
