@@ -58,6 +58,12 @@ inline bool is_decoding_step(long long seqlen_q, int rows_per_query, int block_m
   return 2 * seqlen_q * rows_per_query <= block_m;
 }
 
+// The same for a validated call, its GQA heads packed where pack_gqa packs them (packs_gqa).
+inline bool is_decoding_step(const FwdArgs& args, const detail::Problem& pr, int block_m) {
+  const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
+  return is_decoding_step(pr.seqlen_q, rows_per_query, block_m);
+}
+
 // The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: the
 // d 256 one, where 136-256 run) computes every tile transposed, with the query rows as the wgmma's N = 8
 // (fwd/transposed_decode.cuh), so it takes launches whose tiles hold at most kTransposedRows live rows.
@@ -121,10 +127,9 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
   if (pr.paged && !tma_takes_page_size(pr.page_size)) return true;  // pages TMA cannot load
   const long long page_bytes = static_cast<long long>(pr.page_size) * head_dim * dtype_size(pr.in_dtype);
   if (pr.paged && page_bytes <= kMaxCopiedPageBytes) return true;
-  const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
   const double kv_bytes =
       1.0 * pr.batch * pr.seqlen_k * pr.heads_kv * (pr.head_dim + pr.head_dim_v) * dtype_size(pr.in_dtype);
-  return is_decoding_step(pr.seqlen_q, rows_per_query, block_m) &&
+  return is_decoding_step(args, pr, block_m) &&
          ((head_dim <= kAlwaysCopiedDecodingHeadDim && !pr.paged) || kv_bytes >= 64.0 * (1 << 20));
 }
 
@@ -139,8 +144,7 @@ inline KvCopySource paged_kv_copy_source(const FwdArgs& args, const detail::Prob
                                          int rows_per_pass) {
   if (!is_power_of_two(pr.page_size)) return KvCopySource::kAnyPages;
   if (pr.page_size <= kMaxRowPageSize) return KvCopySource::kRowPages;
-  const int rows_per_query = packs_gqa(args.options.pack_gqa, pr, block_m) ? pr.heads_q / pr.heads_kv : 1;
-  return pr.page_size == rows_per_pass && !is_decoding_step(pr.seqlen_q, rows_per_query, block_m)
+  return pr.page_size == rows_per_pass && !is_decoding_step(args, pr, block_m)
              ? KvCopySource::kRowPages
              : KvCopySource::kPages;
 }
