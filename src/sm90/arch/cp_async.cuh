@@ -17,6 +17,23 @@ __device__ __forceinline__ void cp_async_16_or_zero(std::uint32_t smem_dst, cons
                : "memory");
 }
 
+// Copies 4 bytes from `src` to shared address `smem_dst` (both 4-byte aligned), through L1 (.ca: 4-byte
+// copies take no other cache mode). For small reads that must not hold registers while they land.
+__device__ __forceinline__ void cp_async_4(std::uint32_t smem_dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_dst), "l"(src) : "memory");
+}
+
+// Closes this thread's copies issued since the last commit into a group (cp_async_wait_group counts
+// groups); a commit with no copy makes an empty group, which counts as landed.
+__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most kPending of this thread's latest committed groups are still landing; what the
+// others copied is then visible to this thread.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // Arrives on `bar` once every cp.async this thread issued so far has landed, counting against the
 // barrier's expected arrivals (.noinc): a barrier fed this way is initialized with one arrival per
 // copying thread.

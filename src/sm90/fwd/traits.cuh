@@ -203,6 +203,9 @@ struct FwdTraits {
     // the leader -> the producer warpgroup, a sharing piece's next block, in two slots used in turn.
     std::conditional_t<kKvByCpAsync, int[kStages], NoStorage> stage_block;
     std::conditional_t<kKvByCpAsync, int[2], NoStorage> next_claimed_block;
+    // The TMA producer of a variable-length kernel: a paged visit's page ids, a block ahead (producer.cuh,
+    // PagedChunkIds).
+    std::conditional_t<kVarlen && !kKvByCpAsync, int[2][kBlockN / kMinPageSize], NoStorage> paged_ids;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
