@@ -26,42 +26,39 @@ namespace hopattn::sm90 {
 // time, each read and then its box cost ~300 cycles a chunk: pages of 16 keys ran prefill by TMA 1.28-1.68x
 // slower than the K/V copies (perf-notes v82). A chunk past the sequence's last key takes the last key's
 // page (load_paged_chunks reads it from that key's row on), never a table entry past the keys in use.
-// Shared by the 16-bit and FP8 producers; the ids live in their SharedStorage's paged_ids.
+// Shared by the 16-bit and FP8 producers; the ids live in their SharedStorage's paged_ids (block n's in
+// [n & 1]), and nothing of them stays in registers between blocks (24 registers: a pointer held across a
+// block spilled the FP8 producer).
 template <int kBlockN>
-class PagedChunkIds {
- public:
-  using Buffers = int[2][kBlockN / kMinPageSize];  // block n's in [n & 1]
-  __device__ explicit PagedChunkIds(Buffers& ids) : ids_(ids) {}
+using PagedChunkIds = int[2][kBlockN / kMinPageSize];
 
-  // Before the visit's first block, n_end - 1 (the blocks go down to n_begin).
-  __device__ void begin_visit(const FwdParams& p, const VarlenVisit& v) { read_ahead(p, v, v.visit.n_end - 1); }
-
-  // Block n's ids, once landed; block n - 1's reads go out first.
-  __device__ const int* block_ids(const FwdParams& p, const VarlenVisit& v, int n) {
-    if (n > v.visit.n_begin) read_ahead(p, v, n - 1);
-    else cp_async_commit_group();  // an empty group: the wait below always leaves the newest pending
-    cp_async_wait_group<1>();
-    return ids_[n & 1];
+// Reads block n's ids into ids[n & 1], a commit group of their own: before a visit's first block
+// (n_end - 1), and from wait_for_chunk_page_ids.
+template <int kBlockN>
+__device__ __forceinline__ void read_chunk_page_ids(const FwdParams& p, const VarlenVisit& v, int n,
+                                                    PagedChunkIds<kBlockN>& ids) {
+  const int chunk_rows = paged_chunk_rows(p.page_size, kBlockN);
+  const int page_shift = __ffs(p.page_size) - 1;  // a power of two
+  const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
+  const int last_key = v.seq.bounds.seqlen_k - 1;
+  for (int row = 0, c = 0; row < kBlockN; row += chunk_rows, ++c) {
+    const int key = min(n * kBlockN + row, last_key);
+    cp_async_4(smem_address(&ids[n & 1][c]), table + (key >> page_shift) * p.page_table_page_stride);
   }
+  cp_async_commit_group();
+}
 
- private:
-  __device__ void read_ahead(const FwdParams& p, const VarlenVisit& v, int n) {
-    const int chunk_rows = paged_chunk_rows(p.page_size, kBlockN);
-    const int page_shift = __ffs(p.page_size) - 1;  // a power of two
-    const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
-    const int last_key = v.seq.bounds.seqlen_k - 1;
-    for (int row = 0, c = 0; row < kBlockN; row += chunk_rows, ++c) {
-      const int key = min(n * kBlockN + row, last_key);
-      cp_async_4(smem_address(&ids_[n & 1][c]), table + (key >> page_shift) * p.page_table_page_stride);
-    }
-    cp_async_commit_group();
-  }
-
-  Buffers& ids_;
-};
+// Block n's ids, landed in ids[n & 1] on return; block n - 1's reads (the visit's next block) go out first.
+template <int kBlockN>
+__device__ __forceinline__ void wait_for_chunk_page_ids(const FwdParams& p, const VarlenVisit& v, int n,
+                                                        PagedChunkIds<kBlockN>& ids) {
+  if (n > v.visit.n_begin) read_chunk_page_ids<kBlockN>(p, v, n - 1, ids);
+  else cp_async_commit_group();  // an empty group: the wait below always leaves the newest pending
+  cp_async_wait_group<1>();
+}
 
 // A paged cache's rows of K/V block n (FwdParams::page_table; v: a tile with keys) into `smem`, a box a
-// chunk from its page (ids: PagedChunkIds::block_ids of n). A chunk past the sequence's last key reads
+// chunk from its page (ids: block n's PagedChunkIds, landed). A chunk past the sequence's last key reads
 // the last key's page from that key's row on (the consumers mask those keys; rows past the page end are
 // TMA's zero fill). The caller has armed `full` for the whole tile.
 template <class Tile, int kColsPerBlock, int kBlockN>
@@ -73,6 +70,44 @@ __device__ __forceinline__ void load_paged_chunks(const FwdParams& p, const Varl
   for (int row = 0, c = 0; row < kBlockN; row += chunk_rows, ++c) {
     const int key = min(n * kBlockN + row, last_key);
     load_tile<Tile, kColsPerBlock>(smem + row * kSwizzleBytes, map, full, key & (p.page_size - 1), kv_head, ids[c]);
+  }
+}
+
+// A paged cache's rows of K/V block n (FwdParams::page_table; v: a tile with keys) into `smem`, in chunks
+// of paged_chunk_rows (params.hpp) rows, each from its page (the host takes page sizes that are powers of two
+// from 16 and launches key blocks that a page size divides or that divide it, so a chunk never
+// straddles a page and, a multiple of 8 rows, starts on a 1024-byte swizzle atom). A chunk past the
+// sequence's last key reads the last key's page from that key's row on (the consumers mask those keys;
+// rows past the page end are TMA's zero fill), never a table entry past the keys in use. Shared by the
+// FP8 producer (the 16-bit one reads ids a block ahead, PagedChunkIds); the caller has armed `full` for the whole tile.
+// The table entries are read kPagesInFlight at a time, each group before its boxes are issued: one
+// thread issues every chunk, and a read, then its box, chunk after chunk, cost ~300 cycles a chunk
+// (pages of 16 keys: ~5000 cycles a 128-key block of K and V, twice the block's own time in FP8
+// decoding). As many as the producer's 24 registers hold: 4 in the FP8 producer, 2 in the 16-bit one
+// (whose blocks come in at most 4 chunks by TMA: smaller pages go by its copies, kv_cp_async.cuh).
+template <class Tile, int kColsPerBlock, int kBlockN, int kPagesInFlight>
+__device__ __forceinline__ void load_paged_chunks_reading_ids(const FwdParams& p, const VarlenVisit& v, std::uint8_t* smem,
+                                                  const CUtensorMap* map, std::uint64_t* full, int kv_head, int n) {
+  const int chunk_rows = paged_chunk_rows(p.page_size, kBlockN);
+  const int page_shift = __ffs(p.page_size) - 1;  // a power of two
+  const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
+  const int last_key = v.seq.bounds.seqlen_k - 1;
+  for (int first = 0; first < kBlockN; first += kPagesInFlight * chunk_rows) {
+    int page[kPagesInFlight];
+#pragma unroll
+    for (int i = 0; i < kPagesInFlight; ++i) {
+      const int key = min(n * kBlockN + first + i * chunk_rows, last_key);
+      if (first + i * chunk_rows < kBlockN) page[i] = __ldg(table + (key >> page_shift) * p.page_table_page_stride);
+    }
+#pragma unroll
+    for (int i = 0; i < kPagesInFlight; ++i) {
+      const int row = first + i * chunk_rows;
+      if (row < kBlockN) {
+        const int key = min(n * kBlockN + row, last_key);
+        load_tile<Tile, kColsPerBlock>(smem + row * kSwizzleBytes, map, full, key & (p.page_size - 1), kv_head,
+                                       page[i]);
+      }
+    }
   }
 }
 
@@ -138,17 +173,18 @@ class TileLoader {
   // block in chunks of at most a page (load_paged_chunks), their page ids read a block ahead
   // (PagedChunkIds). K and V of a block share them.
   __device__ void load_paged_visit(const FwdParams& p, const VarlenVisit& v, int kv_head) {
-    PagedChunkIds<Traits::kBlockN> page_ids(s_.paged_ids);
-    page_ids.begin_visit(p, v);
+    read_chunk_page_ids<Traits::kBlockN>(p, v, v.visit.n_end - 1, s_.paged_ids);
     for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) {
-      const int* ids = page_ids.block_ids(p, v, n);
+      wait_for_chunk_page_ids<Traits::kBlockN>(p, v, n, s_.paged_ids);
       const int stage = ring_.index();
       mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
       mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
-      load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n, ids);
+      load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n,
+                                                       s_.paged_ids[n & 1]);
       mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
       mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
-      load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n, ids);
+      load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n,
+                                                       s_.paged_ids[n & 1]);
       ring_.advance();
     }
   }

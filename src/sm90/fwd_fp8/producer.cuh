@@ -114,24 +114,16 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
       mbarrier_arrive_expect_tx(&s.q_full, Traits::QTile::kBytes);
       load_tile<typename Traits::QTile, kCols>(s.q, tm_q, &s.q_full, q_row, c.head, q_batch);
     }
-    const bool paged = Traits::kPagedKv && p.page_table != nullptr;
-    if constexpr (Traits::kPagedKv) {
-      if (paged) PagedChunkIds<Traits::kBlockN>(s.paged_ids).begin_visit(p, varlen);
-    }
     for (int n = v.n_end - 1; n >= v.n_begin; --n) {  // the consumers' order
-      const int* ids = nullptr;
-      if constexpr (Traits::kPagedKv) {
-        if (paged) ids = PagedChunkIds<Traits::kBlockN>(s.paged_ids).block_ids(p, varlen, n);
-      }
       const int stage = ring.index();
       mbarrier_wait(&s.k_empty[stage], ring.phase() ^ 1);
       mbarrier_arrive_expect_tx(&s.k_full[stage], Traits::KTile::kBytes);
       if (Traits::kVtFromGlobal && !fp8::k_block_in_key_order(n, Traits::kBlockN, p.seqlen_k)) {
         load_permuted_k<Traits>(s.k[stage], tm_k_permuted, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch,
                                 fp.k_groups_per_batch);
-      } else if (paged) {
-        load_paged_chunks<typename Traits::KTile, kCols, Traits::kBlockN>(p, varlen, s.k[stage], tm_k,
-                                                                         &s.k_full[stage], kv_head, n, ids);
+      } else if (Traits::kPagedKv && p.page_table != nullptr) {
+        load_paged_chunks_reading_ids<typename Traits::KTile, kCols, Traits::kBlockN, 4>(p, varlen, s.k[stage], tm_k,
+                                                                            &s.k_full[stage], kv_head, n);
       } else {
         load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], k_row0 + n * Traits::kBlockN,
                                                  kv_head, k_batch);
@@ -153,9 +145,9 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
           atomicExch(&s.v_rows[stage], min(varlen.seq.bounds.seqlen_k - n * Traits::kBlockN, Traits::kBlockN));
         }
         mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
-        if (paged) {
-          load_paged_chunks<typename Traits::VTile, kCols, Traits::kBlockN>(p, varlen, s.v[stage], tm_v,
-                                                                           &s.v_full[stage], kv_head, n, ids);
+        if (Traits::kPagedKv && p.page_table != nullptr) {
+          load_paged_chunks_reading_ids<typename Traits::VTile, kCols, Traits::kBlockN, 4>(p, varlen, s.v[stage], tm_v,
+                                                                              &s.v_full[stage], kv_head, n);
         } else {
           load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], k_row0 + n * Traits::kBlockN,
                                                    kv_head, k_batch);

@@ -284,8 +284,6 @@ struct Fp8FwdTraits {
     // sequence's keys (kBlockN but in a sequence's last block; the transposers zero the rest). Last, so
     // the dense kernels' layout is what it was.
     std::conditional_t<kVarlen, int[kStages], NoStorage> v_rows;
-    // TMA thread, a paged visit's page ids, a block ahead (fwd/producer.cuh, PagedChunkIds).
-    std::conditional_t<kPagedKv, int[2][kBlockN / kMinPageSize], NoStorage> paged_ids;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage)) + kSwizzleAtomBytes;
   static_assert(kSharedBytes <= 227 * 1024, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
