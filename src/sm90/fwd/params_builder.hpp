@@ -108,16 +108,19 @@ inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr
 // capacity (pages_per_seq * page_size), whatever its page size: since the copies were unrolled (v80)
 // they beat TMA at pages of 16-256 keys (1.26x at 16, 1.02-1.05x at 32-256 on b 8 x 32/8 x 16k d 128;
 // d 64 pages of 64 level at 80.5 against 78 us).
-// Pages of at most kMaxCopiedPageBytes a tensor (16 keys at d 128, 32 at d 64) take the copies in every
-// launch, prefill too: TMA loads a K/V block as a box per page, and boxes that small ran prefill
-// 1.28-1.68x slower than the copies at pages of 16 and 1.14x at d 64 pages of 32; at 8 KB (d 128 pages of
-// 32, d 64 pages of 64) TMA was 2-8% faster (H200, 2026-12-03, causal and not; perf-notes v82).
+// TMA loads a paged K/V block as a box per page, and small boxes keep prefill waiting on them: pages of at
+// most kMaxCopiedPageBytes a tensor (2 KB: d 64's pages of 16) take the copies in every launch, prefill
+// too (by TMA 1.10-1.25x the copies' time, H100, perf-notes v166); pages of at most
+// kMaxCopiedDecodingPageBytes (4 KB: 16 keys at d 128, 32 at d 64) in decoding steps only: in prefill,
+// with the TMA thread's page ids read a block ahead (v166), TMA ran 2-4% faster than the copies there
+// (before v166, 1.28-1.68x slower: v82). From 8 KB TMA was 2-8% faster in prefill (v82).
 // At head dims up to 64 every decoding step from rows takes the copies: since their split pieces share
 // their tiles' blocks (v156) the d 64 copy kernels ran 2-15% faster than TMA from 1 x 2k keys (1 x 32/8 x
 // 8k 14.4 against 16.7 us, 8 x 1k 11.9 against 13.5) and level at 1 x 1k, 8 x 4k and 32 x 1k; at d 128
 // they stayed level or 4% slower below 64 MiB (H200). A paged cache's pieces keep fixed shares, and
 // there the copies were 4% slower than TMA (1 x 8k, pages of 64, H100; 2026-12-06, perf-notes session 59).
-constexpr int kMaxCopiedPageBytes = 4096;
+constexpr int kMaxCopiedPageBytes = 2048;
+constexpr int kMaxCopiedDecodingPageBytes = 4096;
 constexpr int kAlwaysCopiedDecodingHeadDim = 64;
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
   const int head_dim = detail::widest_head_dim(pr);
@@ -127,10 +130,11 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
   if (pr.paged && !tma_takes_page_size(pr.page_size)) return true;  // pages TMA cannot load
   const long long page_bytes = static_cast<long long>(pr.page_size) * head_dim * dtype_size(pr.in_dtype);
   if (pr.paged && page_bytes <= kMaxCopiedPageBytes) return true;
+  if (!is_decoding_step(args, pr, block_m)) return false;
+  if (pr.paged && page_bytes <= kMaxCopiedDecodingPageBytes) return true;
   const double kv_bytes =
       1.0 * pr.batch * pr.seqlen_k * pr.heads_kv * (pr.head_dim + pr.head_dim_v) * dtype_size(pr.in_dtype);
-  return is_decoding_step(args, pr, block_m) &&
-         ((head_dim <= kAlwaysCopiedDecodingHeadDim && !pr.paged) || kv_bytes >= 64.0 * (1 << 20));
+  return (head_dim <= kAlwaysCopiedDecodingHeadDim && !pr.paged) || kv_bytes >= 64.0 * (1 << 20);
 }
 
 // How a paged launch of the K/V copy kernels copies (kv_cp_async.cuh): a page size that is no power of

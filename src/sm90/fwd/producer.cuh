@@ -20,15 +20,14 @@ namespace hopattn::sm90 {
 // A paged visit's page ids, one a chunk of paged_chunk_rows (params.hpp) rows of each K/V block (the
 // host takes page sizes that are powers of two from 16 and launches key blocks that a page size divides
 // or that divide it, so a chunk never straddles a page and, a multiple of 8 rows, starts on a 1024-byte
-// swizzle atom). The one TMA thread copies block n - 1's ids into shared memory with 4-byte cp.async
-// before it issues block n's boxes: the reads land while the boxes go out and the thread waits for the
-// stages, and no register holds them (the producer runs on 24). Read in front of their boxes, a few at a
-// time, each read and then its box cost ~300 cycles a chunk: pages of 16 keys ran prefill by TMA 1.28-1.68x
-// slower than the K/V copies (perf-notes v82). A chunk past the sequence's last key takes the last key's
-// page (load_paged_chunks reads it from that key's row on), never a table entry past the keys in use.
-// Shared by the 16-bit and FP8 producers; the ids live in their SharedStorage's paged_ids (block n's in
-// [n & 1]), and nothing of them stays in registers between blocks (24 registers: a pointer held across a
-// block spilled the FP8 producer).
+// swizzle atom), in SharedStorage::paged_ids, block n's in [n & 1]. The one TMA thread copies block
+// n - 1's ids there with 4-byte cp.async before it issues block n's boxes: the reads land while the boxes
+// go out and the thread waits for the stages, and no register holds them between blocks (the producer
+// runs on 24). Read in front of their boxes, each read and then its box cost ~300 cycles a chunk, and
+// pages of 16 keys ran prefill 1.28-1.68x the K/V copies' time (perf-notes v82); a block ahead, 2-4%
+// faster than the copies at 4 KB pages (d 128's pages of 16), 1.10-1.25x their time at 2 KB (v166). A
+// chunk past the sequence's last key takes the last key's page (load_paged_chunks reads it from that
+// key's row on), never a table entry past the keys in use.
 template <int kBlockN>
 using PagedChunkIds = int[2][kBlockN / kMinPageSize];
 
@@ -70,44 +69,6 @@ __device__ __forceinline__ void load_paged_chunks(const FwdParams& p, const Varl
   for (int row = 0, c = 0; row < kBlockN; row += chunk_rows, ++c) {
     const int key = min(n * kBlockN + row, last_key);
     load_tile<Tile, kColsPerBlock>(smem + row * kSwizzleBytes, map, full, key & (p.page_size - 1), kv_head, ids[c]);
-  }
-}
-
-// A paged cache's rows of K/V block n (FwdParams::page_table; v: a tile with keys) into `smem`, in chunks
-// of paged_chunk_rows (params.hpp) rows, each from its page (the host takes page sizes that are powers of two
-// from 16 and launches key blocks that a page size divides or that divide it, so a chunk never
-// straddles a page and, a multiple of 8 rows, starts on a 1024-byte swizzle atom). A chunk past the
-// sequence's last key reads the last key's page from that key's row on (the consumers mask those keys;
-// rows past the page end are TMA's zero fill), never a table entry past the keys in use. Shared by the
-// FP8 producer (the 16-bit one reads ids a block ahead, PagedChunkIds); the caller has armed `full` for the whole tile.
-// The table entries are read kPagesInFlight at a time, each group before its boxes are issued: one
-// thread issues every chunk, and a read, then its box, chunk after chunk, cost ~300 cycles a chunk
-// (pages of 16 keys: ~5000 cycles a 128-key block of K and V, twice the block's own time in FP8
-// decoding). As many as the producer's 24 registers hold: 4 in the FP8 producer, 2 in the 16-bit one
-// (whose blocks come in at most 4 chunks by TMA: smaller pages go by its copies, kv_cp_async.cuh).
-template <class Tile, int kColsPerBlock, int kBlockN, int kPagesInFlight>
-__device__ __forceinline__ void load_paged_chunks_reading_ids(const FwdParams& p, const VarlenVisit& v, std::uint8_t* smem,
-                                                  const CUtensorMap* map, std::uint64_t* full, int kv_head, int n) {
-  const int chunk_rows = paged_chunk_rows(p.page_size, kBlockN);
-  const int page_shift = __ffs(p.page_size) - 1;  // a power of two
-  const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
-  const int last_key = v.seq.bounds.seqlen_k - 1;
-  for (int first = 0; first < kBlockN; first += kPagesInFlight * chunk_rows) {
-    int page[kPagesInFlight];
-#pragma unroll
-    for (int i = 0; i < kPagesInFlight; ++i) {
-      const int key = min(n * kBlockN + first + i * chunk_rows, last_key);
-      if (first + i * chunk_rows < kBlockN) page[i] = __ldg(table + (key >> page_shift) * p.page_table_page_stride);
-    }
-#pragma unroll
-    for (int i = 0; i < kPagesInFlight; ++i) {
-      const int row = first + i * chunk_rows;
-      if (row < kBlockN) {
-        const int key = min(n * kBlockN + row, last_key);
-        load_tile<Tile, kColsPerBlock>(smem + row * kSwizzleBytes, map, full, key & (p.page_size - 1), kv_head,
-                                       page[i]);
-      }
-    }
   }
 }
 

@@ -98,7 +98,7 @@ Status launch_fp8_kernel(const FwdArgs& args, const detail::Problem& pr) {
     return st;
   const BshdView k_view = fp8_byte_view(args.k);
   // A paged cache (num_pages, page_size, heads_kv, d) is a dense tensor of num_pages batch entries; its
-  // blocks load in chunks of at most a page (load_paged_chunks).
+  // blocks load in chunks of at most a page (load_fp8_paged_chunks).
   const int kv_box_rows = pr.paged ? paged_chunk_rows(pr.page_size, Traits::kBlockN) : Traits::kBlockN;
   if (Status st = make_tensor_map(&tm_k, k_view, kBox, kv_box_rows); !st.ok()) return st;
   // Where V^T comes from global memory: V^T boxes of 128 keys x the head dim, and K's permuted rows

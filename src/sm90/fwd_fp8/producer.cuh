@@ -53,12 +53,47 @@ __device__ __forceinline__ void load_permuted_k(std::uint8_t* stage, const CUten
   }
 }
 
+// A paged cache's rows of K/V block n (FwdParams::page_table; v: a tile with keys) into `smem`, a box a
+// chunk as the 16-bit producer's load_paged_chunks (fwd/producer.cuh), but with the table entries read
+// kPagesInFlight at a time, each group before its boxes are issued: read, then box, chunk after chunk,
+// cost ~300 cycles a chunk (pages of 16 keys: ~5000 cycles a 128-key block of K and V, twice the block's
+// own time in FP8 decoding). As many as the producer's 24 registers hold. (The 16-bit producer's reads a
+// block ahead, PagedChunkIds, spilled 4 bytes of the V transposers here: they share those 24 registers.)
+// The caller has armed `full` for the whole tile.
+template <class Tile, int kColsPerBlock, int kBlockN>
+__device__ __forceinline__ void load_fp8_paged_chunks(const FwdParams& p, const VarlenVisit& v, std::uint8_t* smem,
+                                                      const CUtensorMap* map, std::uint64_t* full, int kv_head,
+                                                      int n) {
+  constexpr int kPagesInFlight = 4;
+  const int chunk_rows = paged_chunk_rows(p.page_size, kBlockN);
+  const int page_shift = __ffs(p.page_size) - 1;  // a power of two
+  const int* table = p.page_table + v.coord.batch * p.page_table_batch_stride;
+  const int last_key = v.seq.bounds.seqlen_k - 1;
+  for (int first = 0; first < kBlockN; first += kPagesInFlight * chunk_rows) {
+    int page[kPagesInFlight];
+#pragma unroll
+    for (int i = 0; i < kPagesInFlight; ++i) {
+      const int key = min(n * kBlockN + first + i * chunk_rows, last_key);
+      if (first + i * chunk_rows < kBlockN) page[i] = __ldg(table + (key >> page_shift) * p.page_table_page_stride);
+    }
+#pragma unroll
+    for (int i = 0; i < kPagesInFlight; ++i) {
+      const int row = first + i * chunk_rows;
+      if (row < kBlockN) {
+        const int key = min(n * kBlockN + row, last_key);
+        load_tile<Tile, kColsPerBlock>(smem + row * kSwizzleBytes, map, full, key & (p.page_size - 1), kv_head,
+                                       page[i]);
+      }
+    }
+  }
+}
+
 // The hand-out of scheduler.cuh: the first item is blockIdx.x, the next ones are claimed; each visit
 // of an item (a whole tile, or a split unit's pieces) is published to the consumers (s.visit, then
 // q_full) once they are done with the previous Q tile, and kNoVisitLeft tells them to stop. Then the
 // transposers, where there are any, are told to stop (finish_v). A variable-length launch
 // (Traits::kVarlen) skips the tiles past their sequence's last row, loads from each tile's sequence
-// rows (fwd/sequence.cuh), or page by page from a paged cache (load_paged_chunks), and tells the
+// rows (fwd/sequence.cuh), or page by page from a paged cache (load_fp8_paged_chunks), and tells the
 // transposers how many rows of each V stage hold its keys; a packed GQA tile (FwdParams::pack_gqa)
 // loads its tile_q_rows rows of every query head of its K/V head through the 5D map of
 // make_packed_q_map, as the 16-bit producer's publish_varlen_visit does.
@@ -122,8 +157,8 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
         load_permuted_k<Traits>(s.k[stage], tm_k_permuted, &s.k_full[stage], n * Traits::kBlockN, kv_head, c.batch,
                                 fp.k_groups_per_batch);
       } else if (Traits::kPagedKv && p.page_table != nullptr) {
-        load_paged_chunks_reading_ids<typename Traits::KTile, kCols, Traits::kBlockN, 4>(p, varlen, s.k[stage], tm_k,
-                                                                            &s.k_full[stage], kv_head, n);
+        load_fp8_paged_chunks<typename Traits::KTile, kCols, Traits::kBlockN>(p, varlen, s.k[stage], tm_k,
+                                                                             &s.k_full[stage], kv_head, n);
       } else {
         load_tile<typename Traits::KTile, kCols>(s.k[stage], tm_k, &s.k_full[stage], k_row0 + n * Traits::kBlockN,
                                                  kv_head, k_batch);
@@ -146,8 +181,8 @@ __device__ void run_fp8_loads(typename Traits::SharedStorage& s, const CUtensorM
         }
         mbarrier_arrive_expect_tx(&s.v_full[stage], Traits::VTile::kBytes);
         if (Traits::kPagedKv && p.page_table != nullptr) {
-          load_paged_chunks_reading_ids<typename Traits::VTile, kCols, Traits::kBlockN, 4>(p, varlen, s.v[stage], tm_v,
-                                                                              &s.v_full[stage], kv_head, n);
+          load_fp8_paged_chunks<typename Traits::VTile, kCols, Traits::kBlockN>(p, varlen, s.v[stage], tm_v,
+                                                                               &s.v_full[stage], kv_head, n);
         } else {
           load_tile<typename Traits::VTile, kCols>(s.v[stage], tm_v, &s.v_full[stage], k_row0 + n * Traits::kBlockN,
                                                    kv_head, k_batch);
