@@ -21,8 +21,10 @@ from types import SimpleNamespace
 from ._arrays import common_library
 
 _INT32_MAX = 2**31 - 1
-# The sm_90a kernels take a paged cache whose page size is a power of two from this.
+# The sm_90a kernels take a paged cache whose page size is a power of two from this; those that copy
+# K/V (bf16/fp16 at head dims up to _MAX_ANY_PAGE_HEAD_DIM) take any page size.
 _MIN_GPU_PAGE = 16
+_MAX_ANY_PAGE_HEAD_DIM = 128
 
 
 class _TorchOps:
@@ -442,13 +444,16 @@ def _gathered(a, cache):
 
 def _indexed_rows(a, seqused):
     """A dense cache read through cache_batch_idx: as a paged cache whose pages are the cache rows,
-    or power-of-two pieces of them (what the GPU's paged kernels take), without a copy; else the
-    rows gathered into a temporary dense cache."""
+    or power-of-two pieces of them, without a copy, where the GPU's paged kernels take such pages
+    (any page size where they copy K/V: bf16/fp16, head dims up to 128); else the rows gathered
+    into a temporary dense cache."""
     ops = a.ops
     if seqused is None:
         seqused = a.lib.int32_full(a.q, (a.batch,), a.rows)
     page = a.rows & -a.rows  # the largest power of two dividing seqlen_cache
-    if page >= _MIN_GPU_PAGE:
+    if page < _MIN_GPU_PAGE:
+        page = a.rows if _takes_any_page_size(a) else 0
+    if page:
         per_row = a.rows // page
         k_pages, v_pages = (ops.view(cache, (a.slots * per_row, page) + _shape(cache)[2:])
                             for cache in (a.k_cache, a.v_cache))
@@ -457,6 +462,13 @@ def _indexed_rows(a, seqused):
             table = ops.int32(first + ops.arange(per_row)[None, :])  # (batch, per_row)
             return dict(k=k_pages, v=v_pages, page_table=table, seqused_k=seqused)
     return dict(k=_gathered(a, a.k_cache), v=_gathered(a, a.v_cache), seqused_k=seqused)
+
+
+def _takes_any_page_size(a):
+    """Whether every kernel that may run this call takes a page of any size: bf16/fp16 caches of
+    head dims up to _MAX_ANY_PAGE_HEAD_DIM (the kernels that copy K/V)."""
+    return (a.lib.dtype_name(a.k_cache) in ("bfloat16", "float16")
+            and max(_shape(a.k_cache)[-1], _shape(a.v_cache)[-1]) <= _MAX_ANY_PAGE_HEAD_DIM)
 
 
 def _packed(ops, x, shape):

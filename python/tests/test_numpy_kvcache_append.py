@@ -258,28 +258,30 @@ def test_rotary_positions_follow_flash_attention(rng, core_calls, interleaved, r
     assert np.array_equal(as_bytes(q_used[..., rotary_dim:]), as_bytes(c.q[..., rotary_dim:]))
 
 
-@pytest.mark.parametrize("seqlen_cache, route", [(32, "rows as pages"), (48, "16-key pages"),
-                                                 (40, "gathered"), (32, "sliced, gathered")])
-def test_cache_batch_idx_reads_the_indexed_rows(rng, core_calls, seqlen_cache, route):
+@pytest.mark.parametrize("seqlen_cache, head_dim, route",
+                         [(32, 16, "rows as pages"), (48, 16, "16-key pages"),
+                          (40, 16, "rows as pages of any size"), (40, 136, "gathered"),
+                          (32, 16, "sliced, gathered")])
+def test_cache_batch_idx_reads_the_indexed_rows(rng, core_calls, seqlen_cache, head_dim, route):
     # Sequence b appends to and reads cache row cache_batch_idx[b]. The rows go to the core as
-    # pages (seqlen_cache with a power-of-two divisor >= 16, rows back to back) or as a gathered
-    # copy.
+    # pages (seqlen_cache with a power-of-two divisor >= 16, rows back to back; a row a page of any
+    # size where the GPU kernels copy K/V: bf16/fp16 at head dims up to 128) or as a gathered copy.
     c = build_case(rng, "float16", batch=3, seqlen_q=2, seqlen_new=3, heads_q=2, heads_kv=1,
-                   head_dim=16, seqlen_cache=seqlen_cache, batch_cache=5, rotary_dim=16,
+                   head_dim=head_dim, seqlen_cache=seqlen_cache, batch_cache=5, rotary_dim=16,
                    batch_idx=True)
     if route.startswith("sliced"):  # rows not back to back: no paged view exists
         for name in ("k_cache", "v_cache"):
-            wider = np.full((5, seqlen_cache + 3, 1, 16), np.nan, np.float16)
+            wider = np.full((5, seqlen_cache + 3, 1, head_dim), np.nan, np.float16)
             wider[:, :seqlen_cache] = getattr(c, name)
             setattr(c, name, wider[:, :seqlen_cache])
     options = dict(causal=True, window=(-1, -1), softcap=0.0, softmax_scale=None)
     _, _, passed = run_and_check(c, options, core_calls)
-    if route == "rows as pages":
-        assert passed["page_table"].shape == (3, 1) and passed["k"].shape[1] == 32
+    if route.startswith("rows as pages"):
+        assert passed["page_table"].shape == (3, 1) and passed["k"].shape[1] == seqlen_cache
     elif route == "16-key pages":
         assert passed["page_table"].shape == (3, 3) and passed["k"].shape[1] == 16
     else:
-        assert passed["page_table"] is None and passed["k"].shape == (3, seqlen_cache, 1, 16)
+        assert passed["page_table"] is None and passed["k"].shape == (3, seqlen_cache, 1, head_dim)
 
 
 @pytest.mark.parametrize("variant", ["plain", "with cache_batch_idx", "sliced cache",

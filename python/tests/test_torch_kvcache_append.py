@@ -116,12 +116,14 @@ def test_gpu_kvcache_append_rotary_bf16_matches_float64(rng, seqlen_new, layout,
 
 
 @needs_hopper
-@pytest.mark.parametrize("seqlen_cache, route", [(256, "rows as pages"), (320, "64-key pages"),
-                                                 (200, "gathered")])
-def test_gpu_kvcache_cache_batch_idx_bf16_matches_float64(rng, seqlen_cache, route):
-    # seqlen_cache 200 has no power-of-two divisor >= 16: its rows are gathered into a copy.
+@pytest.mark.parametrize("seqlen_cache, head_dim, route",
+                         [(256, 128, "rows as pages"), (320, 128, "64-key pages"),
+                          (200, 128, "rows as pages of any size"), (200, 192, "gathered")])
+def test_gpu_kvcache_cache_batch_idx_bf16_matches_float64(rng, seqlen_cache, head_dim, route):
+    # seqlen_cache 200 has no power-of-two divisor >= 16: a row a page of 200 keys where the K/V copy
+    # kernels take any page size (head dims up to 128), else the rows gathered into a copy.
     c = kvcache_case(rng, "cuda", torch.bfloat16, seqlen_cache=seqlen_cache, batch_cache=5,
-                     batch_idx=True)
+                     head_dim=head_dim, batch_idx=True)
     kvcache_check(c, interleaved=bool(rng.integers(2)))
 
 
