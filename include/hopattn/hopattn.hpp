@@ -90,9 +90,10 @@ struct KernelOptions {
   // one thread's TMA boxes, or the producer warpgroup's 16-byte copies (cp.async), which stream K/V
   // from HBM about 10% faster. kAuto takes the copies where a launch is bound by that stream (tiles of
   // at most 64 query rows with at least 64 MiB of K/V, dense or paged, or any such launch from rows at
-  // head dims up to 64) and for every launch from pages of at most 4 KB a tensor, 16 keys at d 128 (TMA loads
+  // head dims up to 64), for every launch from pages of at most 2 KB a tensor (16 keys at d 64: TMA loads
   // those in many small boxes, and pages under 16 keys or of sizes that are no power of two not at all,
-  // so those always take the copies); kCopyThreads forces them where they
+  // so those always take the copies) and for decoding steps from 4 KB pages (16 keys at d 128, 32 at d 64);
+  // kCopyThreads forces them where they
   // exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does not take the
   // variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
