@@ -134,6 +134,7 @@ class TileLoader {
   // block in chunks of at most a page (load_paged_chunks), their page ids read a block ahead
   // (PagedChunkIds). K and V of a block share them.
   __device__ void load_paged_visit(const FwdParams& p, const VarlenVisit& v, int kv_head) {
+    if (v.visit.n_end <= v.visit.n_begin) return;  // no block (no key): its first block's ids would be no page's
     read_chunk_page_ids<Traits::kBlockN>(p, v, v.visit.n_end - 1, s_.paged_ids);
     for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) {
       wait_for_chunk_page_ids<Traits::kBlockN>(p, v, n, s_.paged_ids);
