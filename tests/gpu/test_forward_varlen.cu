@@ -59,6 +59,14 @@ std::vector<NamedCase<VarlenCase>> corner_cases() {
     c.causal = true;
     add("EmptyQuerySequenceInTheMiddle", c);
   }
+  // d 64 launches whose longest sequence has more than 4096 keys take the 192-key blocks (shipped_configs.cuh):
+  // ragged ends of those blocks, a tile of one row beside prefill tiles.
+  {
+    VarlenCase c = varlen({130, 1, 300}, {4500, 4097, 5000}, 4, 2, 64, kBf16);
+    c.causal = true;
+    add("LongKeys_d64_bf16_causal", c);
+  }
+  add("LongKeys_d64_fp16", varlen({129, 64}, {4200, 4353}, 2, 1, 64, kFp16));
   // Sequences 1 and 3 have no keys: out 0 and LSE -inf for all their rows.
   add("SequencesWithoutKeys", varlen({64, 100, 1, 30}, {70, 0, 33, 0}, 4, 2, 64, kBf16));
   {
@@ -250,7 +258,7 @@ INSTANTIATE_TEST_SUITE_P(ManyPieces, ForwardVarlenCorners, ::testing::ValuesIn(m
 // Tiles of at most 8 live rows run transposed at d 64 (fwd/transposed_decode.cuh), tiles of 9 or more
 // the ordinary loop; d 128 runs the same shapes through the ordinary loop alone. Batches with tiles of
 // exactly 8 and 9 rows side by side (transposed_decode_shapes.cuh, the FP8 suite's too), caches of 1
-// key to several 192-key blocks of d 64 with ragged ends, split or not, causal, windowed or softcapped.
+// key to several key blocks of d 64 with ragged ends, split or not, causal, windowed or softcapped.
 // One decoding case of a transposed_decode_shapes.cuh shape: caches of 1 key to several key blocks with
 // ragged ends; the case's index picks the dtype and whether it is causal, windowed or softcapped.
 NamedCase<VarlenCase> decoding_case(const TransposedDecodeShape& shape, int d, int num_splits, int index) {
@@ -304,7 +312,7 @@ INSTANTIATE_TEST_SUITE_P(WideDecode, ForwardVarlenCorners, ::testing::ValuesIn(w
 // seqused_k or cu_seqlens_k alone). Each
 // used key count leaves such rows in its last K/V block at every block width (64 keys at d 256, 128 at
 // d 64 and 128; d 64 takes 192-key blocks in the varlen k cases, whose longest sequence stores more than
-// 1024 keys), causal or not.
+// 4096 keys), causal or not.
 std::vector<NamedCase<VarlenCase>> non_finite_tail_cases() {
   std::vector<NamedCase<VarlenCase>> cases;
   for (const float value : {NAN, INFINITY}) {
@@ -313,8 +321,8 @@ std::vector<NamedCase<VarlenCase>> non_finite_tail_cases() {
         for (const bool causal : {false, true}) {
           const std::string name = std::string(std::isnan(value) ? "Nan" : "Inf") + (causal ? "_causal" : "") + "_d" +
                                    std::to_string(d) + "_" + dtype_name(dtype);
-          VarlenCase packed = varlen({1, 80, 200, 129, 3}, {300, 130, 1100, 50, 7}, 4, 2, d, dtype);
-          packed.seqused_k = {{257, 1, 1030, 37, 0}};
+          VarlenCase packed = varlen({1, 80, 200, 129, 3}, {300, 130, 4300, 50, 7}, 4, 2, d, dtype);
+          packed.seqused_k = {{257, 1, 4230, 37, 0}};
           packed.trailing_k_rows = 200;
           VarlenCase dense = varlen({100, 100, 100}, {500, 500, 500}, 4, 1, d, dtype);
           dense.varlen_q = false, dense.varlen_k = false, dense.seqused_k = {{317, 1, 499}};
