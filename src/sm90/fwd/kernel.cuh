@@ -79,6 +79,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       warpgroup_release_registers<Traits::kProducerRegisters>();
       if constexpr (Traits::kKvByCpAsync) {
         run_cp_async_producer<Traits, kKvSource>(s, maps, params);
+      } else if constexpr (Traits::kVarlen) {
+        const int warp = threadIdx.x / 32;
+        if (warp < 2 && elect_one_lane()) run_varlen_producer<Traits>(s, maps, params, warp);
       } else if (threadIdx.x / 32 == 0 && elect_one_lane()) {
         run_producer<Traits>(s, maps, params);
       }

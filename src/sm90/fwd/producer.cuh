@@ -8,6 +8,7 @@
 
 #include "sm90/arch/cp_async.cuh"
 #include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/sync.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
@@ -17,17 +18,16 @@
 
 namespace hopattn::sm90 {
 
-// A paged visit's page ids, one a chunk of paged_chunk_rows (params.hpp) rows of each K/V block (the
-// host takes page sizes that are powers of two from 16 and launches key blocks that a page size divides
-// or that divide it, so a chunk never straddles a page and, a multiple of 8 rows, starts on a 1024-byte
-// swizzle atom), in SharedStorage::paged_ids, block n's in [n & 1]. The one TMA thread copies block
-// n - 1's ids there with 4-byte cp.async before it issues block n's boxes: the reads land while the boxes
-// go out and the thread waits for the stages, and no register holds them between blocks (the producer
-// runs on 24). Read in front of their boxes, each read and then its box cost ~300 cycles a chunk, and
-// pages of 16 keys ran prefill 1.28-1.68x the K/V copies' time (perf-notes v82); a block ahead, 2-4%
-// faster than the copies at 4 KB pages (d 128's pages of 16), 1.10-1.25x their time at 2 KB (v166). A
-// chunk past the sequence's last key takes the last key's page (load_paged_chunks reads it from that
-// key's row on), never a table entry past the keys in use.
+// A paged visit's page ids, one a chunk of paged_chunk_rows (params.hpp) rows of each K/V block (the host takes page
+// sizes that are powers of two from 16 and launches key blocks that a page size divides or that divide it, so a chunk
+// never straddles a page and, a multiple of 8 rows, starts on a 1024-byte swizzle atom), in SharedStorage::paged_ids,
+// block n's in [n & 1] (the K thread's and the V thread's each). Each of them copies block n - 1's ids there with
+// 4-byte cp.async before it issues block n's boxes: the reads land while the boxes go out and the thread waits for the
+// stages, and no register holds them between blocks (the producer runs on 24). Read in front of their boxes, each read
+// and then its box cost ~300 cycles a chunk, and pages of 16 keys ran prefill 1.28-1.68x the K/V copies' time
+// (perf-notes v82); a block ahead, 2-4% faster than the copies at 4 KB pages (d 128's pages of 16), 1.10-1.25x their
+// time at 2 KB (v166). A chunk past the sequence's last key takes the last key's page (load_paged_chunks reads it from
+// that key's row on), never a table entry past the keys in use.
 template <int kBlockN>
 using PagedChunkIds = int[2][kBlockN / kMinPageSize];
 
@@ -132,21 +132,27 @@ class TileLoader {
 
   // The same for a visit from a paged KV cache (FwdParams::page_table; v: a tile with keys), block by
   // block in chunks of at most a page (load_paged_chunks), their page ids read a block ahead
-  // (PagedChunkIds). K and V of a block share them.
+  // (PagedChunkIds): K's boxes (kV false, from the producer warp's leader) or V's (kV true, from the
+  // second producer warp; run_varlen_producer), each with its own ids.
+  template <bool kV>
   __device__ void load_paged_visit(const FwdParams& p, const VarlenVisit& v, int kv_head) {
     if (v.visit.n_end <= v.visit.n_begin) return;  // no block (no key): its first block's ids would be no page's
-    read_chunk_page_ids<Traits::kBlockN>(p, v, v.visit.n_end - 1, s_.paged_ids);
+    PagedChunkIds<Traits::kBlockN>& ids = s_.paged_ids[kV];
+    read_chunk_page_ids<Traits::kBlockN>(p, v, v.visit.n_end - 1, ids);
     for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) {
-      wait_for_chunk_page_ids<Traits::kBlockN>(p, v, n, s_.paged_ids);
+      wait_for_chunk_page_ids<Traits::kBlockN>(p, v, n, ids);
       const int stage = ring_.index();
-      mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
-      mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
-      load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n,
-                                                       s_.paged_ids[n & 1]);
-      mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
-      mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
-      load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n,
-                                                       s_.paged_ids[n & 1]);
+      if constexpr (kV) {
+        mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
+        mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
+        load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n,
+                                                         ids[n & 1]);
+      } else {
+        mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
+        mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
+        load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n,
+                                                         ids[n & 1]);
+      }
       ring_.advance();
     }
   }
@@ -195,34 +201,75 @@ __device__ __forceinline__ int varlen_kv_head(const FwdParams& p, const TileCoor
   return Traits::kPacksGqa && p.pack_gqa ? c.head : int(p.head_ratio_divisor.divide(unsigned(c.head)));
 }
 
-// Warp-specialized producer: walks the whole schedule, K/V blocks from the last to the first (the
-// order the consumers use: masked blocks first), throttled only by the empty barriers.
+// Warp-specialized producer of the dense kernels, one thread: walks the whole schedule, K/V blocks from
+// the last to the first (the order the consumers use: masked blocks first), throttled only by the empty
+// barriers.
 template <class Traits>
 __device__ void run_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p) {
   TileLoader<Traits> loader(s, maps);
   VisitSequence visits(p);
   for (int id = visits.next(); id != kNoVisitLeft; id = visits.next()) {
-    if constexpr (Traits::kVarlen) {
+    const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(p, id);
+    loader.publish_visit(p, id, v);
+    const TileCoord c = decode_tile(p, v.tile);
+    const int kv_head = int(p.head_ratio_divisor.divide(unsigned(c.head)));
+    for (int n = v.n_end - 1; n >= v.n_begin; --n) loader.load_kv(c, kv_head, n);
+  }
+  loader.publish_visit(p, kNoVisitLeft, TileVisit{});
+  finish_schedule(p);
+}
+
+// The leader hands visit `id` (the count-th handed) to the V warp of a paged launch, or takes it there:
+// two slots used in turn, each rewritten only after the V warp has passed the next hand-over.
+template <class Traits>
+__device__ __forceinline__ void hand_over_paged_visit(typename Traits::SharedStorage& s, int count, int id) {
+  s.paged_visit[count & 1] = id;
+  named_barrier_sync_unaligned(Traits::kProducerBarrier, 64);
+}
+template <class Traits>
+__device__ __forceinline__ int take_paged_visit(typename Traits::SharedStorage& s, int count) {
+  named_barrier_sync_unaligned(Traits::kProducerBarrier, 64);
+  return s.paged_visit[count & 1];
+}
+
+// The same for the variable-length kernels, one thread of each of the producer's first two warps
+// (warp). Warp 0's walks the schedule and loads Q, and K and V from rows; from a paged cache it loads K
+// and hands each visit to warp 1's thread, which loads V: a block in pages of 16 keys is 8-12 chunks
+// of K and as many of V, a TMA box each (two at d 128), and from one thread those boxes held prefill
+// at 1.12x (d 128) the time of the same keys from rows (perf-notes v166, v171).
+template <class Traits>
+__device__ void run_varlen_producer(typename Traits::SharedStorage& s, TensorMaps maps, const FwdParams& p,
+                                    int warp) {
+  const bool paged = p.page_table != nullptr;
+  TileLoader<Traits> loader(s, maps);
+  if (warp == 1) {
+    if (!paged) return;
+    for (int count = 0;; ++count) {
+      const int id = take_paged_visit<Traits>(s, count);
+      if (id == kNoVisitLeft) return;
       const VarlenVisit v =
           decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p,
                                                                                                                   id);
-      if (varlen_tile_is_empty(p, v)) continue;
-      loader.publish_varlen_visit(p, id, v);
-      const int kv_head = varlen_kv_head<Traits>(p, v.coord);
-      if (p.page_table != nullptr) {
-        loader.load_paged_visit(p, v, kv_head);
-        continue;
-      }
-      for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) loader.load_varlen_kv(v.seq.rows, kv_head, n);
-    } else {
-      const TileVisit v = decode_visit<Traits::kBlockM, Traits::kBlockN, Traits::kChunksAndSequsedQ>(p, id);
-      loader.publish_visit(p, id, v);
-      const TileCoord c = decode_tile(p, v.tile);
-      const int kv_head = int(p.head_ratio_divisor.divide(unsigned(c.head)));
-      for (int n = v.n_end - 1; n >= v.n_begin; --n) loader.load_kv(c, kv_head, n);
+      loader.template load_paged_visit<true>(p, v, varlen_kv_head<Traits>(p, v.coord));
     }
   }
+  VisitSequence visits(p);
+  int handed = 0;
+  for (int id = visits.next(); id != kNoVisitLeft; id = visits.next()) {
+    const VarlenVisit v =
+        decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p, id);
+    if (varlen_tile_is_empty(p, v)) continue;
+    loader.publish_varlen_visit(p, id, v);
+    const int kv_head = varlen_kv_head<Traits>(p, v.coord);
+    if (paged) {
+      hand_over_paged_visit<Traits>(s, handed++, id);
+      loader.template load_paged_visit<false>(p, v, kv_head);
+      continue;
+    }
+    for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) loader.load_varlen_kv(v.seq.rows, kv_head, n);
+  }
   loader.publish_visit(p, kNoVisitLeft, TileVisit{});
+  if (paged) hand_over_paged_visit<Traits>(s, handed, kNoVisitLeft);
   finish_schedule(p);
 }
 

@@ -174,7 +174,8 @@ struct FwdTraits {
   // of the previous warpgroup in round-robin order arrives (32 threads).
   static constexpr int kOTurnBarrierBase = kEpilogueBarrierBase + kConsumerWarpgroups;
   static constexpr int kOTurnBarrierThreads = kWarpgroupThreads + 32;
-  // The cp.async producer warpgroup: its leader hands each visit id to the other threads.
+  // The cp.async producer warpgroup: its leader hands each visit id to the other threads. The TMA
+  // producer of a variable-length kernel: its K warp hands a paged visit to its V warp.
   static constexpr int kProducerBarrier = kOTurnBarrierBase + kConsumerWarpgroups;
   static_assert(kProducerBarrier < 16, "named barrier ids are 0-15");
 
@@ -203,9 +204,10 @@ struct FwdTraits {
     // the leader -> the producer warpgroup, a sharing piece's next block, in two slots used in turn.
     std::conditional_t<kKvByCpAsync, int[kStages], NoStorage> stage_block;
     std::conditional_t<kKvByCpAsync, int[2], NoStorage> next_claimed_block;
-    // The TMA producer of a variable-length kernel: a paged visit's page ids, a block ahead (producer.cuh,
-    // PagedChunkIds).
-    std::conditional_t<kVarlen && !kKvByCpAsync, int[2][kBlockN / kMinPageSize], NoStorage> paged_ids;
+    // The TMA producer of a variable-length kernel: a paged visit's page ids a block ahead, K's and V's
+    // (producer.cuh, PagedChunkIds), and its visits handed from K's warp to V's, in two slots.
+    std::conditional_t<kVarlen && !kKvByCpAsync, int[2][2][kBlockN / kMinPageSize], NoStorage> paged_ids;
+    std::conditional_t<kVarlen && !kKvByCpAsync, int[2], NoStorage> paged_visit;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= kSmemLimit, "shared-memory plan exceeds the 227 KB an sm_90 CTA can have");
