@@ -87,14 +87,14 @@ struct KernelOptions {
   enum class PackGqa { kAuto, kOn, kOff };
   PackGqa pack_gqa = PackGqa::kAuto;
   // How the bf16/fp16 variable-length, paged and decoding kernels (head dims up to 128) load K and V:
-  // one thread's TMA boxes, or the producer warpgroup's 16-byte copies (cp.async), which stream K/V
-  // from HBM about 10% faster. kAuto takes the copies where a launch is bound by that stream (tiles of
-  // at most 64 query rows with at least 64 MiB of K/V, dense or paged, or any such launch from rows at
-  // head dims up to 64), for every launch from pages of at most 2 KB a tensor (16 keys at d 64: TMA loads
-  // those in many small boxes, and pages under 16 keys or of sizes that are no power of two not at all,
-  // so those always take the copies) and for decoding steps from 4 KB pages (16 keys at d 128, 32 at d 64);
-  // kCopyThreads forces them where they
-  // exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does not take the
+  // TMA boxes (issued by one producer thread, from a paged cache by two: K's and V's), or the producer
+  // warpgroup's 16-byte copies (cp.async), which stream K/V from HBM about 10% faster. kAuto takes the
+  // copies where a launch is bound by that stream (tiles of at most 64 query rows with at least 64 MiB
+  // of K/V, dense or paged, or any such launch from rows at head dims up to 64), for every launch from
+  // pages of at most 2 KB a tensor (16 keys at d 64: TMA loads those in many small boxes, and pages
+  // under 16 keys or of sizes that are no power of two not at all, so those always take the copies) and
+  // for decoding steps from 4 KB pages (16 keys at d 128, 32 at d 64); kCopyThreads forces them where
+  // they exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does not take the
   // variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
   KvLoads kv_loads = KvLoads::kAuto;
@@ -164,22 +164,22 @@ struct FwdArgs {
   // heads_kv, head_dim); seqused_k gives each sequence's keys in use. The sm_90a kernel takes page sizes
   // that are powers of two from 16, and any other (a token-granular cache: SGLang's page_size 1; vLLM's
   // hybrid-model sizes such as 528) with bf16/fp16 at head dims up to 128 unless KernelOptions::kv_loads
-  // is kTma. Rows past a sequence's keys
-  // (the rest of its last page, rows past seqused_k, unused pages) may hold anything, NaN and Inf
-  // included (a cache from torch.empty): they are never read into out or lse.
+  // is kTma. Rows past a sequence's keys (the rest of its last page, rows past seqused_k, unused pages)
+  // may hold anything, NaN and Inf included (a cache from torch.empty): they are never read into out or
+  // lse.
   std::optional<Tensor> page_table;
 
   // Split-KV: the sm_90a kernels cut tiles along the keys over idle SMs and merge the pieces. Dense
-  // batches: non-causal launches without a window; FP8 at head dims 64 and 128, not with block
-  // descales alone. Variable-length and paged batches, and decoding steps of at most 64 query rows
-  // (bf16/fp16 at head dims up to 128, any mask): every tile in the same number of pieces, each a share of its own sequence's keys. 0 = where that shortens the launch (the
-  // last rounds' tiles, or every tile when there are fewer tiles than SMs; variable lengths: when
-  // there are at most half as many tiles as SMs), 1 = never, n >= 2 = every tile in n pieces (at most a
-  // key block a piece and 1024 pieces in all: where tiles x n passes that, floor(1024 / tiles) pieces a
-  // tile, and no split where that is under 2). Results match either way, to rounding. Split tiles of the
-  // kernels that copy K/V from rows (KernelOptions::kv_loads; decoding steps) share their keys among
-  // their pieces as the pieces stream, so those results vary run to run at rounding level (1 keeps
-  // such tiles whole).
+  // batches: non-causal launches without a window; FP8 at head dims 64 and 128, not with block descales
+  // alone. Variable-length and paged batches, and decoding steps of at most 64 query rows (bf16/fp16 at
+  // head dims up to 128, any mask): every tile in the same number of pieces, each a share of its own
+  // sequence's keys. 0 = where that shortens the launch (the last rounds' tiles, or every tile when
+  // there are fewer tiles than SMs; variable lengths: when there are at most half as many tiles as SMs),
+  // 1 = never, n >= 2 = every tile in n pieces (at most a key block a piece and 1024 pieces in all:
+  // where tiles x n passes that, floor(1024 / tiles) pieces a tile, and no split where that is under 2).
+  // Results match either way, to rounding. Split tiles of the kernels that copy K/V from rows
+  // (KernelOptions::kv_loads; decoding steps) share their keys among their pieces as the pieces stream,
+  // so those results vary run to run at rounding level (1 keeps such tiles whole).
   int num_splits = 0;
 
   // FP8 e4m3 inputs: float32 descale factors of shape (batch, heads_kv); out is bf16.
