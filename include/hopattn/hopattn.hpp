@@ -86,16 +86,16 @@ struct KernelOptions {
   // at head dims above 128, without warp specialization, or for heads_q / heads_kv > 128); kOff never.
   enum class PackGqa { kAuto, kOn, kOff };
   PackGqa pack_gqa = PackGqa::kAuto;
-  // How the bf16/fp16 variable-length, paged and decoding kernels (head dims up to 128) load K and V:
-  // TMA boxes (issued by one producer thread, from a paged cache by two: K's and V's), or the producer
+  // How the bf16/fp16 variable-length, paged and decoding kernels (head dims up to 128) load K and V: TMA
+  // boxes (issued by one producer thread, from a paged cache by two: K's and V's), or the producer
   // warpgroup's 16-byte copies (cp.async), which stream K/V from HBM about 10% faster. kAuto takes the
-  // copies where a launch is bound by that stream (tiles of at most 64 query rows with at least 64 MiB
-  // of K/V, dense or paged, or any such launch from rows at head dims up to 64), for every launch from
-  // pages of at most 2 KB a tensor (16 keys at d 64: TMA loads those in many small boxes, and pages
-  // under 16 keys or of sizes that are no power of two not at all, so those always take the copies) and
-  // for decoding steps from 4 KB pages (16 keys at d 128, 32 at d 64); kCopyThreads forces them where
-  // they exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does not take the
-  // variable-length kernels), kTma never.
+  // copies where a launch is bound by that stream (tiles of at most 64 query rows with at least 64 MiB of
+  // K/V, dense or paged, or any such launch from rows at head dims up to 64), for every launch from pages
+  // of at most 1 KB a tensor (16 keys at head dims up to 32: TMA loads those in many small boxes, and
+  // pages under 16 keys or of sizes that are no power of two not at all, so those always take the copies)
+  // and for decoding steps from pages of up to 4 KB (16 keys at d 128, 16 and 32 at d 64); kCopyThreads
+  // forces them where they exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does
+  // not take the variable-length kernels), kTma never.
   enum class KvLoads { kAuto, kTma, kCopyThreads };
   KvLoads kv_loads = KvLoads::kAuto;
   // The sm_90a forward kernels launched as programmatic dependents of the kernel queued before them

@@ -264,7 +264,7 @@ TEST(KeyBlockChoice, KeysPerTileBoundsTheKeysATileSees) {
 // Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
 // (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, dense or from a paged
 // cache of any page size (its table's capacity counting as its keys), or from rows of any size at head
-// dims up to 64, every launch from pages of at most 2 KB a tensor, and decoding steps from 4 KB pages,
+// dims up to 64, every launch from pages of at most 1 KB a tensor, and decoding steps from 4 KB pages,
 // unless kv_loads says otherwise;
 // never at head dims above 128.
 // One validated bf16 call of one sequence, seqlen_q rows and heads_q heads over 8 K/V heads: k and v
@@ -315,7 +315,7 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   EXPECT_FALSE(takes(17, 4096, 32, 64, Loads::kAuto));
   EXPECT_FALSE(takes(1, 1024, 32, 64, Loads::kTma));
   EXPECT_FALSE(takes(1, 1024, 32, 72, Loads::kAuto));  // the 128-wide kernels: 64 MiB
-  // Paged: the decoding rule at every page size, pages of at most 2 KB a tensor in every launch (prefill,
+  // Paged: the decoding rule at every page size, pages of at most 1 KB a tensor in every launch (prefill,
   // short caches) and of 4 KB in decoding steps (short caches), up to d 128.
   struct PagedCase {
     int seqlen_q, seqlen_k, heads_q, d;
@@ -336,8 +336,10 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
       {1, 64, 8, 128, Loads::kAuto, 16, true},  // 4 KB pages: a short cache
       {4096, 4096, 8, 128, Loads::kAuto, 16, false},  // but prefill by TMA
       {4096, 4096, 8, 128, Loads::kAuto, 32, false},  // 8 KB
-      {4096, 4096, 8, 64, Loads::kAuto, 16, true},  // 2 KB: prefill too
-      {17, 4096, 32, 64, Loads::kAuto, 16, true},
+      {4096, 4096, 8, 64, Loads::kAuto, 16, false},  // 2 KB: prefill by TMA
+      {17, 4096, 32, 64, Loads::kAuto, 16, false},
+      {1, 4096, 8, 64, Loads::kAuto, 16, true},  // but decoding steps by the copies
+      {4096, 4096, 8, 32, Loads::kAuto, 16, true},  // 1 KB: prefill too
       {4096, 4096, 8, 64, Loads::kAuto, 32, false},
       {17, 4096, 32, 64, Loads::kAuto, 32, false},  // 17 x 4 packed rows: no decoding step
       {4096, 4096, 8, 64, Loads::kAuto, 64, false},

@@ -109,17 +109,19 @@ inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr
 // they beat TMA at pages of 16-256 keys (1.26x at 16, 1.02-1.05x at 32-256 on b 8 x 32/8 x 16k d 128;
 // d 64 pages of 64 level at 80.5 against 78 us).
 // TMA loads a paged K/V block as a box per page, and small boxes keep prefill waiting on them: pages of at
-// most kMaxCopiedPageBytes a tensor (2 KB: d 64's pages of 16) take the copies in every launch, prefill
-// too (by TMA 1.10-1.25x the copies' time, H100, perf-notes v166); pages of at most
-// kMaxCopiedDecodingPageBytes (4 KB: 16 keys at d 128, 32 at d 64) in decoding steps only: in prefill,
-// with the TMA thread's page ids read a block ahead (v166), TMA ran 2-4% faster than the copies there
-// (before v166, 1.28-1.68x slower: v82). From 8 KB TMA was 2-8% faster in prefill (v82).
+// most kMaxCopiedPageBytes a tensor (1 KB: pages of 16 at head dims up to 32, unmeasured by TMA) take the
+// copies in every launch, prefill too; pages of at most kMaxCopiedDecodingPageBytes (4 KB: 16 keys at
+// d 128, 16 and 32 at d 64) in decoding steps only. In prefill, with the page ids read a block ahead
+// (v166) and V's boxes from a second thread (v171), TMA ran 3.5-5.3% faster than the copies at 2 KB
+// (d 64's pages of 16; H100, perf-notes calls G, H of session 66; 1.10-1.25x their time from one thread,
+// v166) and 2-4% at 4 KB (v166; 1.28-1.68x slower before v166: v82); from 8 KB 2-8% faster (v82). In
+// decoding steps the copies stayed 5-8% faster at d 64 from pages of 16 and 32, d 128 level (session 66).
 // At head dims up to 64 every decoding step from rows takes the copies: since their split pieces share
 // their tiles' blocks (v156) the d 64 copy kernels ran 2-15% faster than TMA from 1 x 2k keys (1 x 32/8 x
 // 8k 14.4 against 16.7 us, 8 x 1k 11.9 against 13.5) and level at 1 x 1k, 8 x 4k and 32 x 1k; at d 128
 // they stayed level or 4% slower below 64 MiB (H200). A paged cache's pieces keep fixed shares, and
 // there the copies were 4% slower than TMA (1 x 8k, pages of 64, H100; 2026-12-06, perf-notes session 59).
-constexpr int kMaxCopiedPageBytes = 2048;
+constexpr int kMaxCopiedPageBytes = 1024;
 constexpr int kMaxCopiedDecodingPageBytes = 4096;
 constexpr int kAlwaysCopiedDecodingHeadDim = 64;
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
