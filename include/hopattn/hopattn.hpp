@@ -92,7 +92,8 @@ struct KernelOptions {
   // copies where a launch is bound by that stream (tiles of at most 64 query rows with at least 64 MiB of
   // K/V, dense or paged, or any such launch from rows at head dims up to 64), for every launch from pages
   // of at most 1 KB a tensor (16 keys at head dims up to 32: TMA loads those in many small boxes, and
-  // pages under 16 keys or of sizes that are no power of two not at all, so those always take the copies)
+  // pages under 16 keys or of sizes that are no power of two not at all, so those always take the copies),
+  // from 2 KB pages (16 keys at d 64) past 4096 keys a tile (d 64's 192-key blocks: 12 boxes a block)
   // and for decoding steps from pages of up to 4 KB (16 keys at d 128, 16 and 32 at d 64); kCopyThreads
   // forces them where they exist (kUnsupported elsewhere: FP8, head dims above 128, or a launch that does
   // not take the variable-length kernels), kTma never.

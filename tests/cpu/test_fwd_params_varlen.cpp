@@ -316,7 +316,8 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
   EXPECT_FALSE(takes(1, 1024, 32, 64, Loads::kTma));
   EXPECT_FALSE(takes(1, 1024, 32, 72, Loads::kAuto));  // the 128-wide kernels: 64 MiB
   // Paged: the decoding rule at every page size, pages of at most 1 KB a tensor in every launch (prefill,
-  // short caches) and of 4 KB in decoding steps (short caches), up to d 128.
+  // short caches), of 2 KB past 4096 keys a tile (d 64's 192-key blocks) and of 4 KB in decoding steps
+  // (short caches), up to d 128.
   struct PagedCase {
     int seqlen_q, seqlen_k, heads_q, d;
     Loads loads;
@@ -336,11 +337,14 @@ TEST(VarlenParams, KvCopiesForLargeDecodingSteps) {
       {1, 64, 8, 128, Loads::kAuto, 16, true},  // 4 KB pages: a short cache
       {4096, 4096, 8, 128, Loads::kAuto, 16, false},  // but prefill by TMA
       {4096, 4096, 8, 128, Loads::kAuto, 32, false},  // 8 KB
-      {4096, 4096, 8, 64, Loads::kAuto, 16, false},  // 2 KB: prefill by TMA
+      {4096, 4096, 8, 64, Loads::kAuto, 16, false},  // 2 KB: prefill by TMA up to 4096 keys a tile,
+      {4112, 4112, 8, 64, Loads::kAuto, 16, true},    // by the copies past (d 64's 192-key blocks)
+      {512, 8192, 32, 64, Loads::kAuto, 16, true},
+      {4096, 4096, 8, 64, Loads::kAuto, 32, false},  // 4 KB: prefill by TMA at any length
+      {8192, 8192, 8, 64, Loads::kAuto, 32, false},
       {17, 4096, 32, 64, Loads::kAuto, 16, false},
       {1, 4096, 8, 64, Loads::kAuto, 16, true},  // but decoding steps by the copies
       {4096, 4096, 8, 32, Loads::kAuto, 16, true},  // 1 KB: prefill too
-      {4096, 4096, 8, 64, Loads::kAuto, 32, false},
       {17, 4096, 32, 64, Loads::kAuto, 32, false},  // 17 x 4 packed rows: no decoding step
       {4096, 4096, 8, 64, Loads::kAuto, 64, false},
       {4096, 4096, 8, 64, Loads::kTma, 16, false},

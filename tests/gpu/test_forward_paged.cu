@@ -247,6 +247,20 @@ INSTANTIATE_TEST_SUITE_P(TailsKvCopies, ForwardPagedNonFiniteTail,
 INSTANTIATE_TEST_SUITE_P(DecodeKvCopies, ForwardPagedNonFiniteTail, ::testing::ValuesIn(with_kv_copies(decode_cases())),
                          CaseName());
 
+// Decoding steps from pages of 16 keys by TMA (KernelOptions::kv_loads = kTma; kAuto copies them at head
+// dims 64 and 128): a block is 8 chunks of K and as many of V, from two producer threads (fwd/producer.cuh,
+// run_varlen_producer), whose split pieces, visits without keys and last blocks are here.
+std::vector<NamedCase<PagedCase>> with_kv_tma(std::vector<NamedCase<PagedCase>> cases) {
+  for (NamedCase<PagedCase>& named : cases) {
+    named.c.kv_loads = KernelOptions::KvLoads::kTma;
+    named.name += "_KvTma";
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(DecodeKvTma, ForwardPagedNonFiniteTail,
+                         ::testing::ValuesIn(with_kv_tma(decode_cases({16}, kCopiedHeadDims))), CaseName());
+
 // Pages of kRowPageSizes (a page id a row), at head dims 64 and 128 where the copy kernels are:
 // the corner, non-finite tail and decoding cases at those sizes, with kv_loads kAuto (which takes the
 // copies for such pages) and kCopyThreads in turn, and -1 or an id far past the pool in the table entries

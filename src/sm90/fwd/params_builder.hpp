@@ -50,6 +50,10 @@ inline long long keys_per_tile(const detail::Problem& pr, int block_m) {
   return keys;
 }
 
+// d 64's variable-length tiles take 128-key blocks up to this many keys a tile (keys_per_tile) and
+// 192-key blocks past it (shipped_configs.cuh; H100, perf-notes v168, v169).
+constexpr long long kMaxNarrowVarlenKeys = 4096;
+
 // Whether a launch is a decoding step: each tile holds at most block_m / 2 live query rows, a query row
 // counting rows_per_query times (its head ratio where GQA heads are packed into the tile, else 1).
 // Such a step streams K/V from HBM with few rows to compute on: the K/V copies and the variable-length
@@ -110,18 +114,21 @@ inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr
 // d 64 pages of 64 level at 80.5 against 78 us).
 // TMA loads a paged K/V block as a box per page, and small boxes keep prefill waiting on them: pages of at
 // most kMaxCopiedPageBytes a tensor (1 KB: pages of 16 at head dims up to 32, unmeasured by TMA) take the
-// copies in every launch, prefill too; pages of at most kMaxCopiedDecodingPageBytes (4 KB: 16 keys at
-// d 128, 16 and 32 at d 64) in decoding steps only. In prefill, with the page ids read a block ahead
-// (v166) and V's boxes from a second thread (v171), TMA ran 3.5-5.3% faster than the copies at 2 KB
-// (d 64's pages of 16; H100, perf-notes calls G, H of session 66; 1.10-1.25x their time from one thread,
-// v166) and 2-4% at 4 KB (v166; 1.28-1.68x slower before v166: v82); from 8 KB 2-8% faster (v82). In
-// decoding steps the copies stayed 5-8% faster at d 64 from pages of 16 and 32, d 128 level (session 66).
+// copies in every launch, prefill too; pages of at most kMaxCopiedWideBlockPageBytes (2 KB: d 64's pages of
+// 16) where the tiles take d 64's 192-key blocks (12 boxes of K and 12 of V a block); pages of at most
+// kMaxCopiedDecodingPageBytes (4 KB: 16 keys at d 128, 16 and 32 at d 64) in decoding steps only. In
+// prefill, with the page ids read a block ahead (v166) and V's boxes from a second thread (v171), TMA ran
+// 3.1-5.6% faster than the copies at 2 KB with 128-key blocks (d 64's pages of 16, up to 4096 keys a tile)
+// and 5.9-8.5% slower with 192-key blocks (past 4096 keys; H100, perf-notes v172, session 67) and 2-4%
+// faster at 4 KB (v166; 1.28-1.68x slower before v166: v82); from 8 KB 2-8% faster (v82). In decoding
+// steps the copies stayed 5-8% faster at d 64 from pages of 16 and 32, d 128 level (session 66).
 // At head dims up to 64 every decoding step from rows takes the copies: since their split pieces share
 // their tiles' blocks (v156) the d 64 copy kernels ran 2-15% faster than TMA from 1 x 2k keys (1 x 32/8 x
 // 8k 14.4 against 16.7 us, 8 x 1k 11.9 against 13.5) and level at 1 x 1k, 8 x 4k and 32 x 1k; at d 128
 // they stayed level or 4% slower below 64 MiB (H200). A paged cache's pieces keep fixed shares, and
 // there the copies were 4% slower than TMA (1 x 8k, pages of 64, H100; 2026-12-06, perf-notes session 59).
 constexpr int kMaxCopiedPageBytes = 1024;
+constexpr int kMaxCopiedWideBlockPageBytes = 2048;
 constexpr int kMaxCopiedDecodingPageBytes = 4096;
 constexpr int kAlwaysCopiedDecodingHeadDim = 64;
 inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr, int block_m) {
@@ -132,6 +139,9 @@ inline bool takes_kv_copy_kernel(const FwdArgs& args, const detail::Problem& pr,
   if (pr.paged && !tma_takes_page_size(pr.page_size)) return true;  // pages TMA cannot load
   const long long page_bytes = static_cast<long long>(pr.page_size) * head_dim * dtype_size(pr.in_dtype);
   if (pr.paged && page_bytes <= kMaxCopiedPageBytes) return true;
+  if (pr.paged && page_bytes <= kMaxCopiedWideBlockPageBytes && keys_per_tile(pr, block_m) > kMaxNarrowVarlenKeys) {
+    return true;  // head dims up to 64 (a 2 KB page of 16 keys or more): d 64's 192-key blocks
+  }
   if (!is_decoding_step(args, pr, block_m)) return false;
   if (pr.paged && page_bytes <= kMaxCopiedDecodingPageBytes) return true;
   const double kv_bytes =
