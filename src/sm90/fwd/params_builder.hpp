@@ -119,8 +119,8 @@ inline bool takes_decoding_kernel(const FwdArgs& args, const detail::Problem& pr
 // kMaxCopiedDecodingPageBytes (4 KB: 16 keys at d 128, 16 and 32 at d 64) in decoding steps only. In
 // prefill, with the page ids read a block ahead (v166) and V's boxes from a second thread (v171), TMA ran
 // 3.1-5.6% faster than the copies at 2 KB with 128-key blocks (d 64's pages of 16, up to 4096 keys a tile)
-// and 5.9-8.5% slower with 192-key blocks (past 4096 keys; H100, perf-notes v172, session 67) and 2-4%
-// faster at 4 KB (v166; 1.28-1.68x slower before v166: v82); from 8 KB 2-8% faster (v82). In decoding
+// but 5.9-8.5% slower with 192-key blocks (past 4096 keys; H100, perf-notes v172, v174); at 4 KB 2-4%
+// faster (v166; 1.28-1.68x slower before v166: v82); from 8 KB 2-8% faster (v82). In decoding
 // steps the copies stayed 5-8% faster at d 64 from pages of 16 and 32, d 128 level (session 66).
 // At head dims up to 64 every decoding step from rows takes the copies: since their split pieces share
 // their tiles' blocks (v156) the d 64 copy kernels ran 2-15% faster than TMA from 1 x 2k keys (1 x 32/8 x
