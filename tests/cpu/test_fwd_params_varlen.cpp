@@ -264,8 +264,8 @@ TEST(KeyBlockChoice, KeysPerTileBoundsTheKeysATileSees) {
 // Which launches take the kernels that copy K/V with cp.async (takes_kv_copy_kernel): decoding steps
 // (at most 64 query rows a tile, GQA heads packed) of at least 64 MiB of K/V, dense or from a paged
 // cache of any page size (its table's capacity counting as its keys), or from rows of any size at head
-// dims up to 64, every launch from pages of at most 1 KB a tensor, and decoding steps from 4 KB pages,
-// unless kv_loads says otherwise;
+// dims up to 64, every launch from pages of at most 1 KB a tensor or from 2 KB pages past 4096 keys a
+// tile, and decoding steps from 4 KB pages, unless kv_loads says otherwise;
 // never at head dims above 128.
 // One validated bf16 call of one sequence, seqlen_q rows and heads_q heads over 8 K/V heads: k and v
 // dense (seqlen_k keys) where page_size is 0, else a paged cache of seqlen_k / page_size pages, all in
