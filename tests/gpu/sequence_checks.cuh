@@ -566,6 +566,20 @@ struct NamedCase {
   Case c;
 };
 
+// The cases of head dim at most max_head_dim, with K/V loaded as `loads` says and `suffix` after their
+// names (a CallSettings case: varlen or paged).
+template <class Case>
+std::vector<NamedCase<Case>> with_kv_loads(std::vector<NamedCase<Case>> cases, KernelOptions::KvLoads loads,
+                                           int max_head_dim, const std::string& suffix) {
+  std::vector<NamedCase<Case>> out;
+  for (NamedCase<Case>& named : cases) {
+    if (named.c.head_dim > max_head_dim) continue;
+    named.c.kv_loads = loads;
+    out.push_back({named.name + suffix, named.c});
+  }
+  return out;
+}
+
 template <class Case>
 void PrintTo(const NamedCase<Case>& n, std::ostream* os) {
   *os << n.name << ": " << n.c.describe();

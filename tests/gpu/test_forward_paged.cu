@@ -21,6 +21,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test_util.cuh"
@@ -228,14 +229,11 @@ INSTANTIATE_TEST_SUITE_P(Decode, ForwardPagedNonFiniteTail, ::testing::ValuesIn(
 // below): where the copy kernels exist.
 std::vector<NamedCase<PagedCase>> with_kv_copies(std::vector<NamedCase<PagedCase>> cases) {
   constexpr std::int32_t kFarPastThePool = 1 << 30;
-  std::vector<NamedCase<PagedCase>> out;
-  int index = 0;
-  for (NamedCase<PagedCase>& named : cases) {
-    if (named.c.head_dim > 128) continue;
-    named.c.kv_loads = KernelOptions::KvLoads::kCopyThreads;
-    const int variant = index++ % 3;
-    if (variant > 0) named.c.unused_entry = variant == 1 ? -1 : kFarPastThePool;
-    out.push_back({named.name + "_KvCopies", named.c});
+  std::vector<NamedCase<PagedCase>> out =
+      with_kv_loads(std::move(cases), KernelOptions::KvLoads::kCopyThreads, 128, "_KvCopies");
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::size_t variant = i % 3;
+    if (variant > 0) out[i].c.unused_entry = variant == 1 ? -1 : kFarPastThePool;
   }
   return out;
 }
@@ -250,16 +248,10 @@ INSTANTIATE_TEST_SUITE_P(DecodeKvCopies, ForwardPagedNonFiniteTail, ::testing::V
 // Decoding steps from pages of 16 keys by TMA (KernelOptions::kv_loads = kTma; kAuto copies them at head
 // dims 64 and 128): a block is 8 chunks of K and as many of V, from two producer threads (fwd/producer.cuh,
 // run_varlen_producer), whose split pieces, visits without keys and last blocks are here.
-std::vector<NamedCase<PagedCase>> with_kv_tma(std::vector<NamedCase<PagedCase>> cases) {
-  for (NamedCase<PagedCase>& named : cases) {
-    named.c.kv_loads = KernelOptions::KvLoads::kTma;
-    named.name += "_KvTma";
-  }
-  return cases;
-}
-
 INSTANTIATE_TEST_SUITE_P(DecodeKvTma, ForwardPagedNonFiniteTail,
-                         ::testing::ValuesIn(with_kv_tma(decode_cases({16}, kCopiedHeadDims))), CaseName());
+                         ::testing::ValuesIn(with_kv_loads(decode_cases({16}, kCopiedHeadDims),
+                                                           KernelOptions::KvLoads::kTma, 128, "_KvTma")),
+                         CaseName());
 
 // Pages of kRowPageSizes (a page id a row), at head dims 64 and 128 where the copy kernels are:
 // the corner, non-finite tail and decoding cases at those sizes, with kv_loads kAuto (which takes the

@@ -356,18 +356,6 @@ INSTANTIATE_TEST_SUITE_P(Tails, ForwardVarlenNonFiniteTail, ::testing::ValuesIn(
 // these): the copies zero-fill the rows past a sequence's keys (no V tail is cleared in shared memory
 // then, so NaN and Inf there must still not reach the output) and the columns past a padded head dim.
 // Head dims 64 and 128, and padded dims: where those kernels exist.
-// The cases of head dim at most max_head_dim with K/V loaded as `loads` says, named with `suffix`.
-std::vector<NamedCase<VarlenCase>> with_kv_loads(std::vector<NamedCase<VarlenCase>> cases, KernelOptions::KvLoads loads,
-                                                 int max_head_dim, const std::string& suffix) {
-  std::vector<NamedCase<VarlenCase>> out;
-  for (NamedCase<VarlenCase>& named : cases) {
-    if (named.c.head_dim > max_head_dim) continue;
-    named.c.kv_loads = loads;
-    out.push_back({named.name + suffix, named.c});
-  }
-  return out;
-}
-
 std::vector<NamedCase<VarlenCase>> with_kv_copies(std::vector<NamedCase<VarlenCase>> cases) {
   std::vector<NamedCase<VarlenCase>> out =
       with_kv_loads(std::move(cases), KernelOptions::KvLoads::kCopyThreads, 128, "_KvCopies");
