@@ -12,7 +12,7 @@ flash-attention 3's qv (forward only; on CUDA arrays the library decides which c
 sm_margin, scheduler_metadata (get_scheduler_metadata makes an empty one), cu_seqlens_k_new and
 rotary_seqlens are taken, with its names and defaults, so that its callers run unchanged; values
 other than the defaults (and that empty schedule) that hopattn does not implement are refused,
-never ignored.
+never ignored. cu_seqlens_k_new and rotary_seqlens without new keys are not read, as in FA3.
 """
 
 import numbers
@@ -39,6 +39,30 @@ def _reject(name, value, default=None):
         shown = f"an array of shape {tuple(value.shape)}" if hasattr(value, "shape") else repr(value)
         raise NotImplementedError(f"{name}: {shown} is not supported (only {name}={default!r}); "
                                   f"{_FEATURES}")
+
+
+def _new_key_lengths(name, value, length, appends):
+    """flash-attention 3's cu_seqlens_k_new (new keys as packed variable-length rows, `length`
+    batch + 1) and rotary_seqlens (the rotary positions of the new keys, `length` batch). Its
+    kernels read them only where new keys are appended; without k and v they skip them, and
+    inference engines pass cu_seqlens_k_new with every call (SGLang's FA3 backend: the cache's
+    cumulative lengths). So here: without k and v (`appends`), checked as what they would be, an
+    int32 array of `length` entries, and not read; with k and v, not implemented."""
+    if value is None:
+        return
+    if appends:
+        raise NotImplementedError(
+            f"{name}: not implemented with new keys k and v; hopattn appends k and v of shape "
+            "(batch, seqlen_new, heads_kv, head_dim) at positions cache_seqlens[b] + i (rotary "
+            f"positions too). Without k and v, {name} is taken and not read, as in "
+            "flash-attention 3")
+    dtype = library_of(value, name).dtype_name(value)
+    if dtype != "int32":
+        raise TypeError(f"{name}: expected an int32 array, got dtype {dtype}")
+    shape = tuple(int(n) for n in value.shape)
+    if shape != (length,):
+        entries = "batch + 1" if name == "cu_seqlens_k_new" else "batch"
+        raise ValueError(f"{name}: expected shape ({entries},) = ({length},), got {shape}")
 
 
 def _check_kvcache_qv(qv, q, v_cache):
@@ -347,14 +371,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     flash_attn_varlen_func. Returns out, or (out, lse) when return_softmax_lse.
 
     flash-attention 3's cu_seqlens_k_new (new keys packed as variable-length rows) and
-    rotary_seqlens (rotary positions other than cache_seqlens) are not implemented: anything but
-    None raises NotImplementedError. These arguments, like pack_gqa, attention_chunk and
-    window_size, are checked before the cache is written: a call refused for them leaves k_cache
-    and v_cache as they were.
+    rotary_seqlens (rotary positions other than cache_seqlens) are read by its kernels only when
+    new keys are appended. Without k and v they are taken and not read, as there (inference
+    engines such as SGLang pass cu_seqlens_k_new with every call), once checked as int32 arrays
+    of shape (batch + 1,) and (batch,); with k and v they are not implemented
+    (NotImplementedError). These arguments, like pack_gqa, attention_chunk and window_size, are
+    checked before the cache is written: a call refused for them leaves k_cache and v_cache as
+    they were.
     """
     _reject("alibi_slopes", alibi_slopes)
-    _reject("cu_seqlens_k_new", cu_seqlens_k_new)
-    _reject("rotary_seqlens", rotary_seqlens)
     _scheduler_metadata(scheduler_metadata)
     _sm_margin(sm_margin)
     pack_gqa = _pack_gqa(pack_gqa)  # before the append, as every check of the arguments alone
@@ -368,6 +393,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
     if varlen_q and max_seqlen_q is None:
         raise ValueError("max_seqlen_q: required with cu_seqlens_q")
     batch = int(cu_seqlens_q.shape[0]) - 1 if varlen_q else int(q.shape[0])
+    appends = k is not None or v is not None
+    _new_key_lengths("cu_seqlens_k_new", cu_seqlens_k_new, batch + 1, appends)
+    _new_key_lengths("rotary_seqlens", rotary_seqlens, batch, appends)
     left, right = _window(window_size)
     chunk = _attention_chunk(attention_chunk)
     arguments = dict(q=q, k=k_cache, v=v_cache, out=out, seqused_k=cache_seqlens,
@@ -419,9 +447,10 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     paged cache) ints >= 1 (TypeError when not an int, ValueError when out of range); window_size,
     attention_chunk, pack_gqa and sm_margin as in the attention functions (sm_margin > 0 raises
     NotImplementedError); cache_seqlens None, an int, or an int32 array of shape (batch_size,);
-    cu_seqlens_k_new, which flash_attn_with_kvcache does not implement, raises
-    NotImplementedError. qkv_dtype, cu_seqlens_q, cache_leftpad, causal and has_softcap are
-    taken as they are.
+    cu_seqlens_k_new None or an int32 array of shape (batch_size + 1,), as flash_attn_with_kvcache
+    takes it without new keys (with max_seqlen_k_new > 0 it plans an append of variable-length
+    new keys, which flash_attn_with_kvcache does not implement: NotImplementedError).
+    qkv_dtype, cu_seqlens_q, cache_leftpad, causal and has_softcap are taken as they are.
     """
     for name, value, minimum in (
             ("batch_size", batch_size, 0), ("max_seqlen_q", max_seqlen_q, 0),
@@ -436,7 +465,8 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     _attention_chunk(attention_chunk)
     _pack_gqa(pack_gqa)
     _sm_margin(sm_margin)
-    _reject("cu_seqlens_k_new", cu_seqlens_k_new)
+    _new_key_lengths("cu_seqlens_k_new", cu_seqlens_k_new, int(batch_size) + 1,
+                     appends=max_seqlen_k_new > 0)
     if cache_seqlens is None or _is_int(cache_seqlens):
         import numpy
         return numpy.empty((0,), numpy.int32)

@@ -429,12 +429,22 @@ def test_qv_must_have_outs_shape_and_qs_dtype(rng, function):
     call_with(rng, function, qv=None)
 
 
-@pytest.mark.parametrize("option", ["cu_seqlens_k_new", "rotary_seqlens"])
-def test_kvcache_fa3_extras_are_not_implemented(rng, option):
-    # test_numpy_kvcache_append.py checks that such a call leaves the cache as it was.
-    value = np.array([0, 1], np.int32) if option == "cu_seqlens_k_new" else np.array([3], np.int32)
-    with pytest.raises(NotImplementedError, match=f"^{option}: an array of shape "
-                                                  f"\\({len(value)},\\) is not supported"):
+# Without new keys, flash-attention 3 does not read cu_seqlens_k_new and rotary_seqlens, and neither
+# does hopattn (test_numpy_fa3_arguments.py); they are checked as what they would be. With new keys
+# they are not implemented: test_numpy_kvcache_append.py, which also checks the cache is left as it was.
+@pytest.mark.parametrize("option,value,kind,message", [
+    ("cu_seqlens_k_new", np.array([0, 9, 9], np.int32), ValueError,
+     r"^cu_seqlens_k_new: expected shape \(batch \+ 1,\) = \(2,\), got \(3,\)$"),
+    ("cu_seqlens_k_new", np.array([0, 9], np.int64), TypeError,
+     "^cu_seqlens_k_new: expected an int32 array, got dtype int64$"),
+    ("cu_seqlens_k_new", [0, 9], TypeError, "^cu_seqlens_k_new: expected a torch.Tensor"),
+    ("rotary_seqlens", np.array([3, 4], np.int32), ValueError,
+     r"^rotary_seqlens: expected shape \(batch,\) = \(1,\), got \(2,\)$"),
+    ("rotary_seqlens", np.array([3], np.float32), TypeError,
+     "^rotary_seqlens: expected an int32 array, got dtype float32$"),
+])
+def test_kvcache_fa3_new_key_lengths_are_checked_without_new_keys(rng, option, value, kind, message):
+    with pytest.raises(kind, match=message):
         call_with(rng, "flash_attn_with_kvcache", **{option: value})
 
 
@@ -485,9 +495,14 @@ GET_SCHEDULER_METADATA_ERRORS = {
     "int pack_gqa": (dict(pack_gqa=1), TypeError, r"^pack_gqa: expected None \(automatic\)"),
     "sm_margin above 0": (dict(sm_margin=4), NotImplementedError, "^sm_margin: 4 is not supported"),
     "negative sm_margin": (dict(sm_margin=-1), ValueError, "^sm_margin: -1 is not allowed"),
-    "cu_seqlens_k_new": (dict(cu_seqlens_k_new=np.array([0, 1, 2], np.int32)),
-                         NotImplementedError, r"^cu_seqlens_k_new: an array of shape \(3,\) is "
-                                              "not supported"),
+    "cu_seqlens_k_new of another batch": (dict(cu_seqlens_k_new=np.array([0, 1], np.int32)),
+                                          ValueError, r"^cu_seqlens_k_new: expected shape "
+                                                      r"\(batch \+ 1,\) = \(3,\), got \(2,\)$"),
+    "int64 cu_seqlens_k_new": (dict(cu_seqlens_k_new=np.array([0, 1, 2], np.int64)), TypeError,
+                               "^cu_seqlens_k_new: expected an int32 array, got dtype int64$"),
+    "cu_seqlens_k_new with new keys": (dict(cu_seqlens_k_new=np.array([0, 1, 2], np.int32),
+                                            max_seqlen_k_new=1), NotImplementedError,
+                                       "^cu_seqlens_k_new: not implemented with new keys k and v"),
     "int64 cache_seqlens": (dict(cache_seqlens=np.array([3, 9])), TypeError,
                             "^cache_seqlens: expected an int32 array, got dtype int64$"),
     "cache_seqlens of another batch": (dict(cache_seqlens=np.array([3, 9, 1], np.int32)),

@@ -2,8 +2,10 @@
 implementing them (qv is implemented on host arrays: test_numpy_qv.py; here, its default): qv, sm_margin, scheduler_metadata (and get_scheduler_metadata, which makes one),
 and flash_attn_with_kvcache's cu_seqlens_k_new and rotary_seqlens. On NumPy arrays: their
 defaults, and the empty schedule get_scheduler_metadata returns, give what a call without them
-gives, bit for bit (the cache after an append included). Other values are refused: test_errors.py,
-and test_numpy_kvcache_append.py for a cache left as it was."""
+gives, bit for bit (the cache after an append included); so do cu_seqlens_k_new and
+rotary_seqlens of any values in a call without new keys, which flash-attention 3 does not read
+either. Other values are refused: test_errors.py, and test_numpy_kvcache_append.py for a cache left
+as it was."""
 
 import inspect
 
@@ -105,6 +107,31 @@ def test_defaults_run_as_a_call_without_them(rng, function):
     given = {name: DEFAULTS[name] for name in TAKES[function]}
     assert_same_bits(call(**given), expected, "all defaults")
     assert_same_bits(call(sm_margin=np.int64(0)), expected, "sm_margin=np.int64(0)")
+
+
+def test_new_key_lengths_without_new_keys_are_not_read(rng):
+    # SGLang's FA3 backend: variable-length queries over a paged cache the engine wrote itself,
+    # cache_seqlens the keys in use, cu_seqlens_k_new their prefix sums, no k or v. flash-attention
+    # 3 reads cu_seqlens_k_new and rotary_seqlens only when it appends new keys.
+    batch, page_size, pages_per_seq, num_pages = 3, 4, 6, 23
+    k_cache, v_cache = (normal(rng, num_pages, page_size, HEADS_KV, HEAD_DIM) for _ in range(2))
+    page_table = rng.permutation(num_pages)[:batch * pages_per_seq].reshape(batch, pages_per_seq)
+    cache_seqlens = np.array([9, 24, 13], np.int32)
+    cu_q = prefix_sums(np.array([2, 1, 5]))
+    q = normal(rng, int(cu_q[-1]), HEADS_Q, HEAD_DIM)
+
+    def call(**extra):
+        return hopattn.flash_attn_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens=cache_seqlens, page_table=page_table.astype(np.int32),
+            cu_seqlens_q=cu_q, max_seqlen_q=5, causal=True, softcap=5.0, return_softmax_lse=True,
+            **extra)
+
+    expected = call()
+    assert not np.isnan(expected[0]).any() and not np.isnan(expected[1]).any()
+    assert_same_bits(call(cu_seqlens_k_new=prefix_sums(cache_seqlens)), expected, "SGLang's call")
+    unread = rng.integers(-2**31, 2**31, size=batch + 1).astype(np.int32)
+    assert_same_bits(call(cu_seqlens_k_new=unread, rotary_seqlens=unread[:batch]), expected,
+                     "cu_seqlens_k_new and rotary_seqlens of random values")
 
 
 def test_defaults_are_flash_attention_3_s():
