@@ -68,6 +68,21 @@ inline bool is_decoding_step(const FwdArgs& args, const detail::Problem& pr, int
   return is_decoding_step(pr.seqlen_q, rows_per_query, block_m);
 }
 
+// Whether a variable-length decoding step's tiles are split over the SMs, as begin_schedule (launch.cuh)
+// plans them with block_n-key blocks: a step's tile is one sequence and one head, or one K/V head's
+// packed heads. d 64 takes its narrower key blocks for such steps only (shipped_configs.cuh): they cut
+// finer pieces where a few tiles stream over idle SMs, and cost 1.5% where the tiles fill the SMs
+// unsplit (H100, perf-notes session 66, call E: batch 32 x 32/8 heads).
+inline bool splits_decoding_step(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
+                                 int warpgroups, int sms) {
+  if (!args.options.persistent) return false;
+  const bool packed = packs_gqa(args.options.pack_gqa, pr, block_m);
+  const long long tiles = static_cast<long long>(pr.batch) * (packed ? pr.heads_kv : pr.heads_q);
+  if (tiles > kMaxSplitUnits) return false;
+  const int tile_blocks = (pr.seqlen_k + block_n - 1) / block_n;
+  return plan_varlen_split(static_cast<int>(tiles), tile_blocks, sms, args.num_splits, warpgroups, true).units > 0;
+}
+
 // The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: the
 // d 256 one, where 136-256 run) computes every tile transposed, with the query rows as the wgmma's N = 8
 // (fwd/transposed_decode.cuh), so it takes launches whose tiles hold at most kTransposedRows live rows.
