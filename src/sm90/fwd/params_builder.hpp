@@ -68,19 +68,20 @@ inline bool is_decoding_step(const FwdArgs& args, const detail::Problem& pr, int
   return is_decoding_step(pr.seqlen_q, rows_per_query, block_m);
 }
 
-// Whether a variable-length decoding step's tiles are split over the SMs, as begin_schedule (launch.cuh)
-// plans them with block_n-key blocks: a step's tile is one sequence and one head, or one K/V head's
-// packed heads. d 64 takes its narrower key blocks for such steps only (shipped_configs.cuh): they cut
-// finer pieces where a few tiles stream over idle SMs, and cost 1.5% where the tiles fill the SMs
-// unsplit (H100, perf-notes session 66, call E: batch 32 x 32/8 heads).
-inline bool splits_decoding_step(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
-                                 int warpgroups, int sms) {
-  if (!args.options.persistent) return false;
+// Whether a variable-length decoding step at d 64 takes 192-key blocks rather than 128 (shipped_configs.cuh):
+// where its tiles stream whole, in one or two waves. A step's tile is one sequence and one head, or one K/V
+// head's packed heads. Where begin_schedule (launch.cuh) splits the tiles over idle SMs (plan_varlen_split,
+// planned as it will plan it, over block_n-key blocks) the narrow blocks cut finer pieces: 1-8% faster at
+// batch 1-8 x 32/8 heads; past two waves (batch 64 x 32/8, 512 tiles) they were 0.9% faster too; at
+// batch 16-32 (128-256 tiles) the 192-key blocks were 1-1.6% faster (H100, perf-notes v176).
+inline bool decoding_step_takes_wide_blocks(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
+                                            int warpgroups, int sms) {
   const bool packed = packs_gqa(args.options.pack_gqa, pr, block_m);
   const long long tiles = static_cast<long long>(pr.batch) * (packed ? pr.heads_kv : pr.heads_q);
-  if (tiles > kMaxSplitUnits) return false;
+  if (tiles > 2LL * sms) return false;
   const int tile_blocks = (pr.seqlen_k + block_n - 1) / block_n;
-  return plan_varlen_split(static_cast<int>(tiles), tile_blocks, sms, args.num_splits, warpgroups, true).units > 0;
+  if (!args.options.persistent) return true;  // begin_schedule splits persistent launches only
+  return plan_varlen_split(static_cast<int>(tiles), tile_blocks, sms, args.num_splits, warpgroups, true).units == 0;
 }
 
 // The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: the

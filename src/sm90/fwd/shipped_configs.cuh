@@ -27,9 +27,8 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     // The variable-length kernels keep the 128-key blocks longer: up to 4096 keys a tile
     // (kMaxNarrowVarlenKeys, which also picks the K/V loads from 2 KB pages: takes_kv_copy_kernel; H100,
     // perf-notes v168: 8 x 16 heads x 1920-2048 causal 4.5-5% faster than the 192-key blocks, 4k level,
-    // 8k-16k 2-4% slower). Decoding steps take them where their tiles are split (1-8% faster from 1 x 2k
-    // to 8 x 4k, 1 x 64k), else as dense launches do (batch 32 x 1.5k-4k: 1.5% slower with them):
-    // splits_decoding_step.
+    // 8k-16k 2-4% slower). Decoding steps take them but where their tiles stream whole in one or two
+    // waves past 1152 keys (decoding_step_takes_wide_blocks).
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.
     using Narrow =
@@ -41,8 +40,8 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     bool narrow = keys <= 1152;
     if (kVarlen && is_decoding_step(args, pr, Narrow::kBlockM)) {
       const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
-      narrow = narrow || splits_decoding_step(args, pr, Narrow::kBlockM, Narrow::kBlockN,
-                                              Narrow::kConsumerWarpgroups, sms);
+      narrow = narrow || !decoding_step_takes_wide_blocks(args, pr, Narrow::kBlockM, Narrow::kBlockN,
+                                                          Narrow::kConsumerWarpgroups, sms);
     } else if (kVarlen) {
       narrow = keys <= kMaxNarrowVarlenKeys;
     }
