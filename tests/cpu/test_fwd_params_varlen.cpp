@@ -394,5 +394,40 @@ TEST(VarlenParams, PagedCopySources) {
   }
 }
 
+// Which decoding steps take d 64's 192-key blocks (decoding_step_takes_wide_blocks): those whose tiles
+// stream whole in at most two waves. A tile is a sequence and K/V head where GQA heads are packed (32 / 8
+// here), a query head where not; the tiles are split by the heuristic where they fill at most half of the
+// SMs, or as num_splits asks.
+TEST(VarlenParams, DecodingStepsTakeWideBlocksWhereTilesStreamWhole) {
+  struct Case {
+    int batch, heads_q, seqlen_k, num_splits;
+    KernelOptions::PackGqa pack;
+    bool persistent, wide;
+  };
+  using Pack = KernelOptions::PackGqa;
+  constexpr int kSms = 132, kBlockN = 128, kWarpgroups = 2;
+  const Case cases[] = {
+      {1, 32, 2048, 0, Pack::kAuto, true, false},    {8, 32, 4096, 0, Pack::kAuto, true, false},  // split
+      {8, 32, 65536, 0, Pack::kAuto, true, false},   {32, 32, 2048, 4, Pack::kAuto, true, false},
+      {16, 32, 2048, 0, Pack::kAuto, true, true},    {32, 32, 2048, 0, Pack::kAuto, true, true},  // 128, 256 tiles
+      {34, 32, 2048, 0, Pack::kAuto, true, false},   {64, 32, 2048, 0, Pack::kAuto, true, false},  // 272, 512 tiles
+      {1, 32, 2048, 1, Pack::kAuto, true, true},     {8, 32, 4096, 0, Pack::kOff, true, true},  // 256 tiles
+      {8, 32, 4096, 0, Pack::kAuto, false, true},    {1, 32, 128, 0, Pack::kAuto, true, true},  // one block
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("batch " + std::to_string(c.batch) + " hq " + std::to_string(c.heads_q) + " sk " +
+                 std::to_string(c.seqlen_k) + " splits " + std::to_string(c.num_splits));
+    detail::Problem pr;
+    pr.batch = c.batch, pr.heads_q = c.heads_q, pr.heads_kv = 8, pr.head_dim = pr.head_dim_v = 64;
+    pr.seqlen_q = 1, pr.seqlen_k = c.seqlen_k;
+    FwdArgs args;
+    args.num_splits = c.num_splits;
+    args.options.pack_gqa = c.pack;
+    args.options.persistent = c.persistent;
+    ASSERT_TRUE(is_decoding_step(args, pr, kBlockM));
+    EXPECT_EQ(decoding_step_takes_wide_blocks(args, pr, kBlockM, kBlockN, kWarpgroups, kSms), c.wide);
+  }
+}
+
 }  // namespace
 }  // namespace hopattn::sm90

@@ -68,6 +68,22 @@ inline bool is_decoding_step(const FwdArgs& args, const detail::Problem& pr, int
   return is_decoding_step(pr.seqlen_q, rows_per_query, block_m);
 }
 
+// Whether a variable-length decoding step at d 64 takes 192-key blocks rather than 128 (shipped_configs.cuh):
+// where its tiles stream whole, in one or two waves. A step's tile is one sequence and one head, or one K/V
+// head's packed heads. Where begin_schedule (launch.cuh) splits the tiles over idle SMs (plan_varlen_split,
+// planned as it will plan it, over block_n-key blocks) the narrow blocks cut finer pieces: 1-8% faster at
+// batch 1-8 x 32/8 heads; past two waves (batch 64 x 32/8, 512 tiles) they were 0.9% faster too; at
+// batch 16-32 (128-256 tiles) the 192-key blocks were 1-1.6% faster (H100, perf-notes v176).
+inline bool decoding_step_takes_wide_blocks(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
+                                            int warpgroups, int sms) {
+  const bool packed = packs_gqa(args.options.pack_gqa, pr, block_m);
+  const long long tiles = static_cast<long long>(pr.batch) * (packed ? pr.heads_kv : pr.heads_q);
+  if (tiles > 2LL * sms) return false;
+  const int tile_blocks = (pr.seqlen_k + block_n - 1) / block_n;
+  if (!args.options.persistent) return true;  // begin_schedule splits persistent launches only
+  return plan_varlen_split(static_cast<int>(tiles), tile_blocks, sms, args.num_splits, warpgroups, true).units == 0;
+}
+
 // The decoding kernel of the head dims above 128 (FwdTraits::kDecodingOnly, Fp8FwdTraits' alike: the
 // d 256 one, where 136-256 run) computes every tile transposed, with the query rows as the wgmma's N = 8
 // (fwd/transposed_decode.cuh), so it takes launches whose tiles hold at most kTransposedRows live rows.

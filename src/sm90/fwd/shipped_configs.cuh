@@ -25,9 +25,10 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     // causal windows on 4k-16k tokens (perf-notes v109): 128 keys 1.29x at window 128, 1.15x at 512,
     // 1.04x at 1024 (1151 keys a tile), 0.97x at 2048 (2175).
     // The variable-length kernels keep the 128-key blocks longer: up to 4096 keys a tile
-    // (kMaxNarrowVarlenKeys, which also picks the K/V loads from 2 KB pages: takes_kv_copy_kernel), and in
-    // every decoding step (H100, perf-notes v168: 8 x 16 heads x 1920-2048 causal 4.5-5% faster than the
-    // 192-key blocks, 4k level, 8k-16k 2-4% slower; decoding steps 1-2.3% faster from 8k keys).
+    // (kMaxNarrowVarlenKeys, which also picks the K/V loads from 2 KB pages: takes_kv_copy_kernel; H100,
+    // perf-notes v168: 8 x 16 heads x 1920-2048 causal 4.5-5% faster than the 192-key blocks, 4k level,
+    // 8k-16k 2-4% slower). Decoding steps take them but where their tiles stream whole in one or two
+    // waves past 1152 keys (decoding_step_takes_wide_blocks).
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.
     using Narrow =
@@ -36,8 +37,14 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
         FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync, kChunksAndSequsedQ>;
     static_assert(Narrow::kBlockM == Wide::kBlockM, "keys_per_tile counts one tile height for both");
     const long long keys = keys_per_tile(pr, Narrow::kBlockM);
-    const bool narrow =
-        kVarlen ? keys <= kMaxNarrowVarlenKeys || is_decoding_step(args, pr, Narrow::kBlockM) : keys <= 1152;
+    bool narrow = keys <= 1152;
+    if (kVarlen && is_decoding_step(args, pr, Narrow::kBlockM)) {
+      const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
+      narrow = narrow || !decoding_step_takes_wide_blocks(args, pr, Narrow::kBlockM, Narrow::kBlockN,
+                                                          Narrow::kConsumerWarpgroups, sms);
+    } else if (kVarlen) {
+      narrow = keys <= kMaxNarrowVarlenKeys;
+    }
     if (narrow || (pr.paged && pr.page_size >= 128)) return launch_forward<Narrow>(args, pr);
     return launch_forward<Wide>(args, pr);
   } else if constexpr (kHeadDim == 128) {
