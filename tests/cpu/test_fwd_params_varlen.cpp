@@ -410,7 +410,9 @@ TEST(VarlenParams, DecodingStepsTakeWideBlocksWhereTilesStreamWhole) {
       {1, 32, 2048, 0, Pack::kAuto, true, false},    {8, 32, 4096, 0, Pack::kAuto, true, false},  // split
       {8, 32, 65536, 0, Pack::kAuto, true, false},   {32, 32, 2048, 4, Pack::kAuto, true, false},
       {16, 32, 2048, 0, Pack::kAuto, true, true},    {32, 32, 2048, 0, Pack::kAuto, true, true},  // 128, 256 tiles
-      {34, 32, 2048, 0, Pack::kAuto, true, false},   {64, 32, 2048, 0, Pack::kAuto, true, false},  // 272, 512 tiles
+      {48, 32, 2048, 0, Pack::kAuto, true, true},    {12, 32, 2048, 0, Pack::kOff, true, true},  // 384 tiles
+      {50, 32, 2048, 0, Pack::kAuto, true, false},   {64, 32, 2048, 0, Pack::kAuto, true, false},  // 400, 512 tiles
+      {13, 32, 2048, 0, Pack::kOff, true, false},                                                 // 416 tiles
       {1, 32, 2048, 1, Pack::kAuto, true, true},     {8, 32, 4096, 0, Pack::kOff, true, true},  // 256 tiles
       {8, 32, 4096, 0, Pack::kAuto, false, true},    {1, 32, 128, 0, Pack::kAuto, true, true},  // one block
   };

@@ -32,7 +32,7 @@ inline int heads_per_group(const detail::Problem& pr, int device, bool pack_gqa)
   const std::int64_t kv_bytes = std::int64_t(pr.seqlen_k) * (pr.head_dim + pr.head_dim_v) * 2 /*bytes*/;
   const std::int64_t kv_heads = kv_bytes > 0 ? std::max<std::int64_t>(1, l2_budget / kv_bytes) : 1;
   const int q_heads_per_kv_head = pack_gqa ? 1 : pr.heads_q / pr.heads_kv;
-  const std::int64_t total = std::int64_t(pr.batch) * (pack_gqa ? pr.heads_kv : pr.heads_q);
+  const std::int64_t total = std::int64_t(pr.batch) * tile_grid_heads(pr, pack_gqa);
   std::int64_t group = std::min<std::int64_t>(kv_heads * q_heads_per_kv_head, total);
   while (total % group != 0) --group;
   return static_cast<int>(group);

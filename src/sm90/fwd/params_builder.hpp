@@ -30,6 +30,10 @@ inline bool packs_gqa(KernelOptions::PackGqa option, const detail::Problem& pr, 
   return packed < unpacked;
 }
 
+// The heads of a launch's tile grid, per batch entry: the K/V heads where GQA heads are packed into a
+// tile (each tile holds a K/V head's query heads), else the query heads.
+inline int tile_grid_heads(const detail::Problem& pr, bool pack_gqa) { return pack_gqa ? pr.heads_kv : pr.heads_q; }
+
 // The most keys one tile of block_m query rows can see: seqlen_k, or fewer under a sliding window of
 // both sides (causal counts as window_right 0): a tile's rows see window_left keys before the first
 // row's diagonal, its block_m diagonals and window_right keys after the last; or under chunks, keys
@@ -69,18 +73,20 @@ inline bool is_decoding_step(const FwdArgs& args, const detail::Problem& pr, int
 }
 
 // Whether a variable-length decoding step at d 64 takes 192-key blocks rather than 128 (shipped_configs.cuh):
-// where its tiles stream whole, in one or two waves. A step's tile is one sequence and one head, or one K/V
-// head's packed heads. Where begin_schedule (launch.cuh) splits the tiles over idle SMs (plan_varlen_split,
-// planned as it will plan it, over block_n-key blocks) the narrow blocks cut finer pieces: 1-8% faster at
-// batch 1-8 x 32/8 heads; past two waves (batch 64 x 32/8, 512 tiles) they were 0.9% faster too; at
-// batch 16-32 (128-256 tiles) the 192-key blocks were 1-1.6% faster (H100, perf-notes v176).
+// where its tiles stream whole, in at most kWideDecodingWaves waves. Where begin_schedule (launch.cuh) splits
+// the tiles over idle SMs (plan_varlen_split, planned as it will plan it, over block_n-key blocks) the narrow
+// blocks cut finer pieces: 1-8% faster at batch 1-8 x 32/8 heads; at four waves (batch 64 x 32/8, 512
+// tiles) they were 0.9% faster too; at batch 16-48 (128-384 tiles) the 192-key blocks were 1-1.6% faster
+// (H100, perf-notes v176, v177).
+constexpr long long kWideDecodingWaves = 3;
 inline bool decoding_step_takes_wide_blocks(const FwdArgs& args, const detail::Problem& pr, int block_m, int block_n,
                                             int warpgroups, int sms) {
-  const bool packed = packs_gqa(args.options.pack_gqa, pr, block_m);
-  const long long tiles = static_cast<long long>(pr.batch) * (packed ? pr.heads_kv : pr.heads_q);
-  if (tiles > 2LL * sms) return false;
-  const int tile_blocks = (pr.seqlen_k + block_n - 1) / block_n;
+  // A decoding step's tile grid has one m-block: a tile per batch entry and tile grid head.
+  const long long tiles =
+      static_cast<long long>(pr.batch) * tile_grid_heads(pr, packs_gqa(args.options.pack_gqa, pr, block_m));
+  if (tiles > kWideDecodingWaves * sms) return false;
   if (!args.options.persistent) return true;  // begin_schedule splits persistent launches only
+  const int tile_blocks = (pr.seqlen_k + block_n - 1) / block_n;
   return plan_varlen_split(static_cast<int>(tiles), tile_blocks, sms, args.num_splits, warpgroups, true).units == 0;
 }
 
@@ -242,7 +248,7 @@ inline FwdParams make_fwd_params(const FwdArgs& args, const detail::Problem& pr,
   p.pack_gqa = pack_gqa;
   p.tile_q_rows = pack_gqa ? block_m / p.head_ratio : block_m;
   p.packed_rows = pack_gqa ? p.tile_q_rows * p.head_ratio : block_m;
-  const int tile_heads = pack_gqa ? pr.heads_kv : pr.heads_q;
+  const int tile_heads = tile_grid_heads(pr, pack_gqa);
   p.num_m_blocks = (pr.seqlen_q + p.tile_q_rows - 1) / p.tile_q_rows;
   p.num_tiles = p.num_m_blocks * tile_heads * pr.batch;
   p.split = no_split_plan(p.num_tiles);  // the launch plans the split (fwd/launch.cuh begin_schedule)

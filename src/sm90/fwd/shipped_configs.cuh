@@ -27,7 +27,7 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
     // The variable-length kernels keep the 128-key blocks longer: up to 4096 keys a tile
     // (kMaxNarrowVarlenKeys, which also picks the K/V loads from 2 KB pages: takes_kv_copy_kernel; H100,
     // perf-notes v168: 8 x 16 heads x 1920-2048 causal 4.5-5% faster than the 192-key blocks, 4k level,
-    // 8k-16k 2-4% slower). Decoding steps take them but where their tiles stream whole in one or two
+    // 8k-16k 2-4% slower). Decoding steps take them but where their tiles stream whole in up to three
     // waves past 1152 keys (decoding_step_takes_wide_blocks).
     // A paged cache's blocks load in chunks of whole pages or whole blocks in a page: page sizes from
     // 128 up fit 128-key blocks only.
@@ -37,15 +37,15 @@ Status launch_shipped_config(const FwdArgs& args, const detail::Problem& pr) {
         FwdTraits<64, Element, 192, 4, kWarpSpecialized, kWarpgroups, kVarlen, kKvByCpAsync, kChunksAndSequsedQ>;
     static_assert(Narrow::kBlockM == Wide::kBlockM, "keys_per_tile counts one tile height for both");
     const long long keys = keys_per_tile(pr, Narrow::kBlockM);
-    bool narrow = keys <= 1152;
-    if (kVarlen && is_decoding_step(args, pr, Narrow::kBlockM)) {
+    const auto wide_blocks = [&] {
+      if (keys <= 1152) return false;
+      if (!kVarlen) return true;
+      if (!is_decoding_step(args, pr, Narrow::kBlockM)) return keys > kMaxNarrowVarlenKeys;
       const int sms = device_attribute(cudaDevAttrMultiProcessorCount, pr.device_index, 1);
-      narrow = narrow || !decoding_step_takes_wide_blocks(args, pr, Narrow::kBlockM, Narrow::kBlockN,
-                                                          Narrow::kConsumerWarpgroups, sms);
-    } else if (kVarlen) {
-      narrow = keys <= kMaxNarrowVarlenKeys;
-    }
-    if (narrow || (pr.paged && pr.page_size >= 128)) return launch_forward<Narrow>(args, pr);
+      return decoding_step_takes_wide_blocks(args, pr, Narrow::kBlockM, Narrow::kBlockN, Narrow::kConsumerWarpgroups,
+                                             sms);
+    };
+    if (!wide_blocks() || (pr.paged && pr.page_size >= 128)) return launch_forward<Narrow>(args, pr);
     return launch_forward<Wide>(args, pr);
   } else if constexpr (kHeadDim == 128) {
     // 176 keys (FlashAttention-3's non-causal choice) measured 4-9% slower than 128 at 512-8k here.
