@@ -232,6 +232,17 @@ def library_of(x, name):
     return library
 
 
+def check_int32_vector(x, name, length, entries):
+    """Array `x` (argument `name`) as an int32 array of shape (length,), else TypeError or
+    ValueError naming it; `entries` says what the length counts ("batch", "batch + 1")."""
+    dtype = library_of(x, name).dtype_name(x)
+    if dtype != "int32":
+        raise TypeError(f"{name}: expected an int32 array, got dtype {dtype}")
+    shape = tuple(int(n) for n in x.shape)
+    if shape != (length,):
+        raise ValueError(f"{name}: expected shape ({entries},) = ({length},), got {shape}")
+
+
 def common_library(named_arrays):
     """The one library that all given arrays (name -> array, None skipped) belong to."""
     library, first = None, None

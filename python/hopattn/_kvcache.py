@@ -18,7 +18,7 @@ rejected call leaves the cache as it was.
 import numbers
 from types import SimpleNamespace
 
-from ._arrays import common_library
+from ._arrays import check_int32_vector, common_library
 
 _INT32_MAX = 2**31 - 1
 # The sm_90a kernels take a paged cache whose page size is a power of two from this; those that copy
@@ -243,10 +243,7 @@ def prepare(q, k_cache, v_cache, k, v, *, batch, cache_seqlens, page_table, cach
 
 
 def _check_index_array(a, name, x):
-    if a.lib.dtype_name(x) != "int32":
-        raise TypeError(f"{name}: expected an int32 array, got dtype {a.lib.dtype_name(x)}")
-    if _shape(x) != (a.batch,):
-        raise ValueError(f"{name}: expected shape (batch,) = ({a.batch},), got {_shape(x)}")
+    check_int32_vector(x, name, a.batch, "batch")
     _check_device(a, name, x)
 
 

@@ -18,7 +18,7 @@ never ignored. cu_seqlens_k_new and rotary_seqlens without new keys are not read
 import numbers
 
 from . import _core, _kvcache
-from ._arrays import library_of
+from ._arrays import check_int32_vector, library_of
 
 _INT32_MAX = 2**31 - 1
 
@@ -56,13 +56,7 @@ def _new_key_lengths(name, value, length, appends):
             "(batch, seqlen_new, heads_kv, head_dim) at positions cache_seqlens[b] + i (rotary "
             f"positions too). Without k and v, {name} is taken and not read, as in "
             "flash-attention 3")
-    dtype = library_of(value, name).dtype_name(value)
-    if dtype != "int32":
-        raise TypeError(f"{name}: expected an int32 array, got dtype {dtype}")
-    shape = tuple(int(n) for n in value.shape)
-    if shape != (length,):
-        entries = "batch + 1" if name == "cu_seqlens_k_new" else "batch"
-        raise ValueError(f"{name}: expected shape ({entries},) = ({length},), got {shape}")
+    check_int32_vector(value, name, length, "batch + 1" if name == "cu_seqlens_k_new" else "batch")
 
 
 def _check_kvcache_qv(qv, q, v_cache):
@@ -470,15 +464,8 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     if cache_seqlens is None or _is_int(cache_seqlens):
         import numpy
         return numpy.empty((0,), numpy.int32)
-    lib = library_of(cache_seqlens, "cache_seqlens")
-    dtype = lib.dtype_name(cache_seqlens)
-    if dtype != "int32":
-        raise TypeError(f"cache_seqlens: expected an int32 array, got dtype {dtype}")
-    shape = tuple(int(n) for n in cache_seqlens.shape)
-    if shape != (int(batch_size),):
-        raise ValueError(f"cache_seqlens: expected shape (batch_size,) = ({int(batch_size)},), "
-                         f"got {shape}")
-    return lib.int32_full(cache_seqlens, (0,), 0)
+    check_int32_vector(cache_seqlens, "cache_seqlens", int(batch_size), "batch_size")
+    return library_of(cache_seqlens, "cache_seqlens").int32_full(cache_seqlens, (0,), 0)
 
 
 def _unpack(packed, name, count, rank, layout):
