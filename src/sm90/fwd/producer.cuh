@@ -31,8 +31,8 @@ namespace hopattn::sm90 {
 template <int kBlockN>
 using PagedChunkIds = int[2][kBlockN / kMinPageSize];
 
-// Reads block n's ids into ids[n & 1], a commit group of their own: before a visit's first block
-// (n_end - 1), and from wait_for_chunk_page_ids.
+// Reads block n's ids into ids[n & 1], a commit group of their own: a visit's first block's (n_end - 1)
+// before its Q is published (begin_paged_visit), the others from read_following_chunk_page_ids.
 template <int kBlockN>
 __device__ __forceinline__ void read_chunk_page_ids(const FwdParams& p, const VarlenVisit& v, int n,
                                                     PagedChunkIds<kBlockN>& ids) {
@@ -47,13 +47,13 @@ __device__ __forceinline__ void read_chunk_page_ids(const FwdParams& p, const Va
   cp_async_commit_group();
 }
 
-// Block n's ids, landed in ids[n & 1] on return; block n - 1's reads (the visit's next block) go out first.
+// Before block n's boxes: block n - 1's reads (the visit's next block), or at its last block an empty
+// group, so that cp_async_wait_group<1> then leaves only these pending and block n's ids have landed.
 template <int kBlockN>
-__device__ __forceinline__ void wait_for_chunk_page_ids(const FwdParams& p, const VarlenVisit& v, int n,
-                                                        PagedChunkIds<kBlockN>& ids) {
+__device__ __forceinline__ void read_following_chunk_page_ids(const FwdParams& p, const VarlenVisit& v, int n,
+                                                              PagedChunkIds<kBlockN>& ids) {
   if (n > v.visit.n_begin) read_chunk_page_ids<kBlockN>(p, v, n - 1, ids);
-  else cp_async_commit_group();  // an empty group: the wait below always leaves the newest pending
-  cp_async_wait_group<1>();
+  else cp_async_commit_group();
 }
 
 // A paged cache's rows of K/V block n (FwdParams::page_table; v: a tile with keys) into `smem`, a box a
@@ -133,25 +133,30 @@ class TileLoader {
   // The same for a visit from a paged KV cache (FwdParams::page_table; v: a tile with keys), block by
   // block in chunks of at most a page (load_paged_chunks), their page ids read a block ahead
   // (PagedChunkIds): K's boxes (kV false, from the producer warp's leader) or V's (kV true, from the
-  // second producer warp; run_varlen_producer), each with its own ids.
+  // second producer warp; run_varlen_producer), each with its own ids. begin_paged_visit reads the
+  // first block's ids: the K thread calls it before it waits to publish the visit's Q, so that read's
+  // global latency (~1k cycles a tile) passes during that wait; each later read passes during the wait
+  // for a stage.
+  template <bool kV>
+  __device__ void begin_paged_visit(const FwdParams& p, const VarlenVisit& v) {
+    // No block (no key): its first block's ids would be no page's.
+    if (v.visit.n_end > v.visit.n_begin) read_chunk_page_ids<Traits::kBlockN>(p, v, v.visit.n_end - 1, s_.paged_ids[kV]);
+  }
   template <bool kV>
   __device__ void load_paged_visit(const FwdParams& p, const VarlenVisit& v, int kv_head) {
-    if (v.visit.n_end <= v.visit.n_begin) return;  // no block (no key): its first block's ids would be no page's
     PagedChunkIds<Traits::kBlockN>& ids = s_.paged_ids[kV];
-    read_chunk_page_ids<Traits::kBlockN>(p, v, v.visit.n_end - 1, ids);
     for (int n = v.visit.n_end - 1; n >= v.visit.n_begin; --n) {
-      wait_for_chunk_page_ids<Traits::kBlockN>(p, v, n, ids);
+      read_following_chunk_page_ids<Traits::kBlockN>(p, v, n, ids);
       const int stage = ring_.index();
+      std::uint64_t* full = kV ? &s_.v_full[stage] : &s_.k_full[stage];
+      mbarrier_wait(kV ? &s_.v_empty[stage] : &s_.k_empty[stage], ring_.phase() ^ 1);
+      cp_async_wait_group<1>();  // block n's ids
       if constexpr (kV) {
-        mbarrier_wait(&s_.v_empty[stage], ring_.phase() ^ 1);
-        mbarrier_arrive_expect_tx(&s_.v_full[stage], VTile::kBytes);
-        load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, &s_.v_full[stage], kv_head, n,
-                                                         ids[n & 1]);
+        mbarrier_arrive_expect_tx(full, VTile::kBytes);
+        load_paged_chunks<VTile, kCols, Traits::kBlockN>(p, v, s_.v[stage], maps_.v, full, kv_head, n, ids[n & 1]);
       } else {
-        mbarrier_wait(&s_.k_empty[stage], ring_.phase() ^ 1);
-        mbarrier_arrive_expect_tx(&s_.k_full[stage], KTile::kBytes);
-        load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, &s_.k_full[stage], kv_head, n,
-                                                         ids[n & 1]);
+        mbarrier_arrive_expect_tx(full, KTile::kBytes);
+        load_paged_chunks<KTile, kCols, Traits::kBlockN>(p, v, s_.k[stage], maps_.k, full, kv_head, n, ids[n & 1]);
       }
       ring_.advance();
     }
@@ -250,6 +255,7 @@ __device__ void run_varlen_producer(typename Traits::SharedStorage& s, TensorMap
       const VarlenVisit v =
           decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p,
                                                                                                                   id);
+      loader.template begin_paged_visit<true>(p, v);
       loader.template load_paged_visit<true>(p, v, varlen_kv_head<Traits>(p, v.coord));
     }
   }
@@ -259,6 +265,7 @@ __device__ void run_varlen_producer(typename Traits::SharedStorage& s, TensorMap
     const VarlenVisit v =
         decode_varlen_visit<Traits::kBlockM, Traits::kBlockN, Traits::kVarlenSplit, Traits::kChunksAndSequsedQ>(p, id);
     if (varlen_tile_is_empty(p, v)) continue;
+    if (paged) loader.template begin_paged_visit<false>(p, v);
     loader.publish_varlen_visit(p, id, v);
     const int kv_head = varlen_kv_head<Traits>(p, v.coord);
     if (paged) {
